@@ -1,0 +1,174 @@
+//! Sampling settings and the verification mode.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, VerifyError};
+
+/// The paper's threshold on the logit ratio z2/z1 (the authors' code uses 0.9).
+pub const DEFAULT_THETA: f32 = 0.9;
+
+/// Default threshold on the probability ratio p2/p1 for margin mode: relax only where the
+/// runner-up is at least half as likely as the top token. Conservative on purpose; see
+/// [`Mode::Margin`] for how it relates to θ.
+pub const DEFAULT_RHO: f32 = 0.5;
+
+/// How the target's logits are turned into the distribution p that verification compares
+/// against. The drafter must have used the same settings for its q, or strict sampling is not
+/// lossless with respect to *this* p.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    /// Softmax temperature. 0 means greedy: the target's choice is its argmax and p is one-hot.
+    pub temperature: f32,
+    /// Keep only the `top_k` most likely tokens (ties broken by the lower id). `None` = off.
+    #[serde(default)]
+    pub top_k: Option<u32>,
+    /// Keep the smallest set of most likely tokens whose mass reaches `top_p`. 1 = off.
+    #[serde(default = "one")]
+    pub top_p: f32,
+}
+
+fn one() -> f32 {
+    1.0
+}
+
+impl Sampling {
+    /// Greedy decoding: temperature 0, no filters.
+    pub const GREEDY: Self = Self {
+        temperature: 0.0,
+        top_k: None,
+        top_p: 1.0,
+    };
+
+    /// Plain sampling at `temperature` with no filters.
+    pub const fn with_temperature(temperature: f32) -> Self {
+        Self {
+            temperature,
+            top_k: None,
+            top_p: 1.0,
+        }
+    }
+
+    /// True at temperature 0.
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    /// [`VerifyError::Temperature`], [`VerifyError::TopP`] or [`VerifyError::TopK`] naming the
+    /// value at fault.
+    pub fn validate(&self) -> Result<()> {
+        if !self.temperature.is_finite() || self.temperature < 0.0 {
+            return Err(VerifyError::Temperature {
+                value: self.temperature,
+            });
+        }
+        if !self.top_p.is_finite() || self.top_p <= 0.0 || self.top_p > 1.0 {
+            return Err(VerifyError::TopP { value: self.top_p });
+        }
+        if self.top_k == Some(0) {
+            return Err(VerifyError::TopK { value: 0 });
+        }
+        Ok(())
+    }
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self::GREEDY
+    }
+}
+
+/// Which verification rule decides whether a draft token is kept.
+///
+/// Both MARS modes share one acceptance rule at a *relaxed* position: the draft token is kept iff
+/// it is the target's top-1 or top-2 token (after temperature, top-k and top-p) and its processed
+/// probability is not 0; a rejected relaxed position takes its correction from p itself (the
+/// authors' choice), not from the residual. Everywhere else the strict rule applies. The modes
+/// differ only in *where* they relax.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum Mode {
+    /// Lossless speculative verification (greedy match, or min(1, p/q) with residual resampling).
+    Strict,
+    /// The paper's rule (arXiv 2601.15498): relax iff z2 / z1 > θ, with z1 ≥ z2 the target's
+    /// top-2 *processed logits* (logits / T; raw logits at T = 0).
+    ///
+    /// Guarded: no relaxation when z1 ≤ 0 or either logit is not finite. The ratio is only a
+    /// measure of closeness when both logits are positive: with z1 ≤ 0 it is ≥ 1 for any gap
+    /// (z1 = −1, z2 = −100 gives 100), and −inf (a filtered runner-up) or an overflowing
+    /// logit / T makes it NaN or ±inf. The ratio is also not shift-invariant: adding a constant
+    /// to every logit leaves p unchanged but moves z2 / z1, which is why [`Mode::Margin`] exists.
+    Paper {
+        /// Relax where z2 / z1 > θ. θ > 1 never relaxes (z2 ≤ z1).
+        theta: f32,
+    },
+    /// Shift-invariant margin: relax iff p2 / p1 ≥ ρ, with p1 ≥ p2 the target's top-2 processed
+    /// probabilities (softmax at T = 1 when greedy). Since p2 / p1 = exp(z2 − z1), this is the
+    /// logit-gap bound z1 − z2 ≤ −ln ρ (times T on raw logits).
+    ///
+    /// Relation to θ: for z1 > 0, z2 / z1 > θ ⇔ z1 − z2 < (1 − θ)·z1. The paper's rule is a
+    /// gap bound that grows with the size of the top logit, i.e. ρ_equiv = exp(−(1 − θ)·z1).
+    /// At θ = 0.9 a model whose top logit is 24 relaxes up to a gap of 2.4 nats (ρ ≈ 0.09);
+    /// the same θ on a model whose logits sit near 5 relaxes only up to 0.5 nats (ρ ≈ 0.61).
+    Margin {
+        /// Relax where p2 / p1 ≥ ρ. ρ > 1 never relaxes (p2 ≤ p1).
+        rho: f32,
+    },
+}
+
+impl Mode {
+    /// The paper's rule at its default θ.
+    pub const PAPER: Self = Self::Paper {
+        theta: DEFAULT_THETA,
+    };
+
+    /// Checks θ or ρ.
+    ///
+    /// # Errors
+    /// [`VerifyError::Theta`] or [`VerifyError::Rho`] when the value is NaN, infinite or ≤ 0.
+    pub fn validate(&self) -> Result<()> {
+        match *self {
+            Self::Strict => Ok(()),
+            Self::Paper { theta } if !theta.is_finite() || theta <= 0.0 => {
+                Err(VerifyError::Theta { value: theta })
+            }
+            Self::Margin { rho } if !rho.is_finite() || rho <= 0.0 => {
+                Err(VerifyError::Rho { value: rho })
+            }
+            Self::Paper { .. } | Self::Margin { .. } => Ok(()),
+        }
+    }
+
+    /// True for the two MARS modes.
+    pub fn is_mars(&self) -> bool {
+        !matches!(self, Self::Strict)
+    }
+}
+
+/// Everything a verification step needs besides the numbers themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct VerifyConfig {
+    /// How p is made from the target's logits.
+    pub sampling: Sampling,
+    /// Strict or one of the MARS modes.
+    pub mode: Mode,
+}
+
+impl Default for Mode {
+    fn default() -> Self {
+        Self::Strict
+    }
+}
+
+impl VerifyConfig {
+    /// Checks the sampling settings and the mode.
+    ///
+    /// # Errors
+    /// The first field at fault, see [`Sampling::validate`] and [`Mode::validate`].
+    pub fn validate(&self) -> Result<()> {
+        self.sampling.validate()?;
+        self.mode.validate()
+    }
+}
