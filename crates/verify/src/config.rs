@@ -87,9 +87,10 @@ impl Default for Sampling {
 /// probability is not 0; a rejected relaxed position takes its correction from p itself (the
 /// authors' choice), not from the residual. Everywhere else the strict rule applies. The modes
 /// differ only in *where* they relax.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "snake_case")]
 pub enum Mode {
+    #[default]
     /// Lossless speculative verification (greedy match, or min(1, p/q) with residual resampling).
     Strict,
     /// The paper's rule (arXiv 2601.15498): relax iff z2 / z1 > θ, with z1 ≥ z2 the target's
@@ -154,12 +155,6 @@ pub struct VerifyConfig {
     pub sampling: Sampling,
     /// Strict or one of the MARS modes.
     pub mode: Mode,
-}
-
-impl Default for Mode {
-    fn default() -> Self {
-        Self::Strict
-    }
 }
 
 impl VerifyConfig {

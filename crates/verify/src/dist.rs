@@ -162,7 +162,7 @@ pub(crate) fn exp_nonpositive(x: f32) -> f32 {
     poly = poly * r + 8.333_452e-3;
     poly = poly * r + 4.166_579_6e-2;
     poly = poly * r + 1.666_666_5e-1;
-    poly = poly * r + 5.000_000_1e-1;
+    poly = poly * r + 0.5;
     let er = poly * r * r + r + 1.0;
     // n ∈ [−126, 0] here, so n + 127 ∈ [1, 127] is a normal exponent.
     let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
@@ -292,6 +292,10 @@ fn sample_by(weights: impl Iterator<Item = f64>, target: f64) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+    #[cfg(target_arch = "wasm32")]
+    wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
     #[test]
     fn fast_exp_matches_f64_exp() {
