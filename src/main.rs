@@ -1,1 +1,182 @@
-fn main() {}
+//! `mars`: the native command line.
+//!
+//! `mars verify` runs one verification step on numbers given as JSON, which makes the verifier
+//! inspectable on its own: paste a target's logits and a draft, and see what strict and MARS
+//! decide and why.
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail, ensure};
+use clap::{Parser, Subcommand};
+use mars_verify::{DraftProbs, Mode, Sampling, Verdict, Verifier, VerifyConfig, VerifyInput};
+use rand_core::SeedableRng;
+use serde::Deserialize;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mars",
+    version,
+    about = "Speculative decoding with strict and MARS verification"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Verify one speculative step given as JSON and print the verdict.
+    ///
+    /// Input: {"target_logits": [[...k+1 rows...]], "draft_tokens": [...k ids...],
+    /// "draft_probs": [[...k rows...]] (optional; omitted = one-hot)}. A null logit is −inf
+    /// (a masked token), since JSON has no infinities.
+    Verify(VerifyArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct VerifyArgs {
+    /// JSON file with the step, or - for standard input.
+    #[arg(long, short)]
+    input: PathBuf,
+    #[command(flatten)]
+    rule: RuleArgs,
+    /// Print the verdict as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Verification settings, shared by every subcommand that verifies.
+#[derive(Debug, clap::Args)]
+struct RuleArgs {
+    /// MARS, paper mode: relax where z2/z1 > θ (the authors use 0.9).
+    #[arg(long, conflicts_with = "rho")]
+    theta: Option<f32>,
+    /// MARS, margin mode: relax where p2/p1 ≥ ρ.
+    #[arg(long)]
+    rho: Option<f32>,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Keep only the k most likely tokens (unset: off).
+    #[arg(long)]
+    top_k: Option<u32>,
+    /// Nucleus sampling mass (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Seed of the sampling generator (ChaCha8, the same stream on every platform).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl RuleArgs {
+    fn config(&self) -> VerifyConfig {
+        let mode = match (self.theta, self.rho) {
+            (Some(theta), _) => Mode::Paper { theta },
+            (None, Some(rho)) => Mode::Margin { rho },
+            (None, None) => Mode::Strict,
+        };
+        let sampling = Sampling {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+        };
+        VerifyConfig { sampling, mode }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepFile {
+    target_logits: Vec<Vec<Option<f32>>>,
+    draft_tokens: Vec<u32>,
+    #[serde(default)]
+    draft_probs: Option<Vec<Vec<f32>>>,
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Verify(args) => run_verify(&args),
+    }
+}
+
+fn run_verify(args: &VerifyArgs) -> Result<()> {
+    let text = if args.input.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading the step from stdin")?;
+        text
+    } else {
+        std::fs::read_to_string(&args.input)
+            .with_context(|| format!("reading {}", args.input.display()))?
+    };
+    let step: StepFile = serde_json::from_str(&text).context("parsing the step JSON")?;
+    let Some(vocab) = step.target_logits.first().map(Vec::len) else {
+        bail!("target_logits is empty: it needs k + 1 rows");
+    };
+    for (row, values) in step.target_logits.iter().enumerate() {
+        ensure!(
+            values.len() == vocab,
+            "target_logits[{row}] has {} values, target_logits[0] has {vocab}",
+            values.len()
+        );
+    }
+    let logits: Vec<f32> = step
+        .target_logits
+        .iter()
+        .flatten()
+        .map(|v| v.unwrap_or(f32::NEG_INFINITY))
+        .collect();
+    let q: Option<Vec<f32>> = step.draft_probs.map(|rows| rows.concat());
+    let input = VerifyInput {
+        target_logits: &logits,
+        vocab,
+        draft_tokens: &step.draft_tokens,
+        draft_probs: q.as_deref().map_or(DraftProbs::OneHot, DraftProbs::Full),
+    };
+    let config = args.rule.config();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.rule.seed);
+    let verdict = Verifier::new(config)?.verify(&input, &mut rng)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&verdict)?);
+    } else {
+        print_verdict(&config, &verdict);
+    }
+    Ok(())
+}
+
+fn print_verdict(config: &VerifyConfig, verdict: &Verdict) {
+    println!("rule: {:?}, sampling: {:?}", config.mode, config.sampling);
+    println!(
+        "pos  draft  decision          relaxed  top1 (p)          top2 (p)          z2/z1    p2/p1"
+    );
+    for (i, r) in verdict.positions.iter().enumerate() {
+        let m = &r.margin;
+        let top2 = m
+            .top2
+            .map_or("-".to_string(), |c| format!("{} ({:.4})", c.token, c.prob));
+        let ratio = m.logit_ratio.map_or("-".to_string(), |x| format!("{x:.4}"));
+        println!(
+            "{i:<4} {:<6} {:<17} {:<8} {:<17} {:<17} {ratio:<8} {:.4}",
+            r.draft_token,
+            format!("{:?}", r.decision),
+            r.relaxed,
+            format!("{} ({:.4})", m.top1.token, m.top1.prob),
+            top2,
+            m.prob_ratio,
+        );
+    }
+    println!(
+        "accepted {} of {}; next token {} ({:?})",
+        verdict.accepted,
+        verdict.positions.len().max(verdict.accepted),
+        verdict.next.token,
+        verdict.next.kind
+    );
+    let l = &verdict.ledger;
+    println!(
+        "ledger: {} relaxed positions, {} relaxed accepts, distance {:.6}",
+        l.relaxed_positions, l.relaxed_accepts, l.distance
+    );
+}

@@ -61,23 +61,7 @@ fn by_logit_desc(logits: &[f32]) -> impl Fn(&u32, &u32) -> Ordering + '_ {
 pub(crate) fn process_row(logits: &[f32], sampling: &Sampling, scratch: &mut Scratch) -> Row {
     let vocab = logits.len();
     // Pass 1: top-2 on raw logits. Temperature is a positive scale, so it does not reorder them.
-    let (mut top1, mut top2) = (0usize, None::<usize>);
-    let (mut best1, mut best2) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-    for (i, &v) in logits.iter().enumerate() {
-        if v > best1 {
-            (best2, top2) = (
-                best1,
-                if best1 > f32::NEG_INFINITY {
-                    Some(top1)
-                } else {
-                    None
-                },
-            );
-            (best1, top1) = (v, i);
-        } else if v > best2 {
-            (best2, top2) = (v, Some(i));
-        }
-    }
+    let (best1, top1, best2, top2) = top2_of(logits);
     // Greedy still reports margins, measured on the model's own softmax (T = 1).
     let t_eff = if sampling.is_greedy() {
         1.0
@@ -109,34 +93,108 @@ pub(crate) fn process_row(logits: &[f32], sampling: &Sampling, scratch: &mut Scr
         top1: top1 as u32,
         top2: top2.map(|t| t as u32),
         z1: best1 / t_eff,
-        z2: top2.map_or(f32::NEG_INFINITY, |t| logits[t] / t_eff),
+        z2: top2.map_or(f32::NEG_INFINITY, |_| best2 / t_eff),
         sum,
     }
 }
 
-/// Writes exp((l − max) / t) for every logit and returns their sum (f64 lanes: the sum over
-/// 10^5 terms must not lose the small ones).
-fn exp_shifted_into(logits: &[f32], max: f32, t: f32, out: &mut [f32]) -> f64 {
-    const LANES: usize = 8;
-    let mut acc = [0.0f64; LANES];
-    let mut out_chunks = out.chunks_exact_mut(LANES);
-    let mut in_chunks = logits.chunks_exact(LANES);
-    for (o, l) in (&mut out_chunks).zip(&mut in_chunks) {
+/// The two best logits and their ids (lowest id first among equals); the runner-up is `None`
+/// when only one logit is finite.
+///
+/// Why two passes: a branchy "compare with the best two" loop runs at scalar speed, while
+/// lane-wise max / min over fixed-size chunks vectorises; finding the ids afterwards is a scan
+/// that stops at the first hit.
+fn top2_of(logits: &[f32]) -> (f32, usize, f32, Option<usize>) {
+    const LANES: usize = 16;
+    let mut m1 = [f32::NEG_INFINITY; LANES];
+    let mut m2 = [f32::NEG_INFINITY; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
         for j in 0..LANES {
-            let w = exp_nonpositive((l[j] - max) / t);
-            o[j] = w;
-            acc[j] += f64::from(w);
+            // Per lane: the best two values seen. Comparisons, not f32::max, so that the
+            // compiler emits plain vector max/min (no NaN can reach here: validated).
+            let v = chunk[j];
+            let lo = if v < m1[j] { v } else { m1[j] };
+            m2[j] = if lo > m2[j] { lo } else { m2[j] };
+            m1[j] = if v > m1[j] { v } else { m1[j] };
         }
     }
-    for (o, &l) in out_chunks
-        .into_remainder()
-        .iter_mut()
-        .zip(in_chunks.remainder())
-    {
-        *o = exp_nonpositive((l - max) / t);
-        acc[0] += f64::from(*o);
+    let mut best1 = f32::NEG_INFINITY;
+    let mut best2 = f32::NEG_INFINITY;
+    for v in m1.iter().chain(&m2).chain(tail) {
+        if *v > best1 {
+            best2 = best1;
+            best1 = *v;
+        } else if *v > best2 {
+            best2 = *v;
+        }
     }
-    acc.iter().sum()
+    let top1 = first_index_of(logits, best1).unwrap_or(0);
+    let top2 = if best2 == f32::NEG_INFINITY {
+        None
+    } else if best2 == best1 {
+        // A tie for first place: the runner-up is the next id holding the same value.
+        first_index_of(&logits[top1 + 1..], best1).map(|i| top1 + 1 + i)
+    } else {
+        first_index_of(logits, best2)
+    };
+    (best1, top1, best2, top2)
+}
+
+/// The first index holding exactly `value`. Chunks are tested branch-free (vectorised) and only
+/// the chunk with a hit is scanned element by element.
+fn first_index_of(values: &[f32], value: f32) -> Option<usize> {
+    const LANES: usize = 32;
+    let chunks = values.chunks_exact(LANES);
+    let tail_start = values.len() - chunks.remainder().len();
+    for (c, chunk) in chunks.enumerate() {
+        if chunk.iter().fold(false, |hit, &v| hit | (v == value)) {
+            return chunk
+                .iter()
+                .position(|&v| v == value)
+                .map(|i| c * LANES + i);
+        }
+    }
+    values[tail_start..]
+        .iter()
+        .position(|&v| v == value)
+        .map(|i| tail_start + i)
+}
+
+/// Writes exp((l − max) / t) for every logit and returns their sum.
+///
+/// The sum is taken in f64 lanes in a second pass over the (cache-hot) weights: summing 10^5
+/// terms in f32 would lose the small ones, and keeping the exp loop free of other work lets it
+/// vectorise (measured: fusing the two passes made the step 3× slower).
+fn exp_shifted_into(logits: &[f32], max: f32, t: f32, out: &mut [f32]) -> f64 {
+    let inv_t = 1.0 / t;
+    if t == 1.0 {
+        for (o, &l) in out.iter_mut().zip(logits) {
+            *o = exp_nonpositive(l - max);
+        }
+    } else if inv_t.is_finite() {
+        // A multiply, not a division: vector division costs several times more per lane.
+        for (o, &l) in out.iter_mut().zip(logits) {
+            *o = exp_nonpositive((l - max) * inv_t);
+        }
+    } else {
+        // T so small that 1/T overflows: dividing keeps (max − max) / T at 0 where
+        // multiplying would make 0 · inf = NaN.
+        for (o, &l) in out.iter_mut().zip(logits) {
+            *o = exp_nonpositive((l - max) / t);
+        }
+    }
+    const LANES: usize = 8;
+    let mut acc = [0.0f64; LANES];
+    let chunks = out.chunks_exact(LANES);
+    let tail: f64 = chunks.remainder().iter().map(|&w| f64::from(w)).sum();
+    for chunk in chunks {
+        for j in 0..LANES {
+            acc[j] += f64::from(chunk[j]);
+        }
+    }
+    acc.iter().sum::<f64>() + tail
 }
 
 /// e^x for x ≤ 0 (x = −inf gives 0), relative error below 2e-7.
@@ -144,18 +202,22 @@ fn exp_shifted_into(logits: &[f32], max: f32, t: f32, out: &mut [f32]) -> f64 {
 /// Why not `f32::exp`: it is a libm call that the compiler cannot vectorise, and at a 128k
 /// vocabulary the exp pass is most of a verification step. This is the Cephes `expf` scheme
 /// (x = n·ln2 + r, |r| ≤ ln2/2, degree-6 polynomial for e^r, 2^n built from the exponent bits)
-/// written with plain arithmetic so that the loop above vectorises. Inputs below −87.3 return 0:
-/// such a token has probability < 1e-38 relative to the top token.
+/// written with plain arithmetic so that the loop above vectorises: no libm call, no saturating
+/// float-to-int cast (n is read from the bits of the rounding sum instead). Inputs below −87.3
+/// return 0: such a token has probability < 1e-38 relative to the top token.
 #[inline(always)]
 pub(crate) fn exp_nonpositive(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4; // ln 2 split so that n · LN2_HI is exact for |n| ≤ 126
     const LN2_LO: f32 = -2.121_944_4e-4;
-    // Adding then subtracting 1.5 · 2^23 rounds to the nearest integer without a libm call.
+    // Adding then subtracting 1.5 · 2^23 rounds to the nearest integer; in that range one ulp
+    // is 1, so the integer n also sits in the low bits of the sum.
     const ROUND: f32 = 12_582_912.0;
+    const ROUND_BITS: u32 = 0x4B40_0000;
     const MIN_X: f32 = -87.3;
-    let xc = x.max(MIN_X);
-    let n = (xc * LOG2E + ROUND) - ROUND;
+    let xc = if x < MIN_X { MIN_X } else { x };
+    let shifted = xc * LOG2E + ROUND;
+    let n = shifted - ROUND;
     let r = (xc - n * LN2_HI) - n * LN2_LO;
     let mut poly = 1.987_569_1e-4_f32;
     poly = poly * r + 1.398_199_9e-3;
@@ -164,8 +226,9 @@ pub(crate) fn exp_nonpositive(x: f32) -> f32 {
     poly = poly * r + 1.666_666_5e-1;
     poly = poly * r + 0.5;
     let er = poly * r * r + r + 1.0;
-    // n ∈ [−126, 0] here, so n + 127 ∈ [1, 127] is a normal exponent.
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // n ∈ [−126, 0], so n + 127 ∈ [1, 127] is a normal exponent (wrapping: n is negative).
+    let exponent = shifted.to_bits().wrapping_sub(ROUND_BITS).wrapping_add(127);
+    let scale = f32::from_bits(exponent << 23);
     if x < MIN_X { 0.0 } else { er * scale }
 }
 

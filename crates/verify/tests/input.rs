@@ -1,4 +1,6 @@
 //! Invalid input gives a typed error naming the field; no input panics.
+// A failed unwrap is how a test or benchmark reports broken setup.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests. They run natively and, on wasm32, in headless
 //! Chromium through wasm-bindgen-test, so nothing here touches the file system or threads.
 #![allow(dead_code)] // each test file uses a different subset
+#![allow(clippy::expect_used)] // a failed expect is how a test reports broken setup
 
 use mars_verify::Sampling;
 use rand_chacha::ChaCha8Rng;

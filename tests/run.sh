@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs every test of mars: formatting, lints, native tests, and the browser tests (wasm32 in
+# headless Chromium). Installs what it needs first (tests/setup.sh). This is the README's test
+# command and what CI runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash tests/setup.sh
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "clippy (native, all targets)"
+cargo clippy --workspace --all-targets --release -- -D warnings
+step "clippy (wasm32: the crates the browser runs)"
+cargo clippy -p mars-verify --target wasm32-unknown-unknown --lib --tests --release -- -D warnings
+
+step "native tests (release: the statistical tests draw millions of samples)"
+cargo test --workspace --release
+step "benchmarks run once as tests"
+cargo test -p mars-verify --release --benches
+
+step "browser tests: wasm32 in headless Chromium"
+export CHROMEDRIVER="${CHROMEDRIVER:-$(command -v chromedriver)}"
+export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}"
+cargo test -p mars-verify --release --target wasm32-unknown-unknown
+
+step "all tests passed"

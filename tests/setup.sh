@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what building and testing mars needs on a fresh Debian machine (run as root, or with
+# sudo available). Idempotent: anything already present at the right version is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# Browser tests: Debian's Chromium and its ChromeDriver (never a downloaded browser).
+# Native GPU tests without a GPU: Mesa's lavapipe Vulkan driver.
+apt_packages=(chromium chromium-driver mesa-vulkan-drivers)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: apt-get install ${missing[*]}"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+rustup target list --installed | grep -qx wasm32-unknown-unknown \
+  || rustup target add wasm32-unknown-unknown
+
+# wasm-bindgen-test-runner must match the wasm-bindgen version in Cargo.lock exactly.
+wbg=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wbg" ]; then
+  echo "setup: cargo install wasm-bindgen-cli $wbg"
+  # Not --locked: its lockfile pins a crate version the registry no longer serves.
+  cargo install -q wasm-bindgen-cli --version "$wbg"
+fi
+echo "setup: ok (wasm-bindgen $wbg, $(chromium --version 2>/dev/null | head -n1))"
