@@ -141,12 +141,12 @@ fn run_verify(args: &VerifyArgs) -> Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&verdict)?);
     } else {
-        print_verdict(&config, &verdict);
+        print_verdict(&config, &verdict, step.draft_tokens.len());
     }
     Ok(())
 }
 
-fn print_verdict(config: &VerifyConfig, verdict: &Verdict) {
+fn print_verdict(config: &VerifyConfig, verdict: &Verdict, k: usize) {
     println!("rule: {:?}, sampling: {:?}", config.mode, config.sampling);
     println!(
         "pos  draft  decision          relaxed  top1 (p)          top2 (p)          z2/z1    p2/p1"
@@ -168,11 +168,8 @@ fn print_verdict(config: &VerifyConfig, verdict: &Verdict) {
         );
     }
     println!(
-        "accepted {} of {}; next token {} ({:?})",
-        verdict.accepted,
-        verdict.positions.len().max(verdict.accepted),
-        verdict.next.token,
-        verdict.next.kind
+        "accepted {} of {k}; next token {} ({:?})",
+        verdict.accepted, verdict.next.token, verdict.next.kind
     );
     let l = &verdict.ledger;
     println!(
