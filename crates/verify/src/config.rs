@@ -18,6 +18,9 @@ pub const DEFAULT_RHO: f32 = 0.5;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Sampling {
     /// Softmax temperature. 0 means greedy: the target's choice is its argmax and p is one-hot.
+    /// At 0, top-k / top-p still apply to the model's own softmax (T = 1): they never change the
+    /// argmax, but decide whether the runner-up is live for a MARS relaxation, and the reported
+    /// margin probabilities are that softmax.
     pub temperature: f32,
     /// Keep only the `top_k` most likely tokens (ties broken by the lower id). `None` = off.
     #[serde(default)]

@@ -376,43 +376,6 @@ mod tests {
         assert_eq!(exp_nonpositive(-1e30), 0.0);
     }
 
-    fn naive_probs(logits: &[f32], s: &Sampling) -> Vec<f64> {
-        let t = if s.is_greedy() {
-            1.0
-        } else {
-            f64::from(s.temperature)
-        };
-        let mut ids: Vec<usize> = (0..logits.len()).collect();
-        ids.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
-        let max = f64::from(logits[ids[0]]);
-        let mut w: Vec<f64> = logits
-            .iter()
-            .map(|&l| ((f64::from(l) - max) / t).exp())
-            .collect();
-        if let Some(k) = s.top_k.map(|k| k as usize).filter(|&k| k < logits.len()) {
-            for &i in &ids[k..] {
-                w[i] = 0.0;
-            }
-        }
-        if s.top_p < 1.0 {
-            let total: f64 = w.iter().sum();
-            let mut cum = 0.0;
-            let mut cut = ids.len();
-            for (j, &i) in ids.iter().enumerate() {
-                cum += w[i];
-                if cum >= f64::from(s.top_p) * total {
-                    cut = j + 1;
-                    break;
-                }
-            }
-            for &i in &ids[cut..] {
-                w[i] = 0.0;
-            }
-        }
-        let total: f64 = w.iter().sum();
-        w.iter().map(|x| x / total).collect()
-    }
-
     #[test]
     fn processed_row_matches_a_sort_based_reference() {
         use rand_core::SeedableRng;
@@ -436,7 +399,7 @@ mod tests {
                 top_p: [1.0, 0.9, 0.5, 0.05][(case / 16) % 4],
             };
             let row = process_row(&logits, &s, &mut scratch);
-            let want = naive_probs(&logits, &s);
+            let want = crate::test_reference::reference_probs(&logits, &s);
             for (t, &p) in want.iter().enumerate() {
                 let got = row.prob(&scratch.weights, t as u32);
                 assert!(

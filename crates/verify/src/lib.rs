@@ -43,6 +43,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// Lets the unit tests share tests/common, which names this crate as an external user would.
+#[cfg(test)]
+extern crate self as mars_verify;
+
+/// The integration tests' slow f64 reference, shared so there is one definition of "right".
+#[cfg(test)]
+#[path = "../tests/common/mod.rs"]
+mod test_reference;
+
 mod config;
 mod dist;
 mod error;
