@@ -15,7 +15,7 @@ cargo fmt --all -- --check
 step "clippy (native, all targets)"
 cargo clippy --workspace --all-targets --release -- -D warnings
 step "clippy (wasm32: the crates the browser runs)"
-cargo clippy -p mars-verify --target wasm32-unknown-unknown --lib --tests --release -- -D warnings
+cargo clippy -p mars-verify -p mars-formats --target wasm32-unknown-unknown --lib --tests --release -- -D warnings
 
 step "native tests (release: the statistical tests draw millions of samples)"
 cargo test --workspace --release
@@ -25,6 +25,6 @@ cargo test -p mars-verify --release --benches
 step "browser tests: wasm32 in headless Chromium"
 export CHROMEDRIVER="${CHROMEDRIVER:-$(command -v chromedriver)}"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}"
-cargo test -p mars-verify --release --target wasm32-unknown-unknown
+cargo test -p mars-verify -p mars-formats --release --target wasm32-unknown-unknown
 
 step "all tests passed"

@@ -29,4 +29,6 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wbg" ]; the
   # Not --locked: its lockfile pins a crate version the registry no longer serves.
   cargo install -q wasm-bindgen-cli --version "$wbg"
 fi
+bash tests/fetch-model.sh
+
 echo "setup: ok (wasm-bindgen $wbg, $(chromium --version 2>/dev/null | head -n1))"

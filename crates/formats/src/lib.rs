@@ -3,13 +3,19 @@
 //!
 //! - [`gguf`]: a GGUF v2/v3 reader hardened against hostile files, and a writer.
 //! - [`quant`]: ggml types and bit-exact dequantization to f32.
+//! - [`tokenizer`]: HF `tokenizers` built from GGUF metadata or `tokenizer.json`, and streaming.
+//! - [`chat`]: chat templates in a sandboxed minijinja.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod chat;
 mod error;
 pub mod gguf;
 pub mod quant;
+pub mod tokenizer;
 
+pub use chat::{ChatTemplate, Message};
 pub use error::{FormatError, Result};
 pub use gguf::{Gguf, GgufWriter, TensorInfo, Value};
 pub use quant::GgmlType;
+pub use tokenizer::{StreamDecoder, Tokenizer};

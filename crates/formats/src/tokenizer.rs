@@ -1,0 +1,320 @@
+//! Tokenizers built with the HF `tokenizers` crate, from GGUF metadata or from `tokenizer.json`,
+//! and UTF-8-safe incremental decoding for streaming.
+
+use std::collections::HashMap;
+
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
+
+use crate::error::{FormatError, Result};
+use crate::gguf::{Gguf, Value};
+
+/// GGUF token types (`tokenizer.ggml.token_type`) that are matched whole, before BPE.
+const CONTROL: u64 = 3;
+const USER_DEFINED: u64 = 4;
+
+/// GPT-2's pre-tokenizer regex, as llama.cpp and HF use it.
+const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// A tokenizer with the special-token facts decoding needs.
+#[derive(Debug, Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    /// Beginning-of-sequence id, if the model has one.
+    pub bos: Option<u32>,
+    /// End-of-sequence id.
+    pub eos: Option<u32>,
+    /// Whether a BOS is prepended to a prompt.
+    pub add_bos: bool,
+    /// Ids that end generation (EOS, end-of-turn and similar control tokens).
+    pub stop_ids: Vec<u32>,
+}
+
+fn tok_err(e: impl std::fmt::Display) -> FormatError {
+    FormatError::Tokenizer(e.to_string())
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer a GGUF file describes (`tokenizer.ggml.*`).
+    ///
+    /// Supported: `gpt2`-style byte-level BPE with the `default`/`gpt2`, `smollm`, `llama3`
+    /// (`llama-bpe`) and `qwen2` pre-tokenizers.
+    ///
+    /// # Errors
+    /// [`FormatError::MissingKey`] / [`FormatError::WrongType`] for absent or mistyped metadata,
+    /// [`FormatError::Tokenizer`] for an unsupported model or pre-tokenizer (named), or a
+    /// vocabulary the BPE builder rejects.
+    pub fn from_gguf(g: &Gguf<'_>) -> Result<Self> {
+        let model = g.get_str("tokenizer.ggml.model")?;
+        if model != "gpt2" {
+            return Err(FormatError::Tokenizer(format!(
+                "tokenizer.ggml.model = {model:?} is not supported from GGUF metadata (supported: \"gpt2\"); \
+                 load the model's tokenizer.json instead"
+            )));
+        }
+        let tokens = g.get_str_array("tokenizer.ggml.tokens")?;
+        let merges = g.get_str_array("tokenizer.ggml.merges")?;
+        let types: Vec<u64> = match g.get("tokenizer.ggml.token_type") {
+            Some(Value::Array(_, items)) => items.iter().map(|v| v.as_u64().unwrap_or(1)).collect(),
+            _ => vec![1; tokens.len()],
+        };
+        if types.len() != tokens.len() {
+            return Err(FormatError::Tokenizer(format!(
+                "tokenizer.ggml.token_type has {} entries, tokenizer.ggml.tokens has {}",
+                types.len(),
+                tokens.len()
+            )));
+        }
+        let mut vocab = HashMap::with_capacity(tokens.len());
+        for (id, t) in tokens.iter().enumerate() {
+            let id = u32::try_from(id).map_err(tok_err)?;
+            if vocab.insert(t.to_string(), id).is_some() {
+                return Err(FormatError::Tokenizer(format!(
+                    "token {t:?} appears twice in tokenizer.ggml.tokens"
+                )));
+            }
+        }
+        let merges: Vec<(String, String)> = merges
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                m.split_once(' ')
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .ok_or_else(|| {
+                        FormatError::Tokenizer(format!(
+                            "tokenizer.ggml.merges[{i}] = {m:?} has no space"
+                        ))
+                    })
+            })
+            .collect::<Result<_>>()?;
+        let vocab: tokenizers::models::bpe::Vocab = vocab.into_iter().collect();
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(tok_err)?;
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+
+        let pre = match g.get("tokenizer.ggml.pre") {
+            Some(Value::String(s)) => s.as_str(),
+            _ => "default",
+        };
+        let pre_tokenizer: PreTokenizerWrapper = match pre {
+            "default" | "gpt2" => ByteLevel::new(false, true, true).into(),
+            "smollm" => Sequence::new(vec![
+                Digits::new(true).into(),
+                ByteLevel::new(false, true, true).into(),
+            ])
+            .into(),
+            "llama3" | "llama-bpe" => split_then_bytes(LLAMA3_REGEX)?,
+            "qwen2" => split_then_bytes(QWEN2_REGEX)?,
+            other => {
+                return Err(FormatError::Tokenizer(format!(
+                    "tokenizer.ggml.pre = {other:?} is not supported (supported: default, gpt2, smollm, llama3, llama-bpe, qwen2)"
+                )));
+            }
+        };
+        inner.with_pre_tokenizer(Some(pre_tokenizer));
+        inner.with_decoder(Some(ByteLevelDecoder::default()));
+        let special: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, t)| **t == CONTROL || **t == USER_DEFINED)
+            .map(|(s, _)| AddedToken::from(s.to_string(), true))
+            .collect();
+        inner.add_special_tokens(&special);
+
+        let id_of = |key: &str| -> Result<Option<u32>> {
+            match g.get(key) {
+                None => Ok(None),
+                Some(v) => {
+                    let id = v
+                        .as_u64()
+                        .and_then(|id| u32::try_from(id).ok())
+                        .filter(|&id| (id as usize) < tokens.len());
+                    id.map(Some).ok_or_else(|| {
+                        FormatError::Tokenizer(format!(
+                            "{key} = {v:?} is not a token id below {}",
+                            tokens.len()
+                        ))
+                    })
+                }
+            }
+        };
+        let bos = id_of("tokenizer.ggml.bos_token_id")?;
+        let eos = id_of("tokenizer.ggml.eos_token_id")?;
+        let eot = id_of("tokenizer.ggml.eot_token_id")?;
+        let add_bos = matches!(
+            g.get("tokenizer.ggml.add_bos_token"),
+            Some(Value::Bool(true))
+        );
+        let mut stop_ids: Vec<u32> = eos.into_iter().chain(eot).collect();
+        // Chat models end a turn with a control token that is not always the file's EOS.
+        for name in [
+            "<|im_end|>",
+            "<|eot_id|>",
+            "<|end_of_text|>",
+            "<|endoftext|>",
+            "</s>",
+        ] {
+            if let Some(id) = inner.token_to_id(name).filter(|id| !stop_ids.contains(id)) {
+                stop_ids.push(id);
+            }
+        }
+        Ok(Self {
+            inner,
+            bos,
+            eos,
+            add_bos,
+            stop_ids,
+        })
+    }
+
+    /// Builds a tokenizer from an HF `tokenizer.json`.
+    ///
+    /// # Errors
+    /// [`FormatError::Tokenizer`] when the JSON is not a tokenizer the crate can load.
+    pub fn from_json(bytes: &[u8]) -> Result<Self> {
+        let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(tok_err)?;
+        let find = |names: &[&str]| names.iter().find_map(|n| inner.token_to_id(n));
+        let bos = find(&["<s>", "<|begin_of_text|>"]);
+        let eos = find(&["</s>", "<|end_of_text|>", "<|endoftext|>", "<|im_end|>"]);
+        let stop_ids = [
+            "</s>",
+            "<|end_of_text|>",
+            "<|endoftext|>",
+            "<|im_end|>",
+            "<|eot_id|>",
+        ]
+        .iter()
+        .filter_map(|n| inner.token_to_id(n))
+        .collect();
+        // A post-processor in the JSON already adds BOS where the model wants it.
+        Ok(Self {
+            inner,
+            bos,
+            eos,
+            add_bos: false,
+            stop_ids,
+        })
+    }
+
+    /// Token ids of `text`. Special-token text (`<|im_start|>`) maps to its id; a BOS is
+    /// prepended when the model asks for one and `with_bos` is set.
+    ///
+    /// # Errors
+    /// [`FormatError::Tokenizer`] if the tokenizer fails on the text.
+    pub fn encode(&self, text: &str, with_bos: bool) -> Result<Vec<u32>> {
+        let encoding = self.inner.encode(text, false).map_err(tok_err)?;
+        let mut ids = Vec::with_capacity(encoding.len() + 1);
+        if with_bos && self.add_bos {
+            ids.extend(self.bos);
+        }
+        ids.extend_from_slice(encoding.get_ids());
+        Ok(ids)
+    }
+
+    /// The text of `ids`, special tokens included.
+    ///
+    /// # Errors
+    /// [`FormatError::Tokenizer`] for ids outside the vocabulary.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner.decode(ids, false).map_err(tok_err)
+    }
+
+    /// Number of ids, special tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// The vocabulary string of one id.
+    pub fn token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// The id of a vocabulary string.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// A streaming decoder over this tokenizer.
+    pub fn stream(&self) -> StreamDecoder<'_> {
+        StreamDecoder {
+            tokenizer: self,
+            ids: Vec::new(),
+            prefix: 0,
+            read: 0,
+        }
+    }
+}
+
+fn split_then_bytes(regex: &str) -> Result<PreTokenizerWrapper> {
+    let split = Split::new(
+        SplitPattern::Regex(regex.to_string()),
+        SplitDelimiterBehavior::Isolated,
+        false,
+    )
+    .map_err(tok_err)?;
+    Ok(Sequence::new(vec![
+        split.into(),
+        ByteLevel::new(false, true, false).into(),
+    ])
+    .into())
+}
+
+/// Turns a stream of ids into text chunks that never split a UTF-8 character: a byte-level
+/// token can hold half of an emoji, so text is emitted only once it decodes without a trailing
+/// replacement character.
+#[derive(Debug)]
+pub struct StreamDecoder<'t> {
+    tokenizer: &'t Tokenizer,
+    ids: Vec<u32>,
+    /// Start of the ids re-decoded as context, so that decoders that look at neighbours
+    /// (leading spaces) see them.
+    prefix: usize,
+    /// End of the ids already emitted.
+    read: usize,
+}
+
+impl StreamDecoder<'_> {
+    /// Adds one id; returns the new text, if a complete piece is ready.
+    ///
+    /// # Errors
+    /// [`FormatError::Tokenizer`] for an id outside the vocabulary.
+    pub fn push(&mut self, id: u32) -> Result<Option<String>> {
+        self.ids.push(id);
+        let before = self.tokenizer.decode(&self.ids[self.prefix..self.read])?;
+        let now = self.tokenizer.decode(&self.ids[self.prefix..])?;
+        if now.len() > before.len() && !now.ends_with('\u{FFFD}') {
+            let text = match now.strip_prefix(before.as_str()) {
+                Some(rest) => rest.to_string(),
+                None => now,
+            };
+            self.prefix = self.read;
+            self.read = self.ids.len();
+            Ok(Some(text))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Whatever is still held back (an incomplete character at the end of generation).
+    ///
+    /// # Errors
+    /// [`FormatError::Tokenizer`] for an id outside the vocabulary.
+    pub fn finish(&mut self) -> Result<Option<String>> {
+        let before = self.tokenizer.decode(&self.ids[self.prefix..self.read])?;
+        let now = self.tokenizer.decode(&self.ids[self.prefix..])?;
+        self.prefix = self.ids.len();
+        self.read = self.ids.len();
+        Ok(now
+            .strip_prefix(before.as_str())
+            .filter(|s| !s.is_empty())
+            .map(str::to_string))
+    }
+}
