@@ -1,8 +1,11 @@
 //! `mars`: the native command line.
 //!
+//! `mars generate` decodes with a real model; `mars speed` measures prefill and decode;
 //! `mars verify` runs one verification step on numbers given as JSON, which makes the verifier
 //! inspectable on its own: paste a target's logits and a draft, and see what strict and MARS
 //! decide and why.
+
+mod generate;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -26,6 +29,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Generate text from a GGUF model (target-only decoding), streaming it.
+    Generate(generate::GenerateArgs),
+    /// Measure target-only prefill and decode speed.
+    Speed(generate::SpeedArgs),
     /// Verify one speculative step given as JSON and print the verdict.
     ///
     /// Input: {"target_logits": [[...k+1 rows...]], "draft_tokens": [...k ids...],
@@ -96,6 +103,8 @@ struct StepFile {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
+        Command::Generate(args) => generate::run_generate(&args),
+        Command::Speed(args) => generate::run_speed(&args),
         Command::Verify(args) => run_verify(&args),
     }
 }

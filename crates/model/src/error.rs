@@ -1,0 +1,72 @@
+//! Errors of the model crate.
+
+/// Why a model could not be built or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The file's metadata or tensors could not be read.
+    #[error(transparent)]
+    Format(#[from] mars_formats::FormatError),
+    /// The architecture or a feature of it is outside what this crate implements.
+    #[error("unsupported model: {0}")]
+    Unsupported(String),
+    /// Hyper-parameters are inconsistent.
+    #[error("invalid model configuration: {0}")]
+    Config(String),
+    /// A tensor has the wrong shape for the configuration.
+    #[error("tensor {name:?} has shape {found:?}, expected {expected:?}")]
+    TensorShape {
+        /// The tensor.
+        name: String,
+        /// Its shape (row-major, outermost first).
+        found: Vec<usize>,
+        /// The shape the configuration implies.
+        expected: Vec<usize>,
+    },
+    /// A prompt or draft would run past the KV cache.
+    #[error("context overflow: {cached} cached + {new} new tokens > capacity {capacity}")]
+    ContextOverflow {
+        /// Tokens already in the cache.
+        cached: usize,
+        /// Tokens being added.
+        new: usize,
+        /// The cache's capacity.
+        capacity: usize,
+    },
+    /// A cache was asked to grow by truncation.
+    #[error("cannot truncate the KV cache from {len} to {to}: truncation only shrinks it")]
+    TruncateBeyondLength {
+        /// Current length.
+        len: usize,
+        /// Requested length.
+        to: usize,
+    },
+    /// A token id is outside the vocabulary.
+    #[error("token id {token} at position {position} is outside the vocabulary ({vocab})")]
+    TokenOutOfVocab {
+        /// Position in the input.
+        position: usize,
+        /// The id.
+        token: u32,
+        /// Vocabulary size.
+        vocab: usize,
+    },
+    /// The model would not fit the device.
+    #[error("the model needs {needed} bytes for {what}, the device allows {limit}")]
+    TooBigForDevice {
+        /// What does not fit.
+        what: String,
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes allowed.
+        limit: u64,
+    },
+    /// Reading results back from the device failed.
+    #[error("reading tensor data back from the device failed: {0}")]
+    Readback(String),
+    /// An empty input where tokens are required.
+    #[error("no input tokens")]
+    EmptyInput,
+}
+
+/// Result alias of this crate.
+pub type Result<T> = std::result::Result<T, ModelError>;

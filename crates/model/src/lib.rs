@@ -1,0 +1,43 @@
+//! The Llama-family transformer for mars on burn 0.22: one model code path for the CPU (flex),
+//! native GPUs (wgpu on Vulkan/Metal/DX12) and the browser (WebGPU).
+//!
+//! - [`LlamaConfig`]: hyper-parameters with `validate()`.
+//! - [`Llama`]: weights dequantized to f32 on load; `forward` returns logits at every position.
+//! - [`KvCache`]: preallocated, with a cursor and O(1) `truncate`.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod config;
+mod error;
+mod llama;
+
+pub use burn::tensor::{Device, Tensor};
+pub use config::LlamaConfig;
+pub use error::{ModelError, Result};
+pub use llama::{KvCache, Llama, LoadOptions};
+
+/// Reads a float tensor back as a `Vec<f32>` (natively; the browser uses [`read_f32_async`]).
+///
+/// # Errors
+/// [`ModelError::Readback`] when the device cannot return the data.
+pub fn read_f32<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>> {
+    let data = t
+        .try_into_data()
+        .map_err(|e| ModelError::Readback(format!("{e:?}")))?;
+    data.try_into_vec::<f32>()
+        .map_err(|e| ModelError::Readback(format!("{e:?}")))
+}
+
+/// Reads a float tensor back without blocking (required in the browser, where a synchronous
+/// readback traps).
+///
+/// # Errors
+/// [`ModelError::Readback`] when the device cannot return the data.
+pub async fn read_f32_async<const D: usize>(t: Tensor<D>) -> Result<Vec<f32>> {
+    let data = t
+        .into_data_async()
+        .await
+        .map_err(|e| ModelError::Readback(format!("{e:?}")))?;
+    data.try_into_vec::<f32>()
+        .map_err(|e| ModelError::Readback(format!("{e:?}")))
+}
