@@ -89,3 +89,135 @@ fn bad_settings_and_input_name_the_field() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("parsing the step JSON"));
 }
+
+fn smollm2() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("MARS_MODEL_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/mars/models")
+        });
+    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("MARS_SKIP_MODEL_TESTS").is_some(),
+        "{}: run `bash tests/setup.sh`",
+        path.display()
+    );
+    None
+}
+
+#[test]
+fn generate_answers_with_the_real_model() {
+    let Some(model) = smollm2() else { return };
+    let model = model.to_str().unwrap();
+    let args = [
+        "generate",
+        "--model",
+        model,
+        "--prompt",
+        "What is the capital of France?",
+        "--chat",
+        "--max-tokens",
+        "24",
+        "--json",
+    ];
+    let out = mars(&args, "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        report["text"].as_str().unwrap().contains("Paris"),
+        "{report}"
+    );
+    assert_eq!(report["stop_reason"], "eos");
+    assert!(
+        report["prompt_tokens"].as_u64().unwrap() > 20,
+        "the chat template adds a system turn"
+    );
+    assert!(report["tokens_per_second"].as_f64().unwrap() > 0.0);
+
+    // Seeded sampling is reproducible run to run.
+    let sample = [
+        "generate",
+        "--model",
+        model,
+        "--prompt",
+        "Once upon a time",
+        "--max-tokens",
+        "12",
+        "--temperature",
+        "1",
+        "--top-p",
+        "0.9",
+        "--seed",
+        "3",
+        "--json",
+    ];
+    let a: serde_json::Value = serde_json::from_slice(&mars(&sample, "").stdout).unwrap();
+    let b: serde_json::Value = serde_json::from_slice(&mars(&sample, "").stdout).unwrap();
+    assert_eq!(a["tokens"], b["tokens"]);
+    assert_eq!(a["tokens"].as_array().unwrap().len(), 12);
+}
+
+#[test]
+fn generate_is_the_same_on_cpu_and_wgpu() {
+    let path = std::env::temp_dir().join(format!("mars-tiny-{}.gguf", std::process::id()));
+    std::fs::write(&path, mars_model::tiny::tiny_gguf(5)).unwrap();
+    let model = path.to_str().unwrap();
+    let run = |device: &str| -> serde_json::Value {
+        let args = [
+            "generate",
+            "--model",
+            model,
+            "--prompt",
+            "Hello",
+            "--max-tokens",
+            "10",
+            "--device",
+            device,
+            "--json",
+        ];
+        let out = mars(&args, "");
+        assert!(
+            out.status.success(),
+            "{device}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (cpu, gpu) = (run("cpu"), run("wgpu"));
+    std::fs::remove_file(&path).ok();
+    assert_eq!(cpu["prompt_tokens"], 5);
+    assert_eq!(cpu["tokens"], gpu["tokens"]);
+}
+
+#[test]
+fn generate_reports_a_bad_model_file() {
+    let path = std::env::temp_dir().join(format!("mars-bad-{}.gguf", std::process::id()));
+    let mut bytes = mars_model::tiny::tiny_gguf(5);
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(&path, bytes).unwrap();
+    let out = mars(
+        &[
+            "generate",
+            "--model",
+            path.to_str().unwrap(),
+            "--prompt",
+            "x",
+        ],
+        "",
+    );
+    std::fs::remove_file(&path).ok();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("needs bytes") || err.contains("unexpected end of file"),
+        "{err}"
+    );
+}

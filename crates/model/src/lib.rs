@@ -10,6 +10,7 @@
 mod config;
 mod error;
 mod llama;
+pub mod tiny;
 
 pub use burn::tensor::{Device, Tensor};
 pub use config::LlamaConfig;

@@ -1,0 +1,165 @@
+//! A tiny Llama with random weights, written as a real GGUF file by the project's own writer:
+//! for backend-parity tests (CPU, native GPU, browser) and demos that must run on a software GPU.
+
+use mars_formats::{GgmlType, GgufWriter, Value};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{Rng, SeedableRng};
+
+use crate::config::LlamaConfig;
+
+/// The tiny model's hyper-parameters: 2 layers, width 64, 4 heads over 2 KV heads, and a
+/// 257-token byte-level vocabulary (256 bytes and `<|endoftext|>`).
+pub fn tiny_config() -> LlamaConfig {
+    LlamaConfig {
+        architecture: "llama".into(),
+        vocab_size: 257,
+        d_model: 64,
+        n_layers: 2,
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 16,
+        d_ff: 128,
+        rope_theta: 10_000.0,
+        rms_eps: 1e-5,
+        context_length: 512,
+        qkv_bias: false,
+        qk_norm: false,
+        tied_embeddings: true,
+    }
+}
+
+/// GPT-2's byte-to-character map: printable bytes stand for themselves, the rest are shifted
+/// past U+0100, so that every byte is a visible one-character token.
+fn byte_token(b: u8) -> String {
+    let printable = |b: u8| {
+        (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b)
+    };
+    if printable(b) {
+        return char::from(b).to_string();
+    }
+    let shift = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + shift)
+        .map(String::from)
+        .unwrap_or_default()
+}
+
+/// The tiny model as GGUF bytes: weights drawn from `seed` (Q/K/V/O and FFN in F32, the
+/// embedding in F16 so that a dequantizing path is exercised), with tokenizer metadata.
+pub fn tiny_gguf(seed: u64) -> Vec<u8> {
+    let c = tiny_config();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut random = |n: usize, scale: f32| -> Vec<f32> {
+        (0..n)
+            .map(|_| ((rng.next_u32() as f32 / u32::MAX as f32) * 2.0 - 1.0) * scale)
+            .collect()
+    };
+    let (d, ff, hd) = (c.d_model as u64, c.d_ff as u64, c.head_dim as u64);
+    let (q, kv) = (c.n_heads as u64 * hd, c.n_kv_heads as u64 * hd);
+    let mut w = GgufWriter::new();
+    let u32v = |v: usize| Value::U32(v as u32);
+    w.meta("general.architecture", Value::String("llama".into()))
+        .meta("general.name", Value::String("mars-tiny".into()))
+        .meta("llama.block_count", u32v(c.n_layers))
+        .meta("llama.context_length", u32v(c.context_length))
+        .meta("llama.embedding_length", u32v(c.d_model))
+        .meta("llama.feed_forward_length", u32v(c.d_ff))
+        .meta("llama.attention.head_count", u32v(c.n_heads))
+        .meta("llama.attention.head_count_kv", u32v(c.n_kv_heads))
+        .meta("llama.rope.freq_base", Value::F32(c.rope_theta))
+        .meta(
+            "llama.attention.layer_norm_rms_epsilon",
+            Value::F32(c.rms_eps),
+        )
+        .meta("tokenizer.ggml.model", Value::String("gpt2".into()))
+        .meta("tokenizer.ggml.pre", Value::String("default".into()));
+    let mut tokens: Vec<Value> = (0..=255u8).map(|b| Value::String(byte_token(b))).collect();
+    tokens.push(Value::String("<|endoftext|>".into()));
+    let mut types = vec![Value::I32(1); 256];
+    types.push(Value::I32(3));
+    w.meta("tokenizer.ggml.tokens", Value::Array(8, tokens))
+        .meta("tokenizer.ggml.token_type", Value::Array(5, types))
+        .meta("tokenizer.ggml.merges", Value::Array(8, Vec::new()))
+        .meta("tokenizer.ggml.bos_token_id", u32v(256))
+        .meta("tokenizer.ggml.eos_token_id", u32v(256));
+
+    // The writer checks sizes against dims, so these unwraps cannot fire; keep them out of the
+    // public path by building every tensor with matching lengths.
+    let mut add = |w: &mut GgufWriter, name: String, dims: &[u64], values: Vec<f32>| {
+        let _ = w.tensor_f32(name, dims, &values);
+    };
+    let embedding: Vec<u8> = random((c.vocab_size as u64 * d) as usize, 1.0)
+        .into_iter()
+        .flat_map(|v| half::f16::from_f32(v).to_le_bytes())
+        .collect();
+    let _ = w.tensor(
+        "token_embd.weight",
+        &[d, c.vocab_size as u64],
+        GgmlType::F16,
+        embedding,
+    );
+    for i in 0..c.n_layers {
+        let n = |s: &str| format!("blk.{i}.{s}");
+        let s = |fan_in: u64| 1.0 / (fan_in as f32).sqrt();
+        add(
+            &mut w,
+            n("attn_norm.weight"),
+            &[d],
+            random(d as usize, 0.5).iter().map(|x| 1.0 + x).collect(),
+        );
+        add(
+            &mut w,
+            n("attn_q.weight"),
+            &[d, q],
+            random((d * q) as usize, s(d)),
+        );
+        add(
+            &mut w,
+            n("attn_k.weight"),
+            &[d, kv],
+            random((d * kv) as usize, s(d)),
+        );
+        add(
+            &mut w,
+            n("attn_v.weight"),
+            &[d, kv],
+            random((d * kv) as usize, s(d)),
+        );
+        add(
+            &mut w,
+            n("attn_output.weight"),
+            &[q, d],
+            random((q * d) as usize, s(q)),
+        );
+        add(
+            &mut w,
+            n("ffn_norm.weight"),
+            &[d],
+            random(d as usize, 0.5).iter().map(|x| 1.0 + x).collect(),
+        );
+        add(
+            &mut w,
+            n("ffn_gate.weight"),
+            &[d, ff],
+            random((d * ff) as usize, s(d)),
+        );
+        add(
+            &mut w,
+            n("ffn_up.weight"),
+            &[d, ff],
+            random((d * ff) as usize, s(d)),
+        );
+        add(
+            &mut w,
+            n("ffn_down.weight"),
+            &[ff, d],
+            random((ff * d) as usize, s(ff)),
+        );
+    }
+    add(
+        &mut w,
+        "output_norm.weight".into(),
+        &[d],
+        vec![1.0; d as usize],
+    );
+    w.to_bytes()
+}

@@ -1,0 +1,56 @@
+//! One model, several backends: the project-made tiny model gives the same logits on flex (CPU)
+//! and on wgpu (lavapipe's Vulkan here, a real GPU elsewhere). The browser (WebGPU) half of
+//! this check belongs to the web crate.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use mars_formats::{Gguf, Tokenizer};
+use mars_model::tiny::{tiny_config, tiny_gguf};
+use mars_model::{Device, Llama, LoadOptions, read_f32};
+
+/// Largest difference allowed between backends: f32 sums in another order, over 2 layers.
+const TOLERANCE: f32 = 1e-4;
+
+fn logits(device: &Device, bytes: &[u8], tokens: &[u32]) -> Vec<f32> {
+    let g = Gguf::parse(bytes).unwrap();
+    let model = Llama::from_gguf(&g, device, LoadOptions::default()).unwrap();
+    assert_eq!(model.config(), &tiny_config());
+    let mut cache = model.new_cache(32).unwrap();
+    // A prompt, then two single-token steps: batched and incremental paths both compared.
+    let mut out = read_f32(model.forward(&tokens[..6], &mut cache).unwrap()).unwrap();
+    for &t in &tokens[6..] {
+        out.extend(read_f32(model.forward(&[t], &mut cache).unwrap()).unwrap());
+    }
+    out
+}
+
+#[test]
+fn tiny_model_has_a_working_tokenizer() {
+    let bytes = tiny_gguf(1);
+    let tok = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
+    let text = "héllo, wörld! 👋";
+    let ids = tok.encode(text, false).unwrap();
+    assert_eq!(ids.len(), text.len(), "one token per byte");
+    assert_eq!(tok.decode(&ids).unwrap(), text);
+    assert_eq!(tok.stop_ids, vec![256]);
+}
+
+#[test]
+fn flex_and_wgpu_agree() {
+    let bytes = tiny_gguf(7);
+    let tokens = [72, 101, 108, 108, 111, 32, 119, 111];
+    let cpu = logits(&Device::flex(), &bytes, &tokens);
+    let gpu_device = Device::wgpu_options()
+        .init()
+        .expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+    let gpu = logits(&gpu_device, &bytes, &tokens);
+    assert_eq!(cpu.len(), gpu.len());
+    assert_eq!(cpu.len(), 8 * 257);
+    let worst = cpu
+        .iter()
+        .zip(&gpu)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let scale = cpu.iter().map(|v| v.abs()).fold(0f32, f32::max);
+    eprintln!("flex vs wgpu: max |Δ logit| = {worst:.2e} (logits up to {scale:.2})");
+    assert!(worst < TOLERANCE, "{worst}");
+}
