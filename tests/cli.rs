@@ -168,7 +168,7 @@ fn generate_answers_with_the_real_model() {
 #[test]
 fn generate_is_the_same_on_cpu_and_wgpu() {
     let path = std::env::temp_dir().join(format!("mars-tiny-{}.gguf", std::process::id()));
-    std::fs::write(&path, mars_model::tiny::tiny_gguf(5)).unwrap();
+    std::fs::write(&path, mars_model::tiny::tiny_gguf(5).unwrap()).unwrap();
     let model = path.to_str().unwrap();
     let run = |device: &str| -> serde_json::Value {
         let args = [
@@ -200,7 +200,7 @@ fn generate_is_the_same_on_cpu_and_wgpu() {
 #[test]
 fn generate_reports_a_bad_model_file() {
     let path = std::env::temp_dir().join(format!("mars-bad-{}.gguf", std::process::id()));
-    let mut bytes = mars_model::tiny::tiny_gguf(5);
+    let mut bytes = mars_model::tiny::tiny_gguf(5).unwrap();
     bytes.truncate(bytes.len() / 2);
     std::fs::write(&path, bytes).unwrap();
     let out = mars(

@@ -1,7 +1,7 @@
 //! A tiny Llama with random weights, written as a real GGUF file by the project's own writer:
 //! for backend-parity tests (CPU, native GPU, browser) and demos that must run on a software GPU.
 
-use mars_formats::{GgmlType, GgufWriter, Value};
+use mars_formats::{GgmlType, GgufWriter, Result, Value};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
@@ -45,7 +45,10 @@ fn byte_token(b: u8) -> String {
 
 /// The tiny model as GGUF bytes: weights drawn from `seed` (Q/K/V/O and FFN in F32, the
 /// embedding in F16 so that a dequantizing path is exercised), with tokenizer metadata.
-pub fn tiny_gguf(seed: u64) -> Vec<u8> {
+///
+/// # Errors
+/// Only if the writer rejects a tensor, which would be a bug in this function.
+pub fn tiny_gguf(seed: u64) -> Result<Vec<u8>> {
     let c = tiny_config();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut random = |n: usize, scale: f32| -> Vec<f32> {
@@ -82,21 +85,19 @@ pub fn tiny_gguf(seed: u64) -> Vec<u8> {
         .meta("tokenizer.ggml.bos_token_id", u32v(256))
         .meta("tokenizer.ggml.eos_token_id", u32v(256));
 
-    // The writer checks sizes against dims, so these unwraps cannot fire; keep them out of the
-    // public path by building every tensor with matching lengths.
-    let mut add = |w: &mut GgufWriter, name: String, dims: &[u64], values: Vec<f32>| {
-        let _ = w.tensor_f32(name, dims, &values);
+    let add = |w: &mut GgufWriter, name: String, dims: &[u64], values: Vec<f32>| -> Result<()> {
+        w.tensor_f32(name, dims, &values).map(|_| ())
     };
     let embedding: Vec<u8> = random((c.vocab_size as u64 * d) as usize, 1.0)
         .into_iter()
         .flat_map(|v| half::f16::from_f32(v).to_le_bytes())
         .collect();
-    let _ = w.tensor(
+    w.tensor(
         "token_embd.weight",
         &[d, c.vocab_size as u64],
         GgmlType::F16,
         embedding,
-    );
+    )?;
     for i in 0..c.n_layers {
         let n = |s: &str| format!("blk.{i}.{s}");
         let s = |fan_in: u64| 1.0 / (fan_in as f32).sqrt();
@@ -105,61 +106,61 @@ pub fn tiny_gguf(seed: u64) -> Vec<u8> {
             n("attn_norm.weight"),
             &[d],
             random(d as usize, 0.5).iter().map(|x| 1.0 + x).collect(),
-        );
+        )?;
         add(
             &mut w,
             n("attn_q.weight"),
             &[d, q],
             random((d * q) as usize, s(d)),
-        );
+        )?;
         add(
             &mut w,
             n("attn_k.weight"),
             &[d, kv],
             random((d * kv) as usize, s(d)),
-        );
+        )?;
         add(
             &mut w,
             n("attn_v.weight"),
             &[d, kv],
             random((d * kv) as usize, s(d)),
-        );
+        )?;
         add(
             &mut w,
             n("attn_output.weight"),
             &[q, d],
             random((q * d) as usize, s(q)),
-        );
+        )?;
         add(
             &mut w,
             n("ffn_norm.weight"),
             &[d],
             random(d as usize, 0.5).iter().map(|x| 1.0 + x).collect(),
-        );
+        )?;
         add(
             &mut w,
             n("ffn_gate.weight"),
             &[d, ff],
             random((d * ff) as usize, s(d)),
-        );
+        )?;
         add(
             &mut w,
             n("ffn_up.weight"),
             &[d, ff],
             random((d * ff) as usize, s(d)),
-        );
+        )?;
         add(
             &mut w,
             n("ffn_down.weight"),
             &[ff, d],
             random((ff * d) as usize, s(ff)),
-        );
+        )?;
     }
     add(
         &mut w,
         "output_norm.weight".into(),
         &[d],
         vec![1.0; d as usize],
-    );
-    w.to_bytes()
+    )?;
+    Ok(w.to_bytes())
 }

@@ -25,7 +25,7 @@ fn logits(device: &Device, bytes: &[u8], tokens: &[u32]) -> Vec<f32> {
 
 #[test]
 fn tiny_model_has_a_working_tokenizer() {
-    let bytes = tiny_gguf(1);
+    let bytes = tiny_gguf(1).unwrap();
     let tok = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
     let text = "héllo, wörld! 👋";
     let ids = tok.encode(text, false).unwrap();
@@ -36,7 +36,7 @@ fn tiny_model_has_a_working_tokenizer() {
 
 #[test]
 fn flex_and_wgpu_agree() {
-    let bytes = tiny_gguf(7);
+    let bytes = tiny_gguf(7).unwrap();
     let tokens = [72, 101, 108, 108, 111, 32, 119, 111];
     let cpu = logits(&Device::flex(), &bytes, &tokens);
     let gpu_device = Device::wgpu_options()
