@@ -3,6 +3,7 @@
 //!
 //! - [`gguf`]: a GGUF v2/v3 reader hardened against hostile files, and a writer.
 //! - [`quant`]: ggml types and bit-exact dequantization to f32.
+//! - [`safetensors`]: HF safetensors tensors as f32.
 //! - [`tokenizer`]: HF `tokenizers` built from GGUF metadata or `tokenizer.json`, and streaming.
 //! - [`chat`]: chat templates in a sandboxed minijinja.
 #![forbid(unsafe_code)]
@@ -12,10 +13,12 @@ pub mod chat;
 mod error;
 pub mod gguf;
 pub mod quant;
+pub mod safetensors;
 pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
 pub use error::{FormatError, Result};
 pub use gguf::{Gguf, GgufWriter, TensorInfo, Value};
 pub use quant::GgmlType;
+pub use safetensors::SafetensorsFile;
 pub use tokenizer::{StreamDecoder, Tokenizer};

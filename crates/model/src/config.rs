@@ -5,6 +5,17 @@ use mars_formats::{Gguf, Value};
 
 use crate::error::{ModelError, Result};
 
+/// How RoPE pairs the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs (x0, x1), (x2, x3), …: llama.cpp's "norm" RoPE, for which its converter
+    /// permutes Llama Q/K weights (GGUF `llama`).
+    Interleaved,
+    /// First half against second half (HF's rotate_half, llama.cpp's "neox"): GGUF `qwen2` and
+    /// `qwen3`, whose weights are not permuted.
+    Halves,
+}
+
 /// Hyper-parameters of a Llama-family decoder (Llama 2/3.x, SmolLM2, TinyLlama, Qwen2/2.5,
 /// Qwen3): one struct, with the family differences as flags.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +48,8 @@ pub struct LlamaConfig {
     pub qk_norm: bool,
     /// The output projection is the embedding (no `output.weight`).
     pub tied_embeddings: bool,
+    /// RoPE pairing the weights were laid out for.
+    pub rope_style: RopeStyle,
 }
 
 impl LlamaConfig {
@@ -57,6 +70,7 @@ impl LlamaConfig {
             qkv_bias: false,
             qk_norm: false,
             tied_embeddings: true,
+            rope_style: RopeStyle::Interleaved,
         }
     }
 
@@ -119,6 +133,11 @@ impl LlamaConfig {
             qkv_bias: g.tensor("blk.0.attn_q.bias").is_some(),
             qk_norm: g.tensor("blk.0.attn_q_norm.weight").is_some(),
             tied_embeddings: g.tensor("output.weight").is_none(),
+            rope_style: if arch == "llama" {
+                RopeStyle::Interleaved
+            } else {
+                RopeStyle::Halves
+            },
             architecture: arch,
         };
         config.validate()?;

@@ -11,9 +11,10 @@ mod config;
 mod error;
 mod llama;
 pub mod tiny;
+pub mod weights;
 
 pub use burn::tensor::{Device, Tensor};
-pub use config::LlamaConfig;
+pub use config::{LlamaConfig, RopeStyle};
 pub use error::{ModelError, Result};
 pub use llama::{KvCache, Llama, LoadOptions};
 

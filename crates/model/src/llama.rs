@@ -3,10 +3,11 @@
 
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use mars_formats::Gguf;
+use mars_formats::{Gguf, SafetensorsFile};
 
-use crate::config::LlamaConfig;
+use crate::config::{LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
+use crate::weights::{HfWeights, Weights};
 
 /// Options for [`Llama::from_gguf`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -105,14 +106,12 @@ impl KvCache {
 }
 
 /// Reads one tensor, checks its shape (row-major, outermost first), and returns its values.
-fn read(g: &Gguf<'_>, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
-    let info = g
-        .tensor(name)
-        .ok_or_else(|| mars_formats::FormatError::MissingTensor {
-            name: name.to_string(),
-        })?;
-    // GGUF lists dimensions innermost first.
-    let found: Vec<usize> = info.dims.iter().rev().map(|&d| d as usize).collect();
+fn read(w: &dyn Weights, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
+    let (found, values) =
+        w.tensor(name)?
+            .ok_or_else(|| mars_formats::FormatError::MissingTensor {
+                name: name.to_string(),
+            })?;
     if found != expected {
         return Err(ModelError::TensorShape {
             name: name.to_string(),
@@ -120,12 +119,12 @@ fn read(g: &Gguf<'_>, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
             expected: expected.to_vec(),
         });
     }
-    Ok(g.tensor_f32(name)?)
+    Ok(values)
 }
 
 /// A `[out, in]` matrix from the file as a `[1, in, out]` tensor (transposed once, on load).
 fn matrix(
-    g: &Gguf<'_>,
+    g: &dyn Weights,
     name: &str,
     out_dim: usize,
     in_dim: usize,
@@ -143,7 +142,7 @@ fn matrix(
     })
 }
 
-fn vector(g: &Gguf<'_>, name: &str, len: usize, device: &Device) -> Result<Tensor<3>> {
+fn vector(g: &dyn Weights, name: &str, len: usize, device: &Device) -> Result<Tensor<3>> {
     Ok(Tensor::from_data(
         TensorData::new(read(g, name, &[len])?, [1, 1, len]),
         device,
@@ -156,7 +155,35 @@ impl Llama {
     /// # Errors
     /// Configuration, missing or mis-shaped tensors, or a model too large for the device.
     pub fn from_gguf(g: &Gguf<'_>, device: &Device, options: LoadOptions) -> Result<Self> {
-        let c = LlamaConfig::from_gguf(g)?;
+        Self::from_weights(LlamaConfig::from_gguf(g)?, g, device, options)
+    }
+
+    /// Builds the model from HF safetensors and the model's `config.json`. Llama Q/K weights
+    /// are permuted from HF's rotate-half layout to interleaved pairs on load.
+    ///
+    /// # Errors
+    /// As [`Llama::from_gguf`], plus a malformed or unsupported `config.json`.
+    pub fn from_safetensors(
+        file: SafetensorsFile<'_>,
+        config_json: &str,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<Self> {
+        let weights = HfWeights::new(file, config_json)?;
+        Self::from_weights(weights.config().clone(), &weights, device, options)
+    }
+
+    /// Builds the model from any weight source and a validated configuration.
+    ///
+    /// # Errors
+    /// Missing or mis-shaped tensors, or a model too large for the device.
+    pub fn from_weights(
+        c: LlamaConfig,
+        g: &dyn Weights,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<Self> {
+        c.validate()?;
         if let Some(limit) = options.max_buffer_bytes {
             let embedding = 4 * (c.vocab_size as u64) * (c.d_model as u64);
             if embedding > limit {
@@ -223,7 +250,7 @@ impl Llama {
         }
         let out_norm = vector(g, "output_norm.weight", d, device)?;
         // Llama 3.x files carry per-frequency RoPE scaling factors as a tensor.
-        let freq_factors = match g.tensor("rope_freqs.weight") {
+        let freq_factors = match g.tensor("rope_freqs.weight")? {
             Some(_) => Some(read(g, "rope_freqs.weight", &[hd / 2])?),
             None => None,
         };
@@ -367,8 +394,8 @@ impl Llama {
             (Some(qn), Some(kn)) => (rms_norm(q, qn, c.rms_eps), rms_norm(k, kn, c.rms_eps)),
             _ => (q, k),
         };
-        let q = rope(q, cos, sin).swap_dims(1, 2); // [1, n_heads, t, head_dim]
-        let k = rope(k, cos, sin).swap_dims(1, 2); // [1, n_kv, t, head_dim]
+        let q = rope(q, cos, sin, c.rope_style).swap_dims(1, 2); // [1, n_heads, t, head_dim]
+        let k = rope(k, cos, sin, c.rope_style).swap_dims(1, 2); // [1, n_kv, t, head_dim]
         let v = v.swap_dims(1, 2); // [1, n_kv, t, head_dim]
 
         let end = start + t;
@@ -411,16 +438,31 @@ fn rms_norm<const D: usize>(x: Tensor<D>, weight: &Tensor<D>, eps: f32) -> Tenso
     x / rms * weight.clone()
 }
 
-/// Rotates adjacent pairs (x0, x1), (x2, x3), … by position-dependent angles: the layout of
-/// GGUF's (permuted) Q/K weights and of llama.cpp's "norm" RoPE.
-fn rope(x: Tensor<4>, cos: &Tensor<5>, sin: &Tensor<5>) -> Tensor<4> {
+/// Rotates dimension pairs by position-dependent angles: adjacent pairs (x0, x1), (x2, x3), …
+/// for [`RopeStyle::Interleaved`], (x_i, x_{i + hd/2}) for [`RopeStyle::Halves`].
+fn rope(x: Tensor<4>, cos: &Tensor<5>, sin: &Tensor<5>, style: RopeStyle) -> Tensor<4> {
     let [b, t, n, hd] = x.dims();
-    let pairs = x.reshape([b, t, n, hd / 2, 2]); // [1, t, n, head_dim / 2, 2]
-    let x0 = pairs.clone().slice([0..b, 0..t, 0..n, 0..hd / 2, 0..1]);
-    let x1 = pairs.slice([0..b, 0..t, 0..n, 0..hd / 2, 1..2]);
+    let half = hd / 2;
+    let (x0, x1, last) = match style {
+        RopeStyle::Interleaved => {
+            let pairs = x.reshape([b, t, n, half, 2]); // [1, t, n, head_dim / 2, 2]
+            let x0 = pairs.clone().slice([0..b, 0..t, 0..n, 0..half, 0..1]);
+            (x0, pairs.slice([0..b, 0..t, 0..n, 0..half, 1..2]), 4)
+        }
+        RopeStyle::Halves => {
+            let halves = x.reshape([b, t, n, 2, half]); // [1, t, n, 2, head_dim / 2]
+            let x0 = halves.clone().slice([0..b, 0..t, 0..n, 0..1, 0..half]);
+            (x0, halves.slice([0..b, 0..t, 0..n, 1..2, 0..half]), 3)
+        }
+    };
+    // cos / sin are [1, t, 1, head_dim / 2, 1]; for halves they broadcast along the other axis.
+    let (cos, sin) = match style {
+        RopeStyle::Interleaved => (cos.clone(), sin.clone()),
+        RopeStyle::Halves => (cos.clone().swap_dims(3, 4), sin.clone().swap_dims(3, 4)),
+    };
     let r0 = x0.clone() * cos.clone() - x1.clone() * sin.clone();
-    let r1 = x0 * sin.clone() + x1 * cos.clone();
-    Tensor::cat(vec![r0, r1], 4).reshape([b, t, n, hd])
+    let r1 = x0 * sin + x1 * cos;
+    Tensor::cat(vec![r0, r1], last).reshape([b, t, n, hd])
 }
 
 /// cos / sin tables `[context_length, head_dim / 2]`: angle = pos · θ^(−2i / head_dim), divided by

@@ -5,7 +5,7 @@ use mars_formats::{GgmlType, GgufWriter, Result, Value};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
-use crate::config::LlamaConfig;
+use crate::config::{LlamaConfig, RopeStyle};
 
 /// The tiny model's hyper-parameters: 2 layers, width 64, 4 heads over 2 KV heads, and a
 /// 257-token byte-level vocabulary (256 bytes and `<|endoftext|>`).
@@ -25,6 +25,7 @@ pub fn tiny_config() -> LlamaConfig {
         qkv_bias: false,
         qk_norm: false,
         tied_embeddings: true,
+        rope_style: RopeStyle::Interleaved,
     }
 }
 

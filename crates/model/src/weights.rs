@@ -1,0 +1,198 @@
+//! Where weights come from: GGUF files or HF safetensors with `config.json`. The loader asks
+//! for tensors by their GGUF names; each source maps and re-lays them out.
+
+use mars_formats::{Gguf, SafetensorsFile};
+use serde::Deserialize;
+
+use crate::config::{LlamaConfig, RopeStyle};
+use crate::error::{ModelError, Result};
+
+/// A source of f32 weights, addressed by GGUF tensor names.
+pub trait Weights {
+    /// The tensor's shape (outermost first) and values, or `None` if the source lacks it.
+    ///
+    /// # Errors
+    /// The format's error for unreadable data.
+    fn tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>>;
+}
+
+impl Weights for Gguf<'_> {
+    fn tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
+        let Some(info) = Gguf::tensor(self, name) else {
+            return Ok(None);
+        };
+        // GGUF lists dimensions innermost first.
+        let shape = info.dims.iter().rev().map(|&d| d as usize).collect();
+        Ok(Some((shape, self.tensor_f32(name)?)))
+    }
+}
+
+/// The fields of an HF `config.json` this loader reads.
+#[derive(Debug, Deserialize)]
+struct HfConfig {
+    model_type: String,
+    vocab_size: usize,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    rms_norm_eps: f32,
+    rope_theta: Option<f32>,
+    max_position_embeddings: usize,
+    tie_word_embeddings: Option<bool>,
+    rope_scaling: Option<serde_json::Value>,
+}
+
+/// HF safetensors weights, presented under GGUF names and in GGUF's layout.
+#[derive(Debug)]
+pub struct HfWeights<'a> {
+    file: SafetensorsFile<'a>,
+    config: LlamaConfig,
+}
+
+impl<'a> HfWeights<'a> {
+    /// Reads `config.json` and wraps the safetensors file.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] for a malformed or unsupported `config.json` (named field), and
+    /// whatever [`LlamaConfig::validate`] rejects.
+    pub fn new(file: SafetensorsFile<'a>, config_json: &str) -> Result<Self> {
+        let hf: HfConfig = serde_json::from_str(config_json)
+            .map_err(|e| ModelError::Config(format!("config.json: {e}")))?;
+        if !["llama", "qwen2", "qwen3"].contains(&hf.model_type.as_str()) {
+            return Err(ModelError::Unsupported(format!(
+                "config.json model_type = {:?}",
+                hf.model_type
+            )));
+        }
+        if let Some(scaling) = hf.rope_scaling.as_ref().filter(|v| !v.is_null()) {
+            return Err(ModelError::Unsupported(format!(
+                "config.json rope_scaling = {scaling} (load the GGUF instead)"
+            )));
+        }
+        let n_kv_heads = hf.num_key_value_heads.unwrap_or(hf.num_attention_heads);
+        let config = LlamaConfig {
+            vocab_size: hf.vocab_size,
+            d_model: hf.hidden_size,
+            n_layers: hf.num_hidden_layers,
+            n_heads: hf.num_attention_heads,
+            n_kv_heads,
+            head_dim: hf.head_dim.unwrap_or_else(|| {
+                hf.hidden_size
+                    .checked_div(hf.num_attention_heads)
+                    .unwrap_or(0)
+            }),
+            d_ff: hf.intermediate_size,
+            rope_theta: hf.rope_theta.unwrap_or(10_000.0),
+            rms_eps: hf.rms_norm_eps,
+            context_length: hf.max_position_embeddings,
+            qkv_bias: file
+                .tensor_f32("model.layers.0.self_attn.q_proj.bias")?
+                .is_some(),
+            qk_norm: file
+                .tensor_f32("model.layers.0.self_attn.q_norm.weight")?
+                .is_some(),
+            tied_embeddings: hf.tie_word_embeddings.unwrap_or(false)
+                || file.tensor_f32("lm_head.weight")?.is_none(),
+            // HF weights are laid out for rotate-half; Llama's are permuted on load to the
+            // interleaved layout GGUF uses (as llama.cpp's converter does), Qwen's are not.
+            rope_style: if hf.model_type == "llama" {
+                RopeStyle::Interleaved
+            } else {
+                RopeStyle::Halves
+            },
+            architecture: hf.model_type,
+        };
+        config.validate()?;
+        Ok(Self { file, config })
+    }
+
+    /// The configuration read from `config.json`.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+}
+
+/// The HF name of a GGUF tensor name.
+fn hf_name(name: &str) -> Option<String> {
+    let fixed = match name {
+        "token_embd.weight" => Some("model.embed_tokens.weight"),
+        "output_norm.weight" => Some("model.norm.weight"),
+        "output.weight" => Some("lm_head.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, tail) = rest.split_once('.')?;
+    let hf_tail = match tail {
+        "attn_norm.weight" => "input_layernorm.weight",
+        "ffn_norm.weight" => "post_attention_layernorm.weight",
+        "attn_q.weight" => "self_attn.q_proj.weight",
+        "attn_k.weight" => "self_attn.k_proj.weight",
+        "attn_v.weight" => "self_attn.v_proj.weight",
+        "attn_output.weight" => "self_attn.o_proj.weight",
+        "attn_q.bias" => "self_attn.q_proj.bias",
+        "attn_k.bias" => "self_attn.k_proj.bias",
+        "attn_v.bias" => "self_attn.v_proj.bias",
+        "attn_q_norm.weight" => "self_attn.q_norm.weight",
+        "attn_k_norm.weight" => "self_attn.k_norm.weight",
+        "ffn_gate.weight" => "mlp.gate_proj.weight",
+        "ffn_up.weight" => "mlp.up_proj.weight",
+        "ffn_down.weight" => "mlp.down_proj.weight",
+        _ => return None,
+    };
+    Some(format!("model.layers.{layer}.{hf_tail}"))
+}
+
+/// Reorders the rows of a Q or K projection from rotate-half to interleaved pairs: within each
+/// head, row j·(hd/2) + i moves to 2i + j (llama.cpp's `permute` in its HF converter).
+pub fn interleave_rows(values: &[f32], rows: usize, cols: usize, heads: usize) -> Vec<f32> {
+    let hd = rows / heads;
+    let mut out = vec![0f32; values.len()];
+    for h in 0..heads {
+        for j in 0..2 {
+            for i in 0..hd / 2 {
+                let from = h * hd + j * (hd / 2) + i;
+                let to = h * hd + 2 * i + j;
+                out[to * cols..(to + 1) * cols]
+                    .copy_from_slice(&values[from * cols..(from + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+impl Weights for HfWeights<'_> {
+    fn tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
+        let Some(hf) = hf_name(name) else {
+            return Ok(None);
+        };
+        let Some((shape, values)) = self.file.tensor_f32(&hf)? else {
+            return Ok(None);
+        };
+        let heads = if name.ends_with("attn_q.weight") || name.ends_with("attn_q.bias") {
+            Some(self.config.n_heads)
+        } else if name.ends_with("attn_k.weight") || name.ends_with("attn_k.bias") {
+            Some(self.config.n_kv_heads)
+        } else {
+            None
+        };
+        match heads {
+            Some(heads)
+                if self.config.rope_style == RopeStyle::Interleaved
+                    && shape[0] % (2 * heads) == 0 =>
+            {
+                let cols = shape.get(1).copied().unwrap_or(1);
+                Ok(Some((
+                    shape.clone(),
+                    interleave_rows(&values, shape[0], cols, heads),
+                )))
+            }
+            _ => Ok(Some((shape, values))),
+        }
+    }
+}
