@@ -16,6 +16,8 @@ step "clippy (native, all targets)"
 cargo clippy --workspace --all-targets --release -- -D warnings
 step "clippy (wasm32: the crates the browser runs)"
 cargo clippy -p mars-verify -p mars-formats --target wasm32-unknown-unknown --lib --tests --release -- -D warnings
+# The model compiles for the browser too (burn's WebGPU backend, async readback).
+cargo clippy -p mars-model --features webgpu --target wasm32-unknown-unknown --lib --release -- -D warnings
 
 step "native tests (release: the statistical tests draw millions of samples)"
 cargo test --workspace --release
