@@ -27,6 +27,9 @@ fn to_rotate_half(values: &[f32], rows: usize, cols: usize, heads: usize) -> Vec
     out
 }
 
+/// Writes the model in HF's layout. The name table is written out here on purpose rather than
+/// taken from the loader: a shared table would let a mapping mistake (gate/up swapped, say)
+/// cancel out in the round trip.
 fn export_hf(gguf: &Gguf<'_>) -> Vec<u8> {
     let c = tiny_config();
     let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
