@@ -399,11 +399,11 @@ impl Llama {
         let v = v.swap_dims(1, 2); // [1, n_kv, t, head_dim]
 
         let end = start + t;
-        let keys = cache.keys[layer]
-            .clone()
+        // Take the cache tensors out (a cheap handle stands in) so that slice_assign holds the
+        // only reference and can write in place instead of copying the whole cache each step.
+        let keys = std::mem::replace(&mut cache.keys[layer], k.clone())
             .slice_assign([0..1, 0..nkv, start..end, 0..hd], k);
-        let values = cache.values[layer]
-            .clone()
+        let values = std::mem::replace(&mut cache.values[layer], v.clone())
             .slice_assign([0..1, 0..nkv, start..end, 0..hd], v);
         cache.keys[layer] = keys.clone();
         cache.values[layer] = values.clone();
