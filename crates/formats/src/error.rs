@@ -186,6 +186,16 @@ pub enum FormatError {
         /// The name.
         name: String,
     },
+    /// A layer subset that the file cannot provide.
+    #[error("layer subset {layers:?} is invalid for a file with {n_layers} blocks: {why}")]
+    LayerSubset {
+        /// The requested layers.
+        layers: Vec<usize>,
+        /// `{arch}.block_count` of the file.
+        n_layers: usize,
+        /// What is wrong.
+        why: &'static str,
+    },
     /// The tokenizer described by the file could not be built.
     #[error("tokenizer: {0}")]
     Tokenizer(String),

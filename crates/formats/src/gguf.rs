@@ -544,6 +544,61 @@ impl<'a> Gguf<'a> {
     }
 }
 
+impl Gguf<'_> {
+    /// A new file holding only the transformer blocks `layers` (renumbered 0.., in that order)
+    /// with every other tensor and all metadata, and `{arch}.block_count` set to the new count:
+    /// a self-speculative draft model written out as a real file. Tensor bytes are copied as
+    /// stored (still quantized).
+    ///
+    /// # Errors
+    /// [`FormatError::LayerSubset`] for an empty, repeated or out-of-range layer;
+    /// [`FormatError::MissingKey`] without `general.architecture` / `{arch}.block_count`.
+    pub fn with_layers(&self, layers: &[usize]) -> Result<Vec<u8>> {
+        let arch = self.get_str("general.architecture")?;
+        let count_key = format!("{arch}.block_count");
+        let n_layers = usize::try_from(self.get_u64(&count_key)?).unwrap_or(usize::MAX);
+        let bad = |why| FormatError::LayerSubset {
+            layers: layers.to_vec(),
+            n_layers,
+            why,
+        };
+        if layers.is_empty() {
+            return Err(bad("no layers"));
+        }
+        if layers.iter().any(|&l| l >= n_layers) {
+            return Err(bad("a layer index is out of range"));
+        }
+        let mut new_index = std::collections::HashMap::new();
+        for (new, &old) in layers.iter().enumerate() {
+            if new_index.insert(old, new).is_some() {
+                return Err(bad("a layer is repeated"));
+            }
+        }
+        let mut w = GgufWriter::new();
+        for (key, value) in &self.metadata {
+            let value = if *key == count_key {
+                Value::U32(u32::try_from(layers.len()).map_err(|_| bad("too many layers"))?)
+            } else {
+                value.clone()
+            };
+            w.meta(key.clone(), value);
+        }
+        for t in &self.tensors {
+            // Block tensors are `blk.<i>.<rest>`; everything else is kept as is.
+            let name = match t.name.strip_prefix("blk.").and_then(|r| r.split_once('.')) {
+                Some((i, rest)) => match i.parse::<usize>().ok().map(|i| new_index.get(&i)) {
+                    Some(Some(new)) => format!("blk.{new}.{rest}"),
+                    Some(None) => continue,
+                    None => t.name.clone(),
+                },
+                None => t.name.clone(),
+            };
+            w.tensor(name, &t.dims, t.dtype, self.tensor_bytes(t).to_vec())?;
+        }
+        Ok(w.to_bytes())
+    }
+}
+
 /// Builds a GGUF v3 file: the project's own writer, for tiny test models and for layer subsets
 /// written out as draft models.
 #[derive(Debug, Clone, Default)]

@@ -243,13 +243,14 @@ impl Tokenizer {
     }
 
     /// A streaming decoder over this tokenizer.
-    pub fn stream(&self) -> StreamDecoder<'_> {
-        StreamDecoder {
-            tokenizer: self,
-            ids: Vec::new(),
-            prefix: 0,
-            read: 0,
-        }
+    pub fn stream(&self) -> StreamDecoder<&Self> {
+        StreamDecoder::new(self)
+    }
+}
+
+impl AsRef<Tokenizer> for Tokenizer {
+    fn as_ref(&self) -> &Tokenizer {
+        self
     }
 }
 
@@ -270,9 +271,12 @@ fn split_then_bytes(regex: &str) -> Result<PreTokenizerWrapper> {
 /// Turns a stream of ids into text chunks that never split a UTF-8 character: a byte-level
 /// token can hold half of an emoji, so text is emitted only once it decodes without a trailing
 /// replacement character.
-#[derive(Debug)]
-pub struct StreamDecoder<'t> {
-    tokenizer: &'t Tokenizer,
+///
+/// `T` is how the decoder holds its tokenizer: `&Tokenizer`, or `Arc<Tokenizer>` for a decoder
+/// that outlives the borrow (the engine's, the browser worker's).
+#[derive(Debug, Clone)]
+pub struct StreamDecoder<T> {
+    tokenizer: T,
     ids: Vec<u32>,
     /// Start of the ids re-decoded as context, so that decoders that look at neighbours
     /// (leading spaces) see them.
@@ -281,15 +285,28 @@ pub struct StreamDecoder<'t> {
     read: usize,
 }
 
-impl StreamDecoder<'_> {
+impl<T: AsRef<Tokenizer>> StreamDecoder<T> {
+    /// A decoder with nothing pushed yet.
+    pub fn new(tokenizer: T) -> Self {
+        Self {
+            tokenizer,
+            ids: Vec::new(),
+            prefix: 0,
+            read: 0,
+        }
+    }
+
     /// Adds one id; returns the new text, if a complete piece is ready.
     ///
     /// # Errors
     /// [`FormatError::Tokenizer`] for an id outside the vocabulary.
     pub fn push(&mut self, id: u32) -> Result<Option<String>> {
         self.ids.push(id);
-        let before = self.tokenizer.decode(&self.ids[self.prefix..self.read])?;
-        let now = self.tokenizer.decode(&self.ids[self.prefix..])?;
+        let before = self
+            .tokenizer
+            .as_ref()
+            .decode(&self.ids[self.prefix..self.read])?;
+        let now = self.tokenizer.as_ref().decode(&self.ids[self.prefix..])?;
         if now.len() > before.len() && !now.ends_with('\u{FFFD}') {
             let text = match now.strip_prefix(before.as_str()) {
                 Some(rest) => rest.to_string(),
@@ -308,8 +325,11 @@ impl StreamDecoder<'_> {
     /// # Errors
     /// [`FormatError::Tokenizer`] for an id outside the vocabulary.
     pub fn finish(&mut self) -> Result<Option<String>> {
-        let before = self.tokenizer.decode(&self.ids[self.prefix..self.read])?;
-        let now = self.tokenizer.decode(&self.ids[self.prefix..])?;
+        let before = self
+            .tokenizer
+            .as_ref()
+            .decode(&self.ids[self.prefix..self.read])?;
+        let now = self.tokenizer.as_ref().decode(&self.ids[self.prefix..])?;
         self.prefix = self.ids.len();
         self.read = self.ids.len();
         Ok(now

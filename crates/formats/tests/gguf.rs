@@ -342,3 +342,36 @@ fn writer_round_trips() {
         assert!(Gguf::parse(&bytes[..len]).is_err(), "truncated at {len}");
     }
 }
+
+/// A layer subset keeps the chosen blocks (renumbered, bytes unchanged), every other tensor and
+/// all metadata, and rewrites the block count; bad subsets are typed errors.
+#[test]
+fn layer_subset_is_a_valid_file() {
+    let mut w = GgufWriter::new();
+    w.meta("general.architecture", Value::String("llama".into()))
+        .meta("llama.block_count", Value::U32(3))
+        .meta("general.name", Value::String("x".into()));
+    w.tensor_f32("token_embd.weight", &[2], &[1.0, 2.0])
+        .unwrap();
+    for i in 0..3 {
+        w.tensor_f32(format!("blk.{i}.attn_norm.weight"), &[2], &[i as f32, 0.5])
+            .unwrap();
+    }
+    let bytes = w.to_bytes();
+    let g = Gguf::parse(&bytes).unwrap();
+    let sub = g.with_layers(&[2, 0]).unwrap();
+    let s = Gguf::parse(&sub).unwrap();
+    assert_eq!(s.get_u64("llama.block_count").unwrap(), 2);
+    assert_eq!(s.get_str("general.name").unwrap(), "x");
+    assert_eq!(s.tensors.len(), 3);
+    assert_eq!(s.tensor_f32("blk.0.attn_norm.weight").unwrap(), [2.0, 0.5]);
+    assert_eq!(s.tensor_f32("blk.1.attn_norm.weight").unwrap(), [0.0, 0.5]);
+    assert!(s.tensor("blk.2.attn_norm.weight").is_none());
+    assert_eq!(s.tensor_f32("token_embd.weight").unwrap(), [1.0, 2.0]);
+    for layers in [&[][..], &[3], &[1, 1]] {
+        assert!(
+            matches!(g.with_layers(layers), Err(FormatError::LayerSubset { .. })),
+            "{layers:?}"
+        );
+    }
+}

@@ -267,6 +267,42 @@ impl Llama {
         })
     }
 
+    /// The same model running only `layers` (in that order) — a self-speculative drafter. The
+    /// result shares every weight with `self`: burn tensors are reference-counted handles, so
+    /// nothing is copied or allocated except the handles. Its caches come from its own
+    /// [`Llama::new_cache`], with one entry per kept layer.
+    ///
+    /// # Errors
+    /// [`ModelError::LayerSubset`] for an empty list, a repeated layer, or a layer index the
+    /// model does not have.
+    pub fn with_layers(&self, layers: &[usize]) -> Result<Self> {
+        let n_layers = self.config.n_layers;
+        let bad = |why| ModelError::LayerSubset {
+            layers: layers.to_vec(),
+            n_layers,
+            why,
+        };
+        if layers.is_empty() {
+            return Err(bad("no layers"));
+        }
+        if layers.iter().any(|&l| l >= n_layers) {
+            return Err(bad("a layer index is out of range"));
+        }
+        let mut seen = vec![false; n_layers];
+        for &l in layers {
+            if std::mem::replace(&mut seen[l], true) {
+                return Err(bad("a layer is repeated"));
+            }
+        }
+        let mut config = self.config.clone();
+        config.n_layers = layers.len();
+        Ok(Self {
+            config,
+            blocks: layers.iter().map(|&l| self.blocks[l].clone()).collect(),
+            ..self.clone()
+        })
+    }
+
     /// The model's hyper-parameters.
     pub fn config(&self) -> &LlamaConfig {
         &self.config

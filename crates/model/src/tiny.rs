@@ -24,7 +24,7 @@ pub fn tiny_config() -> LlamaConfig {
         context_length: 512,
         qkv_bias: false,
         qk_norm: false,
-        tied_embeddings: true,
+        tied_embeddings: false,
         rope_style: RopeStyle::Interleaved,
     }
 }
@@ -157,6 +157,15 @@ pub fn tiny_gguf(seed: u64) -> Result<Vec<u8>> {
             random((ff * d) as usize, s(ff)),
         )?;
     }
+    // A separate output matrix: with a tied one the logit of the current token dominates
+    // (|e|² against random dot products) and random weights just repeat the last byte. Scale
+    // 0.6 gives logits of standard deviation ~3, so that sampling spreads over a few tokens.
+    add(
+        &mut w,
+        "output.weight".into(),
+        &[d, c.vocab_size as u64],
+        random((d * c.vocab_size as u64) as usize, 0.6),
+    )?;
     add(
         &mut w,
         "output_norm.weight".into(),

@@ -55,10 +55,12 @@ mod test_reference;
 mod config;
 mod dist;
 mod error;
+mod sample;
 mod verify;
 
 pub use config::{DEFAULT_RHO, DEFAULT_THETA, Mode, Sampling, VerifyConfig};
 pub use error::{Result, VerifyError};
+pub use sample::Sampler;
 pub use verify::{
     Candidate, Decision, DraftProbs, Ledger, Margin, NextKind, NextToken, PositionRecord, Verdict,
     Verifier, VerifyInput, verify,

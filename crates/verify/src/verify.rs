@@ -394,7 +394,7 @@ fn relaxed_tv(row: &Row, weights: &[f32], q_of: impl Fn(u32) -> f64) -> f64 {
 }
 
 /// Validates the whole request up front: shapes, ids, and every number that will be read.
-fn check_input(input: &VerifyInput<'_>) -> Result<()> {
+pub(crate) fn check_input(input: &VerifyInput<'_>) -> Result<()> {
     let VerifyInput {
         target_logits,
         vocab,

@@ -285,3 +285,51 @@ fn greedy_consumes_no_randomness() {
     strict(Sampling::GREEDY).verify(&input, &mut a).unwrap();
     assert_eq!(a.next_u64(), b.next_u64());
 }
+
+/// The public sampler draws from the same processed p the verifier uses: its histogram matches
+/// p by chi-square, and the probabilities it reports are that p.
+#[test]
+fn sampler_draws_from_the_processed_distribution() {
+    use mars_verify::Sampler;
+    let logits = [2.0f32, 1.0, 0.5, -1.0, f32::NEG_INFINITY, 0.0];
+    let sampling = Sampling {
+        temperature: 0.8,
+        top_k: Some(4),
+        top_p: 1.0,
+    };
+    let mut sampler = Sampler::new(sampling).unwrap();
+    let mut rng = rng(11);
+    let mut probs = Vec::new();
+    sampler
+        .sample_with_probs(&logits, &mut rng, &mut probs)
+        .unwrap();
+    // Reference p: softmax(logits / T) over the 4 best, zero elsewhere.
+    let mut expected = [0f64; 6];
+    for i in [0usize, 1, 2, 5] {
+        expected[i] = (f64::from(logits[i]) / 0.8).exp();
+    }
+    let total: f64 = expected.iter().sum();
+    for (i, e) in expected.iter().enumerate() {
+        assert!((f64::from(probs[i]) - e / total).abs() < 1e-6, "p[{i}]");
+    }
+    let n = 40_000;
+    let mut counts = [0usize; 6];
+    for _ in 0..n {
+        counts[sampler.sample(&logits, &mut rng).unwrap() as usize] += 1;
+    }
+    assert_eq!(counts[3] + counts[4], 0, "filtered tokens were drawn");
+    let chi2: f64 = [0usize, 1, 2, 5]
+        .iter()
+        .map(|&i| {
+            let e = n as f64 * expected[i] / total;
+            (counts[i] as f64 - e).powi(2) / e
+        })
+        .sum();
+    // 3 degrees of freedom: P(chi2 > 16.27) = 0.001.
+    assert!(chi2 < 16.27, "chi2 = {chi2}, counts {counts:?}");
+    // Greedy: argmax, and errors name the bad logit.
+    let mut greedy = Sampler::new(Sampling::GREEDY).unwrap();
+    assert_eq!(greedy.sample(&logits, &mut rng).unwrap(), 0);
+    assert!(greedy.sample(&[1.0, f32::NAN], &mut rng).is_err());
+    assert!(greedy.sample(&[], &mut rng).is_err());
+}

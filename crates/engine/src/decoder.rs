@@ -1,0 +1,489 @@
+//! The decoding loop: target-only (no drafter) or speculative (strict or MARS), one step at a
+//! time so that a caller can stream, race two decoders, or stop early.
+
+use std::sync::Arc;
+
+use mars_formats::{StreamDecoder, Tokenizer};
+use mars_model::{KvCache, Llama, read_f32_async};
+use mars_verify::{
+    Decision, DraftProbs, Ledger, Margin, NextKind, Verifier, VerifyConfig, VerifyInput,
+};
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
+use serde::Serialize;
+use web_time::Instant;
+
+use crate::drafter::Drafter;
+use crate::error::{EngineError, Result};
+
+/// Settings of one run.
+#[derive(Debug, Clone)]
+pub struct DecodeConfig {
+    /// Draft length per step (0 = target-only decoding).
+    pub k: usize,
+    /// Sampling and verification mode (strict or MARS).
+    pub verify: VerifyConfig,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Seed of the verifier's and the drafter's generators.
+    pub seed: u64,
+    /// KV-cache capacity; `None` = the target's context length.
+    pub capacity: Option<usize>,
+}
+
+/// How a token came to be emitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenKind {
+    /// Target-only decoding.
+    Target,
+    /// A draft token the strict rule keeps.
+    Exact,
+    /// A draft token only the MARS relaxation keeps.
+    Relaxed,
+    /// The target's token after a rejected draft token.
+    Correction,
+    /// The target's extra token after a fully accepted draft.
+    Bonus,
+}
+
+/// One emitted token with the target's view of it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TokenRecord {
+    /// The id.
+    pub id: u32,
+    /// How it was emitted.
+    pub kind: TokenKind,
+    /// The target's top-2 at this position (logits, probabilities, MARS ratios).
+    pub margin: Margin,
+    /// −log p_target(id) under the target's own softmax (T = 1, no filters).
+    pub nll: f64,
+}
+
+/// One step of the loop.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepRecord {
+    /// Draft tokens proposed.
+    pub drafted: usize,
+    /// Draft tokens kept by the strict rule.
+    pub accepted_exact: usize,
+    /// Draft tokens kept only by the MARS relaxation.
+    pub accepted_relaxed: usize,
+    /// Whether the step ended with a correction (a rejected draft token).
+    pub correction: bool,
+    /// Tokens emitted this step (after any stop token or budget cut).
+    pub tokens: Vec<TokenRecord>,
+    /// Text of this step's tokens, never splitting a UTF-8 character.
+    pub text: String,
+    /// Milliseconds in the drafter.
+    pub draft_ms: f64,
+    /// Milliseconds in the target's forward pass, readback and verification.
+    pub verify_ms: f64,
+    /// The verifier's ledger for this step.
+    pub ledger: Ledger,
+}
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "reason")]
+pub enum StopReason {
+    /// A stop token (end of sequence or end of turn) was emitted.
+    Eos {
+        /// The token.
+        token: u32,
+    },
+    /// `max_tokens` were generated.
+    Budget,
+    /// The cache is full.
+    ContextLimit {
+        /// Tokens in the context (prompt and generated).
+        context: usize,
+        /// Cache capacity.
+        capacity: usize,
+    },
+}
+
+/// Totals of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunSummary {
+    /// Drafter label, `None` for target-only decoding.
+    pub drafter: Option<String>,
+    /// Tokens generated.
+    pub tokens: usize,
+    /// Target forward passes after the prompt.
+    pub target_forwards: usize,
+    /// τ: tokens per target forward pass.
+    pub tau: f64,
+    /// Draft tokens proposed / kept (exact + relaxed).
+    pub drafted: usize,
+    /// Draft tokens kept.
+    pub accepted: usize,
+    /// Draft tokens kept only by the MARS relaxation.
+    pub relaxed: usize,
+    /// `relaxed / tokens`.
+    pub relaxed_share: f64,
+    /// The verifier's ledger summed over the run.
+    pub ledger: Ledger,
+    /// Mean −log p_target of the generated tokens (T = 1).
+    pub nll: f64,
+    /// Milliseconds of prompt processing (target and drafter).
+    pub prefill_ms: f64,
+    /// Milliseconds in the drafter after the prompt.
+    pub draft_ms: f64,
+    /// Milliseconds in the target and verifier after the prompt.
+    pub verify_ms: f64,
+    /// Generated tokens per second of `draft_ms + verify_ms`.
+    pub tokens_per_second: f64,
+    /// Why the run ended (`None` while running).
+    pub stop: Option<StopReason>,
+}
+
+/// A decoding run over one prompt. `D` is the drafter; `None` decodes with the target alone.
+#[derive(Debug)]
+pub struct Decoder<D> {
+    target: Llama,
+    cache: KvCache,
+    drafter: Option<D>,
+    verifier: Verifier,
+    k: usize,
+    max_tokens: usize,
+    vocab: usize,
+    rng: ChaCha8Rng,
+    draft_rng: ChaCha8Rng,
+    context: Vec<u32>,
+    prompt_len: usize,
+    stop_ids: Vec<u32>,
+    text: StreamDecoder<Arc<Tokenizer>>,
+    stop: Option<StopReason>,
+    totals: RunSummary,
+    nll_sum: f64,
+}
+
+impl<D: Drafter> Decoder<D> {
+    /// Prefills the target (and the drafter) with `prompt` and returns a decoder ready to step.
+    ///
+    /// # Errors
+    /// An empty prompt, a prompt that leaves no room in the cache (naming both numbers), an
+    /// invalid verification config, or a model error.
+    pub async fn new(
+        target: &Llama,
+        tokenizer: Arc<Tokenizer>,
+        mut drafter: Option<D>,
+        config: &DecodeConfig,
+        prompt: &[u32],
+    ) -> Result<Self> {
+        if prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let capacity = config.capacity.unwrap_or(target.config().context_length);
+        if prompt.len() > capacity {
+            return Err(EngineError::PromptTooLong {
+                prompt: prompt.len(),
+                capacity,
+            });
+        }
+        let verifier = Verifier::new(config.verify)?;
+        let mut cache = target.new_cache(capacity)?;
+        let started = Instant::now();
+        if prompt.len() > 1 {
+            // Logits are not needed: the first step feeds the last prompt token.
+            let logits = target.forward(&prompt[..prompt.len() - 1], &mut cache)?; // [1, n - 1, vocab]
+            let [_, n, v] = logits.dims();
+            // Reading one value waits for the device, so prefill time is measured honestly.
+            read_f32_async(logits.slice([0..1, n - 1..n, 0..1.min(v)])).await?;
+        }
+        if let Some(d) = drafter.as_mut() {
+            d.prefill(prompt).await?;
+        }
+        let prefill_ms = started.elapsed().as_secs_f64() * 1e3;
+        let mut draft_rng = ChaCha8Rng::seed_from_u64(config.seed);
+        draft_rng.set_stream(1);
+        let stop_ids = tokenizer.stop_ids.clone();
+        Ok(Self {
+            target: target.clone(),
+            cache,
+            k: if drafter.is_some() { config.k } else { 0 },
+            totals: RunSummary {
+                drafter: drafter.as_ref().map(Drafter::label),
+                tokens: 0,
+                target_forwards: 0,
+                tau: 0.0,
+                drafted: 0,
+                accepted: 0,
+                relaxed: 0,
+                relaxed_share: 0.0,
+                ledger: Ledger::default(),
+                nll: 0.0,
+                prefill_ms,
+                draft_ms: 0.0,
+                verify_ms: 0.0,
+                tokens_per_second: 0.0,
+                stop: None,
+            },
+            drafter,
+            verifier,
+            max_tokens: config.max_tokens,
+            vocab: target.config().vocab_size,
+            rng: ChaCha8Rng::seed_from_u64(config.seed),
+            draft_rng,
+            context: prompt.to_vec(),
+            prompt_len: prompt.len(),
+            stop_ids,
+            text: StreamDecoder::new(tokenizer),
+            stop: None,
+            nll_sum: 0.0,
+        })
+    }
+
+    /// Runs one step: draft, one target pass over the last token and the draft, verify, roll
+    /// back. Returns `None` once the run has ended (see [`Decoder::stop_reason`]).
+    ///
+    /// # Errors
+    /// Model, drafter or verifier errors; a drafter proposing an id outside the target's
+    /// vocabulary.
+    pub async fn step(&mut self) -> Result<Option<StepRecord>> {
+        if self.stop.is_some() {
+            return Ok(None);
+        }
+        let generated = self.context.len() - self.prompt_len;
+        let remaining = self.max_tokens.saturating_sub(generated);
+        if remaining == 0 {
+            return Ok(self.finish(StopReason::Budget));
+        }
+        // The cache holds the context minus its last token; the step feeds that token and the
+        // draft, so it needs 1 + k free slots.
+        let room = self.cache.capacity() - self.cache.len();
+        if room == 0 {
+            let reason = StopReason::ContextLimit {
+                context: self.context.len(),
+                capacity: self.cache.capacity(),
+            };
+            return Ok(self.finish(reason));
+        }
+        let k = self.k.min(remaining - 1).min(room - 1);
+
+        let started = Instant::now();
+        let draft = match (self.drafter.as_mut(), k) {
+            (Some(d), 1..) => d.draft(&self.context, k, &mut self.draft_rng).await?,
+            _ => Default::default(),
+        };
+        let d = draft.tokens.len().min(k);
+        let draft_tokens = &draft.tokens[..d];
+        if let Some((position, &token)) = draft_tokens
+            .iter()
+            .enumerate()
+            .find(|(_, t)| **t as usize >= self.vocab)
+        {
+            return Err(EngineError::DraftOutOfVocab {
+                position,
+                token,
+                vocab: self.vocab,
+            });
+        }
+        let draft_probs = match &draft.probs {
+            None => DraftProbs::OneHot,
+            Some(q) if q.len() >= d * self.vocab => DraftProbs::Full(&q[..d * self.vocab]),
+            Some(q) => {
+                return Err(EngineError::DraftProbsShape {
+                    len: q.len(),
+                    k: d,
+                    vocab: self.vocab,
+                });
+            }
+        };
+        let draft_ms = started.elapsed().as_secs_f64() * 1e3;
+
+        let started = Instant::now();
+        let last = self.context[self.context.len() - 1];
+        let mut input = Vec::with_capacity(d + 1);
+        input.push(last);
+        input.extend_from_slice(draft_tokens);
+        let before = self.cache.len();
+        let logits = self.target.forward(&input, &mut self.cache)?; // [1, d + 1, vocab]
+        let logits = read_f32_async(logits).await?; // (d + 1) * vocab
+        let verdict = self.verifier.verify(
+            &VerifyInput {
+                target_logits: &logits,
+                vocab: self.vocab,
+                draft_tokens,
+                draft_probs,
+            },
+            &mut self.rng,
+        )?;
+        let verify_ms = started.elapsed().as_secs_f64() * 1e3;
+
+        // Emitted: the kept draft prefix, then the correction or bonus token.
+        let mut tokens = Vec::with_capacity(verdict.accepted + 1);
+        for (i, p) in verdict.positions[..verdict.accepted].iter().enumerate() {
+            let kind = if p.decision == Decision::AcceptedRelaxed {
+                TokenKind::Relaxed
+            } else {
+                TokenKind::Exact
+            };
+            tokens.push(self.record(&logits, i, p.draft_token, kind, p.margin));
+        }
+        let next_kind = match (self.drafter.is_some(), verdict.next.kind) {
+            (false, _) => TokenKind::Target,
+            (true, NextKind::Bonus) => TokenKind::Bonus,
+            (true, NextKind::Correction) => TokenKind::Correction,
+        };
+        tokens.push(self.record(
+            &logits,
+            verdict.accepted,
+            verdict.next.token,
+            next_kind,
+            verdict.next.margin,
+        ));
+        // Roll back: keep the fed last token and the kept draft tokens.
+        self.cache.truncate(before + 1 + verdict.accepted)?;
+
+        // Cut at a stop token and at the budget.
+        let mut stop = None;
+        if let Some(i) = tokens.iter().position(|t| self.stop_ids.contains(&t.id)) {
+            stop = Some(StopReason::Eos {
+                token: tokens[i].id,
+            });
+            tokens.truncate(i + 1);
+        }
+        if tokens.len() >= remaining {
+            tokens.truncate(remaining);
+            stop = stop.or(Some(StopReason::Budget));
+        }
+        self.context.extend(tokens.iter().map(|t| t.id));
+        // Keeps the target's cache at exactly context − 1 even after a cut.
+        let keep = self.context.len() - 1;
+        if self.cache.len() > keep {
+            self.cache.truncate(keep)?;
+        }
+        if let Some(drafter) = self.drafter.as_mut() {
+            drafter.rollback(keep)?;
+        }
+
+        let mut text = String::new();
+        for t in &tokens {
+            if let Some(piece) = self.text.push(t.id)? {
+                text.push_str(&piece);
+            }
+        }
+        let accepted_relaxed = tokens
+            .iter()
+            .filter(|t| t.kind == TokenKind::Relaxed)
+            .count();
+        let accepted_exact = tokens.iter().filter(|t| t.kind == TokenKind::Exact).count();
+        let record = StepRecord {
+            drafted: d,
+            accepted_exact,
+            accepted_relaxed,
+            correction: verdict.next.kind == NextKind::Correction && d > 0,
+            tokens,
+            text,
+            draft_ms,
+            verify_ms,
+            ledger: verdict.ledger,
+        };
+        self.account(&record);
+        if let Some(reason) = stop {
+            self.stop = Some(reason);
+            self.totals.stop = Some(reason);
+            if let Some(rest) = self.text.finish()? {
+                let mut record = record;
+                record.text.push_str(&rest);
+                return Ok(Some(record));
+            }
+        }
+        Ok(Some(record))
+    }
+
+    /// Steps until the run ends, calling `on_step` after each step (for streaming).
+    ///
+    /// # Errors
+    /// As [`Decoder::step`].
+    pub async fn run(&mut self, mut on_step: impl FnMut(&StepRecord)) -> Result<RunSummary> {
+        while let Some(step) = self.step().await? {
+            on_step(&step);
+        }
+        Ok(self.summary())
+    }
+
+    fn record(
+        &self,
+        logits: &[f32],
+        row: usize,
+        id: u32,
+        kind: TokenKind,
+        margin: Margin,
+    ) -> TokenRecord {
+        let row = &logits[row * self.vocab..(row + 1) * self.vocab];
+        TokenRecord {
+            id,
+            kind,
+            margin,
+            nll: nll(row, id as usize),
+        }
+    }
+
+    fn account(&mut self, step: &StepRecord) {
+        let t = &mut self.totals;
+        t.tokens += step.tokens.len();
+        t.target_forwards += 1;
+        t.drafted += step.drafted;
+        t.accepted += step.accepted_exact + step.accepted_relaxed;
+        t.relaxed += step.accepted_relaxed;
+        t.ledger.absorb(&step.ledger);
+        t.draft_ms += step.draft_ms;
+        t.verify_ms += step.verify_ms;
+        self.nll_sum += step.tokens.iter().map(|r| r.nll).sum::<f64>();
+        t.tau = t.tokens as f64 / t.target_forwards as f64;
+        t.relaxed_share = t.relaxed as f64 / t.tokens.max(1) as f64;
+        t.nll = self.nll_sum / t.tokens.max(1) as f64;
+        let secs = (t.draft_ms + t.verify_ms) / 1e3;
+        t.tokens_per_second = if secs > 0.0 {
+            t.tokens as f64 / secs
+        } else {
+            0.0
+        };
+    }
+
+    fn finish(&mut self, reason: StopReason) -> Option<StepRecord> {
+        self.stop = Some(reason);
+        self.totals.stop = Some(reason);
+        None
+    }
+
+    /// Why the run ended, once it has.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.stop
+    }
+
+    /// Totals so far.
+    pub fn summary(&self) -> RunSummary {
+        self.totals.clone()
+    }
+
+    /// The prompt followed by every emitted token.
+    pub fn context(&self) -> &[u32] {
+        &self.context
+    }
+
+    /// The generated tokens.
+    pub fn generated(&self) -> &[u32] {
+        &self.context[self.prompt_len..]
+    }
+
+    /// Tokens in the target's cache (always `context().len() - 1` between steps).
+    pub fn target_cache_len(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Tokens in the drafter's cache, if it has one.
+    pub fn drafter_cache_len(&self) -> Option<usize> {
+        self.drafter.as_ref().and_then(Drafter::cache_len)
+    }
+}
+
+/// −log softmax(row)[id], computed in f64 with the max subtracted.
+fn nll(row: &[f32], id: usize) -> f64 {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = row.iter().map(|&l| f64::from(l - max).exp()).sum();
+    sum.ln() - f64::from(row[id] - max)
+}

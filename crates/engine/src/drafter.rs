@@ -1,0 +1,331 @@
+//! Drafters: what proposes the k tokens the target then verifies.
+//!
+//! - [`ModelDrafter`]: a smaller model — a separate file, or the target's own first layers
+//!   ([`mars_model::Llama::with_layers`], sharing the target's weights) — with its own KV cache;
+//!   it samples with the same processing as the verifier and hands over its distributions q.
+//! - [`NgramDrafter`]: prompt lookup: copies what followed the latest earlier occurrence of the
+//!   current suffix; deterministic (one-hot q), no model at all.
+
+use mars_formats::Tokenizer;
+use mars_model::{KvCache, Llama, read_f32_async};
+use mars_verify::{Sampler, Sampling};
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::{EngineError, Result};
+
+/// One proposal: up to k token ids (all below the target's vocabulary) and, for a sampling
+/// drafter, its distributions q over the target's vocabulary (`[tokens.len() * vocab]`);
+/// `None` means one-hot (each token had probability 1).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Draft {
+    /// Proposed ids.
+    pub tokens: Vec<u32>,
+    /// Drafter rows, `[tokens.len() * target_vocab]`, or `None` for one-hot.
+    pub probs: Option<Vec<f32>>,
+}
+
+/// Something that proposes tokens. The loop calls [`Drafter::prefill`] once with the prompt, then
+/// per step [`Drafter::draft`] and, once the verifier has decided, [`Drafter::rollback`].
+///
+/// The methods are async because a model drafter reads logits back from the GPU, which in the
+/// browser can only be awaited. Futures are not `Send`: the browser is single-threaded, and
+/// natively the loop runs on the caller's thread.
+#[allow(async_fn_in_trait)]
+pub trait Drafter {
+    /// A short label for reports ("layers first:8", "ngram", "draft model").
+    fn label(&self) -> String;
+
+    /// Sees the prompt before the first step (a model drafter fills its cache here).
+    async fn prefill(&mut self, prompt: &[u32]) -> Result<()>;
+
+    /// Proposes at most `k` tokens to follow `context` (the prompt and everything accepted).
+    async fn draft(&mut self, context: &[u32], k: usize, rng: &mut ChaCha8Rng) -> Result<Draft>;
+
+    /// The verifier kept `context[..len]` (the last token not yet fed anywhere): forget anything
+    /// past it.
+    fn rollback(&mut self, len: usize) -> Result<()>;
+
+    /// Tokens in the drafter's cache, if it has one (for tests of the rollback invariant).
+    fn cache_len(&self) -> Option<usize>;
+}
+
+/// Refuses a draft model whose tokenizer is not the target's, naming the first id whose token
+/// differs. The drafter may have fewer ids (its rows are padded) or more (they are masked).
+///
+/// # Errors
+/// [`EngineError::TokenizerMismatch`].
+pub fn check_same_tokenizer(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
+    let common = target.vocab_size().min(draft.vocab_size());
+    for id in 0..u32::try_from(common).unwrap_or(u32::MAX) {
+        let (t, d) = (target.token(id), draft.token(id));
+        if t != d {
+            return Err(EngineError::TokenizerMismatch {
+                id,
+                target: t,
+                draft: d,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A drafter that runs a (smaller) Llama: a separate model or a layer subset of the target.
+#[derive(Debug)]
+pub struct ModelDrafter {
+    model: Llama,
+    cache: KvCache,
+    sampler: Sampler,
+    target_vocab: usize,
+    label: String,
+    row: Vec<f32>,
+    q: Vec<f32>,
+}
+
+impl ModelDrafter {
+    /// A drafter running `model` with a cache of `capacity` tokens, sampling as `sampling` (the
+    /// verifier's settings, so that q and p are processed alike), proposing ids below
+    /// `target_vocab`.
+    ///
+    /// # Errors
+    /// Invalid sampling, or a capacity beyond the model's context.
+    pub fn new(
+        model: Llama,
+        capacity: usize,
+        sampling: Sampling,
+        target_vocab: usize,
+        label: impl Into<String>,
+    ) -> Result<Self> {
+        let capacity = capacity.min(model.config().context_length);
+        let cache = model.new_cache(capacity)?;
+        Ok(Self {
+            model,
+            cache,
+            sampler: Sampler::new(sampling)?,
+            target_vocab,
+            label: label.into(),
+            row: Vec::new(),
+            q: Vec::new(),
+        })
+    }
+
+    /// Runs `tokens` and returns the last position's logits as a target-vocabulary row: ids the
+    /// target lacks are dropped, ids the drafter lacks are −inf (never proposed).
+    async fn last_row(&mut self, tokens: &[u32]) -> Result<()> {
+        let logits = self.model.forward(tokens, &mut self.cache)?; // [1, t, draft_vocab]
+        let [_, t, dv] = logits.dims();
+        let last = logits.slice([0..1, t - 1..t, 0..dv]); // [1, 1, draft_vocab]
+        let values = read_f32_async(last).await?;
+        let tv = self.target_vocab;
+        self.row.clear();
+        self.row.extend_from_slice(&values[..dv.min(tv)]);
+        self.row.resize(tv, f32::NEG_INFINITY);
+        Ok(())
+    }
+}
+
+impl Drafter for ModelDrafter {
+    fn label(&self) -> String {
+        self.label.clone()
+    }
+
+    async fn prefill(&mut self, prompt: &[u32]) -> Result<()> {
+        // Everything but the last prompt token, which the first draft feeds.
+        let n = prompt.len().saturating_sub(1).min(self.cache.capacity());
+        if n > 0 {
+            self.model.forward(&prompt[..n], &mut self.cache)?;
+        }
+        Ok(())
+    }
+
+    async fn draft(&mut self, context: &[u32], k: usize, rng: &mut ChaCha8Rng) -> Result<Draft> {
+        let fed = self.cache.len();
+        // The cache never holds more than context minus its last token (rollback ensures it).
+        let pending = context.len().saturating_sub(fed);
+        // Feeding the pending tokens and k − 1 drafts must fit the cache: cap k instead of failing
+        // (a separate draft model may have a shorter context than the target).
+        let room = self.cache.capacity().saturating_sub(fed);
+        let k = k.min((room + 1).saturating_sub(pending));
+        if k == 0 || pending == 0 {
+            return Ok(Draft::default());
+        }
+        let greedy = self.sampler.sampling().is_greedy();
+        let mut tokens = Vec::with_capacity(k);
+        let mut probs = Vec::with_capacity(if greedy { 0 } else { k * self.target_vocab });
+        self.last_row(&context[fed..]).await?;
+        loop {
+            let token = self
+                .sampler
+                .sample_with_probs(&self.row, rng, &mut self.q)?;
+            tokens.push(token);
+            if !greedy {
+                probs.extend_from_slice(&self.q);
+            }
+            if tokens.len() == k {
+                break;
+            }
+            self.last_row(&[token]).await?;
+        }
+        Ok(Draft {
+            tokens,
+            probs: (!greedy).then_some(probs),
+        })
+    }
+
+    fn rollback(&mut self, len: usize) -> Result<()> {
+        let keep = self.cache.len().min(len);
+        self.cache.truncate(keep)?;
+        Ok(())
+    }
+
+    fn cache_len(&self) -> Option<usize> {
+        Some(self.cache.len())
+    }
+}
+
+/// Prompt lookup: finds the latest earlier occurrence of the context's last n tokens (n from
+/// `max_ngram` down to `min_ngram`) and proposes the tokens that followed it.
+#[derive(Debug, Clone)]
+pub struct NgramDrafter {
+    max_ngram: usize,
+    min_ngram: usize,
+}
+
+impl NgramDrafter {
+    /// Matches suffixes of `min_ngram..=max_ngram` tokens.
+    ///
+    /// # Errors
+    /// [`EngineError::Config`] when `min_ngram` is 0 or above `max_ngram`.
+    pub fn new(min_ngram: usize, max_ngram: usize) -> Result<Self> {
+        if min_ngram == 0 || min_ngram > max_ngram {
+            return Err(EngineError::Config {
+                field: "ngram",
+                value: format!("{min_ngram}..={max_ngram}"),
+                why: "needs 1 <= min <= max",
+            });
+        }
+        Ok(Self {
+            max_ngram,
+            min_ngram,
+        })
+    }
+
+    /// The proposal for `context`, at most `k` tokens.
+    pub fn propose(&self, context: &[u32], k: usize) -> Vec<u32> {
+        let len = context.len();
+        for n in (self.min_ngram..=self.max_ngram.min(len.saturating_sub(1))).rev() {
+            let suffix = &context[len - n..];
+            // Latest match first: recent text predicts the continuation best.
+            for start in (0..len - n).rev() {
+                if &context[start..start + n] == suffix {
+                    let from = start + n;
+                    return context[from..(from + k).min(len)].to_vec();
+                }
+            }
+        }
+        Vec::new()
+    }
+}
+
+impl Default for NgramDrafter {
+    /// Suffixes of 1 to 3 tokens, the common prompt-lookup setting.
+    fn default() -> Self {
+        Self {
+            max_ngram: 3,
+            min_ngram: 1,
+        }
+    }
+}
+
+impl Drafter for NgramDrafter {
+    fn label(&self) -> String {
+        format!(
+            "prompt lookup ({}..{}-gram)",
+            self.min_ngram, self.max_ngram
+        )
+    }
+
+    async fn prefill(&mut self, _prompt: &[u32]) -> Result<()> {
+        Ok(())
+    }
+
+    async fn draft(&mut self, context: &[u32], k: usize, _rng: &mut ChaCha8Rng) -> Result<Draft> {
+        Ok(Draft {
+            tokens: self.propose(context, k),
+            probs: None,
+        })
+    }
+
+    fn rollback(&mut self, _len: usize) -> Result<()> {
+        Ok(())
+    }
+
+    fn cache_len(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// Any of the built-in drafters, so that a caller can choose one at run time.
+#[derive(Debug)]
+pub enum AnyDrafter {
+    /// A separate model or a layer subset.
+    Model(Box<ModelDrafter>),
+    /// Prompt lookup.
+    Ngram(NgramDrafter),
+}
+
+impl Drafter for AnyDrafter {
+    fn label(&self) -> String {
+        match self {
+            Self::Model(d) => d.label(),
+            Self::Ngram(d) => d.label(),
+        }
+    }
+
+    async fn prefill(&mut self, prompt: &[u32]) -> Result<()> {
+        match self {
+            Self::Model(d) => d.prefill(prompt).await,
+            Self::Ngram(d) => d.prefill(prompt).await,
+        }
+    }
+
+    async fn draft(&mut self, context: &[u32], k: usize, rng: &mut ChaCha8Rng) -> Result<Draft> {
+        match self {
+            Self::Model(d) => d.draft(context, k, rng).await,
+            Self::Ngram(d) => d.draft(context, k, rng).await,
+        }
+    }
+
+    fn rollback(&mut self, len: usize) -> Result<()> {
+        match self {
+            Self::Model(d) => d.rollback(len),
+            Self::Ngram(d) => d.rollback(len),
+        }
+    }
+
+    fn cache_len(&self) -> Option<usize> {
+        match self {
+            Self::Model(d) => d.cache_len(),
+            Self::Ngram(d) => d.cache_len(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn ngram_proposes_what_followed_the_latest_match() {
+        let d = NgramDrafter::new(1, 3).unwrap();
+        // Suffix [1, 2] last occurred at 4..6, followed by 9, 1, 2.
+        assert_eq!(d.propose(&[1, 2, 3, 7, 1, 2, 9, 1, 2], 2), [9, 1]);
+        assert_eq!(d.propose(&[1, 2, 3, 7, 1, 2, 9, 1, 2], 8), [9, 1, 2]);
+        // No earlier occurrence of any suffix.
+        assert!(d.propose(&[5, 6, 7], 4).is_empty());
+        assert!(d.propose(&[], 4).is_empty());
+        assert!(d.propose(&[5], 4).is_empty());
+        assert!(NgramDrafter::new(0, 2).is_err());
+        assert!(NgramDrafter::new(3, 2).is_err());
+    }
+}

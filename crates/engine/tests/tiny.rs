@@ -1,0 +1,367 @@
+//! Engine invariants on the project-made tiny model (2 layers, byte vocabulary, flex backend):
+//! greedy strict speculation reproduces target-only greedy for every drafter and k, caches sit
+//! at the accepted length after every step, seeds reproduce runs, and strict sampling's first
+//! token follows the target's distribution.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use mars_engine::{
+    AnyDrafter, DecodeConfig, Decoder, EngineError, ModelDrafter, NgramDrafter, StopReason,
+    TokenKind, check_same_tokenizer,
+};
+use mars_formats::{Gguf, GgufWriter, Tokenizer, Value};
+use mars_model::tiny::tiny_gguf;
+use mars_model::{Device, Llama, LoadOptions, read_f32};
+use mars_verify::{Mode, Sampler, Sampling, VerifyConfig};
+use statrs::distribution::{ChiSquared, ContinuousCDF};
+
+struct Tiny {
+    bytes: Vec<u8>,
+    model: Llama,
+    tokenizer: Arc<Tokenizer>,
+}
+
+fn tiny() -> Tiny {
+    let bytes = tiny_gguf(3).unwrap();
+    let g = Gguf::parse(&bytes).unwrap();
+    let model = Llama::from_gguf(&g, &Device::flex(), LoadOptions::default()).unwrap();
+    let tokenizer = Arc::new(Tokenizer::from_gguf(&g).unwrap());
+    Tiny {
+        bytes,
+        model,
+        tokenizer,
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    LayerSkip,
+    File,
+    Ngram,
+}
+
+fn drafter(t: &Tiny, kind: Kind, sampling: Sampling, capacity: usize) -> AnyDrafter {
+    match kind {
+        Kind::LayerSkip => AnyDrafter::Model(Box::new(
+            ModelDrafter::new(
+                t.model.with_layers(&[0]).unwrap(),
+                capacity,
+                sampling,
+                257,
+                "layers 0",
+            )
+            .unwrap(),
+        )),
+        Kind::File => {
+            // The same layer subset written out as its own GGUF and loaded like any draft model.
+            let sub = Gguf::parse(&t.bytes).unwrap().with_layers(&[0]).unwrap();
+            let g = Gguf::parse(&sub).unwrap();
+            check_same_tokenizer(&t.tokenizer, &Tokenizer::from_gguf(&g).unwrap()).unwrap();
+            let model = Llama::from_gguf(&g, &Device::flex(), LoadOptions::default()).unwrap();
+            assert_eq!(model.config().n_layers, 1);
+            AnyDrafter::Model(Box::new(
+                ModelDrafter::new(model, capacity, sampling, 257, "file").unwrap(),
+            ))
+        }
+        Kind::Ngram => AnyDrafter::Ngram(NgramDrafter::default()),
+    }
+}
+
+fn config(k: usize, sampling: Sampling, mode: Mode, max_tokens: usize, seed: u64) -> DecodeConfig {
+    DecodeConfig {
+        k,
+        verify: VerifyConfig { sampling, mode },
+        max_tokens,
+        seed,
+        capacity: None,
+    }
+}
+
+/// Runs to the end, asserting the cache invariant after every step; returns tokens and stop.
+fn run(
+    t: &Tiny,
+    tokenizer: Arc<Tokenizer>,
+    drafter: Option<AnyDrafter>,
+    config: &DecodeConfig,
+    prompt: &[u32],
+) -> (Vec<u32>, StopReason, Vec<TokenKind>) {
+    pollster::block_on(async {
+        let mut dec = Decoder::new(&t.model, tokenizer, drafter, config, prompt)
+            .await
+            .unwrap();
+        let mut kinds = Vec::new();
+        while let Some(step) = dec.step().await.unwrap() {
+            let ctx = dec.context().len();
+            assert_eq!(dec.target_cache_len(), ctx - 1, "target cache after a step");
+            if let Some(len) = dec.drafter_cache_len() {
+                // The drafter fed its own proposals except the last one, so after a fully
+                // accepted draft it is one short; otherwise exactly at the accepted length.
+                let all_kept = step.drafted > 0 && !step.correction;
+                let expected = if all_kept { ctx - 2 } else { ctx - 1 };
+                assert!(
+                    len == expected || (dec.stop_reason().is_some() && len < ctx),
+                    "drafter cache {len}, context {ctx}, step {step:?}"
+                );
+            }
+            assert!(step.drafted <= config.k);
+            kinds.extend(step.tokens.iter().map(|r| r.kind));
+        }
+        (dec.generated().to_vec(), dec.stop_reason().unwrap(), kinds)
+    })
+}
+
+fn prompt(t: &Tiny) -> Vec<u32> {
+    // Repetitive text so that prompt lookup finds matches.
+    t.tokenizer
+        .encode("the cat sat on the mat; the cat sat on the", false)
+        .unwrap()
+}
+
+#[test]
+fn greedy_strict_speculation_equals_target_only() {
+    let t = tiny();
+    let p = prompt(&t);
+    let strict = |k| config(k, Sampling::GREEDY, Mode::Strict, 40, 0);
+    let (reference, stop, kinds) = run(&t, t.tokenizer.clone(), None, &strict(0), &p);
+    assert_eq!(stop, StopReason::Budget);
+    assert_eq!(reference.len(), 40);
+    assert!(kinds.iter().all(|k| *k == TokenKind::Target));
+    let mut distinct = reference.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert!(
+        distinct.len() >= 5,
+        "degenerate reference text {reference:?}"
+    );
+
+    // An end-of-sequence run: make the 12th generated token a stop token (its first occurrence).
+    let eos_at = (10..reference.len())
+        .find(|&i| !reference[..i].contains(&reference[i]))
+        .unwrap();
+    let mut eos_tok = (*t.tokenizer).clone();
+    eos_tok.stop_ids = vec![reference[eos_at]];
+    let eos_tok = Arc::new(eos_tok);
+
+    let mut accepted_any = false;
+    for kind in [Kind::LayerSkip, Kind::File, Kind::Ngram] {
+        for k in [1, 4, 8] {
+            // Budget.
+            let d = drafter(&t, kind, Sampling::GREEDY, 512);
+            let (out, stop, kinds) = run(&t, t.tokenizer.clone(), Some(d), &strict(k), &p);
+            assert_eq!(out, reference, "{kind:?} k={k}");
+            assert_eq!(stop, StopReason::Budget);
+            accepted_any |= kinds.contains(&TokenKind::Exact);
+            assert!(!kinds.contains(&TokenKind::Relaxed), "strict never relaxes");
+
+            // EOS.
+            let d = drafter(&t, kind, Sampling::GREEDY, 512);
+            let (out, stop, _) = run(&t, eos_tok.clone(), Some(d), &strict(k), &p);
+            assert_eq!(out, reference[..=eos_at], "{kind:?} k={k} eos");
+            assert_eq!(
+                stop,
+                StopReason::Eos {
+                    token: reference[eos_at]
+                }
+            );
+
+            // Context edge: room for 17 generated tokens.
+            let mut c = strict(k);
+            c.capacity = Some(p.len() + 16);
+            let d = drafter(&t, kind, Sampling::GREEDY, p.len() + 16);
+            let (out, stop, _) = run(&t, t.tokenizer.clone(), Some(d), &c, &p);
+            assert_eq!(out, reference[..17], "{kind:?} k={k} context edge");
+            assert_eq!(
+                stop,
+                StopReason::ContextLimit {
+                    context: p.len() + 17,
+                    capacity: p.len() + 16
+                }
+            );
+        }
+    }
+    assert!(
+        accepted_any,
+        "no drafter ever had a token accepted: the test would be vacuous"
+    );
+}
+
+#[test]
+fn seeds_reproduce_sampling_runs() {
+    let t = tiny();
+    let p = prompt(&t);
+    let sampling = Sampling::with_temperature(1.0);
+    for mode in [
+        Mode::Strict,
+        Mode::Paper { theta: 0.9 },
+        Mode::Margin { rho: 0.5 },
+    ] {
+        let c = config(4, sampling, mode, 24, 42);
+        let a = run(
+            &t,
+            t.tokenizer.clone(),
+            Some(drafter(&t, Kind::LayerSkip, sampling, 512)),
+            &c,
+            &p,
+        );
+        let b = run(
+            &t,
+            t.tokenizer.clone(),
+            Some(drafter(&t, Kind::LayerSkip, sampling, 512)),
+            &c,
+            &p,
+        );
+        assert_eq!(a, b, "{mode:?}");
+        // The written-out subset is the same drafter: identical runs.
+        let f = run(
+            &t,
+            t.tokenizer.clone(),
+            Some(drafter(&t, Kind::File, sampling, 512)),
+            &c,
+            &p,
+        );
+        assert_eq!(a, f, "{mode:?} file drafter");
+        let other = config(4, sampling, mode, 24, 43);
+        let d = run(
+            &t,
+            t.tokenizer.clone(),
+            Some(drafter(&t, Kind::LayerSkip, sampling, 512)),
+            &other,
+            &p,
+        );
+        assert_ne!(a.0, d.0, "{mode:?}: another seed should give another text");
+    }
+}
+
+#[test]
+fn strict_sampling_first_token_follows_the_target() {
+    let t = tiny();
+    let p = prompt(&t);
+    // Top-8 at T = 1 keeps the histogram to 8 cells, so 3,000 runs resolve it well.
+    let sampling = Sampling {
+        temperature: 1.0,
+        top_k: Some(8),
+        top_p: 1.0,
+    };
+    let mut cache = t.model.new_cache(64).unwrap();
+    let logits = read_f32(t.model.forward(&p, &mut cache).unwrap()).unwrap();
+    let last = &logits[(p.len() - 1) * 257..];
+    let mut probs = Vec::new();
+    let mut rng = <rand_chacha::ChaCha8Rng as rand_core::SeedableRng>::seed_from_u64(0);
+    Sampler::new(sampling)
+        .unwrap()
+        .sample_with_probs(last, &mut rng, &mut probs)
+        .unwrap();
+
+    let runs = 3000u64;
+    let mut counts = vec![0u64; 257];
+    let mut drafted_first = 0;
+    for seed in 0..runs {
+        let c = config(4, sampling, Mode::Strict, 5, seed);
+        let d = drafter(&t, Kind::LayerSkip, sampling, 64);
+        let (out, kinds) = pollster::block_on(async {
+            let mut dec = Decoder::new(&t.model, t.tokenizer.clone(), Some(d), &c, &p)
+                .await
+                .unwrap();
+            let step = dec.step().await.unwrap().unwrap();
+            assert_eq!(step.drafted, 4);
+            (step.tokens[0].id, step.tokens[0].kind)
+        });
+        counts[out as usize] += 1;
+        drafted_first += u64::from(kinds == TokenKind::Exact);
+    }
+    let mut chi2 = 0.0;
+    let mut cells = 0;
+    for (id, &c) in counts.iter().enumerate() {
+        let expected = runs as f64 * f64::from(probs[id]);
+        if expected == 0.0 {
+            assert_eq!(c, 0, "token {id} has p = 0 but was emitted");
+            continue;
+        }
+        chi2 += (c as f64 - expected).powi(2) / expected;
+        cells += 1;
+    }
+    let p_value = 1.0 - ChiSquared::new(f64::from(cells - 1)).unwrap().cdf(chi2);
+    eprintln!(
+        "first token: chi2 = {chi2:.2} over {cells} cells, p = {p_value:.3}; draft kept in {drafted_first}/{runs}"
+    );
+    assert!(p_value > 1e-3, "chi2 {chi2}, counts {counts:?}");
+    // Both paths (kept draft, correction) must have been exercised.
+    assert!(drafted_first > 100 && drafted_first < runs - 100);
+}
+
+#[test]
+fn draft_models_with_another_tokenizer_are_refused() {
+    let t = tiny();
+    let g = Gguf::parse(&t.bytes).unwrap();
+    // Rebuild the file with token 65 renamed.
+    let mut w = GgufWriter::new();
+    for (key, value) in &g.metadata {
+        let value = match (key.as_str(), value) {
+            ("tokenizer.ggml.tokens", Value::Array(ty, items)) => {
+                let mut items = items.clone();
+                items[65] = Value::String("not-A".into());
+                Value::Array(*ty, items)
+            }
+            _ => value.clone(),
+        };
+        w.meta(key.clone(), value);
+    }
+    for info in &g.tensors {
+        w.tensor(
+            info.name.clone(),
+            &info.dims,
+            info.dtype,
+            g.tensor_bytes(info).to_vec(),
+        )
+        .unwrap();
+    }
+    let other = w.to_bytes();
+    let other = Tokenizer::from_gguf(&Gguf::parse(&other).unwrap()).unwrap();
+    match check_same_tokenizer(&t.tokenizer, &other) {
+        Err(EngineError::TokenizerMismatch {
+            id: 65,
+            target,
+            draft,
+        }) => {
+            assert_eq!(target.as_deref(), Some("A"));
+            assert_eq!(draft.as_deref(), Some("not-A"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn bad_requests_are_typed_errors() {
+    let t = tiny();
+    let c = config(4, Sampling::GREEDY, Mode::Strict, 8, 0);
+    pollster::block_on(async {
+        let r = Decoder::<AnyDrafter>::new(&t.model, t.tokenizer.clone(), None, &c, &[]).await;
+        assert!(matches!(r, Err(EngineError::EmptyPrompt)));
+        let mut small = c.clone();
+        small.capacity = Some(4);
+        let r =
+            Decoder::<AnyDrafter>::new(&t.model, t.tokenizer.clone(), None, &small, &[1; 5]).await;
+        assert!(matches!(
+            r,
+            Err(EngineError::PromptTooLong {
+                prompt: 5,
+                capacity: 4
+            })
+        ));
+        // A prompt exactly filling the cache generates one token, then reports the limit.
+        let mut dec =
+            Decoder::<AnyDrafter>::new(&t.model, t.tokenizer.clone(), None, &small, &[1; 4])
+                .await
+                .unwrap();
+        let summary = dec.run(|_| {}).await.unwrap();
+        assert_eq!(summary.tokens, 1);
+        assert_eq!(
+            summary.stop,
+            Some(StopReason::ContextLimit {
+                context: 5,
+                capacity: 4
+            })
+        );
+    });
+}

@@ -1,0 +1,86 @@
+//! Sampling outside verification: drafters draw their proposals, and target-only decoding draws
+//! its tokens, with exactly the processing the verifier applies (temperature, top-k, top-p, ties
+//! broken by lowest id). A drafter's q and the verifier's p then differ only by the model.
+
+use rand_core::Rng;
+
+use crate::config::Sampling;
+use crate::dist::{Scratch, process_row, sample_p};
+use crate::error::Result;
+use crate::verify::{DraftProbs, VerifyInput, check_input};
+
+/// Draws tokens from processed rows of logits, reusing its buffers across calls.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    sampling: Sampling,
+    scratch: Scratch,
+}
+
+impl Sampler {
+    /// A sampler for `sampling`.
+    ///
+    /// # Errors
+    /// [`crate::VerifyError`] naming the parameter when `sampling` is invalid.
+    pub fn new(sampling: Sampling) -> Result<Self> {
+        sampling.validate()?;
+        Ok(Self {
+            sampling,
+            scratch: Scratch::default(),
+        })
+    }
+
+    /// The settings this sampler applies.
+    pub fn sampling(&self) -> &Sampling {
+        &self.sampling
+    }
+
+    /// Draws one token from the processed distribution of `logits` (one row, `[vocab]`). Greedy
+    /// returns the argmax and consumes no randomness.
+    ///
+    /// # Errors
+    /// An empty row, a NaN or +inf logit, or a row that is −inf everywhere.
+    pub fn sample<R: Rng + ?Sized>(&mut self, logits: &[f32], rng: &mut R) -> Result<u32> {
+        check_row(logits)?;
+        let row = process_row(logits, &self.sampling, &mut self.scratch);
+        Ok(if self.sampling.is_greedy() {
+            row.top1
+        } else {
+            sample_p(&row, &self.scratch.weights, rng)
+        })
+    }
+
+    /// As [`Sampler::sample`], and writes the normalised processed distribution into `probs`
+    /// (resized to the row): the q a drafter hands to the verifier. Greedy writes the one-hot
+    /// row of its argmax.
+    ///
+    /// # Errors
+    /// As [`Sampler::sample`].
+    pub fn sample_with_probs<R: Rng + ?Sized>(
+        &mut self,
+        logits: &[f32],
+        rng: &mut R,
+        probs: &mut Vec<f32>,
+    ) -> Result<u32> {
+        check_row(logits)?;
+        let row = process_row(logits, &self.sampling, &mut self.scratch);
+        let weights = &self.scratch.weights[..logits.len()];
+        probs.clear();
+        if self.sampling.is_greedy() {
+            probs.resize(logits.len(), 0.0);
+            probs[row.top1 as usize] = 1.0;
+            return Ok(row.top1);
+        }
+        let inv = 1.0 / row.sum;
+        probs.extend(weights.iter().map(|&w| (f64::from(w) * inv) as f32));
+        Ok(sample_p(&row, weights, rng))
+    }
+}
+
+fn check_row(logits: &[f32]) -> Result<()> {
+    check_input(&VerifyInput {
+        target_logits: logits,
+        vocab: logits.len(),
+        draft_tokens: &[],
+        draft_probs: DraftProbs::OneHot,
+    })
+}

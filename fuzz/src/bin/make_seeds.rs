@@ -1,0 +1,73 @@
+//! Writes the seed corpus under `corpus/<target>/`: a tiny valid GGUF with tokenizer metadata and
+//! one tensor of each storage family, a safetensors file, and a tokenizer.json. Small on purpose:
+//! libFuzzer mutates from them.
+use std::fs;
+
+use mars_formats::{GgmlType, GgufWriter, Value};
+
+fn gguf() -> Result<Vec<u8>, mars_formats::FormatError> {
+    let s = |v: &str| Value::String(v.into());
+    let tokens: Vec<Value> = ["<s>", "a", "b", "ab", "Ġ", "Ġa", "<|im_end|>"]
+        .iter()
+        .map(|t| s(t))
+        .collect();
+    let types = vec![
+        Value::I32(3),
+        Value::I32(1),
+        Value::I32(1),
+        Value::I32(1),
+        Value::I32(1),
+        Value::I32(1),
+        Value::I32(3),
+    ];
+    let mut w = GgufWriter::new();
+    w.meta("general.architecture", s("llama"))
+        .meta("llama.block_count", Value::U32(1))
+        .meta("tokenizer.ggml.model", s("gpt2"))
+        .meta("tokenizer.ggml.pre", s("smollm"))
+        .meta("tokenizer.ggml.tokens", Value::Array(8, tokens))
+        .meta("tokenizer.ggml.token_type", Value::Array(5, types))
+        .meta(
+            "tokenizer.ggml.merges",
+            Value::Array(8, vec![s("a b"), s("Ġ a")]),
+        )
+        .meta("tokenizer.ggml.bos_token_id", Value::U32(0))
+        .meta("tokenizer.ggml.eos_token_id", Value::U32(6));
+    w.tensor_f32("f32", &[4, 2], &[0.5, -1.0, 2.0, 3.0, 0.0, 1.0, -2.0, 4.0])?;
+    w.tensor("f16", &[4], GgmlType::F16, vec![0, 60, 0, 188, 0, 0, 0, 64])?;
+    // One block each of a legacy and a k-quant type (bytes arbitrary but the right size).
+    w.tensor("q8_0", &[32], GgmlType::Q8_0, (0..34u8).collect())?;
+    w.tensor("q4_k", &[256], GgmlType::Q4K, (0..144u8).collect())?;
+    Ok(w.to_bytes())
+}
+
+fn safetensors() -> Vec<u8> {
+    let header = br#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F16","shape":[2],"data_offsets":[8,12]},"__metadata__":{"format":"pt"}}"#;
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header);
+    out.extend_from_slice(&1.5f32.to_le_bytes());
+    out.extend_from_slice(&(-2.0f32).to_le_bytes());
+    out.extend_from_slice(&[0, 60, 0, 188]);
+    out
+}
+
+const TOKENIZER_JSON: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[{"id":0,"content":"<s>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],"normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true},"post_processor":null,"decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},"model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"vocab":{"<s>":0,"a":1,"b":2,"ab":3,"Ġ":4,"Ġa":5},"merges":["a b","Ġ a"]}}"#;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let gguf = gguf()?;
+    mars_formats::Gguf::parse(&gguf)?;
+    for (dir, name, bytes) in [
+        ("gguf", "tiny.gguf", gguf.clone()),
+        ("tokenizer", "tiny.gguf", gguf),
+        (
+            "tokenizer",
+            "tokenizer.json",
+            TOKENIZER_JSON.as_bytes().to_vec(),
+        ),
+        ("safetensors", "tiny.safetensors", safetensors()),
+    ] {
+        fs::create_dir_all(format!("corpus/{dir}"))?;
+        fs::write(format!("corpus/{dir}/{name}"), bytes)?;
+    }
+    Ok(())
+}
