@@ -5,6 +5,7 @@
 //! inspectable on its own: paste a target's logits and a draft, and see what strict and MARS
 //! decide and why.
 
+mod compare;
 mod generate;
 
 use std::io::Read;
@@ -24,11 +25,15 @@ use serde::Deserialize;
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Target-only vs strict vs MARS speculative decoding on the same prompts, side by side.
+    Compare(compare::CompareArgs),
+    /// `compare` over a prompt file per category: markdown table, JSON and SVG plot.
+    Bench(compare::BenchArgs),
     /// Generate text from a GGUF model (target-only decoding), streaming it.
     Generate(generate::GenerateArgs),
     /// Measure target-only prefill and decode speed.
@@ -103,10 +108,24 @@ struct StepFile {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Command::Generate(args) => generate::run_generate(&args),
-        Command::Speed(args) => generate::run_speed(&args),
-        Command::Verify(args) => run_verify(&args),
+        // No arguments: the main job, the comparison on the default model.
+        None => compare::run_compare(&default_compare()),
+        Some(Command::Compare(args)) => compare::run_compare(&args),
+        Some(Command::Bench(args)) => compare::run_bench(&args),
+        Some(Command::Generate(args)) => generate::run_generate(&args),
+        Some(Command::Speed(args)) => generate::run_speed(&args),
+        Some(Command::Verify(args)) => run_verify(&args),
     }
+}
+
+/// `cargo run --release` with no arguments: default model, layer-skip drafter, chat prompts.
+fn default_compare() -> compare::CompareArgs {
+    #[derive(Parser)]
+    struct Defaults {
+        #[command(flatten)]
+        args: compare::CompareArgs,
+    }
+    Defaults::parse_from(["mars", "--chat"]).args
 }
 
 fn run_verify(args: &VerifyArgs) -> Result<()> {

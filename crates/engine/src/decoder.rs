@@ -138,6 +138,51 @@ pub struct RunSummary {
     pub stop: Option<StopReason>,
 }
 
+/// The target's KV cache after a prompt (all but its last token, which the first step feeds).
+#[derive(Debug, Clone)]
+pub struct Prefill {
+    cache: KvCache,
+    prompt: Vec<u32>,
+    ms: f64,
+}
+
+impl Prefill {
+    /// Runs the prompt through the target into a cache of `capacity` tokens.
+    ///
+    /// # Errors
+    /// An empty prompt, a prompt longer than `capacity` (naming both), or a model error.
+    pub async fn new(target: &Llama, prompt: &[u32], capacity: usize) -> Result<Self> {
+        if prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if prompt.len() > capacity {
+            return Err(EngineError::PromptTooLong {
+                prompt: prompt.len(),
+                capacity,
+            });
+        }
+        let mut cache = target.new_cache(capacity)?;
+        let started = Instant::now();
+        if prompt.len() > 1 {
+            // Logits are not needed: the first step feeds the last prompt token.
+            let logits = target.forward(&prompt[..prompt.len() - 1], &mut cache)?; // [1, n - 1, vocab]
+            let [_, n, _] = logits.dims();
+            // Reading one value waits for the device, so prefill time is measured honestly.
+            read_f32_async(logits.slice([0..1, n - 1..n, 0..1])).await?;
+        }
+        Ok(Self {
+            cache,
+            prompt: prompt.to_vec(),
+            ms: started.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+
+    /// Milliseconds the target took.
+    pub fn ms(&self) -> f64 {
+        self.ms
+    }
+}
+
 /// A decoding run over one prompt. `D` is the drafter; `None` decodes with the target alone.
 #[derive(Debug)]
 pub struct Decoder<D> {
@@ -168,34 +213,39 @@ impl<D: Drafter> Decoder<D> {
     pub async fn new(
         target: &Llama,
         tokenizer: Arc<Tokenizer>,
-        mut drafter: Option<D>,
+        drafter: Option<D>,
         config: &DecodeConfig,
         prompt: &[u32],
     ) -> Result<Self> {
-        if prompt.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
         let capacity = config.capacity.unwrap_or(target.config().context_length);
-        if prompt.len() > capacity {
-            return Err(EngineError::PromptTooLong {
-                prompt: prompt.len(),
-                capacity,
-            });
-        }
+        let prefill = Prefill::new(target, prompt, capacity).await?;
+        Self::from_prefill(target, tokenizer, drafter, config, prefill).await
+    }
+
+    /// A decoder that starts from a target prefill made earlier (several decoders can share one
+    /// by cloning it: the clone's cache is copied on its first write). `config.capacity` is
+    /// ignored: the prefill's cache sets it.
+    ///
+    /// # Errors
+    /// An invalid verification config, or a drafter error.
+    pub async fn from_prefill(
+        target: &Llama,
+        tokenizer: Arc<Tokenizer>,
+        mut drafter: Option<D>,
+        config: &DecodeConfig,
+        prefill: Prefill,
+    ) -> Result<Self> {
         let verifier = Verifier::new(config.verify)?;
-        let mut cache = target.new_cache(capacity)?;
+        let Prefill {
+            cache,
+            prompt,
+            ms: target_ms,
+        } = prefill;
         let started = Instant::now();
-        if prompt.len() > 1 {
-            // Logits are not needed: the first step feeds the last prompt token.
-            let logits = target.forward(&prompt[..prompt.len() - 1], &mut cache)?; // [1, n - 1, vocab]
-            let [_, n, v] = logits.dims();
-            // Reading one value waits for the device, so prefill time is measured honestly.
-            read_f32_async(logits.slice([0..1, n - 1..n, 0..1.min(v)])).await?;
-        }
         if let Some(d) = drafter.as_mut() {
-            d.prefill(prompt).await?;
+            d.prefill(&prompt).await?;
         }
-        let prefill_ms = started.elapsed().as_secs_f64() * 1e3;
+        let prefill_ms = target_ms + started.elapsed().as_secs_f64() * 1e3;
         let mut draft_rng = ChaCha8Rng::seed_from_u64(config.seed);
         draft_rng.set_stream(1);
         let stop_ids = tokenizer.stop_ids.clone();
@@ -226,7 +276,7 @@ impl<D: Drafter> Decoder<D> {
             vocab: target.config().vocab_size,
             rng: ChaCha8Rng::seed_from_u64(config.seed),
             draft_rng,
-            context: prompt.to_vec(),
+            context: prompt.clone(),
             prompt_len: prompt.len(),
             stop_ids,
             text: StreamDecoder::new(tokenizer),

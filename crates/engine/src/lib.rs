@@ -13,7 +13,7 @@ mod error;
 mod layers;
 
 pub use decoder::{
-    DecodeConfig, Decoder, RunSummary, StepRecord, StopReason, TokenKind, TokenRecord,
+    DecodeConfig, Decoder, Prefill, RunSummary, StepRecord, StopReason, TokenKind, TokenRecord,
 };
 pub use drafter::{AnyDrafter, Draft, Drafter, ModelDrafter, NgramDrafter, check_same_tokenizer};
 pub use error::{EngineError, Result};

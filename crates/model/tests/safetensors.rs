@@ -40,6 +40,11 @@ fn export_hf(gguf: &Gguf<'_>) -> Vec<u8> {
             .name
             .replace("token_embd.weight", "model.embed_tokens.weight")
             .replace("output_norm.weight", "model.norm.weight");
+        let name = if name == "output.weight" {
+            "lm_head.weight".to_string()
+        } else {
+            name
+        };
         let name = if let Some(rest) = name.strip_prefix("blk.") {
             let (layer, tail) = rest.split_once('.').unwrap();
             if tail == "attn_q.weight" {
@@ -86,7 +91,7 @@ fn config_json(model_type: &str) -> String {
     format!(
         r#"{{"model_type": "{model_type}", "vocab_size": {}, "hidden_size": {}, "intermediate_size": {},
             "num_hidden_layers": {}, "num_attention_heads": {}, "num_key_value_heads": {},
-            "rms_norm_eps": {}, "rope_theta": {}, "max_position_embeddings": {}, "tie_word_embeddings": true}}"#,
+            "rms_norm_eps": {}, "rope_theta": {}, "max_position_embeddings": {}, "tie_word_embeddings": false}}"#,
         c.vocab_size,
         c.d_model,
         c.d_ff,
