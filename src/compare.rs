@@ -9,8 +9,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
 use mars_engine::{
-    AnyDrafter, DecodeConfig, Decoder, LayerSpec, ModelDrafter, NgramDrafter, Prefill,
-    RunSummary, check_same_tokenizer,
+    AnyDrafter, DecodeConfig, Decoder, LayerSpec, ModelDrafter, NgramDrafter, Prefill, RunSummary,
+    check_same_tokenizer,
 };
 use mars_formats::Tokenizer;
 use mars_model::Llama;
@@ -159,7 +159,11 @@ fn read_prompts(args: &CompareArgs, per_category: bool) -> Result<Vec<Prompt>> {
         let prompt = v
             .get("prompt")
             .and_then(|p| p.as_str())
-            .or_else(|| v.get("turns").and_then(|t| t.get(0)).and_then(|t| t.as_str()))
+            .or_else(|| {
+                v.get("turns")
+                    .and_then(|t| t.get(0))
+                    .and_then(|t| t.as_str())
+            })
             .with_context(|| {
                 format!(
                     "{}:{}: needs \"prompt\" or \"turns\": [first, ...]",
@@ -167,7 +171,10 @@ fn read_prompts(args: &CompareArgs, per_category: bool) -> Result<Vec<Prompt>> {
                     i + 1
                 )
             })?;
-        let category = v.get("category").and_then(|c| c.as_str()).map(str::to_string);
+        let category = v
+            .get("category")
+            .and_then(|c| c.as_str())
+            .map(str::to_string);
         if let Some(want) = &args.category
             && category.as_deref() != Some(want.as_str())
         {
@@ -190,7 +197,11 @@ fn read_prompts(args: &CompareArgs, per_category: bool) -> Result<Vec<Prompt>> {
             category,
         });
     }
-    ensure!(!out.is_empty(), "no prompts selected from {}", path.display());
+    ensure!(
+        !out.is_empty(),
+        "no prompts selected from {}",
+        path.display()
+    );
     Ok(out)
 }
 
@@ -211,7 +222,10 @@ impl DraftSource {
                     device: args.device,
                 })?;
                 check_same_tokenizer(&target.tokenizer, &draft.tokenizer)?;
-                Ok(Self::Model(Box::new(draft.model), format!("draft model {path}")))
+                Ok(Self::Model(
+                    Box::new(draft.model),
+                    format!("draft model {path}"),
+                ))
             }
             (None, spec) => {
                 let spec: LayerSpec = spec.as_deref().unwrap_or(DEFAULT_DRAFT_LAYERS).parse()?;
@@ -221,12 +235,7 @@ impl DraftSource {
         }
     }
 
-    fn build(
-        &self,
-        target: &Llama,
-        capacity: usize,
-        sampling: Sampling,
-    ) -> Result<AnyDrafter> {
+    fn build(&self, target: &Llama, capacity: usize, sampling: Sampling) -> Result<AnyDrafter> {
         let vocab = target.config().vocab_size;
         Ok(match self {
             Self::Layers(spec, layers) => AnyDrafter::Model(Box::new(ModelDrafter::new(
@@ -445,7 +454,11 @@ fn totals(results: &[PromptResult]) -> Totals {
             t.ledger_distance += m.summary.ledger.distance;
         }
         t.seconds = ms / 1e3;
-        t.tokens_per_second = if ms > 0.0 { t.tokens as f64 / t.seconds } else { 0.0 };
+        t.tokens_per_second = if ms > 0.0 {
+            t.tokens as f64 / t.seconds
+        } else {
+            0.0
+        };
         t.tau = t.tokens as f64 / forwards.max(1) as f64;
         t.relaxed_share = t.relaxed as f64 / t.tokens.max(1) as f64;
         t.nll = nll_sum / t.tokens.max(1) as f64;
@@ -456,7 +469,11 @@ fn totals(results: &[PromptResult]) -> Totals {
     let mut mars = total(&|r| &r.mars);
     let base = target.tokens_per_second;
     for t in [&mut target, &mut strict, &mut mars] {
-        t.speedup = if base > 0.0 { t.tokens_per_second / base } else { 0.0 };
+        t.speedup = if base > 0.0 {
+            t.tokens_per_second / base
+        } else {
+            0.0
+        };
     }
     Totals {
         prompts: results.len(),
@@ -689,7 +706,10 @@ pub fn run_compare(args: &CompareArgs) -> Result<()> {
 
 pub fn run_bench(args: &BenchArgs) -> Result<()> {
     let c = &args.compare;
-    ensure!(c.prompts.is_some() || c.prompt.is_none(), "bench needs --prompts FILE");
+    ensure!(
+        c.prompts.is_some() || c.prompt.is_none(),
+        "bench needs --prompts FILE"
+    );
     let mut c2 = CompareArgs { ..clone_args(c) };
     if c2.prompts.is_none() {
         c2.prompts = Some(PathBuf::from("../shared/bench/spec_bench.jsonl"));
@@ -726,7 +746,10 @@ pub fn run_bench(args: &BenchArgs) -> Result<()> {
         md,
         "| category | n | target tok/s | strict speedup | strict τ | MARS speedup | MARS τ | MARS relaxed | NLL target / strict / MARS | MARS agreement | strict agreement |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
-    for (name, t) in cats.iter().chain(std::iter::once(&("all".to_string(), all.clone()))) {
+    for (name, t) in cats
+        .iter()
+        .chain(std::iter::once(&("all".to_string(), all.clone())))
+    {
         let _ = writeln!(
             md,
             "| {name} | {} | {:.1} | {:.2}× | {:.2} | {:.2}× | {:.2} | {:.1} % | {:.3} / {:.3} / {:.3} | {:.1} % | {:.1} % |",
@@ -804,7 +827,10 @@ fn plot(path: &Path, cats: &[(String, Totals)], settings: &Settings) -> Result<(
         settings.sampling.temperature,
         mode_label(settings.mars)
     );
-    for (area, metric, label) in [(&top, 0, "speedup vs target-only"), (&bottom, 1, "τ (tokens per target pass)")] {
+    for (area, metric, label) in [
+        (&top, 0, "speedup vs target-only"),
+        (&bottom, 1, "τ (tokens per target pass)"),
+    ] {
         let value = |t: &Totals, mars: bool| {
             let m = if mars { &t.mars } else { &t.strict };
             if metric == 0 { m.speedup } else { m.tau }
@@ -815,7 +841,10 @@ fn plot(path: &Path, cats: &[(String, Totals)], settings: &Settings) -> Result<(
             .fold(1.0f64, f64::max)
             * 1.15;
         let mut chart = ChartBuilder::on(area)
-            .caption(if metric == 0 { title.as_str() } else { "" }, ("sans-serif", 16))
+            .caption(
+                if metric == 0 { title.as_str() } else { "" },
+                ("sans-serif", 16),
+            )
             .margin(12)
             .x_label_area_size(70)
             .y_label_area_size(50)
@@ -840,8 +869,14 @@ fn plot(path: &Path, cats: &[(String, Totals)], settings: &Settings) -> Result<(
             chart
                 .draw_series(bars)
                 .map_err(plot_err)?
-                .label(if mars { mode_label(settings.mars) } else { "strict".into() })
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+                .label(if mars {
+                    mode_label(settings.mars)
+                } else {
+                    "strict".into()
+                })
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
+                });
         }
         if metric == 0 {
             chart

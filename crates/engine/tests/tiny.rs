@@ -16,6 +16,8 @@ use mars_model::{Device, Llama, LoadOptions, read_f32};
 use mars_verify::{Mode, Sampler, Sampling, VerifyConfig};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
 
+mod common;
+
 struct Tiny {
     bytes: Vec<u8>,
     model: Llama,
@@ -78,37 +80,15 @@ fn config(k: usize, sampling: Sampling, mode: Mode, max_tokens: usize, seed: u64
     }
 }
 
-/// Runs to the end, asserting the cache invariant after every step; returns tokens and stop.
-fn run(
+fn run_tiny(
     t: &Tiny,
     tokenizer: Arc<Tokenizer>,
     drafter: Option<AnyDrafter>,
     config: &DecodeConfig,
     prompt: &[u32],
 ) -> (Vec<u32>, StopReason, Vec<TokenKind>) {
-    pollster::block_on(async {
-        let mut dec = Decoder::new(&t.model, tokenizer, drafter, config, prompt)
-            .await
-            .unwrap();
-        let mut kinds = Vec::new();
-        while let Some(step) = dec.step().await.unwrap() {
-            let ctx = dec.context().len();
-            assert_eq!(dec.target_cache_len(), ctx - 1, "target cache after a step");
-            if let Some(len) = dec.drafter_cache_len() {
-                // The drafter fed its own proposals except the last one, so after a fully
-                // accepted draft it is one short; otherwise exactly at the accepted length.
-                let all_kept = step.drafted > 0 && !step.correction;
-                let expected = if all_kept { ctx - 2 } else { ctx - 1 };
-                assert!(
-                    len == expected || (dec.stop_reason().is_some() && len < ctx),
-                    "drafter cache {len}, context {ctx}, step {step:?}"
-                );
-            }
-            assert!(step.drafted <= config.k);
-            kinds.extend(step.tokens.iter().map(|r| r.kind));
-        }
-        (dec.generated().to_vec(), dec.stop_reason().unwrap(), kinds)
-    })
+    let (out, stop, records) = common::run(&t.model, tokenizer, drafter, config, prompt);
+    (out, stop, common::kinds(&records))
 }
 
 fn prompt(t: &Tiny) -> Vec<u32> {
@@ -123,7 +103,7 @@ fn greedy_strict_speculation_equals_target_only() {
     let t = tiny();
     let p = prompt(&t);
     let strict = |k| config(k, Sampling::GREEDY, Mode::Strict, 40, 0);
-    let (reference, stop, kinds) = run(&t, t.tokenizer.clone(), None, &strict(0), &p);
+    let (reference, stop, kinds) = run_tiny(&t, t.tokenizer.clone(), None, &strict(0), &p);
     assert_eq!(stop, StopReason::Budget);
     assert_eq!(reference.len(), 40);
     assert!(kinds.iter().all(|k| *k == TokenKind::Target));
@@ -148,7 +128,7 @@ fn greedy_strict_speculation_equals_target_only() {
         for k in [1, 4, 8] {
             // Budget.
             let d = drafter(&t, kind, Sampling::GREEDY, 512);
-            let (out, stop, kinds) = run(&t, t.tokenizer.clone(), Some(d), &strict(k), &p);
+            let (out, stop, kinds) = run_tiny(&t, t.tokenizer.clone(), Some(d), &strict(k), &p);
             assert_eq!(out, reference, "{kind:?} k={k}");
             assert_eq!(stop, StopReason::Budget);
             accepted_any |= kinds.contains(&TokenKind::Exact);
@@ -156,7 +136,7 @@ fn greedy_strict_speculation_equals_target_only() {
 
             // EOS.
             let d = drafter(&t, kind, Sampling::GREEDY, 512);
-            let (out, stop, _) = run(&t, eos_tok.clone(), Some(d), &strict(k), &p);
+            let (out, stop, _) = run_tiny(&t, eos_tok.clone(), Some(d), &strict(k), &p);
             assert_eq!(out, reference[..=eos_at], "{kind:?} k={k} eos");
             assert_eq!(
                 stop,
@@ -169,7 +149,7 @@ fn greedy_strict_speculation_equals_target_only() {
             let mut c = strict(k);
             c.capacity = Some(p.len() + 16);
             let d = drafter(&t, kind, Sampling::GREEDY, p.len() + 16);
-            let (out, stop, _) = run(&t, t.tokenizer.clone(), Some(d), &c, &p);
+            let (out, stop, _) = run_tiny(&t, t.tokenizer.clone(), Some(d), &c, &p);
             assert_eq!(out, reference[..17], "{kind:?} k={k} context edge");
             assert_eq!(
                 stop,
@@ -197,14 +177,14 @@ fn seeds_reproduce_sampling_runs() {
         Mode::Margin { rho: 0.5 },
     ] {
         let c = config(4, sampling, mode, 24, 42);
-        let a = run(
+        let a = run_tiny(
             &t,
             t.tokenizer.clone(),
             Some(drafter(&t, Kind::LayerSkip, sampling, 512)),
             &c,
             &p,
         );
-        let b = run(
+        let b = run_tiny(
             &t,
             t.tokenizer.clone(),
             Some(drafter(&t, Kind::LayerSkip, sampling, 512)),
@@ -213,7 +193,7 @@ fn seeds_reproduce_sampling_runs() {
         );
         assert_eq!(a, b, "{mode:?}");
         // The written-out subset is the same drafter: identical runs.
-        let f = run(
+        let f = run_tiny(
             &t,
             t.tokenizer.clone(),
             Some(drafter(&t, Kind::File, sampling, 512)),
@@ -222,7 +202,7 @@ fn seeds_reproduce_sampling_runs() {
         );
         assert_eq!(a, f, "{mode:?} file drafter");
         let other = config(4, sampling, mode, 24, 43);
-        let d = run(
+        let d = run_tiny(
             &t,
             t.tokenizer.clone(),
             Some(drafter(&t, Kind::LayerSkip, sampling, 512)),

@@ -9,7 +9,9 @@ use mars_formats::Gguf;
 use mars_model::{Device, Llama, LoadOptions, read_f32};
 
 fn main() {
-    let path = std::env::args().nth(1).expect("usage: step_cost MODEL.gguf");
+    let path = std::env::args()
+        .nth(1)
+        .expect("usage: step_cost MODEL.gguf");
     let bytes = std::fs::read(&path).unwrap();
     let g = Gguf::parse(&bytes).unwrap();
     let model = Llama::from_gguf(&g, &Device::flex(), LoadOptions::default()).unwrap();
