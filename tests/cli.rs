@@ -221,3 +221,131 @@ fn generate_reports_a_bad_model_file() {
         "{err}"
     );
 }
+
+/// `mars compare` on the tiny model: three methods, greedy strict identical to target-only,
+/// JSON with the documented keys; `mars bench` writes its table, JSON and plot.
+#[test]
+fn compare_and_bench_on_the_tiny_model() {
+    let dir = std::env::temp_dir().join(format!("mars-compare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("tiny.gguf");
+    std::fs::write(&model, mars_model::tiny::tiny_gguf(5).unwrap()).unwrap();
+    let model = model.to_str().unwrap();
+    for draft in [&["--draft-layers", "first:1"][..], &["--draft", "ngram"]] {
+        let mut args = vec![
+            "compare",
+            "--model",
+            model,
+            "--prompt",
+            "abcabcabc",
+            "--max-tokens",
+            "12",
+            "--json",
+        ];
+        args.extend_from_slice(draft);
+        let out = mars(&args, "");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let p = &v["prompts"][0];
+        for m in ["target", "strict", "mars"] {
+            for key in [
+                "tokens",
+                "text",
+                "tokens_per_second",
+                "tau",
+                "relaxed",
+                "nll",
+            ] {
+                assert!(!p[m][key].is_null(), "{m}.{key} missing: {p}");
+            }
+            assert!(v["total"][m]["tokens_per_second"].as_f64().unwrap() > 0.0);
+        }
+        assert_eq!(
+            p["target"]["tokens"], p["strict"]["tokens"],
+            "greedy strict is lossless"
+        );
+        assert_eq!(p["strict"]["agreement"], 1.0);
+        assert_eq!(p["target"]["tau"], 1.0);
+    }
+    let prompts = dir.join("p.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"category\": \"a\", \"turns\": [\"hello hello\", \"second\"]}\n{\"prompt\": \"xyzxyz\", \"category\": \"b\"}\n",
+    )
+    .unwrap();
+    let out_dir = dir.join("bench");
+    let out = mars(
+        &[
+            "bench",
+            "--model",
+            model,
+            "--prompts",
+            prompts.to_str().unwrap(),
+            "--draft",
+            "ngram",
+            "--max-tokens",
+            "6",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let md = std::fs::read_to_string(out_dir.join("bench.md")).unwrap();
+    assert!(
+        md.contains("| a | 1 |") && md.contains("| b | 1 |") && md.contains("| all | 2 |"),
+        "{md}"
+    );
+    let svg = std::fs::read_to_string(out_dir.join("bench.svg")).unwrap();
+    assert!(svg.starts_with("<svg") || svg.contains("<svg"));
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_dir.join("bench.json")).unwrap()).unwrap();
+    assert_eq!(json["prompts"].as_array().unwrap().len(), 2);
+    // A bad layer spec and a missing model are errors that say what is wrong.
+    let out = mars(
+        &[
+            "compare",
+            "--model",
+            model,
+            "--prompt",
+            "x",
+            "--draft-layers",
+            "first:9",
+        ],
+        "",
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("first:9"));
+    let out = mars(
+        &["compare", "--model", "/nonexistent.gguf", "--prompt", "x"],
+        "",
+    );
+    assert!(!out.status.success());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// With no model in the cache, `mars` (no arguments) says how to fetch it.
+#[test]
+fn default_run_without_the_model_says_how_to_fetch_it() {
+    let empty = std::env::temp_dir().join(format!("mars-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mars"))
+        .env("MARS_MODEL_DIR", &empty)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("README") && err.contains("fetch-model.sh"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&empty).ok();
+}
