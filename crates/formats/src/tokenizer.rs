@@ -180,6 +180,12 @@ impl Tokenizer {
     /// # Errors
     /// [`FormatError::Tokenizer`] when the JSON is not a tokenizer the crate can load.
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
+        // tokenizers 0.22 panics (an `expect` in its decoder deserializer) on a JSON syntax
+        // error inside "decoder"; found by fuzzing. Check the syntax first so that a malformed
+        // file is an error, not a crash.
+        serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(|e| {
+            FormatError::Tokenizer(format!("tokenizer.json is not valid JSON: {e}"))
+        })?;
         let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(tok_err)?;
         let find = |names: &[&str]| names.iter().find_map(|n| inner.token_to_id(n));
         let bos = find(&["<s>", "<|begin_of_text|>"]);

@@ -1,0 +1,20 @@
+//! Inputs the fuzzers (fuzz/) found crashing, kept as regression tests: each must now be a
+//! typed error.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+use mars_formats::{FormatError, Tokenizer};
+
+/// A tokenizer.json whose "decoder" object has a syntax error: tokenizers 0.22 panicked.
+#[test]
+fn tokenizer_json_with_a_syntax_error_in_the_decoder() {
+    let bytes = include_bytes!("data/fuzz/tokenizer-decoder-syntax.json");
+    match Tokenizer::from_json(bytes) {
+        Err(FormatError::Tokenizer(msg)) => assert!(msg.contains("not valid JSON"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+}
