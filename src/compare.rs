@@ -21,7 +21,7 @@ use crate::generate::{DeviceArg, Loaded, ModelArgs, load, prompt_ids};
 
 /// The layer subset the layer-skip drafter uses by default on SmolLM2-135M (30 layers), chosen
 /// by measuring `mars compare` over Spec-Bench prompts (see the README).
-pub const DEFAULT_DRAFT_LAYERS: &str = "first:8";
+pub const DEFAULT_DRAFT_LAYERS: &str = "first:24";
 
 /// The default model's file name in the model cache directory.
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";

@@ -18,6 +18,7 @@ step "clippy (wasm32: the crates the browser runs)"
 cargo clippy -p mars-verify -p mars-formats --target wasm32-unknown-unknown --lib --tests --release -- -D warnings
 # The model compiles for the browser too (burn's WebGPU backend, async readback).
 cargo clippy -p mars-model --features webgpu --target wasm32-unknown-unknown --lib --release -- -D warnings
+cargo clippy -p mars-engine -p mars-web --target wasm32-unknown-unknown --lib --tests --release -- -D warnings
 
 step "native tests (release: the statistical tests draw millions of samples)"
 cargo test --workspace --release
@@ -28,5 +29,8 @@ step "browser tests: wasm32 in headless Chromium"
 export CHROMEDRIVER="${CHROMEDRIVER:-$(command -v chromedriver)}"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}"
 cargo test -p mars-verify -p mars-formats --release --target wasm32-unknown-unknown
+# The model and the engine on real WebGPU (SwiftShader): logits equal flex's, greedy strict
+# speculation equals target-only.
+cargo test -p mars-web --release --target wasm32-unknown-unknown
 
 step "all tests passed"

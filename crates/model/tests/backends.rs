@@ -54,3 +54,36 @@ fn flex_and_wgpu_agree() {
     eprintln!("flex vs wgpu: max |Δ logit| = {worst:.2e} (logits up to {scale:.2})");
     assert!(worst < TOLERANCE, "{worst}");
 }
+
+/// The tokens and seed of the cross-platform fixture: the browser test (crates/web) runs the
+/// same tiny model on WebGPU and compares with these flex logits.
+const FIXTURE_SEED: u64 = 7;
+const FIXTURE_TOKENS: [u32; 8] = [72, 101, 108, 108, 111, 32, 119, 111];
+
+/// The committed fixture equals what flex computes now (so the browser test can never compare
+/// against stale numbers). `MARS_WRITE_FIXTURES=1` rewrites it.
+#[test]
+fn browser_fixture_matches_flex() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tiny_logits.json");
+    let bytes = tiny_gguf(FIXTURE_SEED).unwrap();
+    let cpu = logits(&Device::flex(), &bytes, &FIXTURE_TOKENS);
+    if std::env::var_os("MARS_WRITE_FIXTURES").is_some() {
+        let json = serde_json::json!({
+            "seed": FIXTURE_SEED,
+            "tokens": FIXTURE_TOKENS,
+            "prefill": 6,
+            "logits": cpu,
+        });
+        std::fs::write(path, serde_json::to_string(&json).unwrap()).unwrap();
+    }
+    let fixture: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let stored: Vec<f32> = serde_json::from_value(fixture["logits"].clone()).unwrap();
+    assert_eq!(stored.len(), cpu.len());
+    let worst = stored
+        .iter()
+        .zip(&cpu)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst < TOLERANCE, "fixture is stale: {worst}");
+}
