@@ -127,6 +127,15 @@ fn read_with_progress(path: &Path) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// `MemAvailable` from /proc/meminfo (Linux), the budget for f32 weights on the CPU backend;
+/// `None` where it cannot be read (then nothing is checked up front).
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 /// Loads model, tokenizer and chat template from one GGUF file.
 pub fn load(args: &ModelArgs) -> Result<Loaded> {
     let bytes = read_with_progress(&args.model)?;
@@ -146,7 +155,19 @@ pub fn load(args: &ModelArgs) -> Result<Loaded> {
     let (device, max_buffer_bytes) = device(args.device)?;
     let spinner = ProgressBar::new_spinner().with_message("dequantizing weights to f32");
     spinner.enable_steady_tick(Duration::from_millis(120));
-    let model = Llama::from_gguf(&g, &device, LoadOptions { max_buffer_bytes })?;
+    let max_total_bytes = match args.device {
+        DeviceArg::Cpu => available_memory(),
+        // wgpu does not report device memory; the per-buffer limit is still checked.
+        DeviceArg::Wgpu => None,
+    };
+    let model = Llama::from_gguf(
+        &g,
+        &device,
+        LoadOptions {
+            max_buffer_bytes,
+            max_total_bytes,
+        },
+    )?;
     spinner.finish_and_clear();
     ensure!(
         tokenizer.vocab_size() <= model.config().vocab_size,

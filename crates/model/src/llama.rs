@@ -15,6 +15,10 @@ pub struct LoadOptions {
     /// The device's largest buffer (wgpu's `max_storage_buffer_binding_size`); `None` on the
     /// CPU. Checked before anything is allocated.
     pub max_buffer_bytes: Option<u64>,
+    /// Memory the weights may take in all (available RAM for the CPU backend; browsers and
+    /// wgpu do not report device memory, so `None` there). Checked before anything is
+    /// allocated, against the f32 size of every weight.
+    pub max_total_bytes: Option<u64>,
 }
 
 /// A weight matrix stored `[1, in, out]`, so that `x @ w` applies it to activations
@@ -184,16 +188,7 @@ impl Llama {
         options: LoadOptions,
     ) -> Result<Self> {
         c.validate()?;
-        if let Some(limit) = options.max_buffer_bytes {
-            let embedding = 4 * (c.vocab_size as u64) * (c.d_model as u64);
-            if embedding > limit {
-                return Err(ModelError::TooBigForDevice {
-                    what: "the embedding matrix".into(),
-                    needed: embedding,
-                    limit,
-                });
-            }
-        }
+        check_memory(&c, options)?;
         let (d, hd, ff, v) = (c.d_model, c.head_dim, c.d_ff, c.vocab_size);
         let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
         let embd = read(g, "token_embd.weight", &[v, d])?;
@@ -459,6 +454,45 @@ impl Llama {
             .reshape([1, t, nh * hd]); // [1, t, n_heads * head_dim]
         block.wo.forward(out) // [1, t, d_model]
     }
+}
+
+/// Refuses a model whose weights, dequantized to f32, cannot fit: the largest single tensor
+/// against the device's buffer limit, the sum against the memory budget. Runs before anything
+/// is allocated, so a too-large model costs nothing but the message.
+fn check_memory(c: &LlamaConfig, options: LoadOptions) -> Result<()> {
+    let (d, ff, v) = (c.d_model as u64, c.d_ff as u64, c.vocab_size as u64);
+    let q = (c.n_heads as u64).saturating_mul(c.head_dim as u64);
+    if let Some(limit) = options.max_buffer_bytes {
+        let tensors = [
+            ("the embedding matrix", v.saturating_mul(d)),
+            ("an FFN matrix", ff.saturating_mul(d)),
+            ("an attention projection", q.saturating_mul(d)),
+        ];
+        for (what, elements) in tensors {
+            let needed = elements.saturating_mul(4);
+            if needed > limit {
+                return Err(ModelError::TooBigForDevice {
+                    what: what.into(),
+                    needed,
+                    limit,
+                });
+            }
+        }
+    }
+    if let Some(limit) = options.max_total_bytes {
+        let rope = 4u64
+            .saturating_mul(c.context_length as u64)
+            .saturating_mul(c.head_dim as u64);
+        let needed = c.weight_bytes().saturating_add(rope);
+        if needed > limit {
+            return Err(ModelError::TooBigForDevice {
+                what: "the weights in f32".into(),
+                needed,
+                limit,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn group_rows(c: &LlamaConfig, t: usize) -> usize {

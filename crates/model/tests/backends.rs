@@ -87,3 +87,49 @@ fn browser_fixture_matches_flex() {
         .fold(0f32, f32::max);
     assert!(worst < TOLERANCE, "fixture is stale: {worst}");
 }
+
+/// Models that do not fit are refused before allocation, naming what and both sizes.
+#[test]
+fn too_big_for_the_device_is_refused_up_front() {
+    let bytes = tiny_gguf(1).unwrap();
+    let g = Gguf::parse(&bytes).unwrap();
+    let c = tiny_config();
+    let embedding = 4 * (c.vocab_size * c.d_model) as u64;
+    let err = Llama::from_gguf(
+        &g,
+        &Device::flex(),
+        LoadOptions {
+            max_buffer_bytes: Some(embedding - 1),
+            max_total_bytes: None,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the model needs {embedding} bytes for the embedding matrix, the device allows {}",
+            embedding - 1
+        )
+    );
+    let err = Llama::from_gguf(
+        &g,
+        &Device::flex(),
+        LoadOptions {
+            max_buffer_bytes: Some(embedding),
+            max_total_bytes: Some(c.weight_bytes()),
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("the weights in f32"), "{err}");
+    // Exactly enough is enough.
+    let rope = 4 * (c.context_length * c.head_dim) as u64;
+    Llama::from_gguf(
+        &g,
+        &Device::flex(),
+        LoadOptions {
+            max_buffer_bytes: Some(embedding),
+            max_total_bytes: Some(c.weight_bytes() + rope),
+        },
+    )
+    .unwrap();
+}

@@ -111,7 +111,9 @@ async fn webgpu() -> Result<(Device, u64), JsError> {
         .await
         .map_err(|e| JsError::new(&format!("WebGPU is not available: {e}")))?;
     let limits = setup.adapter.limits();
-    let max = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+    let max = limits
+        .max_storage_buffer_binding_size
+        .min(limits.max_buffer_size);
     DEVICE.with(|d| *d.borrow_mut() = Some((device.clone(), max)));
     Ok((device, max))
 }
@@ -144,6 +146,8 @@ impl Engine {
             &device,
             LoadOptions {
                 max_buffer_bytes: Some(max_buffer_bytes),
+                // Browsers do not report GPU memory; a failed allocation surfaces as an error.
+                max_total_bytes: None,
             },
         )
         .map_err(js)?;
