@@ -3,18 +3,39 @@
 
 use std::collections::HashMap;
 
+use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
+use tokenizers::{DecoderWrapper, NormalizerWrapper};
 
 use crate::error::{FormatError, Result};
 use crate::gguf::{Gguf, Value};
 
+/// `tokenizer.ggml.token_type`, or "normal" for every token when the file has none.
+fn token_types(g: &Gguf<'_>, n: usize) -> Result<Vec<u64>> {
+    let types: Vec<u64> = match g.get("tokenizer.ggml.token_type") {
+        Some(Value::Array(_, items)) => items.iter().map(|v| v.as_u64().unwrap_or(1)).collect(),
+        _ => vec![1; n],
+    };
+    if types.len() != n {
+        return Err(FormatError::Tokenizer(format!(
+            "tokenizer.ggml.token_type has {} entries, tokenizer.ggml.tokens has {n}",
+            types.len()
+        )));
+    }
+    Ok(types)
+}
+
 /// GGUF token types (`tokenizer.ggml.token_type`) that are matched whole, before BPE.
+const UNKNOWN: u64 = 2;
 const CONTROL: u64 = 3;
 const USER_DEFINED: u64 = 4;
 
@@ -34,6 +55,8 @@ pub struct Tokenizer {
     pub add_bos: bool,
     /// Ids that end generation (EOS, end-of-turn and similar control tokens).
     pub stop_ids: Vec<u32>,
+    /// SentencePiece prepends "▁" to the text; [`Tokenizer::decode`] removes that one space.
+    strip_space_prefix: bool,
 }
 
 fn tok_err(e: impl std::fmt::Display) -> FormatError {
@@ -52,25 +75,21 @@ impl Tokenizer {
     /// vocabulary the BPE builder rejects.
     pub fn from_gguf(g: &Gguf<'_>) -> Result<Self> {
         let model = g.get_str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
-            return Err(FormatError::Tokenizer(format!(
-                "tokenizer.ggml.model = {model:?} is not supported from GGUF metadata (supported: \"gpt2\"); \
+        match model {
+            "gpt2" => Self::byte_level_bpe(g),
+            "llama" => Self::sentencepiece(g),
+            _ => Err(FormatError::Tokenizer(format!(
+                "tokenizer.ggml.model = {model:?} is not supported from GGUF metadata (supported: \"gpt2\", \"llama\"); \
                  load the model's tokenizer.json instead"
-            )));
+            ))),
         }
+    }
+
+    /// gpt2-style byte-level BPE: vocabulary, merge list and a pre-tokenizer regex.
+    fn byte_level_bpe(g: &Gguf<'_>) -> Result<Self> {
         let tokens = g.get_str_array("tokenizer.ggml.tokens")?;
         let merges = g.get_str_array("tokenizer.ggml.merges")?;
-        let types: Vec<u64> = match g.get("tokenizer.ggml.token_type") {
-            Some(Value::Array(_, items)) => items.iter().map(|v| v.as_u64().unwrap_or(1)).collect(),
-            _ => vec![1; tokens.len()],
-        };
-        if types.len() != tokens.len() {
-            return Err(FormatError::Tokenizer(format!(
-                "tokenizer.ggml.token_type has {} entries, tokenizer.ggml.tokens has {}",
-                types.len(),
-                tokens.len()
-            )));
-        }
+        let types = token_types(g, tokens.len())?;
         let mut vocab = HashMap::with_capacity(tokens.len());
         for (id, t) in tokens.iter().enumerate() {
             let id = u32::try_from(id).map_err(tok_err)?;
@@ -129,6 +148,139 @@ impl Tokenizer {
             .collect();
         inner.add_special_tokens(&special);
 
+        let add_bos = matches!(
+            g.get("tokenizer.ggml.add_bos_token"),
+            Some(Value::Bool(true))
+        );
+        Self::finish(g, inner, tokens.len(), add_bos, false)
+    }
+
+    /// llama SentencePiece (`tokenizer.ggml.model = "llama"`): pieces with scores, "▁" for
+    /// spaces, `<0xXX>` byte fallback. Built as HF does for LlamaTokenizerFast: a BPE whose
+    /// merges are every split of a piece into two pieces, ranked by the merged piece's score
+    /// (SentencePiece merges the best-scoring pair first), plus a "▁" prefix and " " → "▁".
+    fn sentencepiece(g: &Gguf<'_>) -> Result<Self> {
+        let tokens = g.get_str_array("tokenizer.ggml.tokens")?;
+        let scores: Vec<f64> = match g.get("tokenizer.ggml.scores") {
+            Some(Value::Array(_, items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v.as_f64().filter(|x| x.is_finite()).ok_or_else(|| {
+                        FormatError::Tokenizer(format!(
+                            "tokenizer.ggml.scores[{i}] = {v:?} is not a finite number"
+                        ))
+                    })
+                })
+                .collect::<Result<_>>()?,
+            Some(other) => {
+                return Err(FormatError::WrongType {
+                    key: "tokenizer.ggml.scores".into(),
+                    expected: "array of f32",
+                    found: other.type_name().into(),
+                });
+            }
+            None => {
+                return Err(FormatError::MissingKey {
+                    key: "tokenizer.ggml.scores".into(),
+                });
+            }
+        };
+        let types = token_types(g, tokens.len())?;
+        if scores.len() != tokens.len() {
+            return Err(FormatError::Tokenizer(format!(
+                "tokenizer.ggml.scores has {} entries, tokenizer.ggml.tokens has {}",
+                scores.len(),
+                tokens.len()
+            )));
+        }
+        let mut vocab: HashMap<String, u32> = HashMap::with_capacity(tokens.len());
+        for (id, t) in tokens.iter().enumerate() {
+            let id = u32::try_from(id).map_err(tok_err)?;
+            if vocab.insert(t.to_string(), id).is_some() {
+                return Err(FormatError::Tokenizer(format!(
+                    "token {t:?} appears twice in tokenizer.ggml.tokens"
+                )));
+            }
+        }
+        // Every split of every piece into two pieces is a merge; rank by the merged piece's
+        // score (best first), then by piece id, then by the halves' ids (HF's order).
+        let mut ranked: Vec<(f64, u32, u32, u32)> = Vec::new();
+        for (id, piece) in tokens.iter().enumerate() {
+            for (at, _) in piece.char_indices().skip(1) {
+                let (l, r) = piece.split_at(at);
+                if let (Some(&li), Some(&ri)) = (vocab.get(l), vocab.get(r)) {
+                    ranked.push((scores[id], id as u32, li, ri));
+                }
+            }
+        }
+        ranked.sort_by(|a, b| {
+            b.0.total_cmp(&a.0)
+                .then(a.1.cmp(&b.1))
+                .then(a.2.cmp(&b.2))
+                .then(a.3.cmp(&b.3))
+        });
+        let merges: Vec<(String, String)> = ranked
+            .iter()
+            .map(|&(_, _, l, r)| {
+                (
+                    tokens[l as usize].to_string(),
+                    tokens[r as usize].to_string(),
+                )
+            })
+            .collect();
+        let unk = types
+            .iter()
+            .position(|&t| t == UNKNOWN)
+            .map(|i| tokens[i].to_string());
+        let vocab: tokenizers::models::bpe::Vocab = vocab.into_iter().collect();
+        let mut builder = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .byte_fallback(true)
+            .fuse_unk(true);
+        if let Some(unk) = unk {
+            builder = builder.unk_token(unk);
+        }
+        let bpe = builder.build().map_err(tok_err)?;
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        let space_prefix = !matches!(
+            g.get("tokenizer.ggml.add_space_prefix"),
+            Some(Value::Bool(false))
+        );
+        let mut normalizers: Vec<NormalizerWrapper> = Vec::new();
+        if space_prefix {
+            normalizers.push(Prepend::new("▁".into()).into());
+        }
+        normalizers.push(Replace::new(" ", "▁").map_err(tok_err)?.into());
+        inner.with_normalizer(Some(NormalizerSequence::new(normalizers)));
+        inner.with_decoder(Some(DecoderSequence::new(vec![
+            DecoderWrapper::Replace(Replace::new("▁", " ").map_err(tok_err)?),
+            ByteFallback::default().into(),
+            Fuse::default().into(),
+        ])));
+        let special: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, t)| **t == CONTROL || **t == USER_DEFINED)
+            .map(|(s, _)| AddedToken::from(s.to_string(), true))
+            .collect();
+        inner.add_special_tokens(&special);
+        // llama.cpp's default for SentencePiece vocabularies is to add BOS.
+        let add_bos = !matches!(
+            g.get("tokenizer.ggml.add_bos_token"),
+            Some(Value::Bool(false))
+        );
+        Self::finish(g, inner, tokens.len(), add_bos, space_prefix)
+    }
+
+    /// Special ids and stop tokens, shared by the GGUF builders.
+    fn finish(
+        g: &Gguf<'_>,
+        inner: tokenizers::Tokenizer,
+        n_tokens: usize,
+        add_bos: bool,
+        strip_space_prefix: bool,
+    ) -> Result<Self> {
         let id_of = |key: &str| -> Result<Option<u32>> {
             match g.get(key) {
                 None => Ok(None),
@@ -136,11 +288,10 @@ impl Tokenizer {
                     let id = v
                         .as_u64()
                         .and_then(|id| u32::try_from(id).ok())
-                        .filter(|&id| (id as usize) < tokens.len());
+                        .filter(|&id| (id as usize) < n_tokens);
                     id.map(Some).ok_or_else(|| {
                         FormatError::Tokenizer(format!(
-                            "{key} = {v:?} is not a token id below {}",
-                            tokens.len()
+                            "{key} = {v:?} is not a token id below {n_tokens}"
                         ))
                     })
                 }
@@ -149,12 +300,7 @@ impl Tokenizer {
         let bos = id_of("tokenizer.ggml.bos_token_id")?;
         let eos = id_of("tokenizer.ggml.eos_token_id")?;
         let eot = id_of("tokenizer.ggml.eot_token_id")?;
-        let add_bos = matches!(
-            g.get("tokenizer.ggml.add_bos_token"),
-            Some(Value::Bool(true))
-        );
         let mut stop_ids: Vec<u32> = eos.into_iter().chain(eot).collect();
-        // Chat models end a turn with a control token that is not always the file's EOS.
         for name in [
             "<|im_end|>",
             "<|eot_id|>",
@@ -172,6 +318,7 @@ impl Tokenizer {
             eos,
             add_bos,
             stop_ids,
+            strip_space_prefix,
         })
     }
 
@@ -207,6 +354,7 @@ impl Tokenizer {
             eos,
             add_bos: false,
             stop_ids,
+            strip_space_prefix: false,
         })
     }
 
@@ -230,6 +378,16 @@ impl Tokenizer {
     /// # Errors
     /// [`FormatError::Tokenizer`] for ids outside the vocabulary.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        let text = self.decode_pieces(ids)?;
+        Ok(match text.strip_prefix(' ') {
+            Some(rest) if self.strip_space_prefix => rest.to_string(),
+            _ => text,
+        })
+    }
+
+    /// The pieces' text as is (a SentencePiece word keeps its leading space): what streaming
+    /// shows between chunks.
+    fn decode_pieces(&self, ids: &[u32]) -> Result<String> {
         self.inner.decode(ids, false).map_err(tok_err)
     }
 
@@ -312,7 +470,10 @@ impl<T: AsRef<Tokenizer>> StreamDecoder<T> {
             .tokenizer
             .as_ref()
             .decode(&self.ids[self.prefix..self.read])?;
-        let now = self.tokenizer.as_ref().decode(&self.ids[self.prefix..])?;
+        let now = self
+            .tokenizer
+            .as_ref()
+            .decode_pieces(&self.ids[self.prefix..])?;
         if now.len() > before.len() && !now.ends_with('\u{FFFD}') {
             let text = match now.strip_prefix(before.as_str()) {
                 Some(rest) => rest.to_string(),
@@ -335,7 +496,10 @@ impl<T: AsRef<Tokenizer>> StreamDecoder<T> {
             .tokenizer
             .as_ref()
             .decode(&self.ids[self.prefix..self.read])?;
-        let now = self.tokenizer.as_ref().decode(&self.ids[self.prefix..])?;
+        let now = self
+            .tokenizer
+            .as_ref()
+            .decode_pieces(&self.ids[self.prefix..])?;
         self.prefix = self.ids.len();
         self.read = self.ids.len();
         Ok(now
