@@ -38,12 +38,27 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Measure target-only prefill and decode speed.
     Speed(generate::SpeedArgs),
+    /// Write a layer subset of a GGUF model as its own GGUF (a draft model file).
+    ExtractLayers(ExtractArgs),
     /// Verify one speculative step given as JSON and print the verdict.
     ///
     /// Input: {"target_logits": [[...k+1 rows...]], "draft_tokens": [...k ids...],
     /// "draft_probs": [[...k rows...]] (optional; omitted = one-hot)}. A null logit is −inf
     /// (a masked token), since JSON has no infinities.
     Verify(VerifyArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ExtractArgs {
+    /// Source GGUF model.
+    #[arg(long)]
+    model: PathBuf,
+    /// Layers to keep: `first:N`, `every:S`, or a list such as `0-7,29`.
+    #[arg(long)]
+    layers: String,
+    /// Output GGUF file.
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
@@ -115,6 +130,7 @@ fn main() -> Result<()> {
         Some(Command::Generate(args)) => generate::run_generate(&args),
         Some(Command::Speed(args)) => generate::run_speed(&args),
         Some(Command::Verify(args)) => run_verify(&args),
+        Some(Command::ExtractLayers(args)) => run_extract(&args),
     }
 }
 
@@ -126,6 +142,27 @@ fn default_compare() -> compare::CompareArgs {
         args: compare::CompareArgs,
     }
     Defaults::parse_from(["mars", "--chat"]).args
+}
+
+fn run_extract(args: &ExtractArgs) -> Result<()> {
+    let bytes =
+        std::fs::read(&args.model).with_context(|| format!("reading {}", args.model.display()))?;
+    let g = mars_formats::Gguf::parse(&bytes)
+        .with_context(|| format!("parsing {}", args.model.display()))?;
+    let arch = g.get_str("general.architecture")?;
+    let n_layers = usize::try_from(g.get_u64(&format!("{arch}.block_count"))?)
+        .context("block_count does not fit in usize")?;
+    let spec: mars_engine::LayerSpec = args.layers.parse()?;
+    let layers = spec.layers(n_layers)?;
+    let out = g.with_layers(&layers)?;
+    std::fs::write(&args.out, &out).with_context(|| format!("writing {}", args.out.display()))?;
+    eprintln!(
+        "wrote {} ({} of {n_layers} layers: {layers:?}, {} bytes)",
+        args.out.display(),
+        layers.len(),
+        out.len()
+    );
+    Ok(())
 }
 
 fn run_verify(args: &VerifyArgs) -> Result<()> {

@@ -309,6 +309,56 @@ fn compare_and_bench_on_the_tiny_model() {
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out_dir.join("bench.json")).unwrap()).unwrap();
     assert_eq!(json["prompts"].as_array().unwrap().len(), 2);
+    // A layer subset written as its own file works as a separate draft model.
+    let draft = dir.join("draft.gguf");
+    let out = mars(
+        &[
+            "extract-layers",
+            "--model",
+            model,
+            "--layers",
+            "first:1",
+            "--out",
+            draft.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = mars(
+        &[
+            "compare",
+            "--model",
+            model,
+            "--draft",
+            draft.to_str().unwrap(),
+            "--prompt",
+            "abcabc",
+            "--max-tokens",
+            "8",
+            "--json",
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["prompts"][0]["target"]["tokens"],
+        v["prompts"][0]["strict"]["tokens"]
+    );
+    assert!(
+        v["settings"]["drafter"]
+            .as_str()
+            .unwrap()
+            .contains("draft model")
+    );
     // A bad layer spec and a missing model are errors that say what is wrong.
     let out = mars(
         &[
