@@ -327,13 +327,14 @@ impl Tokenizer {
     /// # Errors
     /// [`FormatError::Tokenizer`] when the JSON is not a tokenizer the crate can load.
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
-        // tokenizers 0.22 panics (an `expect` in its decoder deserializer) on a JSON syntax
-        // error inside "decoder"; found by fuzzing. Check the syntax first so that a malformed
-        // file is an error, not a crash.
-        serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(|e| {
+        // tokenizers 0.22 panics (an `expect` in its decoder deserializer) when the JSON text
+        // under "decoder" is malformed (a syntax error, invalid UTF-8, a bad \u escape); found by
+        // fuzzing. Parsing into a JSON value first catches every such error here, and the
+        // tokenizer is then built from the value, where that deserializer cannot fail that way.
+        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
             FormatError::Tokenizer(format!("tokenizer.json is not valid JSON: {e}"))
         })?;
-        let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(tok_err)?;
+        let inner: tokenizers::Tokenizer = serde_json::from_value(value).map_err(tok_err)?;
         let find = |names: &[&str]| names.iter().find_map(|n| inner.token_to_id(n));
         let bos = find(&["<s>", "<|begin_of_text|>"]);
         let eos = find(&["</s>", "<|end_of_text|>", "<|endoftext|>", "<|im_end|>"]);

@@ -10,11 +10,16 @@ wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 use mars_formats::{FormatError, Tokenizer};
 
 /// A tokenizer.json whose "decoder" object has a syntax error: tokenizers 0.22 panicked.
+/// The same with invalid UTF-8 inside the "decoder" object.
 #[test]
-fn tokenizer_json_with_a_syntax_error_in_the_decoder() {
-    let bytes = include_bytes!("data/fuzz/tokenizer-decoder-syntax.json");
-    match Tokenizer::from_json(bytes) {
-        Err(FormatError::Tokenizer(msg)) => assert!(msg.contains("not valid JSON"), "{msg}"),
-        other => panic!("{other:?}"),
+fn tokenizer_json_with_malformed_text_in_the_decoder() {
+    for bytes in [
+        &include_bytes!("data/fuzz/tokenizer-decoder-syntax.json")[..],
+        &include_bytes!("data/fuzz/tokenizer-decoder-utf8.json")[..],
+    ] {
+        match Tokenizer::from_json(bytes) {
+            Err(FormatError::Tokenizer(msg)) => assert!(msg.contains("not valid JSON"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
     }
 }
