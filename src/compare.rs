@@ -17,7 +17,7 @@ use mars_model::Llama;
 use mars_verify::{DEFAULT_THETA, Mode, Sampling, VerifyConfig};
 use serde::Serialize;
 
-use crate::generate::{DeviceArg, Loaded, ModelArgs, load, prompt_ids};
+use crate::generate::{DeviceArg, Loaded, ModelArgs, SamplingArgs, load, prompt_ids};
 
 /// The layer subset the layer-skip drafter uses by default on SmolLM2-135M (30 layers), chosen
 /// by measuring `mars compare` over Spec-Bench prompts (see the README).
@@ -27,7 +27,7 @@ pub const DEFAULT_DRAFT_LAYERS: &str = "first:24";
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// `mars compare` options.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct CompareArgs {
     /// Target GGUF model (default: SmolLM2-135M-Instruct in the model cache).
     #[arg(long)]
@@ -48,18 +48,9 @@ pub struct CompareArgs {
     /// MARS margin mode threshold on p2/p1 instead of the paper's logit ratio.
     #[arg(long)]
     pub rho: Option<f32>,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    /// Keep only the k most likely tokens (unset: off).
-    #[arg(long)]
-    pub top_k: Option<u32>,
-    /// Nucleus sampling mass (1: off).
-    #[arg(long, default_value_t = 1.0)]
-    pub top_p: f32,
-    /// Seed (the same for every method).
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// Sampling, the same for every method.
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
     /// Backend.
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
@@ -365,7 +356,7 @@ impl Runner<'_> {
                 mode,
             },
             max_tokens: self.args.max_tokens,
-            seed: self.args.seed,
+            seed: self.args.sampling.seed,
             capacity: Some(capacity),
         };
         pollster::block_on(async {
@@ -496,11 +487,7 @@ fn setup(args: &CompareArgs) -> Result<Setup> {
         Some(p) => p.clone(),
         None => default_model()?,
     };
-    let sampling = Sampling {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-    };
+    let sampling = args.sampling.sampling();
     sampling.validate()?;
     let mars = match args.rho {
         Some(rho) => Mode::Margin { rho },
@@ -536,7 +523,7 @@ fn run_all(
         k: args.k,
         mars: s.mars,
         sampling: s.sampling,
-        seed: args.seed,
+        seed: args.sampling.seed,
         max_tokens: args.max_tokens,
         chat: args.chat,
     };
@@ -710,7 +697,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<()> {
         c.prompts.is_some() || c.prompt.is_none(),
         "bench needs --prompts FILE"
     );
-    let mut c2 = CompareArgs { ..clone_args(c) };
+    let mut c2 = c.clone();
     if c2.prompts.is_none() {
         c2.prompts = Some(PathBuf::from("../shared/bench/spec_bench.jsonl"));
     }
@@ -788,29 +775,6 @@ pub fn run_bench(args: &BenchArgs) -> Result<()> {
         args.out.display()
     );
     Ok(())
-}
-
-fn clone_args(c: &CompareArgs) -> CompareArgs {
-    CompareArgs {
-        model: c.model.clone(),
-        draft: c.draft.clone(),
-        draft_layers: c.draft_layers.clone(),
-        k: c.k,
-        theta: c.theta,
-        rho: c.rho,
-        temperature: c.temperature,
-        top_k: c.top_k,
-        top_p: c.top_p,
-        seed: c.seed,
-        device: c.device,
-        prompt: c.prompt.clone(),
-        prompts: c.prompts.clone(),
-        category: c.category.clone(),
-        limit: c.limit,
-        chat: c.chat,
-        max_tokens: c.max_tokens,
-        json: c.json,
-    }
 }
 
 /// Two panels: speedup over target-only and τ, per category, strict and MARS side by side.

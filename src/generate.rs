@@ -46,6 +46,16 @@ pub struct GenerateArgs {
     /// Most tokens to generate.
     #[arg(long, default_value_t = 128)]
     pub max_tokens: usize,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Print one JSON object at the end instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Sampling settings shared by every decoding subcommand.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SamplingArgs {
     /// Sampling temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f32,
@@ -55,12 +65,20 @@ pub struct GenerateArgs {
     /// Nucleus sampling mass (1: off).
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f32,
-    /// Seed of the sampling generator.
+    /// Seed of the sampling generator (ChaCha8: the same stream on every platform).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Print one JSON object at the end instead of streaming text.
-    #[arg(long)]
-    pub json: bool,
+}
+
+impl SamplingArgs {
+    /// The verifier's sampling settings.
+    pub fn sampling(&self) -> Sampling {
+        Sampling {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+        }
+    }
 }
 
 /// `mars speed` options.
@@ -212,11 +230,7 @@ struct GenerateReport {
 }
 
 pub fn run_generate(args: &GenerateArgs) -> Result<()> {
-    let sampling = Sampling {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-    };
+    let sampling = args.sampling.sampling();
     // Sampling goes through the verifier: a step with no draft tokens emits the bonus token from
     // the processed p, the same code and random stream the speculative path uses.
     let mut verifier = Verifier::new(VerifyConfig {
@@ -232,7 +246,7 @@ pub fn run_generate(args: &GenerateArgs) -> Result<()> {
         .checked_add(args.max_tokens)
         .context("--max-tokens overflows")?;
     let mut cache = model.new_cache(capacity)?;
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.sampling.seed);
     let vocab = model.config().vocab_size;
 
     let start = Instant::now();

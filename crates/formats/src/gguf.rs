@@ -562,18 +562,12 @@ impl Gguf<'_> {
             n_layers,
             why,
         };
-        if layers.is_empty() {
-            return Err(bad("no layers"));
-        }
-        if layers.iter().any(|&l| l >= n_layers) {
-            return Err(bad("a layer index is out of range"));
-        }
-        let mut new_index = std::collections::HashMap::new();
-        for (new, &old) in layers.iter().enumerate() {
-            if new_index.insert(old, new).is_some() {
-                return Err(bad("a layer is repeated"));
-            }
-        }
+        check_layer_subset(layers, n_layers).map_err(bad)?;
+        let new_index: std::collections::HashMap<usize, usize> = layers
+            .iter()
+            .enumerate()
+            .map(|(new, &old)| (old, new))
+            .collect();
         let mut w = GgufWriter::new();
         for (key, value) in &self.metadata {
             let value = if *key == count_key {
@@ -597,6 +591,29 @@ impl Gguf<'_> {
         }
         Ok(w.to_bytes())
     }
+}
+
+/// Why `layers` is not a usable subset of `n_layers` layers (empty, out of range, repeated), or
+/// `Ok` — the one rule for a layer subset written as a file and one run in memory.
+///
+/// # Errors
+/// A short reason.
+pub fn check_layer_subset(
+    layers: &[usize],
+    n_layers: usize,
+) -> std::result::Result<(), &'static str> {
+    if layers.is_empty() {
+        return Err("no layers");
+    }
+    let mut seen = vec![false; n_layers];
+    for &l in layers {
+        match seen.get_mut(l) {
+            None => return Err("a layer index is out of range"),
+            Some(true) => return Err("a layer is repeated"),
+            Some(slot) => *slot = true,
+        }
+    }
+    Ok(())
 }
 
 /// Builds a GGUF v3 file: the project's own writer, for tiny test models and for layer subsets

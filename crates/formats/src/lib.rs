@@ -18,7 +18,7 @@ pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
 pub use error::{FormatError, Result};
-pub use gguf::{Gguf, GgufWriter, TensorInfo, Value};
+pub use gguf::{Gguf, GgufWriter, TensorInfo, Value, check_layer_subset};
 pub use quant::GgmlType;
 pub use safetensors::SafetensorsFile;
 pub use tokenizer::{StreamDecoder, Tokenizer};

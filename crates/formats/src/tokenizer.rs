@@ -467,14 +467,7 @@ impl<T: AsRef<Tokenizer>> StreamDecoder<T> {
     /// [`FormatError::Tokenizer`] for an id outside the vocabulary.
     pub fn push(&mut self, id: u32) -> Result<Option<String>> {
         self.ids.push(id);
-        let before = self
-            .tokenizer
-            .as_ref()
-            .decode(&self.ids[self.prefix..self.read])?;
-        let now = self
-            .tokenizer
-            .as_ref()
-            .decode_pieces(&self.ids[self.prefix..])?;
+        let (before, now) = self.window()?;
         if now.len() > before.len() && !now.ends_with('\u{FFFD}') {
             let text = match now.strip_prefix(before.as_str()) {
                 Some(rest) => rest.to_string(),
@@ -488,19 +481,21 @@ impl<T: AsRef<Tokenizer>> StreamDecoder<T> {
         }
     }
 
+    /// The context window decoded without and with the ids not yet emitted.
+    fn window(&self) -> Result<(String, String)> {
+        let t = self.tokenizer.as_ref();
+        Ok((
+            t.decode_pieces(&self.ids[self.prefix..self.read])?,
+            t.decode_pieces(&self.ids[self.prefix..])?,
+        ))
+    }
+
     /// Whatever is still held back (an incomplete character at the end of generation).
     ///
     /// # Errors
     /// [`FormatError::Tokenizer`] for an id outside the vocabulary.
     pub fn finish(&mut self) -> Result<Option<String>> {
-        let before = self
-            .tokenizer
-            .as_ref()
-            .decode(&self.ids[self.prefix..self.read])?;
-        let now = self
-            .tokenizer
-            .as_ref()
-            .decode_pieces(&self.ids[self.prefix..])?;
+        let (before, now) = self.window()?;
         self.prefix = self.ids.len();
         self.read = self.ids.len();
         Ok(now

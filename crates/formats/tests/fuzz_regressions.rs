@@ -27,8 +27,10 @@ fn tokenizer_json_with_malformed_text_in_the_decoder() {
 /// The fuzzers' valid seed still builds, encodes with its merges, and round-trips.
 #[test]
 fn the_valid_seed_tokenizer_json_builds() {
-    let t = Tokenizer::from_json(include_bytes!("../../../fuzz/corpus/tokenizer/tokenizer.json"))
-        .unwrap();
+    let t = Tokenizer::from_json(include_bytes!(
+        "../../../fuzz/corpus/tokenizer/tokenizer.json"
+    ))
+    .unwrap();
     let ids = t.encode("ab a", false).unwrap();
     assert_eq!(ids, [3, 5], "\"ab\" and \"Ġa\" are merges of the seed");
     assert_eq!(t.decode(&ids).unwrap(), "ab a");

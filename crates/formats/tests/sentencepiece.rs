@@ -40,6 +40,21 @@ fn llama_spm_ids_equal_llama_cpp() {
         inputs.len(),
         mismatches.join("\n")
     );
+    // Streaming shows each piece's own spaces (the first word keeps its "▁" as a space) and
+    // never splits a character (the llama emoji is four byte-fallback tokens).
+    for text in ["Hello world", " this is 🦙.cpp", "нещо на Български"] {
+        let ids = tok.encode(text, false).unwrap();
+        let mut stream = tok.stream();
+        let mut shown = String::new();
+        for &id in &ids {
+            if let Some(piece) = stream.push(id).unwrap() {
+                assert!(!piece.contains('\u{FFFD}'), "{piece:?}");
+                shown.push_str(&piece);
+            }
+        }
+        shown.extend(stream.finish().unwrap());
+        assert_eq!(shown, format!(" {text}"));
+    }
     // With BOS, as llama.cpp prompts a SentencePiece model.
     assert_eq!(tok.encode("Hello world", true).unwrap(), [1, 15043, 3186]);
 }

@@ -271,23 +271,13 @@ impl Llama {
     /// model does not have.
     pub fn with_layers(&self, layers: &[usize]) -> Result<Self> {
         let n_layers = self.config.n_layers;
-        let bad = |why| ModelError::LayerSubset {
-            layers: layers.to_vec(),
-            n_layers,
-            why,
-        };
-        if layers.is_empty() {
-            return Err(bad("no layers"));
-        }
-        if layers.iter().any(|&l| l >= n_layers) {
-            return Err(bad("a layer index is out of range"));
-        }
-        let mut seen = vec![false; n_layers];
-        for &l in layers {
-            if std::mem::replace(&mut seen[l], true) {
-                return Err(bad("a layer is repeated"));
+        mars_formats::check_layer_subset(layers, n_layers).map_err(|why| {
+            ModelError::LayerSubset {
+                layers: layers.to_vec(),
+                n_layers,
+                why,
             }
-        }
+        })?;
         let mut config = self.config.clone();
         config.n_layers = layers.len();
         Ok(Self {
