@@ -6,6 +6,8 @@ cd "$(dirname "$0")"
 secs="${1:-600}"
 work="${FUZZ_WORK:-$HOME/.cache/mars/fuzz-corpus}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/mars/fuzz-target}"
+# The binary seeds (a tiny GGUF, a safetensors file) are written by code, not committed.
+cargo run --release --bin make-seeds
 for target in gguf safetensors tokenizer; do
   mkdir -p "$work/$target"
   cargo +nightly fuzz run "$target" "$work/$target" "corpus/$target" -- \
