@@ -38,6 +38,16 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Measure target-only prefill and decode speed.
     Speed(generate::SpeedArgs),
+    /// Write the project's tiny random-weight test model (2 layers, byte vocabulary) as GGUF.
+    #[command(hide = true)]
+    TinyModel {
+        /// Output file.
+        #[arg(long)]
+        out: PathBuf,
+        /// Seed of the random weights.
+        #[arg(long, default_value_t = 5)]
+        seed: u64,
+    },
     /// Write a layer subset of a GGUF model as its own GGUF (a draft model file).
     ExtractLayers(ExtractArgs),
     /// Verify one speculative step given as JSON and print the verdict.
@@ -131,6 +141,10 @@ fn main() -> Result<()> {
         Some(Command::Speed(args)) => generate::run_speed(&args),
         Some(Command::Verify(args)) => run_verify(&args),
         Some(Command::ExtractLayers(args)) => run_extract(&args),
+        Some(Command::TinyModel { out, seed }) => {
+            std::fs::write(&out, mars_model::tiny::tiny_gguf(seed)?)
+                .with_context(|| format!("writing {}", out.display()))
+        }
     }
 }
 

@@ -9,6 +9,9 @@
 
 use std::sync::Arc;
 
+mod worker;
+pub use worker::{Event, Request, worker_main};
+
 use mars_engine::{
     AnyDrafter, DecodeConfig, Decoder, LayerSpec, ModelDrafter, NgramDrafter, Prefill,
 };
@@ -27,7 +30,8 @@ pub struct RunRequest {
     /// Wrap it as a chat turn.
     #[serde(default)]
     pub chat: bool,
-    /// `"target"`, `"strict"` or `"mars"`.
+    /// `"target"`, `"strict"` or `"mars"` (a race runs strict and MARS whatever this says).
+    #[serde(default = "default_method")]
     pub method: String,
     /// `"layers:<spec>"` or `"ngram"`.
     #[serde(default = "default_draft")]
@@ -55,6 +59,37 @@ pub struct RunRequest {
     pub seed: u64,
 }
 
+impl RunRequest {
+    /// The sampling settings (no top-k on the page).
+    pub fn sampling(&self) -> Sampling {
+        Sampling {
+            temperature: self.temperature,
+            top_k: None,
+            top_p: self.top_p,
+        }
+    }
+
+    /// The verification mode for `method`.
+    ///
+    /// # Errors
+    /// An unknown method, named.
+    pub fn mode(&self, method: &str) -> Result<Mode, String> {
+        match (method, self.rho) {
+            ("target" | "strict", _) => Ok(Mode::Strict),
+            ("mars", Some(rho)) => Ok(Mode::Margin { rho }),
+            ("mars", None) => Ok(Mode::Paper {
+                theta: self.theta.unwrap_or(DEFAULT_THETA),
+            }),
+            (other, _) => Err(format!(
+                "method = {other:?}: expected \"target\", \"strict\" or \"mars\""
+            )),
+        }
+    }
+}
+
+fn default_method() -> String {
+    "strict".into()
+}
 fn default_draft() -> String {
     "layers:first:24".into()
 }
@@ -99,7 +134,7 @@ fn js<E: std::fmt::Display>(e: E) -> JsError {
 
 /// Initialises burn's WebGPU runtime once and returns its device and the adapter's largest
 /// buffer.
-async fn webgpu() -> Result<(Device, u64), JsError> {
+async fn webgpu() -> Result<(Device, u64), (&'static str, String)> {
     thread_local! {
         static DEVICE: std::cell::RefCell<Option<(Device, u64)>> = const { std::cell::RefCell::new(None) };
     }
@@ -109,7 +144,7 @@ async fn webgpu() -> Result<(Device, u64), JsError> {
     let (device, setup) = Device::wgpu_options()
         .init_with_setup_async()
         .await
-        .map_err(|e| JsError::new(&format!("WebGPU is not available: {e}")))?;
+        .map_err(|e| ("no_webgpu", format!("WebGPU is not available: {e}")))?;
     let limits = setup.adapter.limits();
     let max = limits
         .max_storage_buffer_binding_size
@@ -127,47 +162,9 @@ impl Engine {
     /// than the adapter's buffer limit (named with both numbers).
     pub async fn load(bytes: Vec<u8>) -> Result<Engine, JsError> {
         console_error_panic_hook::set_once();
-        let g = Gguf::parse(&bytes).map_err(js)?;
-        let tokenizer = Tokenizer::from_gguf(&g).map_err(js)?;
-        let template = match g.get_str("tokenizer.chat_template") {
-            Ok(src) => {
-                let name =
-                    |id: Option<u32>| id.and_then(|i| tokenizer.token(i)).unwrap_or_default();
-                Some(
-                    ChatTemplate::new(src, &name(tokenizer.bos), &name(tokenizer.eos))
-                        .map_err(js)?,
-                )
-            }
-            Err(_) => None,
-        };
-        let (device, max_buffer_bytes) = webgpu().await?;
-        let model = Llama::from_gguf(
-            &g,
-            &device,
-            LoadOptions {
-                max_buffer_bytes: Some(max_buffer_bytes),
-                // Browsers do not report GPU memory; a failed allocation surfaces as an error.
-                max_total_bytes: None,
-            },
-        )
-        .map_err(js)?;
-        let c = model.config();
-        let info = ModelInfo {
-            name: g
-                .get_str("general.name")
-                .unwrap_or(c.architecture.as_str())
-                .to_string(),
-            n_layers: c.n_layers,
-            vocab: c.vocab_size,
-            context_length: c.context_length,
-            chat_template: template.is_some(),
-        };
-        Ok(Engine {
-            model,
-            tokenizer: Arc::new(tokenizer),
-            template,
-            info,
-        })
+        Self::load_bytes(&bytes)
+            .await
+            .map_err(|(_, message)| JsError::new(&message))
     }
 
     /// The model's facts as a plain object.
@@ -198,23 +195,8 @@ impl Engine {
     ) -> Result<JsValue, JsError> {
         let r: RunRequest = serde_wasm_bindgen::from_value(request).map_err(js)?;
         let ids = self.prompt_ids(&r)?;
-        let sampling = Sampling {
-            temperature: r.temperature,
-            top_k: None,
-            top_p: r.top_p,
-        };
-        let mode = match (r.method.as_str(), r.rho) {
-            ("target" | "strict", _) => Mode::Strict,
-            ("mars", Some(rho)) => Mode::Margin { rho },
-            ("mars", None) => Mode::Paper {
-                theta: r.theta.unwrap_or(DEFAULT_THETA),
-            },
-            (other, _) => {
-                return Err(JsError::new(&format!(
-                    "method = {other:?}: expected \"target\", \"strict\" or \"mars\""
-                )));
-            }
-        };
+        let sampling = r.sampling();
+        let mode = r.mode(&r.method).map_err(|e| JsError::new(&e))?;
         let capacity = ids
             .len()
             .saturating_add(r.max_tokens)
@@ -254,6 +236,53 @@ impl Engine {
 }
 
 impl Engine {
+    /// Parses a GGUF file and uploads its weights; errors carry a kind for the page ("model",
+    /// "no_webgpu") and the failing layer's message.
+    async fn load_bytes(bytes: &[u8]) -> Result<Engine, (&'static str, String)> {
+        let model_err = |e: &dyn std::fmt::Display| ("model", e.to_string());
+        let g = Gguf::parse(bytes).map_err(|e| model_err(&e))?;
+        let tokenizer = Tokenizer::from_gguf(&g).map_err(|e| model_err(&e))?;
+        let template = match g.get_str("tokenizer.chat_template") {
+            Ok(src) => {
+                let name =
+                    |id: Option<u32>| id.and_then(|i| tokenizer.token(i)).unwrap_or_default();
+                Some(
+                    ChatTemplate::new(src, &name(tokenizer.bos), &name(tokenizer.eos))
+                        .map_err(|e| model_err(&e))?,
+                )
+            }
+            Err(_) => None,
+        };
+        let (device, max_buffer_bytes) = webgpu().await?;
+        let model = Llama::from_gguf(
+            &g,
+            &device,
+            LoadOptions {
+                max_buffer_bytes: Some(max_buffer_bytes),
+                // Browsers do not report GPU memory; a failed allocation surfaces as an error.
+                max_total_bytes: None,
+            },
+        )
+        .map_err(|e| model_err(&e))?;
+        let c = model.config();
+        let info = ModelInfo {
+            name: g
+                .get_str("general.name")
+                .unwrap_or(c.architecture.as_str())
+                .to_string(),
+            n_layers: c.n_layers,
+            vocab: c.vocab_size,
+            context_length: c.context_length,
+            chat_template: template.is_some(),
+        };
+        Ok(Engine {
+            model,
+            tokenizer: Arc::new(tokenizer),
+            template,
+            info,
+        })
+    }
+
     fn prompt_ids(&self, r: &RunRequest) -> Result<Vec<u32>, JsError> {
         if !r.chat {
             return self.tokenizer.encode(&r.prompt, true).map_err(js);

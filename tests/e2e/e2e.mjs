@@ -1,0 +1,94 @@
+// End-to-end tests of the page in headless Debian Chromium with real WebGPU (SwiftShader):
+//   node e2e.mjs DIST MODELS MARS_BIN OUT_DIR
+// DIST: the trunk build; MODELS: a folder with tiny.gguf (and optionally the 135M model);
+// MARS_BIN: the native CLI (for the cross-platform check); OUT_DIR: screenshots.
+import { execFileSync } from "node:child_process";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+import { serve } from "./serve.mjs";
+
+const [dist, models, marsBin, outDir] = process.argv.slice(2);
+mkdirSync(outDir, { recursive: true });
+const WEBGPU = ["--enable-unsafe-webgpu", "--enable-features=Vulkan", "--use-webgpu-adapter=swiftshader"];
+const BASE = ["--no-sandbox", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"];
+const port = 18000 + Math.floor(Math.random() * 1000);
+const server = await serve(dist, models, port);
+const url = (q) => `http://127.0.0.1:${port}/?${new URLSearchParams(q)}`;
+let failures = 0;
+
+async function withPage(flags, fn) {
+  const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", headless: true, args: [...BASE, ...flags] });
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  page.on("console", (m) => { if (m.type() === "error") console.log("  [console]", m.text()); });
+  try { await fn(page); } finally { await browser.close(); }
+}
+
+async function test(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+    console.log(`ok   ${name} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
+  } catch (e) {
+    failures++;
+    console.log(`FAIL ${name}: ${e.stack || e}`);
+  }
+}
+
+function assert(cond, msg) { if (!cond) throw new Error(msg); }
+
+const TINY_PROMPT = "the cat sat on the mat; the cat";
+await test("race on the tiny model: both panes finish, numbers, strict equals native greedy", async () => {
+  await withPage(WEBGPU, async (page) => {
+    await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", prompt: TINY_PROMPT, chat: "0", "max-tokens": "12", autorun: "1" }));
+    await page.waitForSelector('[data-pane="strict"][data-done="true"]', { timeout: 240_000 });
+    await page.waitForSelector('[data-pane="mars"][data-done="true"]', { timeout: 240_000 });
+    for (const pane of ["strict", "mars"]) {
+      for (const stat of ["tokens_per_second", "tau", "relaxed", "tokens"]) {
+        const text = await page.textContent(`[data-pane="${pane}"] [data-stat="${stat}"]`);
+        assert(Number.isFinite(Number(text)), `${pane} ${stat} = ${text}`);
+      }
+    }
+    const strict = await page.textContent('[data-pane="strict"] .output');
+    const native = JSON.parse(execFileSync(marsBin, ["generate", "--model", join(models, "tiny.gguf"), "--prompt", TINY_PROMPT, "--max-tokens", "12", "--json"]).toString());
+    assert(strict === native.text, `strict ${JSON.stringify(strict)} != native ${JSON.stringify(native.text)}`);
+    await page.screenshot({ path: join(outDir, "race-tiny.png"), fullPage: true });
+  });
+});
+
+await test("Chromium without WebGPU flags shows the no-WebGPU message", async () => {
+  await withPage([], async (page) => {
+    await page.goto(url({ model: "models/tiny.gguf" }));
+    await page.waitForFunction(() => document.querySelector("#status").classList.contains("error"), null, { timeout: 60_000 });
+    const text = await page.textContent("#status");
+    assert(/WebGPU/.test(text), text);
+  });
+});
+
+await test("a truncated model file shows the loader's error", async () => {
+  const bytes = readFileSync(join(models, "tiny.gguf"));
+  writeFileSync(join(models, "truncated.gguf"), bytes.subarray(0, 1000));
+  await withPage(WEBGPU, async (page) => {
+    await page.goto(url({ model: "models/truncated.gguf" }));
+    await page.waitForFunction(() => document.querySelector("#status").classList.contains("error"), null, { timeout: 120_000 });
+    const text = await page.textContent("#status");
+    assert(/GGUF|bytes|data/i.test(text), text);
+  });
+});
+
+const big = join(models, "SmolLM2-135M-Instruct.Q4_1.gguf");
+if (existsSync(big)) {
+  await test("the 135M model loads from the local server and produces its first tokens", async () => {
+    await withPage(WEBGPU, async (page) => {
+      await page.goto(url({ model: "models/SmolLM2-135M-Instruct.Q4_1.gguf", draft: "ngram", prompt: "Hi", "max-tokens": "2", autorun: "1" }));
+      await page.waitForSelector('[data-pane="strict"][data-done="true"]', { timeout: 540_000 });
+      const text = await page.textContent('[data-pane="strict"] .output');
+      assert(text.length > 0, "no text");
+      await page.screenshot({ path: join(outDir, "race-135m.png"), fullPage: true });
+    });
+  });
+}
+
+server.close();
+console.log(failures ? `${failures} e2e test(s) failed` : "all e2e tests passed");
+process.exit(failures ? 1 : 0);

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Browser end-to-end tests: builds the page, writes the tiny model next to the default model,
+# and drives headless Chromium (real WebGPU on SwiftShader) through tests/e2e/e2e.mjs.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+target="${CARGO_TARGET_DIR:-target}"
+bash web/build.sh
+models=$(mktemp -d)
+trap 'rm -rf "$models"' EXIT
+"$target/release/mars" tiny-model --out "$models/tiny.gguf"
+default="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ -s "$default" ]; then ln -s "$default" "$models/"; fi
+node tests/e2e/e2e.mjs dist "$models" "$target/release/mars" "${E2E_OUT:-assets/screenshots}"
