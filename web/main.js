@@ -26,7 +26,14 @@ const stats = { strict: null, mars: null };
 
 function setupControls() {
   $("#model-url").value = params.get("model") || DEFAULT_MODELS[0];
-  if (params.get("draft")) $("#draft").value = params.get("draft");
+  const draft = params.get("draft");
+  if (draft) {
+    // Any "layers:<spec>" or "ngram" may come in the URL, not only the listed ones.
+    if (![...$("#draft").options].some((o) => o.value === draft)) {
+      $("#draft").add(new Option(draft, draft));
+    }
+    $("#draft").value = draft;
+  }
   if (params.get("prompt")) $("#prompt").value = params.get("prompt");
   for (const key of ["k", "temperature", "max-tokens", "seed", "mars-theta"]) {
     if (params.get(key)) $("#" + key).value = params.get(key);

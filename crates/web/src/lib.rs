@@ -194,7 +194,7 @@ impl Engine {
         on_step: &js_sys::Function,
     ) -> Result<JsValue, JsError> {
         let r: RunRequest = serde_wasm_bindgen::from_value(request).map_err(js)?;
-        let ids = self.prompt_ids(&r)?;
+        let ids = self.prompt_ids(&r).map_err(|e| JsError::new(&e))?;
         let sampling = r.sampling();
         let mode = r.mode(&r.method).map_err(|e| JsError::new(&e))?;
         let capacity = ids
@@ -204,7 +204,10 @@ impl Engine {
         let drafter = if r.method == "target" {
             None
         } else {
-            Some(self.drafter(&r.draft, capacity, sampling)?)
+            Some(
+                self.drafter(&r.draft, capacity, sampling)
+                    .map_err(|e| JsError::new(&e))?,
+            )
         };
         let config = DecodeConfig {
             k: r.k,
@@ -283,19 +286,18 @@ impl Engine {
         })
     }
 
-    fn prompt_ids(&self, r: &RunRequest) -> Result<Vec<u32>, JsError> {
+    fn prompt_ids(&self, r: &RunRequest) -> Result<Vec<u32>, String> {
+        let text = |e: mars_formats::FormatError| e.to_string();
         if !r.chat {
-            return self.tokenizer.encode(&r.prompt, true).map_err(js);
+            return self.tokenizer.encode(&r.prompt, true).map_err(text);
         }
         let Some(t) = &self.template else {
-            return Err(JsError::new(
-                "chat = true but the model file has no chat template",
-            ));
+            return Err("chat = true but the model file has no chat template".into());
         };
-        let text = t
+        let rendered = t
             .render(&[Message::new("user", &r.prompt)], true)
-            .map_err(js)?;
-        self.tokenizer.encode(&text, false).map_err(js)
+            .map_err(text)?;
+        self.tokenizer.encode(&rendered, false).map_err(text)
     }
 
     fn drafter(
@@ -303,18 +305,19 @@ impl Engine {
         spec: &str,
         capacity: usize,
         sampling: Sampling,
-    ) -> Result<AnyDrafter, JsError> {
+    ) -> Result<AnyDrafter, String> {
+        let text = |e: &dyn std::fmt::Display| e.to_string();
         if spec == "ngram" {
             return Ok(AnyDrafter::Ngram(NgramDrafter::default()));
         }
         let Some(layers) = spec.strip_prefix("layers:") else {
-            return Err(JsError::new(&format!(
+            return Err(format!(
                 "draft = {spec:?}: expected \"layers:<spec>\" or \"ngram\""
-            )));
+            ));
         };
-        let spec: LayerSpec = layers.parse().map_err(js)?;
-        let layers = spec.layers(self.info.n_layers).map_err(js)?;
-        let view = self.model.with_layers(&layers).map_err(js)?;
+        let spec: LayerSpec = layers.parse().map_err(|e| text(&e))?;
+        let layers = spec.layers(self.info.n_layers).map_err(|e| text(&e))?;
+        let view = self.model.with_layers(&layers).map_err(|e| text(&e))?;
         Ok(AnyDrafter::Model(Box::new(
             ModelDrafter::new(
                 view,
@@ -323,7 +326,7 @@ impl Engine {
                 self.info.vocab,
                 format!("layer skip {spec}"),
             )
-            .map_err(js)?,
+            .map_err(|e| text(&e))?,
         )))
     }
 }

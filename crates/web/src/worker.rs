@@ -143,7 +143,7 @@ async fn handle(request: Request) {
 /// Strict and MARS over one shared prefill. Each pane's tokens/s counts only its own steps'
 /// time (the engine times draft and verify per step), so interleaving does not favour either.
 async fn race(engine: &Engine, r: &RunRequest, together: bool) -> Result<(), String> {
-    let ids = engine.prompt_ids(r).map_err(|e| format!("{e:?}"))?;
+    let ids = engine.prompt_ids(r)?;
     let capacity = ids
         .len()
         .saturating_add(r.max_tokens)
@@ -155,9 +155,7 @@ async fn race(engine: &Engine, r: &RunRequest, together: bool) -> Result<(), Str
     for (pane, method) in [("strict", "strict"), ("mars", "mars")] {
         let sampling = r.sampling();
         let mode = r.mode(method).map_err(|e| e.to_string())?;
-        let drafter = engine
-            .drafter(&r.draft, capacity, sampling)
-            .map_err(|e| format!("{e:?}"))?;
+        let drafter = engine.drafter(&r.draft, capacity, sampling)?;
         let config = DecodeConfig {
             k: r.k,
             verify: mars_verify::VerifyConfig { sampling, mode },
