@@ -33,4 +33,7 @@ cargo test -p mars-verify -p mars-formats --release --target wasm32-unknown-unkn
 # speculation equals target-only.
 cargo test -p mars-web --release --target wasm32-unknown-unknown
 
+step "page end-to-end: trunk build, headless Chromium on WebGPU (SwiftShader)"
+E2E_OUT="${E2E_OUT:-$(mktemp -d)}" bash tests/e2e/run.sh
+
 step "all tests passed"

@@ -6,9 +6,9 @@ cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-# Browser tests: Debian's Chromium and its ChromeDriver (never a downloaded browser).
-# Native GPU tests without a GPU: Mesa's lavapipe Vulkan driver.
-apt_packages=(chromium chromium-driver mesa-vulkan-drivers)
+# Browser tests: Debian's Chromium and its ChromeDriver (never a downloaded browser); Node for
+# the page's e2e tests. Native GPU tests without a GPU: Mesa's lavapipe Vulkan driver.
+apt_packages=(chromium chromium-driver mesa-vulkan-drivers nodejs npm)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -28,6 +28,16 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wbg" ]; the
   echo "setup: cargo install wasm-bindgen-cli $wbg"
   # Not --locked: its lockfile pins a crate version the registry no longer serves.
   cargo install -q wasm-bindgen-cli --version "$wbg"
+fi
+# The page is built with trunk (pinned; builds from crates.io source, never a prebuilt binary).
+if [ "$(trunk --version 2>/dev/null | awk '{print $2}')" != "0.21.14" ]; then
+  echo "setup: cargo install trunk 0.21.14"
+  cargo install -q trunk --version 0.21.14 --locked
+fi
+# wasm-opt (npm binaryen@132: Debian's binaryen breaks the module) and playwright-core, pinned
+# by tests/e2e/package-lock.json. playwright-core drives Debian's Chromium; it downloads nothing.
+if [ ! -x tests/e2e/node_modules/.bin/wasm-opt ] || [ ! -d tests/e2e/node_modules/playwright-core ]; then
+  (cd tests/e2e && npm ci --no-audit --no-fund --silent)
 fi
 bash tests/fetch-model.sh
 
