@@ -8,11 +8,14 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # Browser tests: Debian's Chromium and its ChromeDriver (never a downloaded browser); Node for
 # the page's e2e tests. Native GPU tests without a GPU: Mesa's lavapipe Vulkan driver.
-apt_packages=(chromium chromium-driver mesa-vulkan-drivers nodejs npm)
+apt_packages=(chromium chromium-driver mesa-vulkan-drivers)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+# Node may come from elsewhere (its own npm included): ask apt only for what is absent.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: apt-get install ${missing[*]}"
   as_root apt-get update -qq
