@@ -64,6 +64,7 @@ async function webgpuProblem() {
 function startWorker() {
   return new Promise((resolve) => {
     worker = new Worker("worker.js");
+    window.__marsWorker = worker; // for the e2e tests' device-lost check
     worker.onmessage = (e) => onEvent(e.data, resolve);
     worker.onerror = (e) => fail("engine", "the worker failed: " + (e.message || e));
   });
@@ -87,7 +88,12 @@ function onEvent(ev, ready) {
   }
 }
 
+let failed = null;
 function fail(kind, message) {
+  // A lost device makes every later GPU call fail too: once known, it stays the explanation
+  // (and it replaces a readback error that arrived just before it).
+  if (failed === "device_lost" && kind !== "device_lost") return;
+  failed = kind;
   running = false;
   const advice = {
     no_webgpu: "\nWebGPU could not start: use a browser with WebGPU (Chrome/Edge 113+).",
@@ -105,6 +111,7 @@ function fail(kind, message) {
 }
 
 async function restart() {
+  failed = null;
   if (worker) worker.terminate();
   $("#reload").hidden = true;
   status("restarting the engine…");

@@ -56,6 +56,22 @@ await test("race on the tiny model: both panes finish, numbers, strict equals na
   });
 });
 
+await test("device lost mid-run shows the error, keeps the text, and Reload recovers", async () => {
+  await withPage(WEBGPU, async (page) => {
+    await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", prompt: TINY_PROMPT, chat: "0", "max-tokens": "400", autorun: "1" }));
+    await page.waitForFunction(() => document.querySelector('[data-pane="strict"] .output').textContent.length > 0, null, { timeout: 240_000 });
+    await page.evaluate(() => window.__marsWorker.postMessage({ type: "debug_lose_device" }));
+    await page.waitForFunction(() => document.querySelector("#status").classList.contains("error"), null, { timeout: 120_000 });
+    const status = await page.textContent("#status");
+    assert(/lost/i.test(status), status);
+    const kept = await page.textContent('[data-pane="strict"] .output');
+    assert(kept.length > 0, "the streamed text was cleared");
+    assert(await page.isVisible("#reload"), "no Reload button");
+    await page.click("#reload");
+    await page.waitForFunction(() => /model loaded/.test(document.querySelector("#status").textContent), null, { timeout: 240_000 });
+  });
+});
+
 await test("Chromium without WebGPU flags shows the no-WebGPU message", async () => {
   await withPage([], async (page) => {
     await page.goto(url({ model: "models/tiny.gguf" }));
