@@ -26,6 +26,7 @@ const stats = { strict: null, mars: null };
 
 function setupControls() {
   $("#model-url").value = params.get("model") || DEFAULT_MODELS[0];
+  $("#draft-url").value = params.get("draft_model") || "";
   const draft = params.get("draft");
   if (draft) {
     // Any "layers:<spec>" or "ngram" may come in the URL, not only the listed ones.
@@ -79,6 +80,10 @@ function onEvent(ev, ready) {
       $("#run").disabled = false;
       if (pendingLoad) { pendingLoad.resolve(); pendingLoad = null; }
       break;
+    case "draft_loaded":
+      status("draft model loaded");
+      if (pendingLoad) { pendingLoad.resolve(); pendingLoad = null; }
+      break;
     case "step": onStep(ev.pane, ev.step, ev.summary); break;
     case "done": onDone(ev.pane, ev.summary); break;
     case "error":
@@ -117,6 +122,7 @@ async function restart() {
   status("restarting the engine…");
   await startWorker();
   loadedUrl = null;
+  loadedDraftUrl = null;
   await ensureModel();
 }
 
@@ -159,13 +165,24 @@ async function fetchModel(url) {
   return bytes;
 }
 
-function loadBytes(bytes, label) {
+function loadBytes(bytes, label, type = "load") {
   status(`uploading ${label} to the GPU…`);
   $("#run").disabled = true;
   return new Promise((resolve, reject) => {
     pendingLoad = { resolve, reject };
-    worker.postMessage({ type: "load", bytes }, [bytes.buffer]);
-  });
+    worker.postMessage({ type, bytes }, [bytes.buffer]);
+  }).finally(() => { $("#run").disabled = false; });
+}
+
+let loadedDraftUrl = null;
+async function ensureDraft() {
+  if ($("#draft").value !== "model") return;
+  const url = $("#draft-url").value.trim();
+  if (!url) throw new Error("choose a draft model URL (a smaller model with the same tokenizer)");
+  if (url === loadedDraftUrl) return;
+  const bytes = await fetchModel(url);
+  await loadBytes(bytes, url, "load_draft");
+  loadedDraftUrl = url;
 }
 
 async function ensureModel() {
@@ -174,6 +191,7 @@ async function ensureModel() {
   const bytes = await fetchModel(url);
   await loadBytes(bytes, url);
   loadedUrl = url;
+  loadedDraftUrl = null; // a new target drops the old draft model
 }
 
 function resetPanes() {
@@ -192,6 +210,7 @@ async function run() {
   if (running) return;
   try {
     await ensureModel();
+    await ensureDraft();
   } catch (e) {
     return fail("model", String(e.message || e));
   }

@@ -56,6 +56,19 @@ await test("race on the tiny model: both panes finish, numbers, strict equals na
   });
 });
 
+await test("a separate draft model file races too and strict stays lossless", async () => {
+  // The tiny model's first layer, written out by the CLI as its own GGUF.
+  execFileSync(marsBin, ["extract-layers", "--model", join(models, "tiny.gguf"), "--layers", "first:1", "--out", join(models, "tiny-draft.gguf")]);
+  await withPage(WEBGPU, async (page) => {
+    await page.goto(url({ model: "models/tiny.gguf", draft: "model", draft_model: "models/tiny-draft.gguf", prompt: TINY_PROMPT, chat: "0", "max-tokens": "12", autorun: "1" }));
+    await page.waitForSelector('[data-pane="mars"][data-done="true"]', { timeout: 240_000 });
+    await page.waitForSelector('[data-pane="strict"][data-done="true"]', { timeout: 240_000 });
+    const strict = await page.textContent('[data-pane="strict"] .output');
+    const native = JSON.parse(execFileSync(marsBin, ["generate", "--model", join(models, "tiny.gguf"), "--prompt", TINY_PROMPT, "--max-tokens", "12", "--json"]).toString());
+    assert(strict === native.text, `strict ${JSON.stringify(strict)} != native ${JSON.stringify(native.text)}`);
+  });
+});
+
 await test("device lost mid-run shows the error, keeps the text, and Reload recovers", async () => {
   await withPage(WEBGPU, async (page) => {
     await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", prompt: TINY_PROMPT, chat: "0", "max-tokens": "400", autorun: "1" }));

@@ -205,7 +205,7 @@ impl Engine {
             None
         } else {
             Some(
-                self.drafter(&r.draft, capacity, sampling)
+                self.drafter(&r.draft, capacity, sampling, None)
                     .map_err(|e| JsError::new(&e))?,
             )
         };
@@ -256,17 +256,7 @@ impl Engine {
             }
             Err(_) => None,
         };
-        let (device, max_buffer_bytes) = webgpu().await?;
-        let model = Llama::from_gguf(
-            &g,
-            &device,
-            LoadOptions {
-                max_buffer_bytes: Some(max_buffer_bytes),
-                // Browsers do not report GPU memory; a failed allocation surfaces as an error.
-                max_total_bytes: None,
-            },
-        )
-        .map_err(|e| model_err(&e))?;
+        let model = upload(&g).await?;
         let c = model.config();
         let info = ModelInfo {
             name: g
@@ -286,6 +276,33 @@ impl Engine {
         })
     }
 
+    /// A draft model for this engine's target: same tokenizer (the first differing id is
+    /// named), weights on the same device.
+    async fn load_draft(&self, bytes: &[u8]) -> Result<Llama, (&'static str, String)> {
+        let g = Gguf::parse(bytes).map_err(|e| ("model", e.to_string()))?;
+        let tokenizer = Tokenizer::from_gguf(&g).map_err(|e| ("model", e.to_string()))?;
+        mars_engine::check_same_tokenizer(&self.tokenizer, &tokenizer)
+            .map_err(|e| ("model", e.to_string()))?;
+        upload(&g).await
+    }
+}
+
+/// Uploads a parsed GGUF's weights to the page's WebGPU device, checking the adapter's limits.
+async fn upload(g: &Gguf<'_>) -> Result<Llama, (&'static str, String)> {
+    let (device, max_buffer_bytes) = webgpu().await?;
+    Llama::from_gguf(
+        g,
+        &device,
+        LoadOptions {
+            max_buffer_bytes: Some(max_buffer_bytes),
+            // Browsers do not report GPU memory; a failed allocation surfaces as an error.
+            max_total_bytes: None,
+        },
+    )
+    .map_err(|e| ("model", e.to_string()))
+}
+
+impl Engine {
     fn prompt_ids(&self, r: &RunRequest) -> Result<Vec<u32>, String> {
         let text = |e: mars_formats::FormatError| e.to_string();
         if !r.chat {
@@ -305,10 +322,26 @@ impl Engine {
         spec: &str,
         capacity: usize,
         sampling: Sampling,
+        draft_model: Option<&Llama>,
     ) -> Result<AnyDrafter, String> {
         let text = |e: &dyn std::fmt::Display| e.to_string();
         if spec == "ngram" {
             return Ok(AnyDrafter::Ngram(NgramDrafter::default()));
+        }
+        if spec == "model" {
+            let Some(model) = draft_model else {
+                return Err("draft = \"model\" but no draft model is loaded".into());
+            };
+            return Ok(AnyDrafter::Model(Box::new(
+                ModelDrafter::new(
+                    model.clone(),
+                    capacity,
+                    sampling,
+                    self.info.vocab,
+                    "draft model",
+                )
+                .map_err(|e| text(&e))?,
+            )));
         }
         let Some(layers) = spec.strip_prefix("layers:") else {
             return Err(format!(

@@ -22,6 +22,12 @@ pub enum Request {
         #[serde(with = "serde_bytes")]
         bytes: Vec<u8>,
     },
+    /// A separate draft model's bytes (its tokenizer must be the target's).
+    LoadDraft {
+        /// The file.
+        #[serde(with = "serde_bytes")]
+        bytes: Vec<u8>,
+    },
     /// Strict and MARS on the same prompt, drafter and seed.
     Race {
         /// Shared settings; `method` is ignored.
@@ -44,6 +50,8 @@ pub enum Event {
         /// Its facts.
         info: ModelInfo,
     },
+    /// A draft model is loaded.
+    DraftLoaded,
     /// A pane's step.
     Step {
         /// "strict" or "mars".
@@ -71,6 +79,7 @@ pub enum Event {
 
 thread_local! {
     static ENGINE: RefCell<Option<Rc<Engine>>> = const { RefCell::new(None) };
+    static DRAFT: RefCell<Option<mars_model::Llama>> = const { RefCell::new(None) };
     static STOP: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -117,10 +126,24 @@ async fn handle(request: Request) {
             Ok(engine) => {
                 let info = engine.info.clone();
                 ENGINE.with(|e| *e.borrow_mut() = Some(Rc::new(engine)));
+                // A draft model belongs to the previous target's tokenizer.
+                DRAFT.with(|d| *d.borrow_mut() = None);
                 post(&Event::Loaded { info });
             }
             Err((kind, message)) => error(kind, message),
         },
+        Request::LoadDraft { bytes } => {
+            let Some(engine) = ENGINE.with(|e| e.borrow().clone()) else {
+                return error("request", "load the target model before a draft model");
+            };
+            match engine.load_draft(&bytes).await {
+                Ok(model) => {
+                    DRAFT.with(|d| *d.borrow_mut() = Some(model));
+                    post(&Event::DraftLoaded);
+                }
+                Err((kind, message)) => error(kind, message),
+            }
+        }
         Request::Race { request, together } => {
             let Some(engine) = ENGINE.with(|e| e.borrow().clone()) else {
                 return error("request", "no model loaded");
@@ -155,7 +178,8 @@ async fn race(engine: &Engine, r: &RunRequest, together: bool) -> Result<(), Str
     for (pane, method) in [("strict", "strict"), ("mars", "mars")] {
         let sampling = r.sampling();
         let mode = r.mode(method).map_err(|e| e.to_string())?;
-        let drafter = engine.drafter(&r.draft, capacity, sampling)?;
+        let draft_model = DRAFT.with(|d| d.borrow().clone());
+        let drafter = engine.drafter(&r.draft, capacity, sampling, draft_model.as_ref())?;
         let config = DecodeConfig {
             k: r.k,
             verify: mars_verify::VerifyConfig { sampling, mode },
