@@ -299,7 +299,21 @@ async fn upload(g: &Gguf<'_>) -> Result<Llama, (&'static str, String)> {
             max_total_bytes: None,
         },
     )
-    .map_err(|e| ("model", e.to_string()))
+    .map_err(|e| match e {
+        mars_model::ModelError::TooBigForDevice {
+            what,
+            needed,
+            limit,
+        } => (
+            "model",
+            format!(
+                "this GPU's WebGPU limits are too small for the model: {what} needs {needed} bytes \
+                 in one buffer, the adapter allows {limit} (maxStorageBufferBindingSize / \
+                 maxBufferSize); try a smaller model or another GPU"
+            ),
+        ),
+        other => ("model", other.to_string()),
+    })
 }
 
 impl Engine {
