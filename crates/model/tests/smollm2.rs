@@ -2,6 +2,9 @@
 //! top-1 agreement over 1,664 positions and greedy 32-token continuations of 24 prompts, against
 //! the fixtures made by `tests/data/make_reference.py`. Run in release: a debug build is ~50×
 //! slower. The model file comes from `tests/setup.sh` (see mars-formats' tests for the lookup).
+//! The fixture also holds llama.cpp's own results under other settings (token by token, f32 KV
+//! cache): llama.cpp agrees with itself on ~96 % of positions and ~half the continuations, and
+//! that, not 100 %, is the bar for any implementation that does not copy its kernels bit for bit.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::PathBuf;
@@ -13,6 +16,17 @@ use mars_model::{Device, Llama, LoadOptions, ModelError, read_f32};
 struct Reference {
     teacher_forced: Vec<Teacher>,
     greedy: Vec<Greedy>,
+    /// llama.cpp under other settings (`make_reference.py`, SELF_CONFIGS): its own agreement.
+    #[serde(rename = "self")]
+    own: Vec<OwnRun>,
+}
+#[derive(serde::Deserialize)]
+struct OwnRun {
+    name: String,
+    /// Per teacher-forced text, the top-1 id at each position.
+    teacher_top1: Vec<Vec<u32>>,
+    /// Per greedy prompt, the 32-token continuation.
+    greedy_tokens: Vec<Vec<u32>>,
 }
 #[derive(serde::Deserialize)]
 struct Teacher {
@@ -66,9 +80,16 @@ fn matches_llama_cpp() {
     // Teacher forcing: one forward over each text, top-1 at every position.
     let (mut agree, mut total) = (0usize, 0usize);
     let mut misses = Vec::new();
+    let mut mars_top1: Vec<Vec<u32>> = Vec::new();
     for text in &reference.teacher_forced {
         let mut cache = model.new_cache(text.ids.len()).unwrap();
         let logits = read_f32(model.forward(&text.ids, &mut cache).unwrap()).unwrap();
+        mars_top1.push(
+            logits
+                .chunks_exact(vocab)
+                .map(|row| argmax(row) as u32)
+                .collect(),
+        );
         for (pos, (row, &(top1, l1, _, l2))) in
             logits.chunks_exact(vocab).zip(&text.top2).enumerate()
         {
@@ -85,6 +106,38 @@ fn matches_llama_cpp() {
         "teacher-forced top-1 agreement: {agree}/{total} = {:.2} %",
         100.0 * share
     );
+    // The yardstick: llama.cpp against its own fixture under other valid settings. Its kernels
+    // round activations to 8 bits per block along a path that depends on the batch shape, so
+    // this is what an implementation not bit-identical to those kernels can reach.
+    let mut own_floor = 1f64;
+    for run in &reference.own {
+        let own_agree: usize = reference
+            .teacher_forced
+            .iter()
+            .zip(&run.teacher_top1)
+            .map(|(text, ids)| {
+                text.top2
+                    .iter()
+                    .zip(ids)
+                    .filter(|(t, id)| t.0 == **id)
+                    .count()
+            })
+            .sum();
+        let with_mars: usize = mars_top1
+            .iter()
+            .zip(&run.teacher_top1)
+            .map(|(m, ids)| m.iter().zip(ids).filter(|(a, b)| a == b).count())
+            .sum();
+        eprintln!(
+            "llama.cpp {} vs llama.cpp fixture: {own_agree}/{total} = {:.2} %; mars vs llama.cpp {}: {:.2} %",
+            run.name,
+            100.0 * own_agree as f64 / total as f64,
+            run.name,
+            100.0 * with_mars as f64 / total as f64
+        );
+        own_floor = own_floor.min(own_agree as f64 / total as f64);
+    }
+    assert!(!reference.own.is_empty());
     for (category, pos, gap) in &misses {
         eprintln!("  miss: {category} position {pos}, llama.cpp top-2 gap {gap:.3}");
     }
@@ -93,7 +146,11 @@ fn matches_llama_cpp() {
     // average (see matches_the_exact_f64_reference), so disagreements must be near-ties.
     let worst_gap = misses.iter().map(|m| m.2).fold(0f32, f32::max);
     eprintln!("largest llama.cpp top-2 gap at a disagreement: {worst_gap:.3}");
-    assert!(share >= 0.95, "agreement {share}");
+    // Within one point of llama.cpp's own agreement across its settings.
+    assert!(
+        share >= own_floor - 0.01,
+        "agreement {share} below llama.cpp's own {own_floor} − 0.01"
+    );
     assert!(
         worst_gap < 0.5,
         "a disagreement at a clear decision: gap {worst_gap}"
@@ -133,10 +190,29 @@ fn matches_llama_cpp() {
         "greedy 32-token continuations equal: {equal}/{}",
         reference.greedy.len()
     );
+    let mut own_equal_min = usize::MAX;
+    for run in &reference.own {
+        let own_equal = reference
+            .greedy
+            .iter()
+            .zip(&run.greedy_tokens)
+            .filter(|(case, tokens)| case.tokens == **tokens)
+            .count();
+        eprintln!(
+            "llama.cpp {}: {own_equal}/{} continuations equal to its fixture",
+            run.name,
+            reference.greedy.len()
+        );
+        own_equal_min = own_equal_min.min(own_equal);
+    }
     assert!(reference.greedy.len() >= 20);
+    // As many equal continuations as llama.cpp reaches against itself, give or take two.
+    assert!(
+        equal + 2 >= own_equal_min,
+        "{equal} equal continuations, llama.cpp itself {own_equal_min}"
+    );
     // Greedy decoding compounds: one near-tie flips the rest of a continuation. What must hold
     // is that every divergence starts at a near-tie of the reference.
-    assert!(equal >= 1, "no continuation equal");
     assert!(
         worst_divergence_gap < 0.5,
         "a divergence at a clear decision: gap {worst_divergence_gap}"
