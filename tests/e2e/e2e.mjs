@@ -37,18 +37,29 @@ async function test(name, fn) {
 
 function assert(cond, msg) { if (!cond) throw new Error(msg); }
 
+// Both panes' figures as numbers (asserting each is one), printed so the log carries them.
+async function paneStats(page, label) {
+  const out = {};
+  for (const pane of ["strict", "mars"]) {
+    out[pane] = {};
+    for (const stat of ["tokens_per_second", "tau", "relaxed", "tokens"]) {
+      const text = await page.textContent(`[data-pane="${pane}"] [data-stat="${stat}"]`);
+      assert(Number.isFinite(Number(text)), `${pane} ${stat} = ${text}`);
+      out[pane][stat] = Number(text);
+    }
+  }
+  const line = (p) => `${p}: ${out[p].tokens_per_second} tok/s, τ ${out[p].tau}, relaxed ${out[p].relaxed}, ${out[p].tokens} tokens`;
+  console.log(`  ${label}: ${line("strict")}; ${line("mars")}`);
+  return out;
+}
+
 const TINY_PROMPT = "the cat sat on the mat; the cat";
 await test("race on the tiny model: both panes finish, numbers, strict equals native greedy", async () => {
   await withPage(WEBGPU, async (page) => {
     await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", prompt: TINY_PROMPT, chat: "0", "max-tokens": "12", autorun: "1" }));
     await page.waitForSelector('[data-pane="strict"][data-done="true"]', { timeout: 240_000 });
     await page.waitForSelector('[data-pane="mars"][data-done="true"]', { timeout: 240_000 });
-    for (const pane of ["strict", "mars"]) {
-      for (const stat of ["tokens_per_second", "tau", "relaxed", "tokens"]) {
-        const text = await page.textContent(`[data-pane="${pane}"] [data-stat="${stat}"]`);
-        assert(Number.isFinite(Number(text)), `${pane} ${stat} = ${text}`);
-      }
-    }
+    await paneStats(page, "tiny race");
     const strict = await page.textContent('[data-pane="strict"] .output');
     const native = JSON.parse(execFileSync(marsBin, ["generate", "--model", join(models, "tiny.gguf"), "--prompt", TINY_PROMPT, "--max-tokens", "12", "--json"]).toString());
     assert(strict === native.text, `strict ${JSON.stringify(strict)} != native ${JSON.stringify(native.text)}`);
@@ -111,8 +122,11 @@ if (existsSync(big)) {
     await withPage(WEBGPU, async (page) => {
       await page.goto(url({ model: "models/SmolLM2-135M-Instruct.Q4_1.gguf", draft: "ngram", prompt: "Hi", "max-tokens": "2", autorun: "1" }));
       await page.waitForSelector('[data-pane="strict"][data-done="true"]', { timeout: 540_000 });
+      await page.waitForSelector('[data-pane="mars"][data-done="true"]', { timeout: 120_000 });
       const text = await page.textContent('[data-pane="strict"] .output');
       assert(text.length > 0, "no text");
+      const stats = await paneStats(page, "135M race");
+      assert(stats.strict.tokens > 0 && stats.mars.tokens > 0, "a pane produced no tokens");
       await page.screenshot({ path: join(outDir, "race-135m.png"), fullPage: true });
     });
   });
