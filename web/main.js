@@ -72,6 +72,8 @@ function startWorker() {
 }
 
 let pendingLoad = null;
+// An error the worker already put on screen (with its kind's advice): callers only stop.
+class ShownError extends Error {}
 function onEvent(ev, ready) {
   switch (ev.type) {
     case "ready": ready(); break;
@@ -87,8 +89,8 @@ function onEvent(ev, ready) {
     case "step": onStep(ev.pane, ev.step, ev.summary); break;
     case "done": onDone(ev.pane, ev.summary); break;
     case "error":
-      if (pendingLoad) { pendingLoad.reject(); pendingLoad = null; }
       fail(ev.kind, ev.message);
+      if (pendingLoad) { pendingLoad.reject(new ShownError(ev.message)); pendingLoad = null; }
       break;
   }
 }
@@ -123,7 +125,19 @@ async function restart() {
   await startWorker();
   loadedUrl = null;
   loadedDraftUrl = null;
-  await ensureModel();
+  await loadOrFail(ensureModel);
+}
+
+// Runs a load step; a failure ends on screen as the loader's (or the network's) message, never
+// on a spinner. Returns whether it worked.
+async function loadOrFail(step) {
+  try {
+    await step();
+    return true;
+  } catch (e) {
+    if (!(e instanceof ShownError)) fail("model", String((e && e.message) || e));
+    return false;
+  }
 }
 
 // Downloads with progress; the Cache API keeps the file so that a second visit needs no network.
@@ -165,6 +179,15 @@ async function fetchModel(url) {
   return bytes;
 }
 
+// A file the loader refused must not stay in the cache, or every later visit would fail the same
+// way without trying the network again. Rethrows the loader's error.
+function forgetCached(url) {
+  return async (e) => {
+    try { await (await caches.open(CACHE)).delete(url); } catch (_) { /* no Cache API */ }
+    throw e;
+  };
+}
+
 function loadBytes(bytes, label, type = "load") {
   status(`uploading ${label} to the GPU…`);
   $("#run").disabled = true;
@@ -181,7 +204,7 @@ async function ensureDraft() {
   if (!url) throw new Error("choose a draft model URL (a smaller model with the same tokenizer)");
   if (url === loadedDraftUrl) return;
   const bytes = await fetchModel(url);
-  await loadBytes(bytes, url, "load_draft");
+  await loadBytes(bytes, url, "load_draft").catch(forgetCached(url));
   loadedDraftUrl = url;
 }
 
@@ -189,7 +212,7 @@ async function ensureModel() {
   const url = $("#model-url").value.trim();
   if (url === loadedUrl) return;
   const bytes = await fetchModel(url);
-  await loadBytes(bytes, url);
+  await loadBytes(bytes, url).catch(forgetCached(url));
   loadedUrl = url;
   loadedDraftUrl = null; // a new target drops the old draft model
 }
@@ -208,12 +231,7 @@ function resetPanes() {
 
 async function run() {
   if (running) return;
-  try {
-    await ensureModel();
-    await ensureDraft();
-  } catch (e) {
-    return fail("model", String(e.message || e));
-  }
+  if (!(await loadOrFail(async () => { await ensureModel(); await ensureDraft(); }))) return;
   running = true;
   resetPanes();
   status("racing…");
@@ -309,11 +327,7 @@ async function main() {
   if (problem) return fail("no_webgpu", problem);
   status("starting the engine…");
   await startWorker();
-  try {
-    await ensureModel();
-  } catch (e) {
-    return fail("model", String(e.message || e));
-  }
+  if (!(await loadOrFail(ensureModel))) return;
   if (params.get("autorun") === "1") run();
 }
 

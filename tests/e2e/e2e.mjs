@@ -113,6 +113,25 @@ await test("a truncated model file shows the loader's error", async () => {
     await page.waitForFunction(() => document.querySelector("#status").classList.contains("error"), null, { timeout: 120_000 });
     const text = await page.textContent("#status");
     assert(/GGUF|bytes|data/i.test(text), text);
+    // The refused file is not kept in the cache: the next visit downloads it again.
+    const cached = await page.evaluate(async () => !!(await (await caches.open("mars-models-v1")).match("models/truncated.gguf")));
+    assert(!cached, "the refused file stayed in the cache");
+  });
+});
+
+await test("a second visit loads the model from the browser cache, without the network", async () => {
+  await withPage(WEBGPU, async (page) => {
+    const q = { model: "models/tiny.gguf", draft: "ngram", prompt: TINY_PROMPT, chat: "0", "max-tokens": "4", autorun: "1" };
+    await page.goto(url(q));
+    await page.waitForSelector('[data-pane="strict"][data-done="true"]', { timeout: 240_000 });
+    // Same browser profile, the model server now unreachable for the model file.
+    let requests = 0;
+    await page.route("**/models/**", (route) => { requests++; return route.abort(); });
+    await page.goto(url(q));
+    await page.waitForSelector('[data-pane="strict"][data-done="true"]', { timeout: 240_000 });
+    assert(requests === 0, `${requests} model request(s) on the second visit`);
+    const text = await page.textContent('[data-pane="strict"] .output');
+    assert(text.length > 0, "no text on the second visit");
   });
 });
 
