@@ -12,6 +12,10 @@ node tests/e2e/serve.mjs dist "$models" "$port" &
 server=$!
 trap 'kill $server 2>/dev/null' EXIT
 sleep 1
+if ! kill -0 "$server" 2>/dev/null; then
+  echo "could not serve on 127.0.0.1:$port (in use?); choose another with PORT=8081 bash web/serve.sh" >&2
+  exit 1
+fi
 echo
 echo "The race page: http://127.0.0.1:$port/  (Chrome/Edge with WebGPU; the default model is served from $models)"
 echo
