@@ -21,7 +21,11 @@ SEQUENCES = [
 PROBE_IDS = list(range(0, 49152, 1536))  # 32 fixed ids, spread over the vocabulary
 
 
-def main(path):
+N_LAYERS, D, N_H, N_KV, HD, THETA, EPS = 30, 576, 9, 3, 64, 100000.0, 1e-5
+
+
+def load(path):
+    """The file's weights, dequantized by `gguf`, as f64 arrays in [out, in] layout."""
     r = GGUFReader(path)
     tensors = {t.name: t for t in r.tensors}
 
@@ -29,12 +33,18 @@ def main(path):
         t = tensors[name]
         return dequantize(t.data, t.tensor_type).astype(np.float64).reshape([int(x) for x in reversed(t.shape)])
 
-    n_layers, d, n_h, n_kv, hd, theta, eps = 30, 576, 9, 3, 64, 100000.0, 1e-5
-    emb = w("token_embd.weight")
-    inv_freq = theta ** (-np.arange(0, hd, 2) / hd)  # [hd / 2]
+    names = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]
+    layers = [{k: w(f"blk.{i}.{k}.weight") for k in names} for i in range(N_LAYERS)]
+    return {"emb": w("token_embd.weight"), "layers": layers, "out_norm": w("output_norm.weight")}
+
+
+def forward(m, ids, before_matmul=lambda a: a):
+    """Normed final hidden states [t, d] of one sequence. `before_matmul` is applied to every
+    activation that enters a weight matrix (identity: the exact forward pass)."""
+    inv_freq = THETA ** (-np.arange(0, HD, 2) / HD)  # [hd / 2]
 
     def rms(x, g):
-        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS) * g
 
     def rope(x):  # x [t, heads, hd]: rotate adjacent pairs
         t = x.shape[0]
@@ -46,35 +56,34 @@ def main(path):
         out[..., 1::2] = x0 * s + x1 * c
         return out
 
-    layers = []
-    for i in range(n_layers):
-        n = lambda s: w(f"blk.{i}.{s}")
-        layers.append({k: n(k + ".weight") for k in
-                       ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]})
-    out_norm = w("output_norm.weight")
+    q8 = before_matmul
+    t = len(ids)
+    x = m["emb"][ids]  # [t, d]
+    mask = np.triu(np.full((t, t), -np.inf), 1)
+    for L in m["layers"]:
+        h = q8(rms(x, L["attn_norm"]))
+        q = rope((h @ L["attn_q"].T).reshape(t, N_H, HD))
+        k = rope((h @ L["attn_k"].T).reshape(t, N_KV, HD))
+        v = (h @ L["attn_v"].T).reshape(t, N_KV, HD)
+        heads = []
+        for head in range(N_H):
+            kv = head // (N_H // N_KV)
+            s = q[:, head] @ k[:, kv].T / np.sqrt(HD) + mask
+            p = np.exp(s - s.max(axis=-1, keepdims=True))
+            p /= p.sum(axis=-1, keepdims=True)
+            heads.append(p @ v[:, kv])
+        x = x + q8(np.concatenate(heads, axis=-1)) @ L["attn_output"].T
+        h = q8(rms(x, L["ffn_norm"]))
+        g, u = h @ L["ffn_gate"].T, h @ L["ffn_up"].T
+        x = x + q8(g / (1 + np.exp(-g)) * u) @ L["ffn_down"].T
+    return rms(x, m["out_norm"])
 
+
+def main(path):
+    m = load(path)
     results = []
     for ids in SEQUENCES:
-        t = len(ids)
-        x = emb[ids]  # [t, d]
-        mask = np.triu(np.full((t, t), -np.inf), 1)
-        for L in layers:
-            h = rms(x, L["attn_norm"])
-            q = rope((h @ L["attn_q"].T).reshape(t, n_h, hd))
-            k = rope((h @ L["attn_k"].T).reshape(t, n_kv, hd))
-            v = (h @ L["attn_v"].T).reshape(t, n_kv, hd)
-            heads = []
-            for head in range(n_h):
-                kv = head // (n_h // n_kv)
-                s = q[:, head] @ k[:, kv].T / np.sqrt(hd) + mask
-                p = np.exp(s - s.max(axis=-1, keepdims=True))
-                p /= p.sum(axis=-1, keepdims=True)
-                heads.append(p @ v[:, kv])
-            x = x + np.concatenate(heads, axis=-1) @ L["attn_output"].T
-            h = rms(x, L["ffn_norm"])
-            g, u = h @ L["ffn_gate"].T, h @ L["ffn_up"].T
-            x = x + (g / (1 + np.exp(-g)) * u) @ L["ffn_down"].T
-        logits = rms(x, out_norm) @ emb.T  # [t, vocab]
+        logits = forward(m, ids) @ m["emb"].T  # [t, vocab]
         rows = []
         for row in logits:
             top = np.argsort(-row, kind="stable")[:8]
