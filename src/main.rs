@@ -5,15 +5,17 @@
 //! inspectable on its own: paste a target's logits and a draft, and see what strict and MARS
 //! decide and why.
 
+mod args;
 mod compare;
 mod generate;
+mod load;
 
 use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail, ensure};
 use clap::{Parser, Subcommand};
-use mars_verify::{DraftProbs, Mode, Sampling, Verdict, Verifier, VerifyConfig, VerifyInput};
+use mars_verify::{DraftProbs, Mode, Verdict, Verifier, VerifyConfig, VerifyInput};
 use rand_core::SeedableRng;
 use serde::Deserialize;
 
@@ -76,50 +78,14 @@ struct VerifyArgs {
     /// JSON file with the step, or - for standard input.
     #[arg(long, short)]
     input: PathBuf,
+    /// The rule: strict unless --theta or --rho is given.
     #[command(flatten)]
-    rule: RuleArgs,
+    rule: args::RuleArgs,
+    #[command(flatten)]
+    sampling: args::SamplingArgs,
     /// Print the verdict as JSON instead of a table.
     #[arg(long)]
     json: bool,
-}
-
-/// Verification settings, shared by every subcommand that verifies.
-#[derive(Debug, clap::Args)]
-struct RuleArgs {
-    /// MARS, paper mode: relax where z2/z1 > θ (the authors use 0.9).
-    #[arg(long, conflicts_with = "rho")]
-    theta: Option<f32>,
-    /// MARS, margin mode: relax where p2/p1 ≥ ρ.
-    #[arg(long)]
-    rho: Option<f32>,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
-    temperature: f32,
-    /// Keep only the k most likely tokens (unset: off).
-    #[arg(long)]
-    top_k: Option<u32>,
-    /// Nucleus sampling mass (1: off).
-    #[arg(long, default_value_t = 1.0)]
-    top_p: f32,
-    /// Seed of the sampling generator (ChaCha8, the same stream on every platform).
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-}
-
-impl RuleArgs {
-    fn config(&self) -> VerifyConfig {
-        let mode = match (self.theta, self.rho) {
-            (Some(theta), _) => Mode::Paper { theta },
-            (None, Some(rho)) => Mode::Margin { rho },
-            (None, None) => Mode::Strict,
-        };
-        let sampling = Sampling {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-        };
-        VerifyConfig { sampling, mode }
-    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,10 +129,8 @@ fn run_extract(args: &ExtractArgs) -> Result<()> {
         std::fs::read(&args.model).with_context(|| format!("reading {}", args.model.display()))?;
     let g = mars_formats::Gguf::parse(&bytes)
         .with_context(|| format!("parsing {}", args.model.display()))?;
-    let arch = g.get_str("general.architecture")?;
-    let n_layers = usize::try_from(g.get_u64(&format!("{arch}.block_count"))?)
-        .context("block_count does not fit in usize")?;
-    let spec: mars_engine::LayerSpec = args.layers.parse()?;
+    let n_layers = mars_model::LlamaConfig::from_gguf(&g)?.n_layers;
+    let spec: mars_formats::LayerSpec = args.layers.parse()?;
     let layers = spec.layers(n_layers)?;
     let out = g.with_layers(&layers)?;
     std::fs::write(&args.out, &out).with_context(|| format!("writing {}", args.out.display()))?;
@@ -214,8 +178,11 @@ fn run_verify(args: &VerifyArgs) -> Result<()> {
         draft_tokens: &step.draft_tokens,
         draft_probs: q.as_deref().map_or(DraftProbs::OneHot, DraftProbs::Full),
     };
-    let config = args.rule.config();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.rule.seed);
+    let config = VerifyConfig {
+        sampling: args.sampling.resolve()?,
+        mode: args.rule.resolve(Mode::Strict)?,
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.sampling.seed);
     let verdict = Verifier::new(config)?.verify(&input, &mut rng)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&verdict)?);

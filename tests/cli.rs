@@ -88,6 +88,18 @@ fn bad_settings_and_input_name_the_field() {
     let out = mars(&["verify", "--input", "-"], "{not json");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("parsing the step JSON"));
+
+    // θ and ρ name different modes: both at once is refused by the one rule, naming both.
+    let out = mars(
+        &["verify", "--input", "-", "--theta", "0.9", "--rho", "0.5"],
+        CLOSE_CALL,
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("theta = 0.9") && err.contains("rho = 0.5"),
+        "{err}"
+    );
 }
 
 fn smollm2() -> Option<std::path::PathBuf> {
@@ -253,6 +265,7 @@ fn compare_and_bench_on_the_tiny_model() {
         let p = &v["prompts"][0];
         for m in ["target", "strict", "mars"] {
             for key in [
+                "ids",
                 "tokens",
                 "text",
                 "tokens_per_second",
@@ -265,7 +278,7 @@ fn compare_and_bench_on_the_tiny_model() {
             assert!(v["total"][m]["tokens_per_second"].as_f64().unwrap() > 0.0);
         }
         assert_eq!(
-            p["target"]["tokens"], p["strict"]["tokens"],
+            p["target"]["ids"], p["strict"]["ids"],
             "greedy strict is lossless"
         );
         assert_eq!(p["strict"]["agreement"], 1.0);
@@ -350,8 +363,8 @@ fn compare_and_bench_on_the_tiny_model() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
-        v["prompts"][0]["target"]["tokens"],
-        v["prompts"][0]["strict"]["tokens"]
+        v["prompts"][0]["target"]["ids"],
+        v["prompts"][0]["strict"]["ids"]
     );
     assert!(
         v["settings"]["drafter"]
@@ -374,6 +387,25 @@ fn compare_and_bench_on_the_tiny_model() {
     );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("first:9"));
+    // The shared drafter syntax: a malformed spec is named with what is expected.
+    let out = mars(
+        &[
+            "compare",
+            "--model",
+            model,
+            "--prompt",
+            "x",
+            "--draft",
+            "layers:first:x",
+        ],
+        "",
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("first:x"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = mars(
         &["compare", "--model", "/nonexistent.gguf", "--prompt", "x"],
         "",

@@ -27,11 +27,28 @@ let running = false;
 const series = { strict: [], mars: [] };
 const stats = { strict: null, mars: null };
 
-function setupControls() {
+// Field values start from the engine's defaults (mars-engine's DEFAULTS, sent with the worker's
+// "ready" event: the page keeps no second copy), then the URL's settings.
+function setupControls(defaults) {
   for (const u of DEFAULT_MODELS) $("#model-urls").append(new Option(u));
   $("#model-url").value = params.get("model") || DEFAULT_MODELS[0];
   $("#draft-url").value = params.get("draft_model") || "";
-  const draft = params.get("draft");
+  const layerSkip = $("#draft-default");
+  layerSkip.value = defaults.drafter;
+  layerSkip.textContent = `layer skip (${defaults.drafter.replace(/^layers:/, "")})`;
+  $("#prompt").value = defaults.prompt;
+  $("#k").value = defaults.k;
+  $("#temperature").value = defaults.temperature;
+  $("#top-p").value = defaults.top_p;
+  $("#max-tokens").value = defaults.max_tokens;
+  $("#seed").value = defaults.seed;
+  $("#mars-mode").value = defaults.mars.mode;
+  $("#mars-theta").value = defaults.mars.mode === "margin" ? defaults.mars.rho : defaults.mars.theta;
+  let draft = params.get("draft");
+  if (draft && draft.startsWith("model:")) {
+    $("#draft-url").value = draft.slice("model:".length);
+    draft = "model";
+  }
   if (draft) {
     // Any "layers:<spec>" or "ngram" may come in the URL, not only the listed ones.
     if (![...$("#draft").options].some((o) => o.value === draft)) {
@@ -40,7 +57,7 @@ function setupControls() {
     $("#draft").value = draft;
   }
   if (params.get("prompt")) $("#prompt").value = params.get("prompt");
-  for (const key of ["k", "temperature", "max-tokens", "seed", "mars-theta"]) {
+  for (const key of ["k", "temperature", "max-tokens", "seed", "mars-theta", "mars-mode"]) {
     if (params.get(key)) $("#" + key).value = params.get(key);
   }
   if (params.get("chat") === "0") $("#chat").checked = false;
@@ -48,7 +65,7 @@ function setupControls() {
   $("#reload").addEventListener("click", () => restart());
   $("#model-file").addEventListener("change", async (e) => {
     const file = e.target.files[0];
-    if (file) await loadBytes(new Uint8Array(await file.arrayBuffer()), file.name);
+    if (file) await loadOrFail(async () => loadBytes(new Uint8Array(await file.arrayBuffer()), file.name));
   });
 }
 
@@ -66,6 +83,7 @@ async function webgpuProblem() {
   return null;
 }
 
+// Resolves with the engine's defaults once the worker is up.
 function startWorker() {
   return new Promise((resolve) => {
     worker = new Worker("worker.js");
@@ -77,24 +95,27 @@ function startWorker() {
 
 let pendingLoad = null;
 // An error the worker already put on screen (with its kind's advice): callers only stop.
-class ShownError extends Error {}
+class ShownError extends Error {
+  constructor(kind, message) { super(message); this.kind = kind; }
+}
 function onEvent(ev, ready) {
   switch (ev.type) {
-    case "ready": ready(); break;
+    case "ready": ready(ev.defaults); break;
     case "loaded":
       status(`model loaded: ${ev.info.name} (${ev.info.n_layers} layers, vocabulary ${ev.info.vocab})`);
       $("#run").disabled = false;
       if (pendingLoad) { pendingLoad.resolve(); pendingLoad = null; }
       break;
     case "draft_loaded":
-      status("draft model loaded");
+      status(`draft model loaded: ${ev.name}`);
       if (pendingLoad) { pendingLoad.resolve(); pendingLoad = null; }
       break;
     case "step": onStep(ev.pane, ev.step, ev.summary); break;
     case "done": onDone(ev.pane, ev.summary); break;
+    case "stopped": running = false; status("stopped"); break;
     case "error":
       fail(ev.kind, ev.message);
-      if (pendingLoad) { pendingLoad.reject(new ShownError(ev.message)); pendingLoad = null; }
+      if (pendingLoad) { pendingLoad.reject(new ShownError(ev.kind, ev.message)); pendingLoad = null; }
       break;
   }
 }
@@ -109,12 +130,15 @@ function fail(kind, message) {
   const advice = {
     no_webgpu: "\nWebGPU could not start: use a browser with WebGPU (Chrome/Edge 113+).",
     model: "\nThe model file could not be used (see above). Pick a GGUF of a Llama-family model.",
+    tokenizer: "\nThe model's tokenizer could not be used (or the draft model's differs from the target's).",
+    limit: "\nThis GPU's WebGPU limits (maxStorageBufferBindingSize / maxBufferSize) are too small for the model: try a smaller model or another GPU.",
+    request: "\nCheck the settings and press Run again.",
     device_lost: "\nThe GPU device was lost. The text so far is kept; press Reload to start again.",
     engine: "\nPress Reload to restart the engine.",
   }[kind] || "";
   status(message + advice, true);
   $("#reload").hidden = false;
-  $("#run").disabled = kind === "model" ? false : true;
+  $("#run").disabled = !["model", "tokenizer", "limit", "request"].includes(kind);
   for (const pane of ["strict", "mars"]) {
     const el = document.querySelector(`[data-pane="${pane}"]`);
     if (el.dataset.done !== "true") el.dataset.done = "error";
@@ -184,20 +208,26 @@ async function fetchModel(url) {
 }
 
 // A file the loader refused must not stay in the cache, or every later visit would fail the same
-// way without trying the network again. Rethrows the loader's error.
+// way without trying the network again. Only the loader's verdict on the file evicts it (a lost
+// device during the upload says nothing about the file). Rethrows the error.
 function forgetCached(url) {
   return async (e) => {
-    try { await (await caches.open(CACHE)).delete(url); } catch (_) { /* no Cache API */ }
+    const fileAtFault = e instanceof ShownError && (e.kind === "model" || e.kind === "tokenizer");
+    if (fileAtFault) {
+      try { await (await caches.open(CACHE)).delete(url); } catch (_) { /* no Cache API */ }
+    }
     throw e;
   };
 }
 
-function loadBytes(bytes, label, type = "load") {
+// `draftName` set: a draft model, named as the race's drafter will name it (model:<name>).
+function loadBytes(bytes, label, draftName = null) {
   status(`uploading ${label} to the GPU…`);
   $("#run").disabled = true;
+  const message = draftName === null ? { type: "load", bytes } : { type: "load_draft", name: draftName, bytes };
   return new Promise((resolve, reject) => {
     pendingLoad = { resolve, reject };
-    worker.postMessage({ type, bytes }, [bytes.buffer]);
+    worker.postMessage(message, [bytes.buffer]);
   }).finally(() => { $("#run").disabled = false; });
 }
 
@@ -208,7 +238,7 @@ async function ensureDraft() {
   if (!url) throw new Error("choose a draft model URL (a smaller model with the same tokenizer)");
   if (url === loadedDraftUrl) return;
   const bytes = await fetchModel(url);
-  await loadBytes(bytes, url, "load_draft").catch(forgetCached(url));
+  await loadBytes(bytes, url, url).catch(forgetCached(url));
   loadedDraftUrl = url;
 }
 
@@ -239,21 +269,20 @@ async function run() {
   running = true;
   resetPanes();
   status("racing…");
-  const mode = $("#mars-mode").value;
   const value = Number($("#mars-theta").value);
-  const request = {
-    prompt: $("#prompt").value,
-    chat: $("#chat").checked,
-    draft: $("#draft").value,
+  const mars = $("#mars-mode").value === "margin" ? { mode: "margin", rho: value } : { mode: "paper", theta: value };
+  const draft = $("#draft").value;
+  // Resolved settings, as mars-engine's RunSettings: the worker validates them.
+  const settings = {
+    drafter: draft === "model" ? "model:" + $("#draft-url").value.trim() : draft,
     k: Number($("#k").value),
-    temperature: Number($("#temperature").value),
-    top_p: Number($("#top-p").value),
+    mars,
+    sampling: { temperature: Number($("#temperature").value), top_p: Number($("#top-p").value) },
     max_tokens: Number($("#max-tokens").value),
     seed: Number($("#seed").value),
-    theta: mode === "theta" ? value : null,
-    rho: mode === "rho" ? value : null,
+    chat: $("#chat").checked,
   };
-  worker.postMessage({ type: "race", request, together: !$("#sequential").checked });
+  worker.postMessage({ type: "race", prompt: $("#prompt").value, settings, methods: ["strict", "mars"], together: !$("#sequential").checked });
 }
 
 function onStep(pane, step, summary) {
@@ -326,11 +355,11 @@ function drawChart() {
 }
 
 async function main() {
-  setupControls();
+  status("starting the engine…");
+  // The engine loads without a GPU: the defaults come from it even where WebGPU is missing.
+  setupControls(await startWorker());
   const problem = await webgpuProblem();
   if (problem) return fail("no_webgpu", problem);
-  status("starting the engine…");
-  await startWorker();
   if (!(await loadOrFail(ensureModel))) return;
   if (params.get("autorun") === "1") run();
 }

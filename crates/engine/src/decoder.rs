@@ -73,7 +73,8 @@ pub struct StepRecord {
     pub correction: bool,
     /// Tokens emitted this step (after any stop token or budget cut).
     pub tokens: Vec<TokenRecord>,
-    /// Text of this step's tokens, never splitting a UTF-8 character.
+    /// Text of this step's tokens (a stop token's text left out), never splitting a UTF-8
+    /// character.
     pub text: String,
     /// Milliseconds in the drafter.
     pub draft_ms: f64,
@@ -126,6 +127,8 @@ pub struct RunSummary {
     pub ledger: Ledger,
     /// Mean −log p_target of the generated tokens (T = 1).
     pub nll: f64,
+    /// Sum of −log p_target over the generated tokens (what `nll` is the mean of).
+    pub nll_sum: f64,
     /// Milliseconds of prompt processing (target and drafter).
     pub prefill_ms: f64,
     /// Milliseconds in the drafter after the prompt.
@@ -136,6 +139,68 @@ pub struct RunSummary {
     pub tokens_per_second: f64,
     /// Why the run ended (`None` while running).
     pub stop: Option<StopReason>,
+}
+
+impl RunSummary {
+    /// Nothing counted yet.
+    pub fn empty(drafter: Option<String>) -> Self {
+        Self {
+            drafter,
+            tokens: 0,
+            target_forwards: 0,
+            tau: 0.0,
+            drafted: 0,
+            accepted: 0,
+            relaxed: 0,
+            relaxed_share: 0.0,
+            ledger: Ledger::default(),
+            nll: 0.0,
+            nll_sum: 0.0,
+            prefill_ms: 0.0,
+            draft_ms: 0.0,
+            verify_ms: 0.0,
+            tokens_per_second: 0.0,
+            stop: None,
+        }
+    }
+
+    /// Adds `other`'s counts and times to these and recomputes the derived figures (τ, relaxed
+    /// share, mean NLL, tokens/s): the one merge, used by the loop for each step and by reports
+    /// for totals over prompts. `drafter` and `stop` stay this summary's.
+    pub fn merge(&mut self, other: &RunSummary) {
+        self.tokens += other.tokens;
+        self.target_forwards += other.target_forwards;
+        self.drafted += other.drafted;
+        self.accepted += other.accepted;
+        self.relaxed += other.relaxed;
+        self.ledger.absorb(&other.ledger);
+        self.nll_sum += other.nll_sum;
+        self.prefill_ms += other.prefill_ms;
+        self.draft_ms += other.draft_ms;
+        self.verify_ms += other.verify_ms;
+        let tokens = self.tokens as f64;
+        self.tau = tokens / self.target_forwards.max(1) as f64;
+        self.relaxed_share = self.relaxed as f64 / tokens.max(1.0);
+        self.nll = self.nll_sum / tokens.max(1.0);
+        let secs = (self.draft_ms + self.verify_ms) / 1e3;
+        self.tokens_per_second = if secs > 0.0 { tokens / secs } else { 0.0 };
+    }
+
+    /// One step's counts, to be merged into a run's.
+    fn of_step(step: &StepRecord) -> Self {
+        Self {
+            tokens: step.tokens.len(),
+            target_forwards: 1,
+            drafted: step.drafted,
+            accepted: step.accepted_exact + step.accepted_relaxed,
+            relaxed: step.accepted_relaxed,
+            ledger: step.ledger,
+            nll_sum: step.tokens.iter().map(|r| r.nll).sum(),
+            draft_ms: step.draft_ms,
+            verify_ms: step.verify_ms,
+            ..Self::empty(None)
+        }
+    }
 }
 
 /// The target's KV cache after a prompt (all but its last token, which the first step feeds).
@@ -181,6 +246,16 @@ impl Prefill {
     pub fn ms(&self) -> f64 {
         self.ms
     }
+
+    /// Tokens the cache can hold.
+    pub fn capacity(&self) -> usize {
+        self.cache.capacity()
+    }
+
+    /// Prompt tokens.
+    pub fn prompt_len(&self) -> usize {
+        self.prompt.len()
+    }
 }
 
 /// A decoding run over one prompt. `D` is the drafter; `None` decodes with the target alone.
@@ -201,7 +276,6 @@ pub struct Decoder<D> {
     text: StreamDecoder<Arc<Tokenizer>>,
     stop: Option<StopReason>,
     totals: RunSummary,
-    nll_sum: f64,
 }
 
 impl<D: Drafter> Decoder<D> {
@@ -254,21 +328,8 @@ impl<D: Drafter> Decoder<D> {
             cache,
             k: if drafter.is_some() { config.k } else { 0 },
             totals: RunSummary {
-                drafter: drafter.as_ref().map(Drafter::label),
-                tokens: 0,
-                target_forwards: 0,
-                tau: 0.0,
-                drafted: 0,
-                accepted: 0,
-                relaxed: 0,
-                relaxed_share: 0.0,
-                ledger: Ledger::default(),
-                nll: 0.0,
                 prefill_ms,
-                draft_ms: 0.0,
-                verify_ms: 0.0,
-                tokens_per_second: 0.0,
-                stop: None,
+                ..RunSummary::empty(drafter.as_ref().map(Drafter::label))
             },
             drafter,
             verifier,
@@ -281,7 +342,6 @@ impl<D: Drafter> Decoder<D> {
             stop_ids,
             text: StreamDecoder::new(tokenizer),
             stop: None,
-            nll_sum: 0.0,
         })
     }
 
@@ -409,8 +469,9 @@ impl<D: Drafter> Decoder<D> {
             drafter.rollback(keep)?;
         }
 
+        // The visible text: a stop token ends the run but is not shown.
         let mut text = String::new();
-        for t in &tokens {
+        for t in tokens.iter().filter(|t| !self.stop_ids.contains(&t.id)) {
             if let Some(piece) = self.text.push(t.id)? {
                 text.push_str(&piece);
             }
@@ -431,7 +492,7 @@ impl<D: Drafter> Decoder<D> {
             verify_ms,
             ledger: verdict.ledger,
         };
-        self.account(&record);
+        self.totals.merge(&RunSummary::of_step(&record));
         if let Some(reason) = stop {
             self.stop = Some(reason);
             self.totals.stop = Some(reason);
@@ -470,28 +531,6 @@ impl<D: Drafter> Decoder<D> {
             margin,
             nll: nll(row, id as usize),
         }
-    }
-
-    fn account(&mut self, step: &StepRecord) {
-        let t = &mut self.totals;
-        t.tokens += step.tokens.len();
-        t.target_forwards += 1;
-        t.drafted += step.drafted;
-        t.accepted += step.accepted_exact + step.accepted_relaxed;
-        t.relaxed += step.accepted_relaxed;
-        t.ledger.absorb(&step.ledger);
-        t.draft_ms += step.draft_ms;
-        t.verify_ms += step.verify_ms;
-        self.nll_sum += step.tokens.iter().map(|r| r.nll).sum::<f64>();
-        t.tau = t.tokens as f64 / t.target_forwards as f64;
-        t.relaxed_share = t.relaxed as f64 / t.tokens.max(1) as f64;
-        t.nll = self.nll_sum / t.tokens.max(1) as f64;
-        let secs = (t.draft_ms + t.verify_ms) / 1e3;
-        t.tokens_per_second = if secs > 0.0 {
-            t.tokens as f64 / secs
-        } else {
-            0.0
-        };
     }
 
     fn finish(&mut self, reason: StopReason) -> Option<StepRecord> {

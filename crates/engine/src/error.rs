@@ -61,13 +61,39 @@ pub enum EngineError {
         /// Target vocabulary.
         vocab: usize,
     },
-    /// A layer specification could not be parsed or does not fit the model.
-    #[error("layer spec {spec:?}: {why}")]
-    LayerSpec {
+    /// A drafter specification could not be parsed.
+    #[error("drafter {spec:?}: {why}")]
+    DrafterSpec {
         /// The spec as given.
         spec: String,
-        /// What is wrong.
-        why: String,
+        /// What is expected.
+        why: &'static str,
+    },
+    /// A run names a draft model that was not loaded.
+    #[error("the draft model {name:?} is not loaded: load it before the run")]
+    DraftModelNotLoaded {
+        /// Where the spec says it comes from.
+        name: String,
+    },
+    /// The file's tokenizer has more tokens than the model's vocabulary.
+    #[error("the tokenizer has {tokenizer} tokens but the model's vocabulary is {model}")]
+    VocabMismatch {
+        /// Tokens of the tokenizer.
+        tokenizer: usize,
+        /// Rows of the model's embedding.
+        model: usize,
+    },
+    /// A chat prompt was asked of a model file without a chat template.
+    #[error("chat: the model file has no tokenizer.chat_template")]
+    NoChatTemplate,
+    /// The GPU device could not be opened.
+    #[error("opening the GPU device: {0}")]
+    Device(String),
+    /// The backend was not compiled into this build.
+    #[error("backend {backend} is not compiled into this build")]
+    BackendUnavailable {
+        /// The backend asked for.
+        backend: &'static str,
     },
     /// A configuration value is out of range.
     #[error("{field} = {value}: {why}")]

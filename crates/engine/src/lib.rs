@@ -4,17 +4,24 @@
 //! A step: the drafter proposes up to k tokens (with its distributions), the target scores the
 //! last accepted token plus the draft in one forward pass (k + 1 rows of logits), `mars-verify`
 //! decides how many to keep (strict or MARS), and every cache rolls back to the kept prefix.
+//!
+//! Front ends (the CLI, the browser worker) go through the session layer: [`Backend::open`]
+//! for the device, [`Target`] for a loaded model, [`RunSettings`] for resolved settings
+//! (defaults in [`DEFAULTS`], drafters in [`DrafterSpec`] syntax), then [`Target::decoder`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod decoder;
+mod device;
 mod drafter;
 mod error;
-mod layers;
+mod session;
 
 pub use decoder::{
     DecodeConfig, Decoder, Prefill, RunSummary, StepRecord, StopReason, TokenKind, TokenRecord,
 };
+pub use device::{Backend, OpenDevice};
 pub use drafter::{AnyDrafter, Draft, Drafter, ModelDrafter, NgramDrafter, check_same_tokenizer};
 pub use error::{EngineError, Result};
-pub use layers::LayerSpec;
+pub use mars_formats::LayerSpec;
+pub use session::{DEFAULTS, Defaults, DrafterSpec, Method, ModelInfo, RunSettings, Target};

@@ -191,10 +191,18 @@ pub enum FormatError {
     LayerSubset {
         /// The requested layers.
         layers: Vec<usize>,
-        /// `{arch}.block_count` of the file.
+        /// Blocks in the model (`{arch}.block_count` of a file).
         n_layers: usize,
         /// What is wrong.
         why: &'static str,
+    },
+    /// A layer specification could not be parsed or does not fit the model.
+    #[error("layer spec {spec:?}: {why}")]
+    LayerSpec {
+        /// The spec as given.
+        spec: String,
+        /// What is wrong.
+        why: String,
     },
     /// The tokenizer described by the file could not be built.
     #[error("tokenizer: {0}")]

@@ -557,12 +557,7 @@ impl Gguf<'_> {
         let arch = self.get_str("general.architecture")?;
         let count_key = format!("{arch}.block_count");
         let n_layers = usize::try_from(self.get_u64(&count_key)?).unwrap_or(usize::MAX);
-        let bad = |why| FormatError::LayerSubset {
-            layers: layers.to_vec(),
-            n_layers,
-            why,
-        };
-        check_layer_subset(layers, n_layers).map_err(bad)?;
+        crate::layers::check_layer_subset(layers, n_layers)?;
         let new_index: std::collections::HashMap<usize, usize> = layers
             .iter()
             .enumerate()
@@ -571,7 +566,13 @@ impl Gguf<'_> {
         let mut w = GgufWriter::new();
         for (key, value) in &self.metadata {
             let value = if *key == count_key {
-                Value::U32(u32::try_from(layers.len()).map_err(|_| bad("too many layers"))?)
+                Value::U32(
+                    u32::try_from(layers.len()).map_err(|_| FormatError::LayerSubset {
+                        layers: layers.to_vec(),
+                        n_layers,
+                        why: "too many layers",
+                    })?,
+                )
             } else {
                 value.clone()
             };
@@ -591,29 +592,6 @@ impl Gguf<'_> {
         }
         Ok(w.to_bytes())
     }
-}
-
-/// Why `layers` is not a usable subset of `n_layers` layers (empty, out of range, repeated), or
-/// `Ok` — the one rule for a layer subset written as a file and one run in memory.
-///
-/// # Errors
-/// A short reason.
-pub fn check_layer_subset(
-    layers: &[usize],
-    n_layers: usize,
-) -> std::result::Result<(), &'static str> {
-    if layers.is_empty() {
-        return Err("no layers");
-    }
-    let mut seen = vec![false; n_layers];
-    for &l in layers {
-        match seen.get_mut(l) {
-            None => return Err("a layer index is out of range"),
-            Some(true) => return Err("a layer is repeated"),
-            Some(slot) => *slot = true,
-        }
-    }
-    Ok(())
 }
 
 /// Builds a GGUF v3 file: the project's own writer, for tiny test models and for layer subsets

@@ -6,19 +6,22 @@
 //! - [`safetensors`]: HF safetensors tensors as f32.
 //! - [`tokenizer`]: HF `tokenizers` built from GGUF metadata or `tokenizer.json`, and streaming.
 //! - [`chat`]: chat templates in a sandboxed minijinja.
+//! - [`layers`]: layer subsets (the rule, and the `first:N` / `every:S` / list syntax).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod chat;
 mod error;
 pub mod gguf;
+pub mod layers;
 pub mod quant;
 pub mod safetensors;
 pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
 pub use error::{FormatError, Result};
-pub use gguf::{Gguf, GgufWriter, TensorInfo, Value, check_layer_subset};
+pub use gguf::{Gguf, GgufWriter, TensorInfo, Value};
+pub use layers::{LayerSpec, check_layer_subset};
 pub use quant::GgmlType;
 pub use safetensors::SafetensorsFile;
 pub use tokenizer::{StreamDecoder, Tokenizer};

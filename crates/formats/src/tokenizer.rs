@@ -59,6 +59,18 @@ pub struct Tokenizer {
     strip_space_prefix: bool,
 }
 
+/// Registers the control and user-defined tokens as special, so that their text in a prompt
+/// (`<|im_start|>`) maps to their id instead of being split.
+fn add_special_tokens(inner: &mut tokenizers::Tokenizer, tokens: &[&str], types: &[u64]) {
+    let special: Vec<AddedToken> = tokens
+        .iter()
+        .zip(types)
+        .filter(|(_, t)| **t == CONTROL || **t == USER_DEFINED)
+        .map(|(s, _)| AddedToken::from(s.to_string(), true))
+        .collect();
+    inner.add_special_tokens(&special);
+}
+
 fn tok_err(e: impl std::fmt::Display) -> FormatError {
     FormatError::Tokenizer(e.to_string())
 }
@@ -140,13 +152,7 @@ impl Tokenizer {
         };
         inner.with_pre_tokenizer(Some(pre_tokenizer));
         inner.with_decoder(Some(ByteLevelDecoder::default()));
-        let special: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, t)| **t == CONTROL || **t == USER_DEFINED)
-            .map(|(s, _)| AddedToken::from(s.to_string(), true))
-            .collect();
-        inner.add_special_tokens(&special);
+        add_special_tokens(&mut inner, &tokens, &types);
 
         let add_bos = matches!(
             g.get("tokenizer.ggml.add_bos_token"),
@@ -258,13 +264,7 @@ impl Tokenizer {
             ByteFallback::default().into(),
             Fuse::default().into(),
         ])));
-        let special: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, t)| **t == CONTROL || **t == USER_DEFINED)
-            .map(|(s, _)| AddedToken::from(s.to_string(), true))
-            .collect();
-        inner.add_special_tokens(&special);
+        add_special_tokens(&mut inner, &tokens, &types);
         // llama.cpp's default for SentencePiece vocabularies is to add BOS.
         let add_bos = !matches!(
             g.get("tokenizer.ggml.add_bos_token"),

@@ -16,12 +16,60 @@ pub enum RopeStyle {
     Halves,
 }
 
+/// The Llama-family architectures this crate runs, detected once from a file's
+/// `general.architecture` (GGUF) or `model_type` (HF `config.json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    /// Llama 2/3.x, SmolLM2, TinyLlama.
+    Llama,
+    /// Qwen2 / Qwen2.5: biases on Q, K and V.
+    Qwen2,
+    /// Qwen3: per-head RMSNorm on Q and K, explicit head width.
+    Qwen3,
+}
+
+impl Architecture {
+    /// The architecture named `name` (`llama`, `qwen2`, `qwen3`).
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] naming `field` and the value for anything else.
+    pub fn from_name(field: &str, name: &str) -> Result<Self> {
+        match name {
+            "llama" => Ok(Self::Llama),
+            "qwen2" => Ok(Self::Qwen2),
+            "qwen3" => Ok(Self::Qwen3),
+            other => Err(ModelError::Unsupported(format!(
+                "{field} = {other:?} (supported: llama, qwen2, qwen3)"
+            ))),
+        }
+    }
+
+    /// The name files use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Llama => "llama",
+            Self::Qwen2 => "qwen2",
+            Self::Qwen3 => "qwen3",
+        }
+    }
+
+    /// How RoPE pairs dimensions for this architecture's weights as the loader presents them:
+    /// GGUF `llama` weights are permuted by llama.cpp's converter (and HF Llama weights are
+    /// permuted on load to match); Qwen's are not.
+    pub fn rope_style(self) -> RopeStyle {
+        match self {
+            Self::Llama => RopeStyle::Interleaved,
+            Self::Qwen2 | Self::Qwen3 => RopeStyle::Halves,
+        }
+    }
+}
+
 /// Hyper-parameters of a Llama-family decoder (Llama 2/3.x, SmolLM2, TinyLlama, Qwen2/2.5,
 /// Qwen3): one struct, with the family differences as flags.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LlamaConfig {
-    /// `general.architecture`: `llama`, `qwen2` or `qwen3`.
-    pub architecture: String,
+    /// The architecture (which also fixes the RoPE pairing, see [`Architecture::rope_style`]).
+    pub architecture: Architecture,
     /// Vocabulary size (rows of the embedding).
     pub vocab_size: usize,
     /// Width of the residual stream.
@@ -48,15 +96,13 @@ pub struct LlamaConfig {
     pub qk_norm: bool,
     /// The output projection is the embedding (no `output.weight`).
     pub tied_embeddings: bool,
-    /// RoPE pairing the weights were laid out for.
-    pub rope_style: RopeStyle,
 }
 
 impl LlamaConfig {
     /// SmolLM2-135M, for tests and documentation.
     pub fn smollm2_135m() -> Self {
         Self {
-            architecture: "llama".into(),
+            architecture: Architecture::Llama,
             vocab_size: 49152,
             d_model: 576,
             n_layers: 30,
@@ -70,7 +116,6 @@ impl LlamaConfig {
             qkv_bias: false,
             qk_norm: false,
             tied_embeddings: true,
-            rope_style: RopeStyle::Interleaved,
         }
     }
 
@@ -80,12 +125,9 @@ impl LlamaConfig {
     /// [`ModelError::Format`] for missing or mistyped keys, [`ModelError::Unsupported`] for an
     /// architecture outside the Llama family, and whatever [`LlamaConfig::validate`] rejects.
     pub fn from_gguf(g: &Gguf<'_>) -> Result<Self> {
-        let arch = g.get_str("general.architecture")?.to_string();
-        if !["llama", "qwen2", "qwen3"].contains(&arch.as_str()) {
-            return Err(ModelError::Unsupported(format!(
-                "general.architecture = {arch:?} (supported: llama, qwen2, qwen3)"
-            )));
-        }
+        let name = g.get_str("general.architecture")?;
+        let architecture = Architecture::from_name("general.architecture", name)?;
+        let arch = architecture.as_str();
         let key = |k: &str| format!("{arch}.{k}");
         let usize_of = |k: &str| -> Result<usize> {
             let v = g.get_u64(&key(k))?;
@@ -133,12 +175,7 @@ impl LlamaConfig {
             qkv_bias: g.tensor("blk.0.attn_q.bias").is_some(),
             qk_norm: g.tensor("blk.0.attn_q_norm.weight").is_some(),
             tied_embeddings: g.tensor("output.weight").is_none(),
-            rope_style: if arch == "llama" {
-                RopeStyle::Interleaved
-            } else {
-                RopeStyle::Halves
-            },
-            architecture: arch,
+            architecture,
         };
         config.validate()?;
         Ok(config)
@@ -170,7 +207,7 @@ impl LlamaConfig {
                 self.n_heads, self.n_kv_heads
             ));
         }
-        if self.architecture != "qwen3" && !self.d_model.is_multiple_of(self.n_heads) {
+        if self.architecture != Architecture::Qwen3 && !self.d_model.is_multiple_of(self.n_heads) {
             return bad(format!(
                 "d_model = {} is not a multiple of n_heads = {}",
                 self.d_model, self.n_heads
@@ -201,6 +238,11 @@ impl LlamaConfig {
         product(self.d_model, self.d_ff, "d_model × d_ff")?;
         product(self.n_heads, self.head_dim, "n_heads × head_dim")?;
         Ok(())
+    }
+
+    /// How RoPE pairs dimensions (fixed by the architecture).
+    pub fn rope_style(&self) -> RopeStyle {
+        self.architecture.rope_style()
     }
 
     /// Query heads that share one key/value head.

@@ -63,16 +63,6 @@ pub enum ModelError {
     /// Reading results back from the device failed.
     #[error("reading tensor data back from the device failed: {0}")]
     Readback(String),
-    /// A layer subset names a layer the model does not have, repeats one, or is empty.
-    #[error("layer subset {layers:?} is invalid for a model with {n_layers} layers: {why}")]
-    LayerSubset {
-        /// The requested layers.
-        layers: Vec<usize>,
-        /// Layers in the model.
-        n_layers: usize,
-        /// What is wrong.
-        why: &'static str,
-    },
     /// `forward` was called with no tokens.
     #[error("no input tokens")]
     EmptyInput,

@@ -7,16 +7,20 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod cache;
 mod config;
 mod error;
 mod llama;
+mod load;
 pub mod tiny;
 pub mod weights;
 
 pub use burn::tensor::{Device, Tensor};
-pub use config::{LlamaConfig, RopeStyle};
+pub use cache::KvCache;
+pub use config::{Architecture, LlamaConfig, RopeStyle};
 pub use error::{ModelError, Result};
-pub use llama::{KvCache, Llama, LoadOptions};
+pub use llama::Llama;
+pub use load::LoadOptions;
 
 /// Reads a float tensor back as a `Vec<f32>` (natively; the browser uses [`read_f32_async`]).
 ///

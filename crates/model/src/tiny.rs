@@ -5,13 +5,13 @@ use mars_formats::{GgmlType, GgufWriter, Result, Value};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
-use crate::config::{LlamaConfig, RopeStyle};
+use crate::config::{Architecture, LlamaConfig};
 
 /// The tiny model's hyper-parameters: 2 layers, width 64, 4 heads over 2 KV heads, and a
 /// 257-token byte-level vocabulary (256 bytes and `<|endoftext|>`).
 pub fn tiny_config() -> LlamaConfig {
     LlamaConfig {
-        architecture: "llama".into(),
+        architecture: Architecture::Llama,
         vocab_size: 257,
         d_model: 64,
         n_layers: 2,
@@ -25,7 +25,6 @@ pub fn tiny_config() -> LlamaConfig {
         qkv_bias: false,
         qk_norm: false,
         tied_embeddings: false,
-        rope_style: RopeStyle::Interleaved,
     }
 }
 

@@ -4,21 +4,22 @@
 use mars_formats::{Gguf, SafetensorsFile};
 use serde::Deserialize;
 
-use crate::config::{LlamaConfig, RopeStyle};
+use crate::config::{Architecture, LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
 
 /// A source of f32 weights, addressed by GGUF tensor names.
 pub trait Weights {
-    /// The tensor's shape (outermost first) and values, or `None` if the source lacks it.
+    /// The tensor's shape (outermost first) and values as f32, or `None` if the source lacks
+    /// it. (Named apart from [`Gguf::tensor`], which returns the table entry.)
     ///
     /// # Errors
     /// The format's error for unreadable data.
-    fn tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>>;
+    fn f32_tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>>;
 }
 
 impl Weights for Gguf<'_> {
-    fn tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
-        let Some(info) = Gguf::tensor(self, name) else {
+    fn f32_tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
+        let Some(info) = self.tensor(name) else {
             return Ok(None);
         };
         // GGUF lists dimensions innermost first.
@@ -61,12 +62,7 @@ impl<'a> HfWeights<'a> {
     pub fn new(file: SafetensorsFile<'a>, config_json: &str) -> Result<Self> {
         let hf: HfConfig = serde_json::from_str(config_json)
             .map_err(|e| ModelError::Config(format!("config.json: {e}")))?;
-        if !["llama", "qwen2", "qwen3"].contains(&hf.model_type.as_str()) {
-            return Err(ModelError::Unsupported(format!(
-                "config.json model_type = {:?}",
-                hf.model_type
-            )));
-        }
+        let architecture = Architecture::from_name("config.json model_type", &hf.model_type)?;
         if let Some(scaling) = hf.rope_scaling.as_ref().filter(|v| !v.is_null()) {
             return Err(ModelError::Unsupported(format!(
                 "config.json rope_scaling = {scaling} (load the GGUF instead)"
@@ -96,14 +92,9 @@ impl<'a> HfWeights<'a> {
                 .is_some(),
             tied_embeddings: hf.tie_word_embeddings.unwrap_or(false)
                 || file.tensor_f32("lm_head.weight")?.is_none(),
-            // HF weights are laid out for rotate-half; Llama's are permuted on load to the
-            // interleaved layout GGUF uses (as llama.cpp's converter does), Qwen's are not.
-            rope_style: if hf.model_type == "llama" {
-                RopeStyle::Interleaved
-            } else {
-                RopeStyle::Halves
-            },
-            architecture: hf.model_type,
+            // HF weights are laid out for rotate-half; Llama's are permuted on load (below) to
+            // the interleaved layout GGUF uses, as the architecture's RoPE style says.
+            architecture,
         };
         config.validate()?;
         Ok(Self { file, config })
@@ -167,7 +158,7 @@ pub fn interleave_rows(values: &[f32], rows: usize, cols: usize, heads: usize) -
 }
 
 impl Weights for HfWeights<'_> {
-    fn tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
+    fn f32_tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
         let Some(hf) = hf_name(name) else {
             return Ok(None);
         };
@@ -183,7 +174,7 @@ impl Weights for HfWeights<'_> {
         };
         match heads {
             Some(heads)
-                if self.config.rope_style == RopeStyle::Interleaved
+                if self.config.rope_style() == RopeStyle::Interleaved
                     && shape[0] % (2 * heads) == 0 =>
             {
                 let cols = shape.get(1).copied().unwrap_or(1);

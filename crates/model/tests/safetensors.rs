@@ -151,7 +151,8 @@ fn safetensors_llama_and_qwen_layouts_equal_gguf() {
     // Without the permutation the model is a different one: the check above can fail.
     let unpermuted = Llama::from_weights(
         mars_model::LlamaConfig {
-            rope_style: mars_model::RopeStyle::Interleaved,
+            // Llama's RoPE pairing over weights left in Qwen's (rotate-half) layout.
+            architecture: mars_model::Architecture::Llama,
             ..qwen.config().clone()
         },
         &mars_model::weights::HfWeights::new(

@@ -111,6 +111,12 @@ fn matches_llama_cpp() {
     // this is what an implementation not bit-identical to those kernels can reach.
     let mut own_floor = 1f64;
     for run in &reference.own {
+        // Same texts and prompts, position for position: a short run must not pass as agreement.
+        assert_eq!(run.teacher_top1.len(), reference.teacher_forced.len());
+        for (ids, text) in run.teacher_top1.iter().zip(&reference.teacher_forced) {
+            assert_eq!(ids.len(), text.ids.len(), "{}", run.name);
+        }
+        assert_eq!(run.greedy_tokens.len(), reference.greedy.len());
         let own_agree: usize = reference
             .teacher_forced
             .iter()

@@ -145,6 +145,25 @@ impl Mode {
         }
     }
 
+    /// The one rule that turns user-facing thresholds into a mode (the CLI's `--theta` /
+    /// `--rho`, the page's mode field): `theta` picks [`Mode::Paper`], `rho` picks
+    /// [`Mode::Margin`], neither gives `default`, both is an error (never a silent precedence).
+    /// The result is validated.
+    ///
+    /// # Errors
+    /// [`VerifyError::ThetaAndRho`] when both are given; [`VerifyError::Theta`] /
+    /// [`VerifyError::Rho`] for a value that is not finite and > 0.
+    pub fn resolve(theta: Option<f32>, rho: Option<f32>, default: Mode) -> Result<Self> {
+        let mode = match (theta, rho) {
+            (Some(theta), Some(rho)) => return Err(VerifyError::ThetaAndRho { theta, rho }),
+            (Some(theta), None) => Self::Paper { theta },
+            (None, Some(rho)) => Self::Margin { rho },
+            (None, None) => default,
+        };
+        mode.validate()?;
+        Ok(mode)
+    }
+
     /// True for the two MARS modes.
     pub fn is_mars(&self) -> bool {
         !matches!(self, Self::Strict)
@@ -168,5 +187,40 @@ impl VerifyConfig {
     pub fn validate(&self) -> Result<()> {
         self.sampling.validate()?;
         self.mode.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_rule_resolves_theta_and_rho() {
+        let strict = Mode::Strict;
+        assert_eq!(Mode::resolve(None, None, strict), Ok(Mode::Strict));
+        assert_eq!(Mode::resolve(None, None, Mode::PAPER), Ok(Mode::PAPER));
+        assert_eq!(
+            Mode::resolve(Some(0.8), None, strict),
+            Ok(Mode::Paper { theta: 0.8 })
+        );
+        assert_eq!(
+            Mode::resolve(None, Some(0.3), Mode::PAPER),
+            Ok(Mode::Margin { rho: 0.3 })
+        );
+        // Both is refused, whatever the default: no hidden precedence.
+        assert_eq!(
+            Mode::resolve(Some(0.9), Some(0.5), Mode::PAPER),
+            Err(VerifyError::ThetaAndRho {
+                theta: 0.9,
+                rho: 0.5
+            })
+        );
+        // The result is validated, the default too.
+        assert_eq!(
+            Mode::resolve(Some(f32::NAN), None, strict).map_err(|e| e.to_string()),
+            Err("theta must be finite and > 0, got NaN".to_string())
+        );
+        assert!(Mode::resolve(None, Some(0.0), strict).is_err());
+        assert!(Mode::resolve(None, None, Mode::Margin { rho: -1.0 }).is_err());
     }
 }

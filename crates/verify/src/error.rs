@@ -121,6 +121,16 @@ pub enum VerifyError {
         /// The value.
         value: f32,
     },
+    /// Both MARS thresholds were given: each names a different mode.
+    #[error(
+        "theta = {theta} and rho = {rho} both given: theta picks the paper mode, rho the margin mode; give one"
+    )]
+    ThetaAndRho {
+        /// The paper-mode threshold given.
+        theta: f32,
+        /// The margin-mode threshold given.
+        rho: f32,
+    },
 }
 
 /// Result alias of this crate.

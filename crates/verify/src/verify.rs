@@ -243,38 +243,11 @@ impl Verifier {
                 })
             };
             let p_draft = row.prob(weights, draft);
-            let in_top2 = draft == row.top1 || Some(draft) == row.top2;
-
-            let (decision, distance) = match (greedy, relaxed) {
-                (true, _) if draft == row.top1 => (Decision::AcceptedExact, 0.0),
-                (true, true) if in_top2 && p_draft > 0.0 => {
-                    let gap = margin.top1.prob - margin.top2.map_or(0.0, |c| c.prob);
-                    (Decision::AcceptedRelaxed, f64::from(gap))
-                }
-                (true, _) => (Decision::Rejected, 0.0),
-                (false, true) => {
-                    let distance = relaxed_tv(&row, weights, q_of);
-                    let decision = if !(in_top2 && p_draft > 0.0) {
-                        Decision::Rejected
-                    } else if p_draft >= q_of(draft) {
-                        Decision::AcceptedExact
-                    } else {
-                        Decision::AcceptedRelaxed
-                    };
-                    (decision, distance)
-                }
-                (false, false) => {
-                    // q(x) > 0 is checked in check_input, so the ratio is finite.
-                    let keep = uniform(rng) < p_draft / q_of(draft);
-                    (
-                        if keep {
-                            Decision::AcceptedExact
-                        } else {
-                            Decision::Rejected
-                        },
-                        0.0,
-                    )
-                }
+            let decision = decide(greedy, relaxed, draft, &row, p_draft, q_of(draft), rng);
+            let distance = if relaxed {
+                relaxed_distance(greedy, decision, &margin, &row, weights, q_of)
+            } else {
+                0.0
             };
             if relaxed {
                 ledger.relaxed_positions += 1;
@@ -345,6 +318,59 @@ pub fn verify<R: Rng + ?Sized>(
     rng: &mut R,
 ) -> Result<Verdict> {
     Verifier::new(*config)?.verify(input, rng)
+}
+
+/// The rule at one draft position x, as the paper states it (p: the target's processed
+/// distribution, q: the drafter's; "relaxed": the MARS criterion holds here):
+///
+/// - greedy: keep x iff it is the target's argmax; at a relaxed position also keep the
+///   runner-up;
+/// - sampling at a relaxed position: keep x iff it is in the live top-2 (p(x) > 0). Where
+///   p(x) ≥ q(x) strict would have kept it with certainty, so that is an exact accept;
+/// - sampling elsewhere (strict): keep x with probability min(1, p(x)/q(x)).
+///
+/// Only the last case draws from `rng` (one uniform), which fixes the stream's order. q(x) > 0
+/// is checked in `check_input`, so the ratio is finite.
+fn decide<R: Rng + ?Sized>(
+    greedy: bool,
+    relaxed: bool,
+    draft: u32,
+    row: &Row,
+    p_draft: f64,
+    q_draft: f64,
+    rng: &mut R,
+) -> Decision {
+    let in_top2 = (draft == row.top1 || Some(draft) == row.top2) && p_draft > 0.0;
+    match (greedy, relaxed) {
+        (true, _) if draft == row.top1 => Decision::AcceptedExact,
+        (true, true) if in_top2 => Decision::AcceptedRelaxed,
+        (true, _) => Decision::Rejected,
+        (false, true) if !in_top2 => Decision::Rejected,
+        (false, true) if p_draft >= q_draft => Decision::AcceptedExact,
+        (false, true) => Decision::AcceptedRelaxed,
+        (false, false) if uniform(rng) < p_draft / q_draft => Decision::AcceptedExact,
+        (false, false) => Decision::Rejected,
+    }
+}
+
+/// A relaxed position's entry in the [`Ledger`]: greedy, p1 − p2 where the runner-up was kept
+/// (0 otherwise); sampling, TV(e, p) whatever was decided, since the emitted distribution moved
+/// either way.
+fn relaxed_distance(
+    greedy: bool,
+    decision: Decision,
+    margin: &Margin,
+    row: &Row,
+    weights: &[f32],
+    q_of: impl Fn(u32) -> f64,
+) -> f64 {
+    match (greedy, decision) {
+        (true, Decision::AcceptedRelaxed) => {
+            f64::from(margin.top1.prob - margin.top2.map_or(0.0, |c| c.prob))
+        }
+        (true, _) => 0.0,
+        (false, _) => relaxed_tv(row, weights, q_of),
+    }
 }
 
 fn margin_of(row: &Row, weights: &[f32]) -> Margin {

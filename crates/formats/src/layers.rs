@@ -1,13 +1,42 @@
-//! Which layers a self-speculative drafter runs: `first:N`, `every:S` (layers 0, S, 2S, …, plus
-//! the last layer, which feeds the final norm the model was trained with), or an explicit list
-//! such as `0-7,20,29`.
+//! Layer subsets, in one place: the rule for a subset of a model's blocks (used when a subset is
+//! written out as a GGUF file and when one runs in memory), and the `first:N` / `every:S` /
+//! `0-7,29` syntax a self-speculative drafter is chosen by.
 
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::{EngineError, Result};
+use crate::error::{FormatError, Result};
 
-/// A parsed layer specification; [`LayerSpec::layers`] resolves it for a model depth.
+/// Checks that `layers` is a usable subset of `n_layers` blocks: not empty, every index in
+/// range, none repeated. The one rule for a subset written as a file and one run in memory.
+///
+/// # Errors
+/// [`FormatError::LayerSubset`] naming the layers, the depth and what is wrong.
+pub fn check_layer_subset(layers: &[usize], n_layers: usize) -> Result<()> {
+    let bad = |why| {
+        Err(FormatError::LayerSubset {
+            layers: layers.to_vec(),
+            n_layers,
+            why,
+        })
+    };
+    if layers.is_empty() {
+        return bad("no layers");
+    }
+    let mut seen = vec![false; n_layers];
+    for &l in layers {
+        match seen.get_mut(l) {
+            None => return bad("a layer index is out of range"),
+            Some(true) => return bad("a layer is repeated"),
+            Some(slot) => *slot = true,
+        }
+    }
+    Ok(())
+}
+
+/// Which layers a self-speculative drafter runs: `first:N`, `every:S` (layers 0, S, 2S, …, plus
+/// the last layer, which feeds the final norm the model was trained with), or an explicit list
+/// such as `0-7,20,29`. [`LayerSpec::layers`] resolves it for a model depth.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LayerSpec {
     /// The first `n` layers.
@@ -22,10 +51,10 @@ impl LayerSpec {
     /// The layer indices for a model with `n_layers` layers.
     ///
     /// # Errors
-    /// [`EngineError::LayerSpec`] when the spec asks for no layers, every layer (no speed-up is
+    /// [`FormatError::LayerSpec`] when the spec asks for no layers, every layer (no speed-up is
     /// possible), or a layer the model does not have.
     pub fn layers(&self, n_layers: usize) -> Result<Vec<usize>> {
-        let err = |why: String| EngineError::LayerSpec {
+        let err = |why: String| FormatError::LayerSpec {
             spec: self.to_string(),
             why,
         };
@@ -53,15 +82,16 @@ impl LayerSpec {
                 "selects all {n_layers} layers: the drafter would cost as much as the target"
             )));
         }
+        check_layer_subset(&layers, n_layers)?;
         Ok(layers)
     }
 }
 
 impl FromStr for LayerSpec {
-    type Err = EngineError;
+    type Err = FormatError;
 
     fn from_str(s: &str) -> Result<Self> {
-        let err = |why: &str| EngineError::LayerSpec {
+        let err = |why: &str| FormatError::LayerSpec {
             spec: s.to_string(),
             why: why.to_string(),
         };
@@ -134,5 +164,14 @@ mod tests {
         }
         assert!("first:8".parse::<LayerSpec>().unwrap().layers(8).is_err());
         assert!("9".parse::<LayerSpec>().unwrap().layers(8).is_err());
+        assert!(check_layer_subset(&[0, 2], 3).is_ok());
+        for (bad, why) in [
+            (&[][..], "no layers"),
+            (&[3], "out of range"),
+            (&[1, 1], "repeated"),
+        ] {
+            let e = check_layer_subset(bad, 3).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
     }
 }

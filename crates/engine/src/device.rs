@@ -1,0 +1,113 @@
+//! Opening the device a model runs on, once per process (or page), for the CLI and the browser
+//! alike: burn's flex backend on the CPU, or wgpu (Vulkan/Metal/DX12 natively, WebGPU in the
+//! browser), with the limits the loader checks before it allocates anything.
+
+use std::cell::RefCell;
+
+use mars_model::{Device, LoadOptions};
+
+use crate::error::{EngineError, Result};
+
+/// Which burn backend runs the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// burn's flex backend on the CPU.
+    Cpu,
+    /// wgpu: Vulkan, Metal or DX12 natively (lavapipe where there is no GPU), WebGPU in the
+    /// browser.
+    Wgpu,
+}
+
+/// An opened device and what the loader may use of it.
+#[derive(Debug, Clone)]
+pub struct OpenDevice {
+    /// The burn device.
+    pub device: Device,
+    /// Limits checked before weights are allocated.
+    pub limits: LoadOptions,
+    /// The GPU adapter's name, for reports (`None` on the CPU).
+    pub adapter: Option<String>,
+}
+
+thread_local! {
+    // burn's wgpu runtime can be initialised once per process; every later model (a draft
+    // model, a reload) shares the first device.
+    static WGPU: RefCell<Option<OpenDevice>> = const { RefCell::new(None) };
+}
+
+impl Backend {
+    /// Opens the device (the wgpu one only the first time) with its limits: on the CPU the
+    /// available RAM (Linux), on wgpu the adapter's largest buffer (browsers and wgpu report no
+    /// device memory, so a failed allocation surfaces as an error there).
+    ///
+    /// # Errors
+    /// [`EngineError::Device`] when no adapter can be had; [`EngineError::BackendUnavailable`]
+    /// when the backend was not compiled in.
+    pub async fn open(self) -> Result<OpenDevice> {
+        match self {
+            Self::Cpu => open_cpu(),
+            Self::Wgpu => {
+                if let Some(open) = WGPU.with(|w| w.borrow().clone()) {
+                    return Ok(open);
+                }
+                let open = open_wgpu().await?;
+                WGPU.with(|w| *w.borrow_mut() = Some(open.clone()));
+                Ok(open)
+            }
+        }
+    }
+}
+
+#[cfg(feature = "flex")]
+fn open_cpu() -> Result<OpenDevice> {
+    Ok(OpenDevice {
+        device: Device::flex(),
+        limits: LoadOptions {
+            max_buffer_bytes: None,
+            max_total_bytes: available_memory(),
+        },
+        adapter: None,
+    })
+}
+
+#[cfg(not(feature = "flex"))]
+fn open_cpu() -> Result<OpenDevice> {
+    Err(EngineError::BackendUnavailable { backend: "cpu" })
+}
+
+#[cfg(any(feature = "wgpu", feature = "webgpu"))]
+async fn open_wgpu() -> Result<OpenDevice> {
+    let (device, setup) = Device::wgpu_options()
+        .init_with_setup_async()
+        .await
+        .map_err(|e| EngineError::Device(e.to_string()))?;
+    let limits = setup.adapter.limits();
+    let info = setup.adapter.get_info();
+    Ok(OpenDevice {
+        device,
+        limits: LoadOptions {
+            max_buffer_bytes: Some(
+                limits
+                    .max_storage_buffer_binding_size
+                    .min(limits.max_buffer_size),
+            ),
+            max_total_bytes: None,
+        },
+        adapter: Some(format!("{} ({:?})", info.name, info.backend)),
+    })
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
+async fn open_wgpu() -> Result<OpenDevice> {
+    Err(EngineError::BackendUnavailable { backend: "wgpu" })
+}
+
+/// `MemAvailable` from /proc/meminfo (Linux), the budget for weights on the CPU backend; `None`
+/// where it cannot be read (then nothing is checked up front).
+#[cfg(feature = "flex")]
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}

@@ -1,0 +1,514 @@
+//! The session layer the CLI and the page share: the defaults, the drafter syntax, the resolved
+//! settings of a run, and a loaded target (model, tokenizer, chat template) that turns them into
+//! decoders. Everything a front end does between "the user chose these settings" and "step the
+//! loop" happens here once, so the native binary and the browser cannot drift apart.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use mars_formats::{ChatTemplate, Gguf, LayerSpec, Message, Tokenizer};
+use mars_model::{Device, Llama, LoadOptions};
+use mars_verify::{Mode, Sampling, VerifyConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::decoder::{DecodeConfig, Decoder, Prefill};
+use crate::drafter::{AnyDrafter, ModelDrafter, NgramDrafter, check_same_tokenizer};
+use crate::error::{EngineError, Result};
+
+/// The defaults of every front end: the CLI's flags and the page's initial field values both
+/// come from [`DEFAULTS`] (the page through the worker's `ready` event).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Defaults {
+    /// Draft tokens per step.
+    pub k: usize,
+    /// The MARS mode a race or comparison uses unless θ or ρ is given.
+    pub mars: Mode,
+    /// The drafter, in [`DrafterSpec`] syntax. Layer skip over the first 24 of SmolLM2-135M's 30
+    /// layers had the highest τ of the subsets measured (README, "Layer choice").
+    pub drafter: &'static str,
+    /// Tokens per method in a comparison or race.
+    pub max_tokens: usize,
+    /// Tokens of `mars generate`, which streams one answer and can afford a longer one.
+    pub generate_max_tokens: usize,
+    /// Sampling temperature (0: greedy).
+    pub temperature: f32,
+    /// Nucleus mass (1: off).
+    pub top_p: f32,
+    /// Seed of the sampling generators.
+    pub seed: u64,
+    /// The page's initial prompt.
+    pub prompt: &'static str,
+}
+
+/// The one copy of the defaults.
+pub const DEFAULTS: Defaults = Defaults {
+    k: 4,
+    mars: Mode::PAPER,
+    drafter: "layers:first:24",
+    max_tokens: 64,
+    generate_max_tokens: 128,
+    temperature: 0.0,
+    top_p: 1.0,
+    seed: 0,
+    prompt: "Write a short poem about the sea.",
+};
+
+/// What proposes the draft tokens, in one syntax shared by the CLI's `--draft` and the page's
+/// drafter field: `layers:<spec>` (self-speculative layer skip, see [`LayerSpec`]), `ngram`
+/// (prompt lookup), or `model:<path or URL>` (a separate model with the target's tokenizer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrafterSpec {
+    /// The target's own layers `spec`, sharing its weights.
+    Layers(LayerSpec),
+    /// Prompt lookup.
+    Ngram,
+    /// A separate draft model, named by where it comes from.
+    Model(String),
+}
+
+impl FromStr for DrafterSpec {
+    type Err = EngineError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        if s == "ngram" {
+            return Ok(Self::Ngram);
+        }
+        if let Some(spec) = s.strip_prefix("layers:") {
+            return Ok(Self::Layers(spec.parse()?));
+        }
+        if let Some(source) = s.strip_prefix("model:") {
+            if source.is_empty() {
+                return Err(EngineError::DrafterSpec {
+                    spec: s.into(),
+                    why: "model: needs a path or URL after the colon",
+                });
+            }
+            return Ok(Self::Model(source.into()));
+        }
+        Err(EngineError::DrafterSpec {
+            spec: s.into(),
+            why: "expected layers:<spec>, ngram or model:<path or URL>",
+        })
+    }
+}
+
+impl fmt::Display for DrafterSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Layers(spec) => write!(f, "layers:{spec}"),
+            Self::Ngram => write!(f, "ngram"),
+            Self::Model(source) => write!(f, "model:{source}"),
+        }
+    }
+}
+
+impl Serialize for DrafterSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for DrafterSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl DrafterSpec {
+    /// A short label for reports: "layer skip first:24", "prompt lookup", "draft model PATH".
+    pub fn label(&self) -> String {
+        match self {
+            Self::Layers(spec) => format!("layer skip {spec}"),
+            Self::Ngram => "prompt lookup".into(),
+            Self::Model(source) => format!("draft model {source}"),
+        }
+    }
+}
+
+/// Which decoding a run does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// The target alone, one token per forward pass.
+    Target,
+    /// Speculative, lossless verification.
+    Strict,
+    /// Speculative, the run's MARS mode.
+    Mars,
+}
+
+/// The settings of a run, resolved once from flags or from the page's request and validated.
+/// Nothing downstream reads a raw flag.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSettings {
+    /// The drafter of strict and MARS runs.
+    pub drafter: DrafterSpec,
+    /// Draft tokens per step.
+    pub k: usize,
+    /// The MARS mode (built by [`Mode::resolve`] at the edge).
+    pub mars: Mode,
+    /// Target and drafter sampling.
+    pub sampling: Sampling,
+    /// Tokens per run.
+    pub max_tokens: usize,
+    /// Seed of the verifier's and the drafter's generators.
+    pub seed: u64,
+    /// Wrap the prompt as a user turn in the model's chat template.
+    pub chat: bool,
+}
+
+impl Default for RunSettings {
+    fn default() -> Self {
+        Self {
+            drafter: DrafterSpec::Layers(LayerSpec::First(24)),
+            k: DEFAULTS.k,
+            mars: DEFAULTS.mars,
+            sampling: Sampling {
+                temperature: DEFAULTS.temperature,
+                top_k: None,
+                top_p: DEFAULTS.top_p,
+            },
+            max_tokens: DEFAULTS.max_tokens,
+            seed: DEFAULTS.seed,
+            chat: true,
+        }
+    }
+}
+
+impl RunSettings {
+    /// Checks every field.
+    ///
+    /// # Errors
+    /// [`EngineError::Config`] for k or max_tokens of 0; the verifier's error for the sampling
+    /// settings or the MARS mode.
+    pub fn validate(&self) -> Result<()> {
+        if self.k == 0 {
+            return Err(EngineError::Config {
+                field: "k",
+                value: "0".into(),
+                why: "at least 1 draft token per step",
+            });
+        }
+        if self.max_tokens == 0 {
+            return Err(EngineError::Config {
+                field: "max_tokens",
+                value: "0".into(),
+                why: "at least 1 token",
+            });
+        }
+        self.sampling.validate()?;
+        self.mars.validate()?;
+        Ok(())
+    }
+
+    /// The verification mode of `method`.
+    pub fn mode(&self, method: Method) -> Mode {
+        match method {
+            Method::Target | Method::Strict => Mode::Strict,
+            Method::Mars => self.mars,
+        }
+    }
+
+    /// The loop's configuration for `method` with a cache of `capacity` tokens.
+    pub fn decode_config(&self, method: Method, capacity: usize) -> DecodeConfig {
+        DecodeConfig {
+            k: if method == Method::Target { 0 } else { self.k },
+            verify: VerifyConfig {
+                sampling: self.sampling,
+                mode: self.mode(method),
+            },
+            max_tokens: self.max_tokens,
+            seed: self.seed,
+            capacity: Some(capacity),
+        }
+    }
+}
+
+/// Model facts a front end shows and checks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelInfo {
+    /// `general.name`, else the architecture.
+    pub name: String,
+    /// Layers.
+    pub n_layers: usize,
+    /// Vocabulary.
+    pub vocab: usize,
+    /// Context length.
+    pub context_length: usize,
+    /// Whether the file has a chat template.
+    pub chat_template: bool,
+}
+
+/// A loaded target: model, tokenizer and chat template from one GGUF file, on one device.
+#[derive(Debug)]
+pub struct Target {
+    model: Llama,
+    tokenizer: Arc<Tokenizer>,
+    template: Option<ChatTemplate>,
+    info: ModelInfo,
+}
+
+/// Tokenizer and chat template of a parsed GGUF.
+fn tokenizer_of(g: &Gguf<'_>) -> Result<(Tokenizer, Option<ChatTemplate>)> {
+    let tokenizer = Tokenizer::from_gguf(g)?;
+    let template = match g.get_str("tokenizer.chat_template") {
+        Ok(source) => {
+            let name = |id: Option<u32>| id.and_then(|i| tokenizer.token(i)).unwrap_or_default();
+            Some(ChatTemplate::new(
+                source,
+                &name(tokenizer.bos),
+                &name(tokenizer.eos),
+            )?)
+        }
+        Err(_) => None,
+    };
+    Ok((tokenizer, template))
+}
+
+impl Target {
+    /// Loads a target from a parsed GGUF onto `device`, checking `options`' limits first.
+    ///
+    /// # Errors
+    /// A malformed or unsupported file, a tokenizer larger than the model's vocabulary, or a
+    /// model too large for the device.
+    pub fn from_gguf(g: &Gguf<'_>, device: &Device, options: LoadOptions) -> Result<Self> {
+        let (tokenizer, template) = tokenizer_of(g)?;
+        let model = Llama::from_gguf(g, device, options)?;
+        let c = model.config();
+        if tokenizer.vocab_size() > c.vocab_size {
+            return Err(EngineError::VocabMismatch {
+                tokenizer: tokenizer.vocab_size(),
+                model: c.vocab_size,
+            });
+        }
+        let info = ModelInfo {
+            name: g
+                .get_str("general.name")
+                .unwrap_or(c.architecture.as_str())
+                .to_string(),
+            n_layers: c.n_layers,
+            vocab: c.vocab_size,
+            context_length: c.context_length,
+            chat_template: template.is_some(),
+        };
+        Ok(Self {
+            model,
+            tokenizer: Arc::new(tokenizer),
+            template,
+            info,
+        })
+    }
+
+    /// Loads a separate draft model for this target from a parsed GGUF: its tokenizer must be
+    /// the target's (the first differing id is named).
+    ///
+    /// # Errors
+    /// As [`Target::from_gguf`], and [`EngineError::TokenizerMismatch`].
+    pub fn draft_model(
+        &self,
+        g: &Gguf<'_>,
+        device: &Device,
+        options: LoadOptions,
+    ) -> Result<Llama> {
+        let (tokenizer, _) = tokenizer_of(g)?;
+        check_same_tokenizer(&self.tokenizer, &tokenizer)?;
+        Ok(Llama::from_gguf(g, device, options)?)
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Llama {
+        &self.model
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Arc<Tokenizer> {
+        &self.tokenizer
+    }
+
+    /// The model's facts.
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// The prompt's token ids: raw text (a BOS only if the model asks for one), or with `chat`
+    /// a user turn rendered by the model's chat template (which writes any BOS itself).
+    ///
+    /// # Errors
+    /// [`EngineError::NoChatTemplate`], a template or tokenizer failure, or
+    /// [`EngineError::EmptyPrompt`] when the text tokenizes to nothing.
+    pub fn prompt_ids(&self, prompt: &str, chat: bool) -> Result<Vec<u32>> {
+        let ids = if chat {
+            let template = self.template.as_ref().ok_or(EngineError::NoChatTemplate)?;
+            let text = template.render(&[Message::new("user", prompt)], true)?;
+            self.tokenizer.encode(&text, false)?
+        } else {
+            self.tokenizer.encode(prompt, true)?
+        };
+        if ids.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        Ok(ids)
+    }
+
+    /// The cache a run needs: the prompt plus `max_tokens`, at most the context length.
+    pub fn capacity(&self, prompt_len: usize, max_tokens: usize) -> usize {
+        prompt_len
+            .saturating_add(max_tokens)
+            .min(self.info.context_length)
+    }
+
+    /// Runs the prompt through the target once; decoders of every method start from clones of
+    /// the result.
+    ///
+    /// # Errors
+    /// As [`Prefill::new`].
+    pub async fn prefill(&self, ids: &[u32], capacity: usize) -> Result<Prefill> {
+        Prefill::new(&self.model, ids, capacity).await
+    }
+
+    /// A fresh drafter for one run (its cache starts empty). `draft_model` is the loaded model a
+    /// [`DrafterSpec::Model`] names: front ends load files their own way (a path with a
+    /// progress bar, bytes in the browser) and pass the result.
+    ///
+    /// # Errors
+    /// A layer spec the model cannot run, [`EngineError::DraftModelNotLoaded`], or a drafter
+    /// that cannot be built for `capacity`.
+    pub fn drafter(
+        &self,
+        spec: &DrafterSpec,
+        draft_model: Option<&Llama>,
+        capacity: usize,
+        sampling: Sampling,
+    ) -> Result<AnyDrafter> {
+        let vocab = self.info.vocab;
+        let model = match spec {
+            DrafterSpec::Ngram => return Ok(AnyDrafter::Ngram(NgramDrafter::default())),
+            DrafterSpec::Layers(layers) => self
+                .model
+                .with_layers(&layers.layers(self.info.n_layers)?)?,
+            DrafterSpec::Model(source) => draft_model
+                .ok_or_else(|| EngineError::DraftModelNotLoaded {
+                    name: source.clone(),
+                })?
+                .clone(),
+        };
+        Ok(AnyDrafter::Model(Box::new(ModelDrafter::new(
+            model,
+            capacity,
+            sampling,
+            vocab,
+            spec.label(),
+        )?)))
+    }
+
+    /// A decoder for `method` that starts from `prefill` (cloned per method by the caller).
+    ///
+    /// # Errors
+    /// As [`Target::drafter`] and [`Decoder::from_prefill`].
+    pub async fn decoder(
+        &self,
+        settings: &RunSettings,
+        method: Method,
+        prefill: Prefill,
+        draft_model: Option<&Llama>,
+    ) -> Result<Decoder<AnyDrafter>> {
+        let capacity = prefill.capacity();
+        let drafter = match method {
+            Method::Target => None,
+            Method::Strict | Method::Mars => {
+                Some(self.drafter(&settings.drafter, draft_model, capacity, settings.sampling)?)
+            }
+        };
+        Decoder::from_prefill(
+            &self.model,
+            self.tokenizer.clone(),
+            drafter,
+            &settings.decode_config(method, capacity),
+            prefill,
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn drafter_specs_round_trip() {
+        for text in [
+            "layers:first:24",
+            "layers:every:4",
+            "layers:0,1,2,7",
+            "ngram",
+            "model:a:b.gguf",
+        ] {
+            let spec: DrafterSpec = text.parse().unwrap();
+            assert_eq!(spec.to_string(), text);
+        }
+        assert_eq!(
+            "model:https://x/y.gguf".parse::<DrafterSpec>().unwrap(),
+            DrafterSpec::Model("https://x/y.gguf".into())
+        );
+        for bad in [
+            "",
+            "layers",
+            "layers:first:0",
+            "model:",
+            "draft.gguf",
+            "Ngram",
+        ] {
+            assert!(bad.parse::<DrafterSpec>().is_err(), "{bad}");
+        }
+        // The default drafter is valid syntax and is what RunSettings starts from.
+        let default: DrafterSpec = DEFAULTS.drafter.parse().unwrap();
+        assert_eq!(default, RunSettings::default().drafter);
+    }
+
+    #[test]
+    fn settings_validate_and_choose_the_mode() {
+        let s = RunSettings::default();
+        s.validate().unwrap();
+        assert_eq!(s.mode(Method::Target), Mode::Strict);
+        assert_eq!(s.mode(Method::Strict), Mode::Strict);
+        assert_eq!(s.mode(Method::Mars), DEFAULTS.mars);
+        assert_eq!(s.decode_config(Method::Target, 9).k, 0);
+        assert_eq!(s.decode_config(Method::Strict, 9).k, DEFAULTS.k);
+        for bad in [
+            RunSettings { k: 0, ..s.clone() },
+            RunSettings {
+                max_tokens: 0,
+                ..s.clone()
+            },
+            RunSettings {
+                mars: Mode::Paper { theta: f32::NAN },
+                ..s.clone()
+            },
+            RunSettings {
+                sampling: Sampling::with_temperature(-1.0),
+                ..s.clone()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        // The page sends exactly this shape.
+        let json = serde_json::json!({
+            "drafter": "ngram", "k": 3, "mars": {"mode": "margin", "rho": 0.4},
+            "sampling": {"temperature": 0.0, "top_p": 1.0}, "max_tokens": 8, "seed": 1,
+            "chat": false
+        });
+        let parsed: RunSettings = serde_json::from_value(json).unwrap();
+        assert_eq!(parsed.drafter, DrafterSpec::Ngram);
+        assert_eq!(parsed.mars, Mode::Margin { rho: 0.4 });
+        let bad = serde_json::json!({"drafter": "layers:x", "k": 3, "mars": {"mode": "strict"},
+            "sampling": {"temperature": 0.0}, "max_tokens": 8, "seed": 1, "chat": false});
+        let e = serde_json::from_value::<RunSettings>(bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("layers:x") || e.contains("\"x\""), "{e}");
+    }
+}

@@ -1,0 +1,205 @@
+//! The command line's flags, in groups every subcommand shares, and the one place they are
+//! resolved into settings (ripgrep's low/high args): nothing downstream reads a raw flag.
+//! Defaults come from [`mars_engine::DEFAULTS`], the same values the page starts from.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use mars_engine::{Backend, DEFAULTS, DrafterSpec, RunSettings};
+use mars_verify::{Mode, Sampling};
+
+/// Which burn backend runs the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeviceArg {
+    /// burn's flex backend on the CPU.
+    Cpu,
+    /// wgpu: Vulkan, Metal or DX12 (lavapipe where there is no GPU).
+    Wgpu,
+}
+
+impl From<DeviceArg> for Backend {
+    fn from(d: DeviceArg) -> Self {
+        match d {
+            DeviceArg::Cpu => Backend::Cpu,
+            DeviceArg::Wgpu => Backend::Wgpu,
+        }
+    }
+}
+
+/// Where the model comes from and where it runs.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    /// GGUF model file.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Backend.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+}
+
+/// Sampling settings shared by every decoding subcommand.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = DEFAULTS.temperature)]
+    pub temperature: f32,
+    /// Keep only the k most likely tokens (unset: off).
+    #[arg(long)]
+    pub top_k: Option<u32>,
+    /// Nucleus sampling mass (1: off).
+    #[arg(long, default_value_t = DEFAULTS.top_p)]
+    pub top_p: f32,
+    /// Seed of the sampling generator (ChaCha8: the same stream on every platform).
+    #[arg(long, default_value_t = DEFAULTS.seed)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    /// The verifier's sampling settings, validated.
+    ///
+    /// # Errors
+    /// The field at fault (temperature, top_p, top_k).
+    pub fn resolve(&self) -> Result<Sampling> {
+        let sampling = Sampling {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+        };
+        sampling.validate()?;
+        Ok(sampling)
+    }
+}
+
+/// The MARS thresholds. Both at once is an error ([`Mode::resolve`], the one rule the page's
+/// mode field goes through too).
+#[derive(Debug, Clone, clap::Args)]
+pub struct RuleArgs {
+    /// MARS, paper mode: relax where z2/z1 > θ (the authors use 0.9; the default MARS mode).
+    #[arg(long)]
+    pub theta: Option<f32>,
+    /// MARS, margin mode: relax where p2/p1 ≥ ρ.
+    #[arg(long)]
+    pub rho: Option<f32>,
+}
+
+impl RuleArgs {
+    /// The mode, `default` when neither threshold is given.
+    ///
+    /// # Errors
+    /// Both given, or a value that is not finite and > 0.
+    pub fn resolve(&self, default: Mode) -> Result<Mode> {
+        Ok(Mode::resolve(self.theta, self.rho, default)?)
+    }
+}
+
+/// The drafter and its draft length.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DrafterArgs {
+    /// The drafter: `layers:SPEC` (layer skip), `ngram` (prompt lookup), `model:PATH` (a
+    /// separate draft model), or a bare PATH for `model:PATH`.
+    #[arg(long, default_value = DEFAULTS.drafter, conflicts_with = "draft_layers")]
+    pub draft: String,
+    /// Layer-skip self-drafter, short for `--draft layers:SPEC`: `first:N`, `every:S`, or a
+    /// list such as `0-7,29`.
+    #[arg(long)]
+    pub draft_layers: Option<String>,
+    /// Draft tokens per step.
+    #[arg(long, default_value_t = DEFAULTS.k)]
+    pub k: usize,
+}
+
+impl DrafterArgs {
+    /// The drafter in the shared syntax.
+    ///
+    /// # Errors
+    /// A spec that does not parse (named with what is expected).
+    pub fn resolve(&self) -> Result<DrafterSpec> {
+        // clap refuses both given, so a `--draft-layers` means `--draft` is its default.
+        let text = match &self.draft_layers {
+            Some(layers) => format!("layers:{layers}"),
+            None => self.draft.clone(),
+        };
+        let is_spec = text == "ngram" || text.starts_with("layers:") || text.starts_with("model:");
+        // A bare path is the one shorthand the CLI keeps (`--draft draft.gguf`).
+        let text = if is_spec {
+            text
+        } else {
+            format!("model:{text}")
+        };
+        Ok(text.parse()?)
+    }
+}
+
+/// Fully resolved settings of a decoding subcommand.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// Where the target comes from.
+    pub model: PathBuf,
+    /// The backend.
+    pub backend: Backend,
+    /// Everything a run needs.
+    pub run: RunSettings,
+}
+
+/// Turns the groups into one validated [`RunSettings`].
+///
+/// # Errors
+/// The first field at fault.
+pub fn resolve(
+    model: PathBuf,
+    device: DeviceArg,
+    drafter: &DrafterArgs,
+    rule: &RuleArgs,
+    sampling: &SamplingArgs,
+    max_tokens: usize,
+    chat: bool,
+) -> Result<Resolved> {
+    let run = RunSettings {
+        drafter: drafter.resolve()?,
+        k: drafter.k,
+        mars: rule.resolve(DEFAULTS.mars)?,
+        sampling: sampling.resolve()?,
+        max_tokens,
+        seed: sampling.seed,
+        chat,
+    };
+    run.validate()
+        .with_context(|| "checking the settings".to_string())?;
+    Ok(Resolved {
+        model,
+        backend: device.into(),
+        run,
+    })
+}
+
+/// The default model's file name in the model cache directory.
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Where the model cache lives: `$MARS_MODEL_DIR`, else `~/.cache/mars/models`.
+pub fn model_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("MARS_MODEL_DIR") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".cache").join("mars").join("models")
+}
+
+/// `--model`, or the default model in the cache with a message saying how to fetch it.
+///
+/// # Errors
+/// No `--model` and no cached default model.
+pub fn model_or_default(model: Option<&PathBuf>) -> Result<PathBuf> {
+    if let Some(p) = model {
+        return Ok(p.clone());
+    }
+    let path = model_dir().join(DEFAULT_MODEL_FILE);
+    if path.is_file() {
+        return Ok(path);
+    }
+    bail!(
+        "the default model is not in the cache: {} is missing.\n\
+         Fetch it with the README's setup command (bash tests/fetch-model.sh fetches just the \
+         model), or pass --model PATH.",
+        path.display()
+    )
+}

@@ -1,0 +1,390 @@
+//! `mars compare` and `mars bench`: target-only, strict and MARS decoding of the same prompts
+//! with the same drafter and seed, measured in one process, printed side by side.
+//!
+//! This file runs them; `prompts` reads prompt files, `report` lays out tables and text,
+//! `plot` draws bench.svg.
+
+mod plot;
+mod prompts;
+mod report;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use mars_engine::{DEFAULTS, Method, Prefill, RunSettings, RunSummary, Target};
+use mars_model::Llama;
+use mars_verify::{Mode, Sampling};
+use serde::Serialize;
+
+use crate::args::{self, DeviceArg, DrafterArgs, RuleArgs, SamplingArgs};
+use crate::load;
+use prompts::{Prompt, Selection};
+
+/// The default prompt file of `mars bench`: Spec-Bench, beside the project in `../shared/bench/`.
+pub const DEFAULT_BENCH_PROMPTS: &str = "../shared/bench/spec_bench.jsonl";
+
+/// Settings shared by `compare` and `bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CommonArgs {
+    /// Target GGUF model (default: SmolLM2-135M-Instruct in the model cache).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Backend.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+    #[command(flatten)]
+    pub drafter: DrafterArgs,
+    #[command(flatten)]
+    pub rule: RuleArgs,
+    /// Sampling, the same for every method.
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Only prompts of this category.
+    #[arg(long)]
+    pub category: Option<String>,
+    /// At most this many prompts (per category with `mars bench`).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Wrap each prompt as a user turn with the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    /// Most tokens generated per prompt and method.
+    #[arg(long, default_value_t = DEFAULTS.max_tokens)]
+    pub max_tokens: usize,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `mars compare` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// One prompt.
+    #[arg(long, conflicts_with = "prompts")]
+    pub prompt: Option<String>,
+    /// JSONL prompts: Spec-Bench lines (`turns`, `category`; the first turn is used) or
+    /// `{"prompt": ...}` lines. Without this or --prompt: three built-in chat prompts.
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+}
+
+/// `mars bench` options: `compare` per category, written as markdown, JSON and SVG.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// JSONL prompts with categories.
+    #[arg(long, default_value = DEFAULT_BENCH_PROMPTS)]
+    pub prompts: PathBuf,
+    /// Directory for bench.md, bench.json and bench.svg.
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+}
+
+/// One method's output on one prompt: the ids, the visible text, and the run's totals.
+#[derive(Debug, Clone, Serialize)]
+pub struct MethodRun {
+    ids: Vec<u32>,
+    text: String,
+    /// Share of positions equal to target-only's output.
+    agreement: f64,
+    #[serde(flatten)]
+    summary: RunSummary,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptResult {
+    prompt: String,
+    category: Option<String>,
+    prompt_tokens: usize,
+    target: MethodRun,
+    strict: MethodRun,
+    mars: MethodRun,
+}
+
+/// Totals of one method over many prompts: the merged run summaries, the speedup over
+/// target-only, and the mean agreement.
+#[derive(Debug, Clone, Serialize)]
+pub struct MethodTotal {
+    #[serde(flatten)]
+    summary: RunSummary,
+    speedup: f64,
+    agreement: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Totals {
+    prompts: usize,
+    target: MethodTotal,
+    strict: MethodTotal,
+    mars: MethodTotal,
+}
+
+/// What the run used, as reported.
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    model: String,
+    drafter: String,
+    k: usize,
+    mars: Mode,
+    sampling: Sampling,
+    seed: u64,
+    max_tokens: usize,
+    chat: bool,
+}
+
+/// Share of positions, over the longer output, where both outputs have the same token.
+fn agreement(a: &[u32], b: &[u32]) -> f64 {
+    let longer = a.len().max(b.len());
+    if longer == 0 {
+        return 1.0;
+    }
+    a.iter().zip(b).filter(|(x, y)| x == y).count() as f64 / longer as f64
+}
+
+/// The loaded target, the draft model if the drafter names one, and the resolved settings.
+struct Runner {
+    target: Target,
+    draft_model: Option<Llama>,
+    run: RunSettings,
+    settings: Settings,
+}
+
+impl Runner {
+    fn new(common: &CommonArgs) -> Result<Self> {
+        let model = args::model_or_default(common.model.as_ref())?;
+        let resolved = args::resolve(
+            model,
+            common.device,
+            &common.drafter,
+            &common.rule,
+            &common.sampling,
+            common.max_tokens,
+            common.chat,
+        )?;
+        let (target, open) = load::target(&resolved.model, resolved.backend)?;
+        let run = resolved.run;
+        let draft_model = load::draft_model(&target, &run.drafter, &open)?;
+        let settings = Settings {
+            model: resolved.model.display().to_string(),
+            drafter: run.drafter.label(),
+            k: run.k,
+            mars: run.mars,
+            sampling: run.sampling,
+            seed: run.seed,
+            max_tokens: run.max_tokens,
+            chat: run.chat,
+        };
+        Ok(Self {
+            target,
+            draft_model,
+            run,
+            settings,
+        })
+    }
+
+    fn run_method(
+        &self,
+        run: &RunSettings,
+        prefill: &Prefill,
+        method: Method,
+    ) -> Result<(Vec<u32>, RunSummary)> {
+        pollster::block_on(async {
+            let mut dec = self
+                .target
+                .decoder(run, method, prefill.clone(), self.draft_model.as_ref())
+                .await?;
+            let summary = dec.run(|_| {}).await?;
+            Ok((dec.generated().to_vec(), summary))
+        })
+    }
+
+    fn run_prompt(&self, prompt: &Prompt) -> Result<PromptResult> {
+        let ids = self.target.prompt_ids(&prompt.text, self.run.chat)?;
+        let capacity = self.target.capacity(ids.len(), self.run.max_tokens);
+        let prefill = pollster::block_on(self.target.prefill(&ids, capacity))?;
+        let stop_ids = &self.target.tokenizer().stop_ids;
+        let mut runs = Vec::with_capacity(3);
+        for method in [Method::Target, Method::Strict, Method::Mars] {
+            let (ids, summary) = self.run_method(&self.run, &prefill, method)?;
+            let visible: Vec<u32> = ids
+                .iter()
+                .copied()
+                .filter(|t| !stop_ids.contains(t))
+                .collect();
+            let agreement = runs
+                .first()
+                .map_or(1.0, |target: &MethodRun| agreement(&target.ids, &ids));
+            runs.push(MethodRun {
+                text: self.target.tokenizer().decode(&visible)?,
+                ids,
+                agreement,
+                summary,
+            });
+        }
+        let [target, strict, mars] = <[MethodRun; 3]>::try_from(runs)
+            .map_err(|_| anyhow::anyhow!("internal: three runs expected"))?;
+        Ok(PromptResult {
+            prompt: prompt.text.clone(),
+            category: prompt.category.clone(),
+            prompt_tokens: ids.len(),
+            target,
+            strict,
+            mars,
+        })
+    }
+
+    /// A short untimed run so that first-use allocation is not charged to the first method.
+    fn warm_up(&self) -> Result<()> {
+        let ids = self.target.tokenizer().encode("Hello", false)?;
+        let run = RunSettings {
+            max_tokens: 8,
+            ..self.run.clone()
+        };
+        let prefill = pollster::block_on(self.target.prefill(&ids, ids.len() + run.max_tokens))?;
+        self.run_method(&run, &prefill, Method::Strict)?;
+        Ok(())
+    }
+
+    fn run_all(&self, prompts: &[Prompt]) -> Result<Vec<PromptResult>> {
+        self.warm_up()?;
+        let bar = ProgressBar::new(prompts.len() as u64).with_style(
+            ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} prompts, eta {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message("target / strict / MARS");
+        if prompts.len() == 1 {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        }
+        let mut results = Vec::with_capacity(prompts.len());
+        for p in prompts {
+            results.push(self.run_prompt(p)?);
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        Ok(results)
+    }
+}
+
+/// Totals per method over `results`, through the engine's one [`RunSummary::merge`].
+fn totals(results: &[PromptResult]) -> Totals {
+    let total = |pick: fn(&PromptResult) -> &MethodRun| {
+        let mut summary = RunSummary::empty(None);
+        let mut agreement = 0.0;
+        for r in results {
+            summary.merge(&pick(r).summary);
+            agreement += pick(r).agreement / results.len().max(1) as f64;
+        }
+        summary.drafter = results
+            .first()
+            .and_then(|r| pick(r).summary.drafter.clone());
+        MethodTotal {
+            summary,
+            speedup: 0.0,
+            agreement,
+        }
+    };
+    let mut t = Totals {
+        prompts: results.len(),
+        target: total(|r| &r.target),
+        strict: total(|r| &r.strict),
+        mars: total(|r| &r.mars),
+    };
+    let base = t.target.summary.tokens_per_second;
+    for m in [&mut t.target, &mut t.strict, &mut t.mars] {
+        m.speedup = if base > 0.0 {
+            m.summary.tokens_per_second / base
+        } else {
+            0.0
+        };
+    }
+    t
+}
+
+pub fn run_compare(args: &CompareArgs) -> Result<()> {
+    let c = &args.common;
+    let prompts = match (&args.prompt, &args.prompts) {
+        (Some(text), _) => vec![Prompt::plain(text)],
+        (None, Some(path)) => prompts::read(
+            path,
+            &Selection {
+                category: c.category.as_deref(),
+                limit: c.limit,
+                per_category: false,
+            },
+        )?,
+        (None, None) => prompts::default_prompts(),
+    };
+    let runner = Runner::new(c)?;
+    let results = runner.run_all(&prompts)?;
+    let t = totals(&results);
+    if c.json {
+        let json =
+            serde_json::json!({ "settings": runner.settings, "prompts": results, "total": t });
+        println!("{}", serde_json::to_string_pretty(&json)?);
+        return Ok(());
+    }
+    if results.len() <= 3 {
+        for r in &results {
+            println!("{}", report::side_by_side(r, runner.run.mars));
+        }
+    }
+    print!("{}", report::table(&runner.settings, &t));
+    println!(
+        "tok/s counts decoding only (prompt processing excluded), one process, methods run one \
+         after another on each prompt; agreement = share of tokens identical to target-only."
+    );
+    Ok(())
+}
+
+pub fn run_bench(args: &BenchArgs) -> Result<()> {
+    let c = &args.common;
+    let prompts = prompts::read(
+        &args.prompts,
+        &Selection {
+            category: c.category.as_deref(),
+            limit: c.limit,
+            per_category: true,
+        },
+    )?;
+    let runner = Runner::new(c)?;
+    let results = runner.run_all(&prompts)?;
+    let mut by_cat: BTreeMap<String, Vec<PromptResult>> = BTreeMap::new();
+    for r in &results {
+        by_cat
+            .entry(r.category.clone().unwrap_or_else(|| "-".into()))
+            .or_default()
+            .push(r.clone());
+    }
+    let cats: Vec<(String, Totals)> = by_cat
+        .iter()
+        .map(|(c, rs)| (c.clone(), totals(rs)))
+        .collect();
+    let all = totals(&results);
+    let md = report::bench_markdown(&runner.settings, &cats, &all);
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let write = |name: &str, text: &str| -> Result<()> {
+        let path = args.out.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+    };
+    write("bench.md", &md)?;
+    let json = serde_json::json!({
+        "settings": runner.settings,
+        "categories": cats.iter().cloned().collect::<BTreeMap<_, _>>(),
+        "total": all,
+        "prompts": results,
+    });
+    write("bench.json", &serde_json::to_string_pretty(&json)?)?;
+    plot::plot(&args.out.join("bench.svg"), &cats, &runner.settings)?;
+    print!("{md}");
+    println!(
+        "wrote {}/bench.md, bench.json, bench.svg",
+        args.out.display()
+    );
+    Ok(())
+}
