@@ -1,0 +1,49 @@
+//! One matmul per weight type and row count, at the shapes of SmolLM2-135M's FFN
+//! (1536 × 576) and of a 1.5B model's (8960 × 1536): `cargo bench -p mars-kernels`. The ratio
+//! of an m-row call to a one-row call is the figure that decides whether verification is cheap.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use half::f16;
+use mars_kernels::{BLOCK, Isa, Kernels, QActs, QMatrix, WeightType};
+
+fn matrix(ty: WeightType, rows: usize, cols: usize) -> QMatrix {
+    let nb = rows * cols / BLOCK;
+    let mut data = Vec::with_capacity(nb * ty.block_bytes());
+    for b in 0..nb {
+        let start = data.len();
+        data.extend_from_slice(&f16::from_f32(0.01).to_le_bytes());
+        while data.len() < start + ty.block_bytes() {
+            data.push((b * 31 + data.len() * 7) as u8);
+        }
+    }
+    QMatrix::new(ty, rows, cols, data).unwrap()
+}
+
+fn bench(c: &mut Criterion) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for (name, rows, cols) in [("135M ffn", 1536, 576), ("1.5B ffn", 8960, 1536)] {
+        for ty in WeightType::ALL {
+            let w = matrix(ty, rows, cols);
+            for isa in Isa::available() {
+                let k = Kernels::with_isa(isa, threads).unwrap();
+                for m in [1, 2, 5, 8, 16] {
+                    let x: Vec<f32> = (0..m * cols)
+                        .map(|i| ((i % 13) as f32 - 6.0) * 0.1)
+                        .collect();
+                    let mut acts = QActs::default();
+                    let mut y = vec![0f32; m * rows];
+                    c.bench_function(&format!("{name} {ty:?} {isa:?} m={m}"), |b| {
+                        b.iter(|| {
+                            acts.quantize(&x, m, cols).unwrap();
+                            k.matmul(&w, &acts, &mut y).unwrap();
+                        });
+                    });
+                }
+            }
+        }
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,53 @@
+//! The kernels' error type: every variant names the numbers at fault.
+
+/// Why a kernel could not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KernelError {
+    /// A size is not what the operation needs.
+    #[error("{what}: expected {expected}, found {found}")]
+    Shape {
+        /// Which size.
+        what: &'static str,
+        /// What the operation needs.
+        expected: usize,
+        /// What it got.
+        found: usize,
+    },
+    /// The row length is not a whole number of blocks.
+    #[error("a row of {cols} values is not a whole number of {block}-value blocks")]
+    RaggedRow {
+        /// Values per row.
+        cols: usize,
+        /// Values per block.
+        block: usize,
+    },
+    /// A size computed from the shape does not fit in memory addresses.
+    #[error("{what} overflows: {rows} rows × {cols} columns")]
+    Overflow {
+        /// Which size.
+        what: &'static str,
+        /// Rows.
+        rows: usize,
+        /// Columns.
+        cols: usize,
+    },
+    /// More rows in one call than the micro-kernel holds.
+    #[error("{rows} activation rows in one call, at most {max}")]
+    TooManyRows {
+        /// Rows given.
+        rows: usize,
+        /// The most one call takes.
+        max: usize,
+    },
+    /// A thread count of 0, or a pool that could not start.
+    #[error("threads = {threads}: {why}")]
+    Threads {
+        /// The count asked for.
+        threads: usize,
+        /// What went wrong.
+        why: String,
+    },
+}
+
+/// Result with [`KernelError`].
+pub type Result<T> = std::result::Result<T, KernelError>;

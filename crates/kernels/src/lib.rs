@@ -1,0 +1,29 @@
+//! Quantized matrix kernels for mars on the CPU, with no burn dependency, so that they can be
+//! tested, benchmarked and fuzzed alone.
+//!
+//! Weights stay in their GGUF blocks ([`QMatrix`]); activations are quantized once per call to
+//! 8 bits per 32 values ([`QActs`]); [`Kernels::matmul`] computes `y[m, out] = x[m, in] · W[out,
+//! in]ᵀ` for m ≤ 16 with integer dot products, reading each weight block once for all m rows,
+//! on a persistent thread pool, with a portable scalar micro-kernel and an AVX2 one chosen at
+//! run time.
+//!
+//! **Error bound.** Against the exact product over the dequantized weights, the only rounding
+//! that matters is the activations': a block with largest magnitude a is quantized with step
+//! a/127, so each value moves by at most a/254 and output o moves by at most
+//! Σ_blocks (a_b / 254) · Σ_{i ∈ b} |W[o, i]|, plus f32 accumulation (relative ~1e-6 of
+//! Σ|W·x|). The tests hold every kernel, type and m to exactly that bound.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+mod block;
+mod error;
+mod matmul;
+mod quantize;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use block::{BLOCK, QMatrix, WeightType};
+pub use error::{KernelError, Result};
+pub use matmul::{Isa, Kernels, MAX_ROWS};
+pub use quantize::QActs;

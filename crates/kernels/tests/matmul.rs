@@ -1,0 +1,278 @@
+//! Every micro-kernel × weight type × m ∈ {1, 2, 5, 8, 16} against an exact f64 product over
+//! the project's bit-exact dequantization (mars-formats), held to the bound the 8-bit
+//! activation rounding explains (see the crate docs); a row's result independent of the rows
+//! beside it and of the thread count, bit for bit; bad shapes refused.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use half::f16;
+use mars_formats::GgmlType;
+use mars_kernels::{BLOCK, Isa, KernelError, Kernels, QActs, QMatrix, WeightType};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{Rng, SeedableRng};
+
+fn ggml(ty: WeightType) -> GgmlType {
+    match ty {
+        WeightType::Q8_0 => GgmlType::Q8_0,
+        WeightType::Q4_0 => GgmlType::Q4_0,
+        WeightType::Q4_1 => GgmlType::Q4_1,
+    }
+}
+
+fn uniform(rng: &mut ChaCha8Rng) -> f32 {
+    (rng.next_u32() >> 8) as f32 / (1u32 << 24) as f32
+}
+
+/// Random blocks with finite f16 scales of varied size (and negative minimums for Q4_1), and
+/// every quantized value possible, Q8_0's −128 included.
+fn random_matrix(ty: WeightType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> QMatrix {
+    let nb = rows * cols / BLOCK;
+    let mut data = Vec::with_capacity(nb * ty.block_bytes());
+    for _ in 0..nb {
+        let scale = f16::from_f32(0.001 + 0.05 * uniform(rng));
+        data.extend_from_slice(&scale.to_le_bytes());
+        if ty == WeightType::Q4_1 {
+            let min = f16::from_f32(-0.4 * uniform(rng));
+            data.extend_from_slice(&min.to_le_bytes());
+        }
+        let quants = ty.block_bytes() - data.len() % ty.block_bytes();
+        for _ in 0..quants {
+            data.push(rng.next_u32() as u8);
+        }
+    }
+    QMatrix::new(ty, rows, cols, data).unwrap()
+}
+
+/// Activations with blocks of very different magnitudes, as real hidden states have.
+fn random_x(rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+    (0..rows * cols)
+        .map(|i| {
+            let block_scale = [0.01f32, 1.0, 8.0][(i / BLOCK) % 3];
+            (uniform(rng) * 2.0 - 1.0) * block_scale
+        })
+        .collect()
+}
+
+fn dequantized(w: &QMatrix) -> Vec<f32> {
+    let mut out = vec![0f32; w.rows() * w.cols()];
+    for (r, row) in out.chunks_exact_mut(w.cols()).enumerate() {
+        w.dequantize_row(r, row).unwrap();
+    }
+    out
+}
+
+/// The exact product and, per output, the bound the activation rounding explains.
+fn exact_and_bound(
+    wd: &[f32],
+    x: &[f32],
+    m: usize,
+    out: usize,
+    cols: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut exact = vec![0f64; m * out];
+    let mut bound = vec![0f64; m * out];
+    for r in 0..m {
+        let xr = &x[r * cols..(r + 1) * cols];
+        for o in 0..out {
+            let wo = &wd[o * cols..(o + 1) * cols];
+            let (mut sum, mut step, mut magnitude) = (0f64, 0f64, 0f64);
+            for (wb, xb) in wo.chunks_exact(BLOCK).zip(xr.chunks_exact(BLOCK)) {
+                let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+                let w_abs: f64 = wb.iter().map(|&v| f64::from(v).abs()).sum();
+                step += f64::from(amax) / 254.0 * w_abs;
+                for (&wi, &xi) in wb.iter().zip(xb) {
+                    sum += f64::from(wi) * f64::from(xi);
+                    magnitude += (f64::from(wi) * f64::from(xi)).abs();
+                }
+            }
+            exact[r * out + o] = sum;
+            // 1 % slack on the rounding step (the reciprocal scale is itself rounded), and f32
+            // accumulation relative to the magnitude of the terms.
+            bound[r * out + o] = 1.01 * step + 2e-6 * magnitude + 1e-7;
+        }
+    }
+    (exact, bound)
+}
+
+#[test]
+fn dequantize_row_equals_the_formats_dequantization_bit_for_bit() {
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    for ty in WeightType::ALL {
+        let w = random_matrix(ty, 3, 96, &mut rng);
+        let n = w.row_bytes();
+        for r in 0..3 {
+            let mut row = vec![0f32; 96];
+            w.dequantize_row(r, &mut row).unwrap();
+            let reference = ggml(ty)
+                .dequantize(&w.blocks()[r * n..(r + 1) * n], 96)
+                .unwrap();
+            assert_eq!(bits(&row), bits(&reference), "{ty:?} row {r}");
+        }
+    }
+}
+
+#[test]
+fn every_kernel_type_and_row_count_is_within_the_activation_rounding_bound() {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    // Odd output counts (not a multiple of any tile), inputs not a multiple of 256.
+    for (out, cols) in [(37, 64), (5, 32), (130, 288)] {
+        for ty in WeightType::ALL {
+            let w = random_matrix(ty, out, cols, &mut rng);
+            let wd = dequantized(&w);
+            for m in [1, 2, 5, 8, 16] {
+                let x = random_x(m, cols, &mut rng);
+                let (exact, bound) = exact_and_bound(&wd, &x, m, out, cols);
+                let mut acts = QActs::default();
+                acts.quantize(&x, m, cols).unwrap();
+                for isa in Isa::available() {
+                    for threads in [1, 2] {
+                        let k = Kernels::with_isa(isa, threads).unwrap();
+                        let mut y = vec![0f32; m * out];
+                        k.matmul(&w, &acts, &mut y).unwrap();
+                        let mut nmse = (0f64, 0f64);
+                        for i in 0..m * out {
+                            let err = (f64::from(y[i]) - exact[i]).abs();
+                            assert!(
+                                err <= bound[i],
+                                "{isa:?} {ty:?} m={m} out={out} in={cols} threads={threads} [{i}]: \
+                                 {} vs exact {} (error {err:.3e} > bound {:.3e})",
+                                y[i],
+                                exact[i],
+                                bound[i]
+                            );
+                            nmse.0 += err * err;
+                            nmse.1 += exact[i] * exact[i];
+                        }
+                        // llama.cpp's test-backend-ops asks for a normalized MSE below 5e-4.
+                        assert!(
+                            nmse.0 / nmse.1 < 5e-4,
+                            "{isa:?} {ty:?} m={m}: NMSE {}",
+                            nmse.0 / nmse.1
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_rows_result_does_not_depend_on_the_rows_beside_it_or_the_threads() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let (out, cols) = (77, 128);
+    for ty in WeightType::ALL {
+        let w = random_matrix(ty, out, cols, &mut rng);
+        let x = random_x(16, cols, &mut rng);
+        for isa in Isa::available() {
+            let one_thread = Kernels::with_isa(isa, 1).unwrap();
+            let two_threads = Kernels::with_isa(isa, 2).unwrap();
+            let mut acts = QActs::default();
+            acts.quantize(&x, 16, cols).unwrap();
+            let mut y16 = vec![0f32; 16 * out];
+            one_thread.matmul(&w, &acts, &mut y16).unwrap();
+            let mut y16_two = vec![0f32; 16 * out];
+            two_threads.matmul(&w, &acts, &mut y16_two).unwrap();
+            assert_eq!(
+                bits(&y16),
+                bits(&y16_two),
+                "{isa:?} {ty:?}: threads changed a result"
+            );
+            for m in [1, 5] {
+                for start in [0, 16 - m] {
+                    acts.quantize(&x[start * cols..(start + m) * cols], m, cols)
+                        .unwrap();
+                    let mut y = vec![0f32; m * out];
+                    two_threads.matmul(&w, &acts, &mut y).unwrap();
+                    assert_eq!(
+                        bits(&y),
+                        bits(&y16[start * out..(start + m) * out]),
+                        "{isa:?} {ty:?}: rows {start}..{} alone differ from the same rows among 16",
+                        start + m
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+#[test]
+fn simd_and_scalar_agree_within_f32_accumulation() {
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    let (out, cols) = (64, 512);
+    for ty in WeightType::ALL {
+        let w = random_matrix(ty, out, cols, &mut rng);
+        let x = random_x(5, cols, &mut rng);
+        let mut acts = QActs::default();
+        acts.quantize(&x, 5, cols).unwrap();
+        let mut reference = vec![0f32; 5 * out];
+        Kernels::with_isa(Isa::Scalar, 1)
+            .unwrap()
+            .matmul(&w, &acts, &mut reference)
+            .unwrap();
+        for isa in Isa::available() {
+            let mut y = vec![0f32; 5 * out];
+            Kernels::with_isa(isa, 1)
+                .unwrap()
+                .matmul(&w, &acts, &mut y)
+                .unwrap();
+            // Both sum the same exact integer block products; only the f32 order differs.
+            let scale = reference.iter().fold(0f32, |a, v| a.max(v.abs()));
+            for (a, b) in y.iter().zip(&reference) {
+                assert!(
+                    (a - b).abs() <= 1e-5 * scale,
+                    "{isa:?} {ty:?}: {a} vs scalar {b}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_shapes_and_settings_are_errors() {
+    let ty = WeightType::Q4_1;
+    assert!(matches!(
+        QMatrix::new(ty, 2, 48, vec![0; 100]),
+        Err(KernelError::RaggedRow { cols: 48, .. })
+    ));
+    // One byte short of 2 rows × 2 blocks.
+    assert!(matches!(
+        QMatrix::new(ty, 2, 64, vec![0; 79]),
+        Err(KernelError::Shape {
+            expected: 80,
+            found: 79,
+            ..
+        })
+    ));
+    assert!(matches!(
+        QMatrix::new(ty, usize::MAX, 64, vec![]),
+        Err(KernelError::Overflow { .. })
+    ));
+    let w = QMatrix::new(ty, 2, 64, vec![0; 80]).unwrap();
+    let k = Kernels::new(1).unwrap();
+    let mut acts = QActs::default();
+    assert!(acts.quantize(&[0.0; 63], 1, 63).is_err());
+    assert!(acts.quantize(&[0.0; 63], 1, 64).is_err());
+    acts.quantize(&[0.0; 32], 1, 32).unwrap();
+    assert!(matches!(
+        k.matmul(&w, &acts, &mut [0.0; 2]),
+        Err(KernelError::Shape {
+            expected: 64,
+            found: 32,
+            ..
+        })
+    ));
+    acts.quantize(&vec![0.0; 17 * 64], 17, 64).unwrap();
+    assert!(matches!(
+        k.matmul(&w, &acts, &mut [0.0; 34]),
+        Err(KernelError::TooManyRows { rows: 17, .. })
+    ));
+    acts.quantize(&[0.0; 64], 1, 64).unwrap();
+    assert!(k.matmul(&w, &acts, &mut [0.0; 3]).is_err());
+    assert!(Kernels::new(0).is_err());
+    let mut row = [0f32; 64];
+    assert!(w.dequantize_row(2, &mut row).is_err());
+    assert!(w.dequantize_row(0, &mut row[..10]).is_err());
+}
