@@ -35,6 +35,46 @@ pub struct ModelArgs {
     /// Backend.
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
+    #[command(flatten)]
+    pub kernels: KernelArgs,
+}
+
+/// Which CPU matrix path runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KernelChoice {
+    /// Weights dequantized to f32, burn's flex matmuls (the default: logits independent of the
+    /// batch to ~1e-4, so greedy speculation equals target-only decoding).
+    F32,
+    /// GGUF Q8_0/Q4_0/Q4_1 blocks kept packed, mars-kernels (experimental: see README).
+    Packed,
+}
+
+/// CPU kernel settings, shared by every subcommand that loads a model.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KernelArgs {
+    /// CPU matrix path.
+    #[arg(long, value_enum, default_value_t = KernelChoice::F32)]
+    pub kernels: KernelChoice,
+    /// Threads of the packed kernels (default: one per core; more than the cores is clamped,
+    /// with a message).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+impl KernelArgs {
+    /// The packed kernels' thread count, `None` for the f32 path.
+    ///
+    /// # Errors
+    /// `--threads` without `--kernels packed`.
+    pub fn packed_threads(&self) -> Result<Option<usize>> {
+        match (self.kernels, self.threads) {
+            (KernelChoice::F32, Some(t)) => {
+                bail!("--threads {t} applies to --kernels packed only")
+            }
+            (KernelChoice::F32, None) => Ok(None),
+            (KernelChoice::Packed, t) => Ok(Some(t.unwrap_or_else(mars_engine::cores))),
+        }
+    }
 }
 
 /// Sampling settings shared by every decoding subcommand.

@@ -44,6 +44,39 @@ pub struct SpeedArgs {
     pub decode_tokens: usize,
 }
 
+/// Median milliseconds of one forward pass over m = 1, 2, 4, 5, 8, 16 tokens after the prompt
+/// (the cache rolled back after each): what a verification pass of k + 1 rows costs.
+fn rows_cost(target: &Target, ids: &[u32]) -> Result<Vec<(usize, f64)>> {
+    let model = target.model();
+    let mut cache = model.new_cache(ids.len() + 16)?;
+    mars_model::read_f32(model.forward(ids, &mut cache)?)?;
+    let base = cache.len();
+    let mut out = Vec::new();
+    for m in [1usize, 2, 4, 5, 8, 16] {
+        let tokens = &ids[..m];
+        let mut ms: Vec<f64> = (0..7)
+            .map(|_| -> Result<f64> {
+                let start = std::time::Instant::now();
+                mars_model::read_f32(model.forward(tokens, &mut cache)?)?;
+                let elapsed = start.elapsed().as_secs_f64() * 1e3;
+                cache.truncate(base)?;
+                Ok(elapsed)
+            })
+            .collect::<Result<_>>()?;
+        ms.sort_by(f64::total_cmp);
+        out.push((m, ms[3]));
+    }
+    Ok(out)
+}
+
+/// Resident memory of this process (Linux `VmRSS`), `None` where it cannot be read.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 #[derive(Debug, Serialize)]
 struct GenerateReport {
     prompt_tokens: usize,
@@ -89,7 +122,11 @@ fn decode(
 
 pub fn run_generate(args: &GenerateArgs) -> Result<()> {
     let run = target_only(&args.sampling, args.max_tokens, args.chat)?;
-    let (target, _) = load::target(&args.model.model, args.model.device.into())?;
+    let (target, _) = load::target(
+        &args.model.model,
+        args.model.device.into(),
+        args.model.kernels.packed_threads()?,
+    )?;
     let ids = target.prompt_ids(&args.prompt, args.chat)?;
     let mut out = std::io::stdout().lock();
     let (tokens, summary, prefill_ms) = decode(&target, &run, &ids, |text| {
@@ -137,10 +174,15 @@ pub fn run_generate(args: &GenerateArgs) -> Result<()> {
 
 pub fn run_speed(args: &SpeedArgs) -> Result<()> {
     ensure!(
-        args.prompt_tokens > 0 && args.decode_tokens > 0,
-        "token counts must be at least 1"
+        args.prompt_tokens >= 16 && args.decode_tokens > 0,
+        "--prompt-tokens must be at least 16 (the rows-cost measurement reuses the prompt) and \
+         --decode-tokens at least 1"
     );
-    let (target, _) = load::target(&args.model.model, args.model.device.into())?;
+    let (target, _) = load::target(
+        &args.model.model,
+        args.model.device.into(),
+        args.model.kernels.packed_threads()?,
+    )?;
     // Greedy (the defaults), no chat template.
     let run = RunSettings {
         max_tokens: args.decode_tokens,
@@ -165,12 +207,26 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
     };
     decode(&target, &warm_up, &ids[..2], |_| Ok(()))?;
     let (_, summary, prefill_ms) = decode(&target, &run, &ids, |_| Ok(()))?;
-    println!(
-        "{{\"prompt_tokens\": {}, \"prefill_tokens_per_second\": {:.1}, \"decode_tokens\": {}, \"decode_tokens_per_second\": {:.1}}}",
-        args.prompt_tokens,
-        args.prompt_tokens as f64 / (prefill_ms / 1e3).max(1e-9),
-        summary.tokens,
-        summary.tokens_per_second
+    let rows = rows_cost(&target, &ids)?;
+    let report = serde_json::json!({
+        "prompt_tokens": args.prompt_tokens,
+        "prefill_tokens_per_second": args.prompt_tokens as f64 / (prefill_ms / 1e3).max(1e-9),
+        "decode_tokens": summary.tokens,
+        "decode_tokens_per_second": summary.tokens_per_second,
+        "forward_ms_by_rows": rows.iter().map(|(m, ms)| (m.to_string(), serde_json::json!(ms))).collect::<serde_json::Map<_, _>>(),
+        "matrix_bytes_per_forward": target.model().matrix_bytes(),
+        "packed": target.model().is_packed(),
+        "resident_bytes": resident_bytes(),
+    });
+    println!("{report}");
+    let one = rows.first().map_or(1.0, |&(_, ms)| ms);
+    let curve: Vec<String> = rows
+        .iter()
+        .map(|(m, ms)| format!("{m}: {:.2}×", ms / one))
+        .collect();
+    eprintln!(
+        "forward cost by rows, relative to 1 row: {}",
+        curve.join(", ")
     );
     Ok(())
 }

@@ -48,12 +48,24 @@ fn with_gguf<T>(path: &Path, build: impl FnOnce(&Gguf<'_>) -> Result<T>) -> Resu
     built.with_context(|| format!("loading {}", path.display()))
 }
 
-/// Opens the backend and loads the target model from `path` onto it.
+/// Opens the backend (with the packed CPU kernels on `threads` threads, if given) and loads the
+/// target model from `path` onto it.
 ///
 /// # Errors
-/// The device, the file or the model, with the path named.
-pub fn target(path: &Path, backend: Backend) -> Result<(Target, OpenDevice)> {
-    let open = pollster::block_on(backend.open())?;
+/// The device, the file or the model, with the path named; 0 threads.
+pub fn target(
+    path: &Path,
+    backend: Backend,
+    threads: Option<usize>,
+) -> Result<(Target, OpenDevice)> {
+    let mut open = pollster::block_on(backend.open())?;
+    if let Some(threads) = threads {
+        let (with, note) = open.with_packed_kernels(threads)?;
+        open = with;
+        if let Some(note) = note {
+            eprintln!("{note}");
+        }
+    }
     if let Some(adapter) = &open.adapter {
         eprintln!("wgpu adapter: {adapter}");
     }

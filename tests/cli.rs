@@ -154,6 +154,26 @@ fn generate_answers_with_the_real_model() {
     );
     assert!(report["tokens_per_second"].as_f64().unwrap() > 0.0);
 
+    // The packed CPU kernels run the same model (their answer is not yet asserted: see the
+    // README, packed kernels); thread counts are checked.
+    let packed = [&args[..], &["--kernels", "packed", "--threads", "2"]].concat();
+    let out = mars(&packed, "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!report["tokens"].as_array().unwrap().is_empty(), "{report}");
+    let zero = [&args[..], &["--kernels", "packed", "--threads", "0"]].concat();
+    let out = mars(&zero, "");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("threads = 0"));
+    let f32_threads = [&args[..], &["--threads", "2"]].concat();
+    let out = mars(&f32_threads, "");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--kernels packed"));
+
     // Seeded sampling is reproducible run to run.
     let sample = [
         "generate",

@@ -35,6 +35,8 @@ pub struct CommonArgs {
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
     #[command(flatten)]
+    pub kernels: args::KernelArgs,
+    #[command(flatten)]
     pub drafter: DrafterArgs,
     #[command(flatten)]
     pub rule: RuleArgs,
@@ -166,7 +168,11 @@ impl Runner {
             common.max_tokens,
             common.chat,
         )?;
-        let (target, open) = load::target(&resolved.model, resolved.backend)?;
+        let (target, open) = load::target(
+            &resolved.model,
+            resolved.backend,
+            common.kernels.packed_threads()?,
+        )?;
         let run = resolved.run;
         let draft_model = load::draft_model(&target, &run.drafter, &open)?;
         let settings = Settings {

@@ -58,6 +58,10 @@ impl Backend {
     }
 }
 
+/// On the CPU, weights are f32 unless the front end asks for the packed kernels
+/// ([`OpenDevice::with_packed_kernels`]): packed logits are not yet independent of the batch
+/// (flex's attention sums in another order for another shape, and 8-bit activation rounding
+/// amplifies that), so greedy strict speculation would not equal target-only decoding there.
 #[cfg(feature = "flex")]
 fn open_cpu() -> Result<OpenDevice> {
     Ok(OpenDevice {
@@ -65,9 +69,41 @@ fn open_cpu() -> Result<OpenDevice> {
         limits: LoadOptions {
             max_buffer_bytes: None,
             max_total_bytes: available_memory(),
+            cpu_threads: None,
         },
         adapter: None,
     })
+}
+
+/// Cores this process may use (logical cores: the standard library does not tell physical
+/// ones apart; on the project's 2-core machine they are the same).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}
+
+impl OpenDevice {
+    /// On the CPU, keeps quantized GGUF matrices packed and runs them on mars-kernels with
+    /// `threads` threads (no effect on a GPU): 0 is an error; more than [`cores`] is clamped to
+    /// the core count (more threads than cores only take turns), and the returned note says so.
+    ///
+    /// # Errors
+    /// [`EngineError::Config`] for 0.
+    pub fn with_packed_kernels(mut self, threads: usize) -> Result<(Self, Option<String>)> {
+        if threads == 0 {
+            return Err(EngineError::Config {
+                field: "threads",
+                value: "0".into(),
+                why: "at least 1 thread",
+            });
+        }
+        let cores = cores();
+        let note = (threads > cores)
+            .then(|| format!("threads = {threads} is more than the {cores} cores: using {cores}"));
+        if self.adapter.is_none() {
+            self.limits.cpu_threads = Some(threads.min(cores));
+        }
+        Ok((self, note))
+    }
 }
 
 #[cfg(not(feature = "flex"))]
@@ -92,6 +128,7 @@ async fn open_wgpu() -> Result<OpenDevice> {
                     .min(limits.max_buffer_size),
             ),
             max_total_bytes: None,
+            cpu_threads: None,
         },
         adapter: Some(format!("{} ({:?})", info.name, info.backend)),
     })

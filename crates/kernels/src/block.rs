@@ -47,12 +47,24 @@ pub(crate) fn f16_at(bytes: &[u8], at: usize) -> f32 {
 
 /// A weight matrix `W[rows, cols]` (rows = output features, cols = input features) kept as its
 /// GGUF blocks: row r is `cols / 32` consecutive blocks, exactly the bytes of the file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct QMatrix {
     ty: WeightType,
     rows: usize,
     cols: usize,
     data: Vec<u8>, // [rows, cols / 32, block_bytes]
+}
+
+impl std::fmt::Debug for QMatrix {
+    // The blocks are megabytes: show what they are, not their bytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QMatrix")
+            .field("ty", &self.ty)
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .field("bytes", &self.data.len())
+            .finish()
+    }
 }
 
 impl QMatrix {

@@ -23,7 +23,7 @@ pub const MAX_ROWS: usize = 16;
 pub enum Isa {
     /// Portable Rust, every CPU.
     Scalar,
-    /// x86-64 AVX2 + FMA.
+    /// x86-64 AVX2 + FMA + F16C.
     Avx2,
 }
 
@@ -170,7 +170,7 @@ fn dot_rows(isa: Isa, w: &QMatrix, row: usize, x: &QActs, out: &mut [f32]) {
         Isa::Scalar => scalar::dot_rows(w.ty(), w.row(row), x, out),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Kernels::with_isa` admits Avx2 only where `x86::available()` said the CPU
-        // has AVX2 and FMA.
+        // has AVX2, FMA and F16C.
         Isa::Avx2 => unsafe { crate::x86::dot_rows(w.ty(), w.row(row), x, out) },
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 => scalar::dot_rows(w.ty(), w.row(row), x, out),

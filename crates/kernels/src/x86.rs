@@ -1,73 +1,189 @@
-//! The AVX2 micro-kernel (x86-64 with AVX2 and FMA, detected at run time): the same contract
-//! as `scalar::dot_rows`. Each weight block is unpacked to 32 bytes once, then meets every
-//! activation row in `maddubs` (u8 × i8 pairs to i16) and `madd` (to eight i32 lanes); the
+//! The AVX2 micro-kernel (x86-64 with AVX2, FMA and F16C, detected at run time): the same
+//! contract as `scalar::dot_rows`. Each weight block is unpacked to 32 bytes once, then meets
+//! every activation row in `maddubs` (u8 × i8 pairs to i16) and `madd` (to eight i32 lanes); the
 //! lanes are scaled by d_w·d_x and accumulated in eight f32 lanes per row, summed at the end.
 //! Signed Q8_0 weights use the sign trick (|w| × sign(x, w)); 4-bit weights are unsigned with
 //! a minimum term, as in the scalar kernel.
+//!
+//! The kernel is instantiated per block type and per row count (1…16), so that the row loop
+//! unrolls and each row's accumulator stays in a register; the row count changes which
+//! instantiation runs, never the order of one row's operations.
 
 use std::arch::x86_64::*;
 
-use crate::block::{BLOCK, WeightType, f16_at};
-use crate::matmul::MAX_ROWS;
+use crate::block::{BLOCK, WeightType};
 use crate::quantize::QActs;
 
 /// Whether this CPU runs [`dot_rows`].
 pub(crate) fn available() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
 }
 
-/// As `scalar::dot_rows`. Calling it is unsafe unless the CPU has AVX2 and FMA
+/// One block type's layout, for the generic kernel.
+trait Layout {
+    /// Bytes per block.
+    const BYTES: usize;
+    /// Whether the unpacked weights are signed (sign trick) or unsigned with a minimum.
+    const SIGNED: bool;
+    /// The block at `p`: its 32 weights as bytes, its scale, and its minimum (0 for Q8_0).
+    ///
+    /// # Safety
+    /// `p` points at `BYTES` readable bytes, and the CPU has AVX2 and F16C.
+    unsafe fn load(p: *const u8) -> (__m256i, f32, f32);
+}
+
+/// An f16 at `p` (little-endian) as f32.
+///
+/// # Safety
+/// `p` points at 2 readable bytes, and the CPU has F16C.
+#[inline(always)]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees 2 readable bytes at `p`; read_unaligned has no alignment
+    // requirement.
+    let bits = unsafe { p.cast::<u16>().read_unaligned() };
+    // SAFETY: F16C is guaranteed by the caller.
+    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits)))) }
+}
+
+/// 16 bytes of nibbles at `p` as 32 unsigned bytes: value j from the low nibble of byte j,
+/// value j + 16 from its high nibble.
+///
+/// # Safety
+/// `p` points at 16 readable bytes, and the CPU has AVX2.
+#[inline(always)]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    // SAFETY: 16 readable bytes at `p` (caller); loadu has no alignment requirement; AVX2 is
+    // guaranteed by the caller.
+    unsafe {
+        let packed = _mm_loadu_si128(p.cast());
+        let mask = _mm_set1_epi8(0x0F);
+        let lo = _mm_and_si128(packed, mask);
+        let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);
+        _mm256_set_m128i(hi, lo)
+    }
+}
+
+struct Q80;
+struct Q40;
+struct Q41;
+
+impl Layout for Q80 {
+    const BYTES: usize = 34;
+    const SIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
+        // SAFETY: 34 readable bytes at `p` (caller): the scale at 0..2, the weights at 2..34.
+        unsafe { (_mm256_loadu_si256(p.add(2).cast()), f16_at(p), 0.0) }
+    }
+}
+
+impl Layout for Q40 {
+    const BYTES: usize = 18;
+    const SIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
+        // SAFETY: 18 readable bytes at `p` (caller): the scale at 0..2, the nibbles at 2..18.
+        unsafe {
+            let d = f16_at(p);
+            (nibbles(p.add(2)), d, -8.0 * d)
+        }
+    }
+}
+
+impl Layout for Q41 {
+    const BYTES: usize = 20;
+    const SIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
+        // SAFETY: 20 readable bytes at `p` (caller): scale, minimum, then the nibbles at 4..20.
+        unsafe { (nibbles(p.add(4)), f16_at(p), f16_at(p.add(2))) }
+    }
+}
+
+/// As `scalar::dot_rows`. Calling it is unsafe unless the CPU has AVX2, FMA and F16C
 /// ([`available`]).
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn dot_rows(ty: WeightType, w_row: &[u8], x: &QActs, out: &mut [f32]) {
-    let nb = x.cols / BLOCK;
-    let m = x.rows;
-    let mut acc = [_mm256_setzero_ps(); MAX_ROWS];
-    let mut mins = [0f32; MAX_ROWS];
-    let ones = _mm256_set1_epi16(1);
-    let low_nibbles = _mm_set1_epi8(0x0F);
-    for (b, block) in w_row.chunks_exact(ty.block_bytes()).enumerate() {
-        let d = f16_at(block, 0);
-        let (w, signed, min) = match ty {
-            WeightType::Q8_0 => {
-                let q = &block[2..34];
-                // SAFETY: `q` is 32 bytes long; loadu has no alignment requirement.
-                let w = unsafe { _mm256_loadu_si256(q.as_ptr().cast()) };
-                (w, true, 0.0)
-            }
-            WeightType::Q4_0 | WeightType::Q4_1 => {
-                let (qs, min) = match ty {
-                    WeightType::Q4_1 => (&block[4..20], f16_at(block, 2)),
-                    _ => (&block[2..18], -8.0 * d),
-                };
-                // SAFETY: `qs` is 16 bytes long; loadu has no alignment requirement.
-                let packed = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
-                let lo = _mm_and_si128(packed, low_nibbles);
-                let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low_nibbles);
-                (_mm256_set_m128i(hi, lo), false, min)
+    macro_rules! by_rows {
+        ($layout:ty) => {
+            match x.rows {
+                1 => rows::<$layout, 1>(w_row, x, out),
+                2 => rows::<$layout, 2>(w_row, x, out),
+                3 => rows::<$layout, 3>(w_row, x, out),
+                4 => rows::<$layout, 4>(w_row, x, out),
+                5 => rows::<$layout, 5>(w_row, x, out),
+                6 => rows::<$layout, 6>(w_row, x, out),
+                7 => rows::<$layout, 7>(w_row, x, out),
+                8 => rows::<$layout, 8>(w_row, x, out),
+                9 => rows::<$layout, 9>(w_row, x, out),
+                10 => rows::<$layout, 10>(w_row, x, out),
+                11 => rows::<$layout, 11>(w_row, x, out),
+                12 => rows::<$layout, 12>(w_row, x, out),
+                13 => rows::<$layout, 13>(w_row, x, out),
+                14 => rows::<$layout, 14>(w_row, x, out),
+                15 => rows::<$layout, 15>(w_row, x, out),
+                16 => rows::<$layout, 16>(w_row, x, out),
+                _ => {}
             }
         };
-        let abs_w = if signed { _mm256_sign_epi8(w, w) } else { w };
-        for r in 0..m {
+    }
+    match ty {
+        WeightType::Q8_0 => by_rows!(Q80),
+        WeightType::Q4_0 => by_rows!(Q40),
+        WeightType::Q4_1 => by_rows!(Q41),
+    }
+}
+
+/// One weight row against `M` activation rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn rows<L: Layout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
+    let nb = x.cols / BLOCK;
+    // Everything the pointer arithmetic below relies on, checked once per row.
+    assert!(
+        w_row.len() == nb * L::BYTES
+            && x.rows == M
+            && x.q.len() >= M * x.cols
+            && x.d.len() >= M * nb
+            && x.s.len() >= M * nb
+            && out.len() >= M
+    );
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); M];
+    let mut mins = [0f32; M];
+    let (w_ptr, q_ptr) = (w_row.as_ptr(), x.q.as_ptr());
+    for b in 0..nb {
+        // SAFETY: block b of the row lies at b·BYTES..(b + 1)·BYTES < w_row.len() (asserted);
+        // this function's target features include the ones `load` needs.
+        let (w, d, min) = unsafe { L::load(w_ptr.add(b * L::BYTES)) };
+        let abs_w = if L::SIGNED { _mm256_sign_epi8(w, w) } else { w };
+        for r in 0..M {
             let at = r * nb + b;
-            let xq = &x.q[at * BLOCK..(at + 1) * BLOCK];
-            // SAFETY: `xq` is 32 bytes long; loadu has no alignment requirement.
-            let xv = unsafe { _mm256_loadu_si256(xq.as_ptr().cast()) };
-            let x_signed = if signed { _mm256_sign_epi8(xv, w) } else { xv };
+            // SAFETY: at < M·nb, so at·32 + 32 ≤ M·cols ≤ x.q.len() (asserted); loadu has no
+            // alignment requirement.
+            let xv = unsafe { _mm256_loadu_si256(q_ptr.add(at * BLOCK).cast()) };
+            let x_signed = if L::SIGNED {
+                _mm256_sign_epi8(xv, w)
+            } else {
+                xv
+            };
             // |w| ≤ 128 and |x| ≤ 127: a pair sums to at most 32,512, inside i16.
             let pairs = _mm256_maddubs_epi16(abs_w, x_signed);
             let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * x.d[at]), lanes, acc[r]);
-            mins[r] += min * x.s[at];
+            if !L::SIGNED {
+                mins[r] += min * x.s[at];
+            }
         }
     }
-    for r in 0..m {
+    for r in 0..M {
         out[r] = hsum(acc[r]) + mins[r];
     }
 }
 
 /// The sum of the eight lanes.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));

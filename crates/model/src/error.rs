@@ -6,6 +6,9 @@ pub enum ModelError {
     /// The file's metadata or tensors could not be read.
     #[error(transparent)]
     Format(#[from] mars_formats::FormatError),
+    /// A packed CPU kernel refused its input.
+    #[error(transparent)]
+    Kernel(#[from] mars_kernels::KernelError),
     /// The architecture or a feature of it is outside what this crate implements.
     #[error("unsupported model: {0}")]
     Unsupported(String),

@@ -1,12 +1,15 @@
 //! Building a [`Llama`] from a weight source: shapes checked, memory checked before anything is
 //! allocated, matrices laid out for the forward pass, RoPE tables computed.
 
+use std::sync::{Arc, Mutex, OnceLock};
+
 use burn::tensor::{Device, Tensor, TensorData};
-use mars_formats::{Gguf, SafetensorsFile};
+use mars_formats::{GgmlType, Gguf, SafetensorsFile};
+use mars_kernels::{Kernels, QMatrix, WeightType};
 
 use crate::config::LlamaConfig;
 use crate::error::{ModelError, Result};
-use crate::llama::{Block, Linear, Llama};
+use crate::llama::{Block, Embedding, Linear, Llama};
 use crate::weights::{HfWeights, Weights};
 
 /// Options for [`Llama::from_gguf`].
@@ -19,6 +22,59 @@ pub struct LoadOptions {
     /// wgpu do not report device memory, so `None` there). Checked before anything is
     /// allocated, against the f32 size of every weight.
     pub max_total_bytes: Option<u64>,
+    /// On the CPU: keep matrices of the types mars-kernels multiplies (Q8_0, Q4_0, Q4_1) as
+    /// their GGUF blocks and run them on this many threads. `None` (GPUs, and the f32
+    /// reference path) dequantizes every weight to f32.
+    pub cpu_threads: Option<usize>,
+}
+
+/// The kernels for `threads` threads, one pool per count for the whole process: a target and
+/// its draft model share it (they never run at once).
+fn shared_kernels(threads: usize) -> Result<Arc<Kernels>> {
+    static POOLS: OnceLock<Mutex<Vec<Arc<Kernels>>>> = OnceLock::new();
+    let pools = POOLS.get_or_init(|| Mutex::new(Vec::new()));
+    let mut pools = pools
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(k) = pools.iter().find(|k| k.threads() == threads) {
+        return Ok(k.clone());
+    }
+    let k = Arc::new(Kernels::new(threads)?);
+    pools.push(k.clone());
+    Ok(k)
+}
+
+/// The kernels' block type for a GGUF type they multiply directly.
+fn packable(ty: GgmlType) -> Option<WeightType> {
+    match ty {
+        GgmlType::Q8_0 => Some(WeightType::Q8_0),
+        GgmlType::Q4_0 => Some(WeightType::Q4_0),
+        GgmlType::Q4_1 => Some(WeightType::Q4_1),
+        _ => None,
+    }
+}
+
+/// `name` as packed blocks `[out, in]` if the source stores it in a type the kernels take.
+fn stored_blocks(
+    g: &dyn Weights,
+    name: &str,
+    out_dim: usize,
+    in_dim: usize,
+) -> Result<Option<QMatrix>> {
+    let Some((shape, ty, bytes)) = g.stored(name)? else {
+        return Ok(None);
+    };
+    let Some(wt) = packable(ty) else {
+        return Ok(None);
+    };
+    if shape != [out_dim, in_dim] {
+        return Err(ModelError::TensorShape {
+            name: name.to_string(),
+            found: shape,
+            expected: vec![out_dim, in_dim],
+        });
+    }
+    Ok(Some(QMatrix::new(wt, out_dim, in_dim, bytes.to_vec())?))
 }
 
 /// Reads one tensor, checks its shape (row-major, outermost first), and returns its values.
@@ -38,14 +94,21 @@ fn read(w: &dyn Weights, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
     Ok(values)
 }
 
-/// A `[out, in]` matrix from the file as a `[1, in, out]` tensor (transposed once, on load).
+/// A `[out, in]` matrix from the file: packed blocks where `kernels` are given and the type
+/// allows, else a `[1, in, out]` f32 tensor (transposed once, on load).
 fn matrix(
     g: &dyn Weights,
     name: &str,
     out_dim: usize,
     in_dim: usize,
     device: &Device,
+    kernels: Option<&Arc<Kernels>>,
 ) -> Result<Linear> {
+    if let Some(k) = kernels
+        && let Some(blocks) = stored_blocks(g, name, out_dim, in_dim)?
+    {
+        return Ok(Linear::Packed(Arc::new(blocks), k.clone()));
+    }
     let w = read(g, name, &[out_dim, in_dim])?;
     let mut t = vec![0f32; w.len()];
     for (o, row) in w.chunks_exact(in_dim).enumerate() {
@@ -53,9 +116,10 @@ fn matrix(
             t[i * out_dim + o] = v;
         }
     }
-    Ok(Linear {
-        w: Tensor::from_data(TensorData::new(t, [1, in_dim, out_dim]), device),
-    })
+    Ok(Linear::Dense(Tensor::from_data(
+        TensorData::new(t, [1, in_dim, out_dim]),
+        device,
+    )))
 }
 
 fn vector(g: &dyn Weights, name: &str, len: usize, device: &Device) -> Result<Tensor<3>> {
@@ -101,21 +165,32 @@ impl Llama {
     ) -> Result<Self> {
         c.validate()?;
         check_memory(&c, options)?;
+        let kernels = options.cpu_threads.map(shared_kernels).transpose()?;
+        let kernels = kernels.as_ref();
         let (d, hd, ff, v) = (c.d_model, c.head_dim, c.d_ff, c.vocab_size);
         let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
-        let embd = read(g, "token_embd.weight", &[v, d])?;
-        let embedding = Tensor::<2>::from_data(TensorData::new(embd, [v, d]), device);
-        // The output matrix stays in the file's [vocab, d_model] layout: flex multiplies
-        // W @ xᵀ for a few tokens 1.5–3× faster than x @ Wᵀ-as-[d, vocab] (measured with
-        // examples/matmul_cost.rs: 19 ms against 30–62 ms for 2–8 tokens on SmolLM2's
-        // 576 × 49152 head), and a tied head then needs no second copy.
+        // The output matrix stays in the file's [vocab, d_model] layout (blocks, or f32 applied
+        // as W @ xᵀ), so a tied head shares the embedding's memory.
+        let head = |name: &str| -> Result<(Embedding, Linear)> {
+            if let Some(k) = kernels
+                && let Some(blocks) = stored_blocks(g, name, v, d)?
+            {
+                let blocks = Arc::new(blocks);
+                return Ok((
+                    Embedding::Packed(blocks.clone()),
+                    Linear::Packed(blocks, k.clone()),
+                ));
+            }
+            let table =
+                Tensor::<2>::from_data(TensorData::new(read(g, name, &[v, d])?, [v, d]), device);
+            let head = Linear::DenseOutIn(table.clone().reshape([1, v, d]));
+            Ok((Embedding::Dense(Box::new(table)), head))
+        };
+        let (embedding, tied_head) = head("token_embd.weight")?;
         let lm_head = if c.tied_embeddings {
-            embedding.clone().reshape([1, v, d])
+            tied_head
         } else {
-            Tensor::from_data(
-                TensorData::new(read(g, "output.weight", &[v, d])?, [1, v, d]),
-                device,
-            )
+            head("output.weight")?.1
         };
         let mut blocks = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
@@ -139,19 +214,19 @@ impl Llama {
             };
             blocks.push(Block {
                 attn_norm: vector(g, &n("attn_norm.weight"), d, device)?,
-                wq: matrix(g, &n("attn_q.weight"), q_dim, d, device)?,
-                wk: matrix(g, &n("attn_k.weight"), kv_dim, d, device)?,
-                wv: matrix(g, &n("attn_v.weight"), kv_dim, d, device)?,
-                wo: matrix(g, &n("attn_output.weight"), d, q_dim, device)?,
+                wq: matrix(g, &n("attn_q.weight"), q_dim, d, device, kernels)?,
+                wk: matrix(g, &n("attn_k.weight"), kv_dim, d, device, kernels)?,
+                wv: matrix(g, &n("attn_v.weight"), kv_dim, d, device, kernels)?,
+                wo: matrix(g, &n("attn_output.weight"), d, q_dim, device, kernels)?,
                 bq: bias("attn_q.bias", q_dim)?,
                 bk: bias("attn_k.bias", kv_dim)?,
                 bv: bias("attn_v.bias", kv_dim)?,
                 q_norm: head_norm("attn_q_norm.weight")?,
                 k_norm: head_norm("attn_k_norm.weight")?,
                 ffn_norm: vector(g, &n("ffn_norm.weight"), d, device)?,
-                w_gate: matrix(g, &n("ffn_gate.weight"), ff, d, device)?,
-                w_up: matrix(g, &n("ffn_up.weight"), ff, d, device)?,
-                w_down: matrix(g, &n("ffn_down.weight"), d, ff, device)?,
+                w_gate: matrix(g, &n("ffn_gate.weight"), ff, d, device, kernels)?,
+                w_up: matrix(g, &n("ffn_up.weight"), ff, d, device, kernels)?,
+                w_down: matrix(g, &n("ffn_down.weight"), d, ff, device, kernels)?,
             });
         }
         let out_norm = vector(g, "output_norm.weight", d, device)?;

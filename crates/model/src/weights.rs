@@ -1,11 +1,14 @@
 //! Where weights come from: GGUF files or HF safetensors with `config.json`. The loader asks
 //! for tensors by their GGUF names; each source maps and re-lays them out.
 
-use mars_formats::{Gguf, SafetensorsFile};
+use mars_formats::{GgmlType, Gguf, SafetensorsFile};
 use serde::Deserialize;
 
 use crate::config::{Architecture, LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
+
+/// A tensor as stored: shape (outermost first), type, and its bytes.
+pub type Stored<'a> = (Vec<usize>, GgmlType, &'a [u8]);
 
 /// A source of f32 weights, addressed by GGUF tensor names.
 pub trait Weights {
@@ -15,6 +18,15 @@ pub trait Weights {
     /// # Errors
     /// The format's error for unreadable data.
     fn f32_tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>>;
+
+    /// The tensor as stored: shape (outermost first), type and bytes, for loaders that keep
+    /// blocks packed; `None` where the source has no such form (safetensors here).
+    ///
+    /// # Errors
+    /// The format's error for unreadable data.
+    fn stored(&self, _name: &str) -> Result<Option<Stored<'_>>> {
+        Ok(None)
+    }
 }
 
 impl Weights for Gguf<'_> {
@@ -25,6 +37,13 @@ impl Weights for Gguf<'_> {
         // GGUF lists dimensions innermost first.
         let shape = info.dims.iter().rev().map(|&d| d as usize).collect();
         Ok(Some((shape, self.tensor_f32(name)?)))
+    }
+
+    fn stored(&self, name: &str) -> Result<Option<Stored<'_>>> {
+        Ok(self.tensor(name).map(|info| {
+            let shape = info.dims.iter().rev().map(|&d| d as usize).collect();
+            (shape, info.dtype, self.tensor_bytes(info))
+        }))
     }
 }
 

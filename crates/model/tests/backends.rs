@@ -101,6 +101,7 @@ fn too_big_for_the_device_is_refused_up_front() {
         LoadOptions {
             max_buffer_bytes: Some(embedding - 1),
             max_total_bytes: None,
+            cpu_threads: None,
         },
     )
     .unwrap_err();
@@ -117,6 +118,7 @@ fn too_big_for_the_device_is_refused_up_front() {
         LoadOptions {
             max_buffer_bytes: Some(embedding),
             max_total_bytes: Some(c.weight_bytes()),
+            cpu_threads: None,
         },
     )
     .unwrap_err();
@@ -129,6 +131,7 @@ fn too_big_for_the_device_is_refused_up_front() {
         LoadOptions {
             max_buffer_bytes: Some(embedding),
             max_total_bytes: Some(c.weight_bytes() + rope),
+            cpu_threads: None,
         },
     )
     .unwrap();
