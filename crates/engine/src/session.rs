@@ -163,7 +163,9 @@ pub struct RunSettings {
 impl Default for RunSettings {
     fn default() -> Self {
         Self {
-            drafter: DrafterSpec::Layers(LayerSpec::First(24)),
+            // DEFAULTS.drafter is the one copy; a unit test proves it parses, so the fallback
+            // is never taken.
+            drafter: DEFAULTS.drafter.parse().unwrap_or(DrafterSpec::Ngram),
             k: DEFAULTS.k,
             mars: DEFAULTS.mars,
             sampling: Sampling {
@@ -467,6 +469,7 @@ mod tests {
         // The default drafter is valid syntax and is what RunSettings starts from.
         let default: DrafterSpec = DEFAULTS.drafter.parse().unwrap();
         assert_eq!(default, RunSettings::default().drafter);
+        assert_eq!(default, DrafterSpec::Layers(LayerSpec::First(24)));
     }
 
     #[test]

@@ -35,12 +35,11 @@ impl Isa {
 
     /// Every kernel this CPU runs, the portable one first.
     pub fn available() -> Vec<Self> {
-        let mut isas = vec![Self::Scalar];
         #[cfg(target_arch = "x86_64")]
         if crate::x86::available() {
-            isas.push(Self::Avx2);
+            return vec![Self::Scalar, Self::Avx2];
         }
-        isas
+        vec![Self::Scalar]
     }
 }
 
