@@ -2,7 +2,8 @@
 //! native GPUs (wgpu on Vulkan/Metal/DX12) and the browser (WebGPU).
 //!
 //! - [`LlamaConfig`]: hyper-parameters with `validate()`.
-//! - [`Llama`]: weights dequantized to f32 on load; `forward` returns logits at every position.
+//! - [`Llama`]: weights dequantized to f32 on load, or on the CPU kept as packed GGUF blocks
+//!   for mars-kernels ([`LoadOptions::cpu_threads`]); `forward` returns logits at every position.
 //! - [`KvCache`]: preallocated, with a cursor and O(1) `truncate`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

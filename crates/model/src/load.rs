@@ -130,7 +130,8 @@ fn vector(g: &dyn Weights, name: &str, len: usize, device: &Device) -> Result<Te
 }
 
 impl Llama {
-    /// Builds the model from a GGUF file, dequantizing every weight to f32 on `device`.
+    /// Builds the model from a GGUF file on `device`: every weight dequantized to f32, or with
+    /// [`LoadOptions::cpu_threads`] the Q8_0/Q4_0/Q4_1 matrices kept as their blocks.
     ///
     /// # Errors
     /// Configuration, missing or mis-shaped tensors, or a model too large for the device.
@@ -249,7 +250,8 @@ impl Llama {
     }
 }
 
-/// Refuses a model whose weights, dequantized to f32, cannot fit: the largest single tensor
+/// Refuses a model whose weights, dequantized to f32, cannot fit (also on the packed path, where
+/// this over-counts: an upper bound until the packed size is checked instead): the largest single tensor
 /// against the device's buffer limit, the sum against the memory budget. Runs before anything
 /// is allocated, so a too-large model costs nothing but the message.
 fn check_memory(c: &LlamaConfig, options: LoadOptions) -> Result<()> {
