@@ -42,19 +42,19 @@ pub struct ModelArgs {
 /// Which CPU matrix path runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum KernelChoice {
-    /// Weights dequantized to f32, burn's flex matmuls (the default: logits independent of the
-    /// batch to ~1e-4, so greedy speculation equals target-only decoding).
-    F32,
-    /// GGUF Q8_0/Q4_0/Q4_1 blocks kept packed, mars-kernels (experimental: see README).
+    /// GGUF blocks kept packed, mars-kernels, a row-independent forward pass (the CPU default).
     Packed,
+    /// Weights dequantized to f32, burn's flex matmuls: the reference the packed path is
+    /// measured against (5× the memory, slower, logits batch-dependent in the last bits).
+    F32,
 }
 
 /// CPU kernel settings, shared by every subcommand that loads a model.
 #[derive(Debug, Clone, clap::Args)]
 pub struct KernelArgs {
-    /// CPU matrix path.
-    #[arg(long, value_enum, default_value_t = KernelChoice::F32)]
-    pub kernels: KernelChoice,
+    /// CPU matrix path (default: packed on `--device cpu`; wgpu always runs f32 tensors).
+    #[arg(long, value_enum)]
+    pub kernels: Option<KernelChoice>,
     /// Threads of the packed kernels (default: one per core; more than the cores is clamped,
     /// with a message).
     #[arg(long)]
@@ -62,14 +62,22 @@ pub struct KernelArgs {
 }
 
 impl KernelArgs {
-    /// The packed kernels' thread count, `None` for the f32 path.
+    /// The packed kernels' thread count on `backend`, `None` for the f32 path.
     ///
     /// # Errors
-    /// `--threads` without `--kernels packed`.
-    pub fn packed_threads(&self) -> Result<Option<usize>> {
-        match (self.kernels, self.threads) {
+    /// `--threads` with the f32 path, `--kernels packed` on wgpu.
+    pub fn packed_threads(&self, backend: Backend) -> Result<Option<usize>> {
+        let kernels = match (self.kernels, backend) {
+            (Some(KernelChoice::Packed), Backend::Wgpu) => {
+                bail!("--kernels packed runs on the CPU only (--device cpu)")
+            }
+            (Some(k), _) => k,
+            (None, Backend::Cpu) => KernelChoice::Packed,
+            (None, Backend::Wgpu) => KernelChoice::F32,
+        };
+        match (kernels, self.threads) {
             (KernelChoice::F32, Some(t)) => {
-                bail!("--threads {t} applies to --kernels packed only")
+                bail!("--threads {t} applies to the packed CPU kernels only")
             }
             (KernelChoice::F32, None) => Ok(None),
             (KernelChoice::Packed, t) => Ok(Some(t.unwrap_or_else(mars_engine::cores))),

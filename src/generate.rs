@@ -125,7 +125,9 @@ pub fn run_generate(args: &GenerateArgs) -> Result<()> {
     let (target, _) = load::target(
         &args.model.model,
         args.model.device.into(),
-        args.model.kernels.packed_threads()?,
+        args.model
+            .kernels
+            .packed_threads(args.model.device.into())?,
     )?;
     let ids = target.prompt_ids(&args.prompt, args.chat)?;
     let mut out = std::io::stdout().lock();
@@ -178,11 +180,11 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         "--prompt-tokens must be at least 16 (the rows-cost measurement reuses the prompt) and \
          --decode-tokens at least 1"
     );
-    let (target, _) = load::target(
-        &args.model.model,
-        args.model.device.into(),
-        args.model.kernels.packed_threads()?,
-    )?;
+    let threads = args
+        .model
+        .kernels
+        .packed_threads(args.model.device.into())?;
+    let (target, open) = load::target(&args.model.model, args.model.device.into(), threads)?;
     // Greedy (the defaults), no chat template.
     let run = RunSettings {
         max_tokens: args.decode_tokens,
@@ -216,7 +218,11 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         "forward_ms_by_rows": rows.iter().map(|(m, ms)| (m.to_string(), serde_json::json!(ms))).collect::<serde_json::Map<_, _>>(),
         "matrix_bytes_per_forward": target.model().matrix_bytes(),
         "packed": target.model().is_packed(),
+        "threads": open.limits.cpu_threads,
         "resident_bytes": resident_bytes(),
+        // The decode's cache: prompt + generated tokens (+ the loop's one spare).
+        "kv_cache_bytes": target.model().config().kv_bytes_per_token()
+            .saturating_mul((args.prompt_tokens + args.decode_tokens + 1) as u64),
     });
     println!("{report}");
     let one = rows.first().map_or(1.0, |&(_, ms)| ms);

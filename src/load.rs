@@ -72,7 +72,20 @@ pub fn target(
     let target = with_gguf(path, |g| {
         Ok(Target::from_gguf(g, &open.device, open.limits)?)
     })?;
+    note_converted(target.model());
     Ok((target, open))
+}
+
+/// Says on stderr which weights the packed path converted to Q8_0 (types it has no kernel for).
+fn note_converted(model: &Llama) {
+    let converted = model.converted();
+    if let Some(first) = converted.first() {
+        eprintln!(
+            "note: {} weight matrices converted to Q8_0 at load (no kernel for their type), \
+             e.g. {first}",
+            converted.len()
+        );
+    }
 }
 
 /// The draft model a [`DrafterSpec::Model`] names, loaded from its path on the target's
@@ -88,8 +101,9 @@ pub fn draft_model(
     let DrafterSpec::Model(path) = spec else {
         return Ok(None);
     };
-    with_gguf(Path::new(path), |g| {
+    let model = with_gguf(Path::new(path), |g| {
         Ok(target.draft_model(g, &open.device, open.limits)?)
-    })
-    .map(Some)
+    })?;
+    note_converted(&model);
+    Ok(Some(model))
 }

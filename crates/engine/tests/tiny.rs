@@ -22,17 +22,38 @@ struct Tiny {
     bytes: Vec<u8>,
     model: Llama,
     tokenizer: Arc<Tokenizer>,
+    options: LoadOptions,
 }
 
 fn tiny() -> Tiny {
+    tiny_with(LoadOptions::default())
+}
+
+/// The tiny model on the packed CPU path: its f32 weights converted to Q8_0 at load.
+fn tiny_packed() -> Tiny {
+    let t = tiny_with(LoadOptions {
+        cpu_threads: Some(2),
+        ..LoadOptions::default()
+    });
+    assert!(t.model.is_packed());
+    assert_eq!(
+        t.model.converted().len(),
+        2 * 7 + 2,
+        "every matrix, embedding and head"
+    );
+    t
+}
+
+fn tiny_with(options: LoadOptions) -> Tiny {
     let bytes = tiny_gguf(3).unwrap();
     let g = Gguf::parse(&bytes).unwrap();
-    let model = Llama::from_gguf(&g, &Device::flex(), LoadOptions::default()).unwrap();
+    let model = Llama::from_gguf(&g, &Device::flex(), options).unwrap();
     let tokenizer = Arc::new(Tokenizer::from_gguf(&g).unwrap());
     Tiny {
         bytes,
         model,
         tokenizer,
+        options,
     }
 }
 
@@ -60,7 +81,7 @@ fn drafter(t: &Tiny, kind: Kind, sampling: Sampling, capacity: usize) -> AnyDraf
             let sub = Gguf::parse(&t.bytes).unwrap().with_layers(&[0]).unwrap();
             let g = Gguf::parse(&sub).unwrap();
             check_same_tokenizer(&t.tokenizer, &Tokenizer::from_gguf(&g).unwrap()).unwrap();
-            let model = Llama::from_gguf(&g, &Device::flex(), LoadOptions::default()).unwrap();
+            let model = Llama::from_gguf(&g, &Device::flex(), t.options).unwrap();
             assert_eq!(model.config().n_layers, 1);
             AnyDrafter::Model(Box::new(
                 ModelDrafter::new(model, capacity, sampling, 257, "file").unwrap(),
@@ -100,10 +121,18 @@ fn prompt(t: &Tiny) -> Vec<u32> {
 
 #[test]
 fn greedy_strict_speculation_equals_target_only() {
-    let t = tiny();
-    let p = prompt(&t);
+    greedy_strict_equals_target_only(&tiny());
+}
+
+#[test]
+fn greedy_strict_speculation_equals_target_only_on_the_packed_path() {
+    greedy_strict_equals_target_only(&tiny_packed());
+}
+
+fn greedy_strict_equals_target_only(t: &Tiny) {
+    let p = prompt(t);
     let strict = |k| config(k, Sampling::GREEDY, Mode::Strict, 40, 0);
-    let (reference, stop, kinds) = run_tiny(&t, t.tokenizer.clone(), None, &strict(0), &p);
+    let (reference, stop, kinds) = run_tiny(t, t.tokenizer.clone(), None, &strict(0), &p);
     assert_eq!(stop, StopReason::Budget);
     assert_eq!(reference.len(), 40);
     assert!(kinds.iter().all(|k| *k == TokenKind::Target));
@@ -127,16 +156,16 @@ fn greedy_strict_speculation_equals_target_only() {
     for kind in [Kind::LayerSkip, Kind::File, Kind::Ngram] {
         for k in [1, 4, 8] {
             // Budget.
-            let d = drafter(&t, kind, Sampling::GREEDY, 512);
-            let (out, stop, kinds) = run_tiny(&t, t.tokenizer.clone(), Some(d), &strict(k), &p);
+            let d = drafter(t, kind, Sampling::GREEDY, 512);
+            let (out, stop, kinds) = run_tiny(t, t.tokenizer.clone(), Some(d), &strict(k), &p);
             assert_eq!(out, reference, "{kind:?} k={k}");
             assert_eq!(stop, StopReason::Budget);
             accepted_any |= kinds.contains(&TokenKind::Exact);
             assert!(!kinds.contains(&TokenKind::Relaxed), "strict never relaxes");
 
             // EOS.
-            let d = drafter(&t, kind, Sampling::GREEDY, 512);
-            let (out, stop, _) = run_tiny(&t, eos_tok.clone(), Some(d), &strict(k), &p);
+            let d = drafter(t, kind, Sampling::GREEDY, 512);
+            let (out, stop, _) = run_tiny(t, eos_tok.clone(), Some(d), &strict(k), &p);
             assert_eq!(out, reference[..=eos_at], "{kind:?} k={k} eos");
             assert_eq!(
                 stop,
@@ -148,8 +177,8 @@ fn greedy_strict_speculation_equals_target_only() {
             // Context edge: room for 17 generated tokens.
             let mut c = strict(k);
             c.capacity = Some(p.len() + 16);
-            let d = drafter(&t, kind, Sampling::GREEDY, p.len() + 16);
-            let (out, stop, _) = run_tiny(&t, t.tokenizer.clone(), Some(d), &c, &p);
+            let d = drafter(t, kind, Sampling::GREEDY, p.len() + 16);
+            let (out, stop, _) = run_tiny(t, t.tokenizer.clone(), Some(d), &c, &p);
             assert_eq!(out, reference[..17], "{kind:?} k={k} context edge");
             assert_eq!(
                 stop,

@@ -100,6 +100,48 @@ impl QMatrix {
         })
     }
 
+    /// `values` (`[rows, cols]`, row-major) quantized to Q8_0 as llama.cpp does: per 32 values
+    /// d = max|x| / 127 stored as f16, q = round(x / d). For weights of a type the kernels do not
+    /// multiply, converted once at load.
+    ///
+    /// # Errors
+    /// As [`QMatrix::new`], and [`KernelError::Shape`] when `values` is not `rows × cols` long
+    /// and [`KernelError::NotFinite`] for a NaN or infinite value.
+    pub fn quantize_q8_0(rows: usize, cols: usize, values: &[f32]) -> Result<Self> {
+        let len = rows.checked_mul(cols).ok_or(KernelError::Overflow {
+            what: "the matrix's values",
+            rows,
+            cols,
+        })?;
+        if values.len() != len {
+            return Err(KernelError::Shape {
+                what: "values to quantize (rows × cols)",
+                expected: len,
+                found: values.len(),
+            });
+        }
+        if let Some(index) = values.iter().position(|v| !v.is_finite()) {
+            return Err(KernelError::NotFinite {
+                what: "a weight to quantize",
+                index,
+                value: values[index],
+            });
+        }
+        if cols == 0 || !cols.is_multiple_of(BLOCK) {
+            return Err(KernelError::RaggedRow { cols, block: BLOCK });
+        }
+        let mut data = Vec::with_capacity(len / BLOCK * WeightType::Q8_0.block_bytes());
+        for block in values.chunks_exact(BLOCK) {
+            let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+            data.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+            // |v · inv| ≤ 127 up to rounding; the cast saturates.
+            data.extend(block.iter().map(|&v| (v * inv).round() as i8 as u8));
+        }
+        Self::new(WeightType::Q8_0, rows, cols, data)
+    }
+
     /// The block type.
     pub fn ty(&self) -> WeightType {
         self.ty

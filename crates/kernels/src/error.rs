@@ -1,7 +1,7 @@
 //! The kernels' error type: every variant names the numbers at fault.
 
 /// Why a kernel could not run.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum KernelError {
     /// A size is not what the operation needs.
     #[error("{what}: expected {expected}, found {found}")]
@@ -38,6 +38,16 @@ pub enum KernelError {
         rows: usize,
         /// The most one call takes.
         max: usize,
+    },
+    /// A value that is not a finite number where one is needed.
+    #[error("{what}: value {index} is {value}, not finite")]
+    NotFinite {
+        /// Which values.
+        what: &'static str,
+        /// Where the first one is.
+        index: usize,
+        /// The value (NaN or an infinity).
+        value: f32,
     },
     /// A thread count of 0, or a pool that could not start.
     #[error("threads = {threads}: {why}")]

@@ -15,6 +15,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod attention;
 mod block;
 mod error;
 mod matmul;
@@ -23,6 +24,7 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use attention::Heads;
 pub use block::{BLOCK, QMatrix, WeightType};
 pub use error::{KernelError, Result};
 pub use matmul::{Isa, Kernels, MAX_ROWS};

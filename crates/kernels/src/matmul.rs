@@ -95,6 +95,11 @@ impl Kernels {
         self.threads
     }
 
+    /// The pool, `None` on one thread.
+    pub(crate) fn pool(&self) -> Option<&rayon::ThreadPool> {
+        self.pool.as_ref()
+    }
+
     /// `y = x · Wᵀ`: `x` quantized activations `[m, in]`, `w` `[out, in]`, `y` `[m, out]`.
     ///
     /// # Errors

@@ -6,16 +6,26 @@ use std::ops::Range;
 use burn::tensor::Tensor;
 
 use crate::error::{ModelError, Result};
-use crate::llama::Llama;
+use crate::host::HostLayerCache;
+use crate::llama::{Body, Llama};
 
 /// Per-layer keys and values, preallocated to a capacity, with a cursor: appending writes at the
 /// cursor, rolling back a rejected draft just moves it (O(1), nothing is copied or freed).
 #[derive(Debug, Clone)]
 pub struct KvCache {
-    keys: Vec<Tensor<4>>,   // per layer: [1, n_kv_heads, capacity, head_dim]
-    values: Vec<Tensor<4>>, // per layer: [1, n_kv_heads, capacity, head_dim]
+    store: Store,
     len: usize,
     capacity: usize,
+}
+
+/// Where the entries live: burn tensors for the burn path, host vectors for the packed one.
+#[derive(Debug, Clone)]
+enum Store {
+    Tensors {
+        keys: Vec<Tensor<4>>,   // per layer: [1, n_kv_heads, capacity, head_dim]
+        values: Vec<Tensor<4>>, // per layer: [1, n_kv_heads, capacity, head_dim]
+    },
+    Host(Vec<HostLayerCache>), // per layer: [capacity, n_kv_heads * head_dim] each
 }
 
 impl KvCache {
@@ -54,22 +64,35 @@ impl KvCache {
     /// Writes keys and values `[1, n_kv_heads, t, head_dim]` of `layer` at `positions` and
     /// returns the layer's whole key and value tensors `[1, n_kv_heads, capacity, head_dim]`.
     /// The cursor does not move: [`KvCache::advance`] does, once every layer is written.
+    /// `None` for a cache made by a packed model.
     pub(crate) fn write(
         &mut self,
         layer: usize,
         positions: Range<usize>,
         k: Tensor<4>,
         v: Tensor<4>,
-    ) -> (Tensor<4>, Tensor<4>) {
+    ) -> Option<(Tensor<4>, Tensor<4>)> {
+        let Store::Tensors { keys, values } = &mut self.store else {
+            return None;
+        };
+        let (keys, values) = (&mut keys[layer], &mut values[layer]);
         let [_, nkv, _, hd] = k.dims();
         let at = [0..1, 0..nkv, positions, 0..hd];
         // Take the cache tensors out (a cheap handle stands in) so that slice_assign holds the
         // only reference and can write in place instead of copying the whole cache each step.
-        let keys = std::mem::replace(&mut self.keys[layer], k.clone()).slice_assign(at.clone(), k);
-        let values = std::mem::replace(&mut self.values[layer], v.clone()).slice_assign(at, v);
-        self.keys[layer] = keys.clone();
-        self.values[layer] = values.clone();
-        (keys, values)
+        let new_keys = std::mem::replace(keys, k.clone()).slice_assign(at.clone(), k);
+        let new_values = std::mem::replace(values, v.clone()).slice_assign(at, v);
+        *keys = new_keys.clone();
+        *values = new_values.clone();
+        Some((new_keys, new_values))
+    }
+
+    /// The packed model's per-layer entries; `None` for a cache made by a burn model.
+    pub(crate) fn host_layers(&mut self) -> Option<&mut [HostLayerCache]> {
+        match &mut self.store {
+            Store::Host(layers) => Some(layers),
+            Store::Tensors { .. } => None,
+        }
     }
 
     /// Moves the cursor to `len` after a forward pass wrote positions up to it.
@@ -92,10 +115,30 @@ impl Llama {
                 capacity: c.context_length,
             });
         }
-        let zeros = || Tensor::<4>::zeros([1, c.n_kv_heads, capacity, c.head_dim], self.device());
+        let store = match &self.body {
+            Body::Tensors(_) => {
+                let zeros =
+                    || Tensor::<4>::zeros([1, c.n_kv_heads, capacity, c.head_dim], self.device());
+                Store::Tensors {
+                    keys: (0..c.n_layers).map(|_| zeros()).collect(),
+                    values: (0..c.n_layers).map(|_| zeros()).collect(),
+                }
+            }
+            Body::Host(_) => {
+                // capacity ≤ context_length and n_kv_heads × head_dim were checked by validate().
+                let len = capacity * c.n_kv_heads * c.head_dim;
+                Store::Host(
+                    (0..c.n_layers)
+                        .map(|_| HostLayerCache {
+                            keys: vec![0.0; len],
+                            values: vec![0.0; len],
+                        })
+                        .collect(),
+                )
+            }
+        };
         Ok(KvCache {
-            keys: (0..c.n_layers).map(|_| zeros()).collect(),
-            values: (0..c.n_layers).map(|_| zeros()).collect(),
+            store,
             len: 0,
             capacity,
         })

@@ -69,6 +69,12 @@ pub enum ModelError {
     /// `forward` was called with no tokens.
     #[error("no input tokens")]
     EmptyInput,
+    /// A KV cache made by another model: of the other kind (burn tensors vs packed blocks), or
+    /// with another number of layers.
+    #[error(
+        "the KV cache was made by another model (burn tensors vs packed CPU blocks, or another layer count)"
+    )]
+    CacheKind,
 }
 
 /// Result alias of this crate.

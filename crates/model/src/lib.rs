@@ -2,8 +2,9 @@
 //! native GPUs (wgpu on Vulkan/Metal/DX12) and the browser (WebGPU).
 //!
 //! - [`LlamaConfig`]: hyper-parameters with `validate()`.
-//! - [`Llama`]: weights dequantized to f32 on load, or on the CPU kept as packed GGUF blocks
-//!   for mars-kernels ([`LoadOptions::cpu_threads`]); `forward` returns logits at every position.
+//! - [`Llama`]: weights dequantized to f32 burn tensors on load (GPUs, the CPU reference), or on
+//!   the CPU kept as packed GGUF blocks run by mars-kernels with a row-independent forward pass
+//!   ([`LoadOptions::cpu_threads`]); `forward` returns logits at every position.
 //! - [`KvCache`]: preallocated, with a cursor and O(1) `truncate`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -11,6 +12,7 @@
 mod cache;
 mod config;
 mod error;
+mod host;
 mod llama;
 mod load;
 pub mod tiny;

@@ -2,73 +2,42 @@
 //! every input position (a verifier needs all k + 1 of them). Loading is in `load.rs`, the KV
 //! cache in `cache.rs`.
 
-use std::sync::Arc;
-
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use mars_kernels::{Kernels, MAX_ROWS, QActs, QMatrix};
 
 use crate::cache::KvCache;
 use crate::config::{LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
-use crate::read_f32;
+use crate::host::HostModel;
 
-/// A weight matrix and how it is applied to activations `[1, t, in]`.
+/// A weight matrix and how it is applied to activations `[1, t, in]` (the burn path: GPUs,
+/// and the f32 reference on the CPU; packed CPU weights are in `host.rs`).
 #[derive(Debug, Clone)]
 pub(crate) enum Linear {
-    /// f32 `[1, in, out]`: `x @ w` without a transpose per step (GPUs, and CPU weights of a
-    /// type the kernels do not take).
+    /// f32 `[1, in, out]`: `x @ w` without a transpose per step.
     Dense(Tensor<3>),
     /// f32 `[1, out, in]` applied as `(w @ xᵀ)ᵀ`: the output head on flex, 1.5–3× faster for a
     /// few tokens than the other layout (`examples/matmul_cost.rs`), and shared with a tied
     /// embedding.
     DenseOutIn(Tensor<3>),
-    /// GGUF blocks `[out, in]` multiplied by mars-kernels on the CPU: each block is read once for
-    /// up to 16 rows, so a verification pass costs about what one token does.
-    Packed(Arc<QMatrix>, Arc<Kernels>),
 }
 
 impl Linear {
-    fn forward(&self, x: Tensor<3>) -> Result<Tensor<3>> {
+    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         match self {
-            Self::Dense(w) => Ok(x.matmul(w.clone())),
-            Self::DenseOutIn(w) => Ok(w.clone().matmul(x.swap_dims(1, 2)).swap_dims(1, 2)),
-            Self::Packed(w, kernels) => packed_forward(w, kernels, x),
+            Self::Dense(w) => x.matmul(w.clone()),
+            Self::DenseOutIn(w) => w.clone().matmul(x.swap_dims(1, 2)).swap_dims(1, 2),
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        match self {
+            Self::Dense(w) | Self::DenseOutIn(w) => 4 * w.shape().num_elements() as u64,
         }
     }
 }
 
-/// `x [1, t, in]` through packed blocks: the activations come back from flex (a copy of t × in
-/// floats), are quantized 16 rows at a time, and the product goes back as `[1, t, out]`. Rows
-/// are independent in the kernels, so how a prompt is cut into 16-row calls changes nothing.
-fn packed_forward(w: &QMatrix, kernels: &Kernels, x: Tensor<3>) -> Result<Tensor<3>> {
-    let [_, t, din] = x.dims();
-    let device = x.device();
-    let values = read_f32(x)?; // t × in
-    let out = w.rows();
-    let mut y = vec![0f32; t * out]; // t × out
-    let mut acts = QActs::default();
-    for (xs, ys) in values
-        .chunks(MAX_ROWS * din)
-        .zip(y.chunks_mut(MAX_ROWS * out))
-    {
-        acts.quantize(xs, xs.len() / din, din)?;
-        kernels.matmul(w, &acts, ys)?;
-    }
-    Ok(Tensor::from_data(TensorData::new(y, [1, t, out]), &device))
-}
-
-/// The token embedding: an f32 table, or GGUF blocks whose rows are dequantized on lookup.
-#[derive(Debug, Clone)]
-pub(crate) enum Embedding {
-    /// `[vocab, d_model]` (boxed: a burn tensor handle is large, the packed variant a pointer).
-    Dense(Box<Tensor<2>>),
-    /// `[vocab, d_model]` blocks.
-    Packed(Arc<QMatrix>),
-}
-
-/// One decoder block. Shapes are given as the dense `[1, in, out]` layout; packed matrices hold
-/// the same weights as `[out, in]` blocks.
+/// One decoder block on burn tensors.
 #[derive(Debug, Clone)]
 pub(crate) struct Block {
     pub(crate) attn_norm: Tensor<3>,      // [1, 1, d_model]
@@ -87,23 +56,39 @@ pub(crate) struct Block {
     pub(crate) w_down: Linear,            // [1, d_ff, d_model]
 }
 
-/// A Llama-family model on a burn device (flex on the CPU, wgpu on a GPU or in the browser).
+/// The weights on burn tensors, for [`Llama::forward`] on any burn backend.
 #[derive(Debug, Clone)]
-pub struct Llama {
-    pub(crate) config: LlamaConfig,
-    pub(crate) embedding: Embedding, // [vocab, d_model]
+pub(crate) struct TensorModel {
+    pub(crate) embedding: Tensor<2>, // [vocab, d_model]
     pub(crate) blocks: Vec<Block>,
     pub(crate) out_norm: Tensor<3>, // [1, 1, d_model]
     pub(crate) lm_head: Linear,     // vocab × d_model (shares the embedding's memory when tied)
     pub(crate) rope_cos: Tensor<2>, // [context_length, head_dim / 2]
     pub(crate) rope_sin: Tensor<2>, // [context_length, head_dim / 2]
+}
+
+/// Where the weights are and which code runs them.
+#[derive(Debug, Clone)]
+pub(crate) enum Body {
+    /// f32 burn tensors: wgpu, WebGPU, and the CPU reference path.
+    Tensors(Box<TensorModel>),
+    /// Packed GGUF blocks and mars-kernels on the CPU.
+    Host(HostModel),
+}
+
+/// A Llama-family model: f32 weights on a burn device (flex on the CPU, wgpu on a GPU or in the
+/// browser), or packed GGUF blocks on the CPU's quantized kernels.
+#[derive(Debug, Clone)]
+pub struct Llama {
+    pub(crate) config: LlamaConfig,
+    pub(crate) body: Body,
     pub(crate) device: Device,
 }
 
 impl Llama {
     /// The same model running only `layers` (in that order) — a self-speculative drafter. The
-    /// result shares every weight with `self`: burn tensors are reference-counted handles, so
-    /// nothing is copied or allocated except the handles. Its caches come from its own
+    /// result shares every weight with `self`: burn tensors and host blocks are
+    /// reference-counted, so nothing is copied or allocated except the handles. Its caches come from its own
     /// [`Llama::new_cache`], with one entry per kept layer.
     ///
     /// # Errors
@@ -113,10 +98,20 @@ impl Llama {
         mars_formats::check_layer_subset(layers, self.config.n_layers)?;
         let mut config = self.config.clone();
         config.n_layers = layers.len();
+        let body = match &self.body {
+            Body::Tensors(m) => Body::Tensors(Box::new(TensorModel {
+                blocks: layers.iter().map(|&l| m.blocks[l].clone()).collect(),
+                ..(**m).clone()
+            })),
+            Body::Host(m) => Body::Host(HostModel {
+                blocks: layers.iter().map(|&l| m.blocks[l].clone()).collect(),
+                ..m.clone()
+            }),
+        };
         Ok(Self {
             config,
-            blocks: layers.iter().map(|&l| self.blocks[l].clone()).collect(),
-            ..self.clone()
+            body,
+            device: self.device.clone(),
         })
     }
 
@@ -162,8 +157,78 @@ impl Llama {
                 capacity: cache.capacity(),
             });
         };
-        let mut x = self.embed(tokens)?; // [1, t, d_model]
+        let logits = match &self.body {
+            Body::Tensors(m) => m.forward(c, &self.device, tokens, cache, start)?,
+            Body::Host(m) => {
+                let layers = cache
+                    .host_layers()
+                    .filter(|l| l.len() == m.blocks.len())
+                    .ok_or(ModelError::CacheKind)?;
+                let logits = m.forward(c, tokens, start, layers)?; // [t, vocab]
+                Tensor::from_data(TensorData::new(logits, [1, t, c.vocab_size]), &self.device)
+            }
+        };
+        cache.advance(end);
+        Ok(logits)
+    }
 
+    /// Whether the matrices run on the packed CPU kernels.
+    pub fn is_packed(&self) -> bool {
+        matches!(self.body, Body::Host(_))
+    }
+
+    /// Weights converted to Q8_0 at load because the kernels have no path for their type, as
+    /// "name (type)" (empty on the burn path).
+    pub fn converted(&self) -> &[String] {
+        match &self.body {
+            Body::Host(m) => &m.converted,
+            Body::Tensors(_) => &[],
+        }
+    }
+
+    /// Bytes of weights one forward pass reads: every matrix (as stored: blocks or f32), the
+    /// embedding rows aside.
+    pub fn matrix_bytes(&self) -> u64 {
+        match &self.body {
+            Body::Tensors(m) => {
+                let blocks: u64 = m
+                    .blocks
+                    .iter()
+                    .map(|b| {
+                        [&b.wq, &b.wk, &b.wv, &b.wo, &b.w_gate, &b.w_up, &b.w_down]
+                            .into_iter()
+                            .map(Linear::bytes)
+                            .sum::<u64>()
+                    })
+                    .sum();
+                blocks + m.lm_head.bytes()
+            }
+            Body::Host(m) => {
+                let blocks: u64 = m
+                    .blocks
+                    .iter()
+                    .flat_map(|b| b.matrices())
+                    .map(|w| w.bytes() as u64)
+                    .sum();
+                blocks + m.lm_head.bytes() as u64
+            }
+        }
+    }
+}
+
+impl TensorModel {
+    /// [`Llama::forward`] on burn tensors: logits `[1, t, vocab]`.
+    fn forward(
+        &self,
+        c: &LlamaConfig,
+        device: &Device,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        start: usize,
+    ) -> Result<Tensor<3>> {
+        let t = tokens.len();
+        let end = start + t;
+        let mut x = self.embed(tokens, c.d_model, device); // [1, t, d_model]
         let cos = self
             .rope_cos
             .clone()
@@ -174,78 +239,33 @@ impl Llama {
             .clone()
             .slice(start..end)
             .reshape([1, t, 1, c.head_dim / 2, 1]);
-        let mask = causal_mask(start, t, group_rows(c, t), &self.device); // [1, 1, group * t, end]
+        let mask = causal_mask(start, t, group_rows(c, t), device); // [1, 1, group * t, end]
 
         for (layer, block) in self.blocks.iter().enumerate() {
             let h = rms_norm(x.clone(), &block.attn_norm, c.rms_eps);
-            let attn = self.attention(block, h, layer, cache, start, &cos, &sin, &mask)?;
+            let attn = self.attention(c, block, h, layer, cache, start, &cos, &sin, &mask)?;
             x = x + attn;
             let h = rms_norm(x.clone(), &block.ffn_norm, c.rms_eps);
-            let gated = silu(block.w_gate.forward(h.clone())?) * block.w_up.forward(h)?; // [1, t, d_ff]
-            let ffn = block.w_down.forward(gated)?; // [1, t, d_model]
+            let gated = silu(block.w_gate.forward(h.clone())) * block.w_up.forward(h); // [1, t, d_ff]
+            let ffn = block.w_down.forward(gated); // [1, t, d_model]
             x = x + ffn;
         }
-        cache.advance(end);
         let x = rms_norm(x, &self.out_norm, c.rms_eps); // [1, t, d_model]
-        self.lm_head.forward(x) // [1, t, vocab]
+        Ok(self.lm_head.forward(x)) // [1, t, vocab]
     }
 
     /// The embedding rows of `tokens` (checked against the vocabulary): `[1, t, d_model]`.
-    fn embed(&self, tokens: &[u32]) -> Result<Tensor<3>> {
-        let (t, d) = (tokens.len(), self.config.d_model);
-        match &self.embedding {
-            Embedding::Dense(table) => {
-                let ids: Vec<i64> = tokens.iter().map(|&id| i64::from(id)).collect();
-                let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [t]), &self.device);
-                Ok((**table).clone().select(0, ids).reshape([1, t, d]))
-            }
-            Embedding::Packed(table) => {
-                let mut rows = vec![0f32; t * d];
-                for (&id, row) in tokens.iter().zip(rows.chunks_exact_mut(d)) {
-                    table.dequantize_row(id as usize, row)?;
-                }
-                Ok(Tensor::from_data(
-                    TensorData::new(rows, [1, t, d]),
-                    &self.device,
-                ))
-            }
-        }
-    }
-
-    /// Whether any matrix runs on the packed CPU kernels.
-    pub fn is_packed(&self) -> bool {
-        matches!(self.lm_head, Linear::Packed(..))
-            || self
-                .blocks
-                .iter()
-                .any(|b| matches!(b.w_up, Linear::Packed(..)))
-    }
-
-    /// Bytes of weights one forward pass reads: every matrix (as stored: blocks or f32), the
-    /// embedding rows aside.
-    pub fn matrix_bytes(&self) -> u64 {
-        let bytes = |l: &Linear| -> u64 {
-            match l {
-                Linear::Dense(w) | Linear::DenseOutIn(w) => 4 * w.shape().num_elements() as u64,
-                Linear::Packed(w, _) => w.bytes() as u64,
-            }
-        };
-        let blocks: u64 = self
-            .blocks
-            .iter()
-            .map(|b| {
-                [&b.wq, &b.wk, &b.wv, &b.wo, &b.w_gate, &b.w_up, &b.w_down]
-                    .into_iter()
-                    .map(bytes)
-                    .sum::<u64>()
-            })
-            .sum();
-        blocks + bytes(&self.lm_head)
+    fn embed(&self, tokens: &[u32], d: usize, device: &Device) -> Tensor<3> {
+        let t = tokens.len();
+        let ids: Vec<i64> = tokens.iter().map(|&id| i64::from(id)).collect();
+        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [t]), device);
+        self.embedding.clone().select(0, ids).reshape([1, t, d])
     }
 
     #[allow(clippy::too_many_arguments)] // the pieces of one attention call, kept explicit
     fn attention(
         &self,
+        c: &LlamaConfig,
         block: &Block,
         h: Tensor<3>, // [1, t, d_model]
         layer: usize,
@@ -255,19 +275,18 @@ impl Llama {
         sin: &Tensor<5>,
         mask: &Tensor<4>, // [1, 1, group * t, start + t]
     ) -> Result<Tensor<3>> {
-        let c = &self.config;
         let t = h.dims()[1];
         let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
-        let project = |w: &Linear, b: &Option<Tensor<3>>| -> Result<Tensor<3>> {
-            let y = w.forward(h.clone())?;
-            Ok(match b {
+        let project = |w: &Linear, b: &Option<Tensor<3>>| -> Tensor<3> {
+            let y = w.forward(h.clone());
+            match b {
                 Some(b) => y + b.clone(),
                 None => y,
-            })
+            }
         };
-        let q = project(&block.wq, &block.bq)?.reshape([1, t, nh, hd]); // [1, t, n_heads, head_dim]
-        let k = project(&block.wk, &block.bk)?.reshape([1, t, nkv, hd]); // [1, t, n_kv, head_dim]
-        let v = project(&block.wv, &block.bv)?.reshape([1, t, nkv, hd]); // [1, t, n_kv, head_dim]
+        let q = project(&block.wq, &block.bq).reshape([1, t, nh, hd]); // [1, t, n_heads, head_dim]
+        let k = project(&block.wk, &block.bk).reshape([1, t, nkv, hd]); // [1, t, n_kv, head_dim]
+        let v = project(&block.wv, &block.bv).reshape([1, t, nkv, hd]); // [1, t, n_kv, head_dim]
         let (q, k) = match (&block.q_norm, &block.k_norm) {
             (Some(qn), Some(kn)) => (rms_norm(q, qn, c.rms_eps), rms_norm(k, kn, c.rms_eps)),
             _ => (q, k),
@@ -277,7 +296,9 @@ impl Llama {
         let v = v.swap_dims(1, 2); // [1, n_kv, t, head_dim]
 
         let end = start + t;
-        let (keys, values) = cache.write(layer, start..end, k, v);
+        let (keys, values) = cache
+            .write(layer, start..end, k, v)
+            .ok_or(ModelError::CacheKind)?;
         let keys = keys.slice([0..1, 0..nkv, 0..end, 0..hd]); // [1, n_kv, end, head_dim]
         let values = values.slice([0..1, 0..nkv, 0..end, 0..hd]); // [1, n_kv, end, head_dim]
 
@@ -292,7 +313,7 @@ impl Llama {
             .reshape([1, nh, t, hd])
             .swap_dims(1, 2)
             .reshape([1, t, nh * hd]); // [1, t, n_heads * head_dim]
-        block.wo.forward(out) // [1, t, d_model]
+        Ok(block.wo.forward(out)) // [1, t, d_model]
     }
 }
 

@@ -9,7 +9,8 @@ use mars_kernels::{Kernels, QMatrix, WeightType};
 
 use crate::config::LlamaConfig;
 use crate::error::{ModelError, Result};
-use crate::llama::{Block, Embedding, Linear, Llama};
+use crate::host::{HostBlock, HostModel};
+use crate::llama::{Block, Body, Linear, Llama, TensorModel};
 use crate::weights::{HfWeights, Weights};
 
 /// Options for [`Llama::from_gguf`].
@@ -94,21 +95,14 @@ fn read(w: &dyn Weights, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
     Ok(values)
 }
 
-/// A `[out, in]` matrix from the file: packed blocks where `kernels` are given and the type
-/// allows, else a `[1, in, out]` f32 tensor (transposed once, on load).
+/// A `[out, in]` matrix from the file as a `[1, in, out]` f32 tensor (transposed once, on load).
 fn matrix(
     g: &dyn Weights,
     name: &str,
     out_dim: usize,
     in_dim: usize,
     device: &Device,
-    kernels: Option<&Arc<Kernels>>,
 ) -> Result<Linear> {
-    if let Some(k) = kernels
-        && let Some(blocks) = stored_blocks(g, name, out_dim, in_dim)?
-    {
-        return Ok(Linear::Packed(Arc::new(blocks), k.clone()));
-    }
     let w = read(g, name, &[out_dim, in_dim])?;
     let mut t = vec![0f32; w.len()];
     for (o, row) in w.chunks_exact(in_dim).enumerate() {
@@ -122,11 +116,39 @@ fn matrix(
     )))
 }
 
+/// A `[out, in]` matrix as blocks for the kernels: as stored where the kernels take the type,
+/// else dequantized and converted once to Q8_0 (noted in `converted`).
+fn blocks(
+    g: &dyn Weights,
+    name: &str,
+    out_dim: usize,
+    in_dim: usize,
+    converted: &mut Vec<String>,
+) -> Result<Arc<QMatrix>> {
+    if let Some(blocks) = stored_blocks(g, name, out_dim, in_dim)? {
+        return Ok(Arc::new(blocks));
+    }
+    let ty = g
+        .stored(name)?
+        .map_or_else(|| "f32".to_string(), |(_, ty, _)| format!("{ty:?}"));
+    converted.push(format!("{name} ({ty})"));
+    let values = read(g, name, &[out_dim, in_dim])?;
+    Ok(Arc::new(QMatrix::quantize_q8_0(out_dim, in_dim, &values)?))
+}
+
 fn vector(g: &dyn Weights, name: &str, len: usize, device: &Device) -> Result<Tensor<3>> {
     Ok(Tensor::from_data(
         TensorData::new(read(g, name, &[len])?, [1, 1, len]),
         device,
     ))
+}
+
+/// Llama 3.x files carry per-frequency RoPE scaling factors as a tensor.
+fn freq_factors(g: &dyn Weights, hd: usize) -> Result<Option<Vec<f32>>> {
+    match g.f32_tensor("rope_freqs.weight")? {
+        Some(_) => Ok(Some(read(g, "rope_freqs.weight", &[hd / 2])?)),
+        None => Ok(None),
+    }
 }
 
 impl Llama {
@@ -165,96 +187,148 @@ impl Llama {
         options: LoadOptions,
     ) -> Result<Self> {
         c.validate()?;
-        check_memory(&c, options)?;
-        let kernels = options.cpu_threads.map(shared_kernels).transpose()?;
-        let kernels = kernels.as_ref();
-        let (d, hd, ff, v) = (c.d_model, c.head_dim, c.d_ff, c.vocab_size);
-        let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
-        // The output matrix stays in the file's [vocab, d_model] layout (blocks, or f32 applied
-        // as W @ xᵀ), so a tied head shares the embedding's memory.
-        let head = |name: &str| -> Result<(Embedding, Linear)> {
-            if let Some(k) = kernels
-                && let Some(blocks) = stored_blocks(g, name, v, d)?
-            {
-                let blocks = Arc::new(blocks);
-                return Ok((
-                    Embedding::Packed(blocks.clone()),
-                    Linear::Packed(blocks, k.clone()),
-                ));
-            }
-            let table =
-                Tensor::<2>::from_data(TensorData::new(read(g, name, &[v, d])?, [v, d]), device);
-            let head = Linear::DenseOutIn(table.clone().reshape([1, v, d]));
-            Ok((Embedding::Dense(Box::new(table)), head))
+        check_memory(&c, g, options)?;
+        let body = match options.cpu_threads {
+            Some(threads) => Body::Host(host_model(&c, g, shared_kernels(threads)?)?),
+            None => Body::Tensors(Box::new(tensor_model(&c, g, device)?)),
         };
-        let (embedding, tied_head) = head("token_embd.weight")?;
-        let lm_head = if c.tied_embeddings {
-            tied_head
-        } else {
-            head("output.weight")?.1
-        };
-        let mut blocks = Vec::with_capacity(c.n_layers);
-        for i in 0..c.n_layers {
-            let n = |s: &str| format!("blk.{i}.{s}");
-            let bias = |s: &str, len: usize| -> Result<Option<Tensor<3>>> {
-                if c.qkv_bias {
-                    vector(g, &n(s), len, device).map(Some)
-                } else {
-                    Ok(None)
-                }
-            };
-            let head_norm = |s: &str| -> Result<Option<Tensor<4>>> {
-                if c.qk_norm {
-                    Ok(Some(Tensor::from_data(
-                        TensorData::new(read(g, &n(s), &[hd])?, [1, 1, 1, hd]),
-                        device,
-                    )))
-                } else {
-                    Ok(None)
-                }
-            };
-            blocks.push(Block {
-                attn_norm: vector(g, &n("attn_norm.weight"), d, device)?,
-                wq: matrix(g, &n("attn_q.weight"), q_dim, d, device, kernels)?,
-                wk: matrix(g, &n("attn_k.weight"), kv_dim, d, device, kernels)?,
-                wv: matrix(g, &n("attn_v.weight"), kv_dim, d, device, kernels)?,
-                wo: matrix(g, &n("attn_output.weight"), d, q_dim, device, kernels)?,
-                bq: bias("attn_q.bias", q_dim)?,
-                bk: bias("attn_k.bias", kv_dim)?,
-                bv: bias("attn_v.bias", kv_dim)?,
-                q_norm: head_norm("attn_q_norm.weight")?,
-                k_norm: head_norm("attn_k_norm.weight")?,
-                ffn_norm: vector(g, &n("ffn_norm.weight"), d, device)?,
-                w_gate: matrix(g, &n("ffn_gate.weight"), ff, d, device, kernels)?,
-                w_up: matrix(g, &n("ffn_up.weight"), ff, d, device, kernels)?,
-                w_down: matrix(g, &n("ffn_down.weight"), d, ff, device, kernels)?,
-            });
-        }
-        let out_norm = vector(g, "output_norm.weight", d, device)?;
-        // Llama 3.x files carry per-frequency RoPE scaling factors as a tensor.
-        let freq_factors = match g.f32_tensor("rope_freqs.weight")? {
-            Some(_) => Some(read(g, "rope_freqs.weight", &[hd / 2])?),
-            None => None,
-        };
-        let (rope_cos, rope_sin) = rope_tables(&c, freq_factors.as_deref(), device);
         Ok(Self {
             config: c,
-            embedding,
-            blocks,
-            out_norm,
-            lm_head,
-            rope_cos,
-            rope_sin,
+            body,
             device: device.clone(),
         })
     }
 }
 
-/// Refuses a model whose weights, dequantized to f32, cannot fit (also on the packed path, where
-/// this over-counts: an upper bound until the packed size is checked instead): the largest single tensor
-/// against the device's buffer limit, the sum against the memory budget. Runs before anything
-/// is allocated, so a too-large model costs nothing but the message.
-fn check_memory(c: &LlamaConfig, options: LoadOptions) -> Result<()> {
+/// The weights as f32 burn tensors on `device`.
+fn tensor_model(c: &LlamaConfig, g: &dyn Weights, device: &Device) -> Result<TensorModel> {
+    let (d, hd, ff, v) = (c.d_model, c.head_dim, c.d_ff, c.vocab_size);
+    let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
+    // The output matrix stays in the file's [vocab, d_model] layout (applied as W @ xᵀ), so a
+    // tied head shares the embedding's memory.
+    let table = |name: &str| -> Result<Tensor<2>> {
+        Ok(Tensor::from_data(
+            TensorData::new(read(g, name, &[v, d])?, [v, d]),
+            device,
+        ))
+    };
+    let embedding = table("token_embd.weight")?;
+    let lm_head = if c.tied_embeddings {
+        embedding.clone()
+    } else {
+        table("output.weight")?
+    };
+    let lm_head = Linear::DenseOutIn(lm_head.reshape([1, v, d]));
+    let mut blocks = Vec::with_capacity(c.n_layers);
+    for i in 0..c.n_layers {
+        let n = |s: &str| format!("blk.{i}.{s}");
+        let bias = |s: &str, len: usize| -> Result<Option<Tensor<3>>> {
+            if c.qkv_bias {
+                vector(g, &n(s), len, device).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let head_norm = |s: &str| -> Result<Option<Tensor<4>>> {
+            if c.qk_norm {
+                Ok(Some(Tensor::from_data(
+                    TensorData::new(read(g, &n(s), &[hd])?, [1, 1, 1, hd]),
+                    device,
+                )))
+            } else {
+                Ok(None)
+            }
+        };
+        blocks.push(Block {
+            attn_norm: vector(g, &n("attn_norm.weight"), d, device)?,
+            wq: matrix(g, &n("attn_q.weight"), q_dim, d, device)?,
+            wk: matrix(g, &n("attn_k.weight"), kv_dim, d, device)?,
+            wv: matrix(g, &n("attn_v.weight"), kv_dim, d, device)?,
+            wo: matrix(g, &n("attn_output.weight"), d, q_dim, device)?,
+            bq: bias("attn_q.bias", q_dim)?,
+            bk: bias("attn_k.bias", kv_dim)?,
+            bv: bias("attn_v.bias", kv_dim)?,
+            q_norm: head_norm("attn_q_norm.weight")?,
+            k_norm: head_norm("attn_k_norm.weight")?,
+            ffn_norm: vector(g, &n("ffn_norm.weight"), d, device)?,
+            w_gate: matrix(g, &n("ffn_gate.weight"), ff, d, device)?,
+            w_up: matrix(g, &n("ffn_up.weight"), ff, d, device)?,
+            w_down: matrix(g, &n("ffn_down.weight"), d, ff, device)?,
+        });
+    }
+    let out_norm = vector(g, "output_norm.weight", d, device)?;
+    let (cos, sin) = rope_tables(c, freq_factors(g, hd)?.as_deref());
+    let half = hd / 2;
+    Ok(TensorModel {
+        embedding,
+        blocks,
+        out_norm,
+        lm_head,
+        rope_cos: Tensor::from_data(TensorData::new(cos, [c.context_length, half]), device),
+        rope_sin: Tensor::from_data(TensorData::new(sin, [c.context_length, half]), device),
+    })
+}
+
+/// The weights as packed blocks on the host for the kernels: no f32 copy of any matrix.
+fn host_model(c: &LlamaConfig, g: &dyn Weights, kernels: Arc<Kernels>) -> Result<HostModel> {
+    let (d, hd, ff, v) = (c.d_model, c.head_dim, c.d_ff, c.vocab_size);
+    let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
+    let mut converted = Vec::new();
+    let embedding = blocks(g, "token_embd.weight", v, d, &mut converted)?;
+    let lm_head = if c.tied_embeddings {
+        embedding.clone()
+    } else {
+        blocks(g, "output.weight", v, d, &mut converted)?
+    };
+    let mut layers = Vec::with_capacity(c.n_layers);
+    for i in 0..c.n_layers {
+        let n = |s: &str| format!("blk.{i}.{s}");
+        let optional = |s: &str, len: usize, present: bool| -> Result<Option<Vec<f32>>> {
+            if present {
+                read(g, &n(s), &[len]).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let mut m = |s: &str, out_dim: usize, in_dim: usize| {
+            blocks(g, &n(s), out_dim, in_dim, &mut converted)
+        };
+        layers.push(Arc::new(HostBlock {
+            wq: m("attn_q.weight", q_dim, d)?,
+            wk: m("attn_k.weight", kv_dim, d)?,
+            wv: m("attn_v.weight", kv_dim, d)?,
+            wo: m("attn_output.weight", d, q_dim)?,
+            w_gate: m("ffn_gate.weight", ff, d)?,
+            w_up: m("ffn_up.weight", ff, d)?,
+            w_down: m("ffn_down.weight", d, ff)?,
+            attn_norm: read(g, &n("attn_norm.weight"), &[d])?,
+            ffn_norm: read(g, &n("ffn_norm.weight"), &[d])?,
+            bq: optional("attn_q.bias", q_dim, c.qkv_bias)?,
+            bk: optional("attn_k.bias", kv_dim, c.qkv_bias)?,
+            bv: optional("attn_v.bias", kv_dim, c.qkv_bias)?,
+            q_norm: optional("attn_q_norm.weight", hd, c.qk_norm)?,
+            k_norm: optional("attn_k_norm.weight", hd, c.qk_norm)?,
+        }));
+    }
+    let (cos, sin) = rope_tables(c, freq_factors(g, hd)?.as_deref());
+    Ok(HostModel {
+        embedding,
+        blocks: layers,
+        out_norm: Arc::new(read(g, "output_norm.weight", &[d])?),
+        lm_head,
+        rope_cos: Arc::new(cos),
+        rope_sin: Arc::new(sin),
+        kernels,
+        converted: Arc::new(converted),
+    })
+}
+
+/// Refuses a model whose weights cannot fit, before anything is allocated (so a too-large model
+/// costs nothing but the message): on the burn path the largest single tensor in f32 against the
+/// device's buffer limit and every weight in f32 against the memory budget; on the packed path
+/// the matrices as they will be held (stored blocks, or Q8_0 for converted types) against the
+/// budget.
+fn check_memory(c: &LlamaConfig, g: &dyn Weights, options: LoadOptions) -> Result<()> {
     let (d, ff, v) = (c.d_model as u64, c.d_ff as u64, c.vocab_size as u64);
     let q = (c.n_heads as u64).saturating_mul(c.head_dim as u64);
     if let Some(limit) = options.max_buffer_bytes {
@@ -278,10 +352,14 @@ fn check_memory(c: &LlamaConfig, options: LoadOptions) -> Result<()> {
         let rope = 4u64
             .saturating_mul(c.context_length as u64)
             .saturating_mul(c.head_dim as u64);
-        let needed = c.weight_bytes().saturating_add(rope);
+        let (what, weights) = match options.cpu_threads {
+            Some(_) => ("the weights as packed blocks", packed_bytes(c, g)?),
+            None => ("the weights in f32", c.weight_bytes()),
+        };
+        let needed = weights.saturating_add(rope);
         if needed > limit {
             return Err(ModelError::TooBigForDevice {
-                what: "the weights in f32".into(),
+                what: what.into(),
                 needed,
                 limit,
             });
@@ -290,13 +368,48 @@ fn check_memory(c: &LlamaConfig, options: LoadOptions) -> Result<()> {
     Ok(())
 }
 
+/// Bytes the packed path holds for the matrices: a packable tensor's stored bytes, any other
+/// tensor's values at Q8_0's 34 bytes per 32 (a missing tensor counts 0 here and is refused by
+/// the loader by name).
+fn packed_bytes(c: &LlamaConfig, g: &dyn Weights) -> Result<u64> {
+    let mut names = vec!["token_embd.weight".to_string()];
+    if !c.tied_embeddings {
+        names.push("output.weight".into());
+    }
+    for i in 0..c.n_layers {
+        for s in [
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        ] {
+            names.push(format!("blk.{i}.{s}.weight"));
+        }
+    }
+    let mut total = 0u64;
+    for name in &names {
+        if let Some((shape, ty, bytes)) = g.stored(name)? {
+            total = total.saturating_add(if packable(ty).is_some() {
+                bytes.len() as u64
+            } else {
+                let values = shape.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64));
+                values.saturating_mul(34) / 32
+            });
+        }
+    }
+    // A source without stored forms (safetensors) is converted whole: f32 size × 34 / 128.
+    if total == 0 {
+        total = c.weight_bytes().saturating_mul(34) / 128;
+    }
+    Ok(total)
+}
+
 /// cos / sin tables `[context_length, head_dim / 2]`: angle = pos · θ^(−2i / head_dim), divided by
 /// the file's per-frequency factors when it has them (Llama 3.x scaling).
-fn rope_tables(
-    c: &LlamaConfig,
-    factors: Option<&[f32]>,
-    device: &Device,
-) -> (Tensor<2>, Tensor<2>) {
+fn rope_tables(c: &LlamaConfig, factors: Option<&[f32]>) -> (Vec<f32>, Vec<f32>) {
     let half = c.head_dim / 2;
     let inv_freq: Vec<f64> = (0..half)
         .map(|i| {
@@ -313,8 +426,5 @@ fn rope_tables(
             sin.push(angle.sin() as f32);
         }
     }
-    (
-        Tensor::from_data(TensorData::new(cos, [c.context_length, half]), device),
-        Tensor::from_data(TensorData::new(sin, [c.context_length, half]), device),
-    )
+    (cos, sin)
 }
