@@ -35,7 +35,7 @@ print(f"{'':24}{'mars':>10}{'llama.cpp':>12}{'ratio':>8}")
 print(f"{'decode tok/s':24}{m['decode_tokens_per_second']:10.1f}{tg:12.1f}{m['decode_tokens_per_second']/tg:7.2f}x")
 print(f"{'prefill tok/s':24}{m['prefill_tokens_per_second']:10.1f}{pp:12.1f}{m['prefill_tokens_per_second']/pp:7.2f}x")
 print("forward cost by rows (mars, relative to 1 row): " +
-      ", ".join(f"{k}: {v/one:.2f}x" for k, v in rows.items()))
+      ", ".join(f"{k}: {v/one:.2f}x" for k, v in sorted(rows.items(), key=lambda kv: int(kv[0]))))
 rss = m.get("resident_bytes")
 if rss:
     print(f"resident memory {rss/2**20:.0f} MiB = {rss/size:.2f}x the file ({size/2**20:.0f} MiB), "

@@ -6,6 +6,15 @@
 //!   and value j + 16 in its high nibble; value = d·(q − 8).
 //! - `Q4_1` (20 bytes): f16 scale d, f16 minimum m, 16 bytes of nibbles laid out as Q4_0;
 //!   value = d·q + m.
+//! - `Q5_0` (22 bytes): f16 scale d, 32 fifth bits (u32), nibbles as Q4_0; value = d·(q − 16).
+//!
+//! K-quant super-blocks hold 256 values as 8 sub-blocks of 32; the kernels meet them one
+//! sub-block at a time, with the same 32-value activation blocks as the legacy types:
+//! - `Q4_K` (144 bytes): f16 d, f16 dmin, 12 bytes of 6-bit scales and minimums, 128 bytes of
+//!   nibbles (32 bytes per pair of sub-blocks: low nibbles the first, high the second);
+//!   value = d·sc·q − dmin·m.
+//! - `Q6_K` (210 bytes): 128 bytes of low nibbles, 64 bytes of 2-bit high parts, 16 i8 scales
+//!   (one per 16 values), f16 d at the end; value = d·sc·(q − 32).
 
 use half::f16;
 
@@ -23,6 +32,12 @@ pub enum WeightType {
     Q4_0,
     /// 4-bit, f16 scale and minimum.
     Q4_1,
+    /// 5-bit, one f16 scale, offset 16.
+    Q5_0,
+    /// 4-bit K-quant: 256-value super-blocks, 6-bit scales and minimums per 32.
+    Q4K,
+    /// 6-bit K-quant: 256-value super-blocks, 8-bit scales per 16.
+    Q6K,
 }
 
 impl WeightType {
@@ -32,11 +47,139 @@ impl WeightType {
             Self::Q8_0 => 34,
             Self::Q4_0 => 18,
             Self::Q4_1 => 20,
+            Self::Q5_0 => 22,
+            Self::Q4K => 144,
+            Self::Q6K => 210,
+        }
+    }
+
+    /// Values per block (a row is a whole number of them).
+    pub const fn block_values(self) -> usize {
+        match self {
+            Self::Q8_0 | Self::Q4_0 | Self::Q4_1 | Self::Q5_0 => BLOCK,
+            Self::Q4K | Self::Q6K => 256,
         }
     }
 
     /// Every type, for tests and benchmarks.
-    pub const ALL: [Self; 3] = [Self::Q8_0, Self::Q4_0, Self::Q4_1];
+    pub const ALL: [Self; 6] = [
+        Self::Q8_0,
+        Self::Q4_0,
+        Self::Q4_1,
+        Self::Q5_0,
+        Self::Q4K,
+        Self::Q6K,
+    ];
+}
+
+/// One 32-value sub-block unpacked for the integer kernels: value i = scale[i / 16]·w[i] + min.
+/// Signed types (Q8_0, Q5_0, Q6_K) have min 0; unsigned ones (Q4_0, Q4_1, Q4_K) a minimum term.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sub {
+    pub(crate) w: [i8; BLOCK],
+    pub(crate) scale: [f32; 2],
+    pub(crate) min: f32,
+}
+
+impl WeightType {
+    /// Whether [`Sub::w`] is signed (no minimum term) for this type.
+    pub(crate) const fn signed(self) -> bool {
+        matches!(self, Self::Q8_0 | Self::Q5_0 | Self::Q6K)
+    }
+}
+
+/// The 6-bit scale and minimum of sub-block `j` (0..8) in a Q4_K block's 12 scale bytes.
+#[inline(always)]
+pub(crate) fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (s[j] & 63, s[j + 4] & 63)
+    } else {
+        (
+            (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4),
+            (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+        )
+    }
+}
+
+/// Sub-block `b` (32 values) of a row's blocks `row`, unpacked.
+#[inline(always)]
+pub(crate) fn unpack(ty: WeightType, row: &[u8], b: usize) -> Sub {
+    let mut w = [0i8; BLOCK];
+    match ty {
+        WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q4_1 | WeightType::Q5_0 => {
+            let block = &row[b * ty.block_bytes()..(b + 1) * ty.block_bytes()];
+            let d = f16_at(block, 0);
+            let (scale, min) = match ty {
+                WeightType::Q8_0 => {
+                    for (wi, &q) in w.iter_mut().zip(&block[2..34]) {
+                        *wi = q as i8;
+                    }
+                    (d, 0.0)
+                }
+                WeightType::Q5_0 => {
+                    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+                    for (j, &q) in block[6..22].iter().enumerate() {
+                        let h0 = ((qh >> j) & 1) as u8;
+                        let h1 = ((qh >> (j + 16)) & 1) as u8;
+                        w[j] = ((q & 0x0F) | (h0 << 4)) as i8 - 16;
+                        w[j + 16] = ((q >> 4) | (h1 << 4)) as i8 - 16;
+                    }
+                    (d, 0.0)
+                }
+                _ => {
+                    let (qs, min) = match ty {
+                        WeightType::Q4_1 => (&block[4..20], f16_at(block, 2)),
+                        _ => (&block[2..18], -8.0 * d),
+                    };
+                    for (j, &q) in qs.iter().enumerate() {
+                        w[j] = (q & 0x0F) as i8;
+                        w[j + 16] = (q >> 4) as i8;
+                    }
+                    (d, min)
+                }
+            };
+            Sub {
+                w,
+                scale: [scale; 2],
+                min,
+            }
+        }
+        WeightType::Q4K => {
+            let block = &row[b / 8 * 144..][..144];
+            let j = b % 8;
+            let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
+            let (sc, m) = scale_min_k4(j, &block[4..16]);
+            let qs = &block[16 + 32 * (j / 2)..][..32];
+            let shift = 4 * (j % 2);
+            for (wi, &q) in w.iter_mut().zip(qs) {
+                *wi = ((q >> shift) & 0x0F) as i8;
+            }
+            let scale = d * f32::from(sc);
+            Sub {
+                w,
+                scale: [scale; 2],
+                min: -(dmin * f32::from(m)),
+            }
+        }
+        WeightType::Q6K => {
+            let block = &row[b / 8 * 210..][..210];
+            let (half, quarter) = ((b % 8) / 4, b % 4);
+            let ql = &block[64 * half + 32 * (quarter % 2)..][..32];
+            let qh = &block[128 + 32 * half..][..32];
+            let (lo_shift, hi_shift) = (4 * (quarter / 2), 2 * quarter);
+            for (l, wi) in w.iter_mut().enumerate() {
+                let q = ((ql[l] >> lo_shift) & 0x0F) | (((qh[l] >> hi_shift) & 3) << 4);
+                *wi = q as i8 - 32;
+            }
+            let d = f16_at(block, 208);
+            let sc = |i: usize| d * f32::from(block[192 + 8 * half + 2 * quarter + i] as i8);
+            Sub {
+                w,
+                scale: [sc(0), sc(1)],
+                min: 0.0,
+            }
+        }
+    }
 }
 
 /// The f16 at `bytes[at..at + 2]` as f32.
@@ -71,13 +214,14 @@ impl QMatrix {
     /// Wraps `data`, checking that it holds exactly `rows × cols` values of `ty`.
     ///
     /// # Errors
-    /// [`KernelError::RaggedRow`] when `cols` is not a multiple of 32, [`KernelError::Overflow`]
-    /// for a size that does not fit, [`KernelError::Shape`] when `data` has the wrong length.
+    /// [`KernelError::RaggedRow`] when `cols` is not a whole number of the type's blocks (32
+    /// values, 256 for K-quants), [`KernelError::Overflow`] for a size that does not fit, [`KernelError::Shape`] when `data` has the wrong length.
     pub fn new(ty: WeightType, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
-        if cols == 0 || !cols.is_multiple_of(BLOCK) {
-            return Err(KernelError::RaggedRow { cols, block: BLOCK });
+        let per = ty.block_values();
+        if cols == 0 || !cols.is_multiple_of(per) {
+            return Err(KernelError::RaggedRow { cols, block: per });
         }
-        let bytes = (cols / BLOCK)
+        let bytes = (cols / per)
             .checked_mul(ty.block_bytes())
             .and_then(|row| row.checked_mul(rows))
             .ok_or(KernelError::Overflow {
@@ -159,7 +303,7 @@ impl QMatrix {
 
     /// Bytes of one row's blocks.
     pub fn row_bytes(&self) -> usize {
-        self.cols / BLOCK * self.ty.block_bytes()
+        self.cols / self.ty.block_values() * self.ty.block_bytes()
     }
 
     /// Bytes of all blocks (what a matrix-vector product reads).
@@ -167,12 +311,12 @@ impl QMatrix {
         self.data.len()
     }
 
-    /// The block data as stored, `[rows, cols / 32, block_bytes]`.
+    /// The block data as stored, `[rows, cols / block_values, block_bytes]`.
     pub fn blocks(&self) -> &[u8] {
         &self.data
     }
 
-    /// The blocks of row `r`, `[cols / 32, block_bytes]`.
+    /// The blocks of row `r`, `[cols / block_values, block_bytes]`.
     ///
     /// # Panics
     /// When `r >= rows` (an internal index, never input).
@@ -200,40 +344,21 @@ impl QMatrix {
                 found: out.len(),
             });
         }
-        let bb = self.ty.block_bytes();
-        for (block, values) in self
-            .row(r)
-            .chunks_exact(bb)
-            .zip(out.chunks_exact_mut(BLOCK))
-        {
-            dequantize_block(self.ty, block, values);
+        let row = self.row(r);
+        for (b, values) in out.chunks_exact_mut(BLOCK).enumerate() {
+            let sub = unpack(self.ty, row, b);
+            for (i, (v, &q)) in values.iter_mut().zip(&sub.w).enumerate() {
+                let s = sub.scale[i / 16];
+                // ggml's order of operations per type, so that the values are bit-identical
+                // to its dequantizers (and to mars-formats').
+                *v = match self.ty {
+                    WeightType::Q4_0 => f32::from(i16::from(q) - 8) * s, // (q − 8)·d
+                    WeightType::Q4_1 => f32::from(q) * s + sub.min,      // q·d + m
+                    WeightType::Q4K => s * f32::from(q) + sub.min,       // (d·sc)·q − dmin·m
+                    WeightType::Q8_0 | WeightType::Q5_0 | WeightType::Q6K => f32::from(q) * s,
+                };
+            }
         }
         Ok(())
-    }
-}
-
-/// One block's 32 values, in ggml's order of operations (bit-identical to its dequantizers).
-fn dequantize_block(ty: WeightType, block: &[u8], out: &mut [f32]) {
-    match ty {
-        WeightType::Q8_0 => {
-            let d = f16_at(block, 0);
-            for (o, &q) in out.iter_mut().zip(&block[2..34]) {
-                *o = f32::from(q as i8) * d;
-            }
-        }
-        WeightType::Q4_0 => {
-            let d = f16_at(block, 0);
-            for (j, &b) in block[2..18].iter().enumerate() {
-                out[j] = f32::from(i16::from(b & 0x0F) - 8) * d;
-                out[j + 16] = f32::from(i16::from(b >> 4) - 8) * d;
-            }
-        }
-        WeightType::Q4_1 => {
-            let (d, m) = (f16_at(block, 0), f16_at(block, 2));
-            for (j, &b) in block[4..20].iter().enumerate() {
-                out[j] = f32::from(b & 0x0F) * d + m;
-                out[j + 16] = f32::from(b >> 4) * d + m;
-            }
-        }
     }
 }

@@ -1,9 +1,10 @@
 //! The AVX2 micro-kernel (x86-64 with AVX2, FMA and F16C, detected at run time): the same
-//! contract as `scalar::dot_rows`. Each weight block is unpacked to 32 bytes once, then meets
-//! every activation row in `maddubs` (u8 × i8 pairs to i16) and `madd` (to eight i32 lanes); the
-//! lanes are scaled by d_w·d_x and accumulated in eight f32 lanes per row, summed at the end.
-//! Signed Q8_0 weights use the sign trick (|w| × sign(x, w)); 4-bit weights are unsigned with
-//! a minimum term, as in the scalar kernel.
+//! contract as `scalar::dot_rows`. Each 32-value weight sub-block is unpacked to 32 bytes once,
+//! then meets every activation row in `maddubs` (u8 × i8 pairs to i16) and `madd` (to eight i32
+//! lanes, four per 16 values); the lanes are scaled by d_w·d_x (a scale per lane: Q6_K has one
+//! per 16 values) and accumulated in eight f32 lanes per row, summed at the end. Signed weights
+//! (Q8_0, Q5_0, Q6_K) use the sign trick (|w| × sign(x, w)); 4-bit weights are unsigned with a
+//! minimum term, as in the scalar kernel.
 //!
 //! The kernel is instantiated per block type and per row count (1…16), so that the row loop
 //! unrolls and each row's accumulator stays in a register; the row count changes which
@@ -11,7 +12,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::block::{BLOCK, WeightType};
+use crate::block::{BLOCK, WeightType, scale_min_k4};
 use crate::quantize::QActs;
 
 /// Whether this CPU runs [`dot_rows`].
@@ -25,13 +26,17 @@ pub(crate) fn available() -> bool {
 trait Layout {
     /// Bytes per block.
     const BYTES: usize;
+    /// Values per block (32, or 256 for K-quants).
+    const VALUES: usize;
     /// Whether the unpacked weights are signed (sign trick) or unsigned with a minimum.
     const SIGNED: bool;
-    /// The block at `p`: its 32 weights as bytes, its scale, and its minimum (0 for Q8_0).
+    /// Sub-block `b` (32 values) of the row at `row`: its weights as bytes, the scale of each
+    /// i32 lane of `madd` (lanes 0–3 hold values 0–15), and its minimum (0 for signed types).
     ///
     /// # Safety
-    /// `p` points at `BYTES` readable bytes, and the CPU has AVX2 and F16C.
-    unsafe fn load(p: *const u8) -> (__m256i, f32, f32);
+    /// `row` points at a row of at least (b + 1)·32 values' blocks, and the CPU has AVX2 and
+    /// F16C.
+    unsafe fn load(row: *const u8, b: usize) -> (__m256i, __m256, f32);
 }
 
 /// An f16 at `p` (little-endian) as f32.
@@ -69,36 +74,160 @@ struct Q80;
 struct Q40;
 struct Q41;
 
+struct Q50;
+struct Q4K;
+struct Q6K;
+
 impl Layout for Q80 {
     const BYTES: usize = 34;
+    const VALUES: usize = BLOCK;
     const SIGNED: bool = true;
     #[inline(always)]
-    unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
-        // SAFETY: 34 readable bytes at `p` (caller): the scale at 0..2, the weights at 2..34.
-        unsafe { (_mm256_loadu_si256(p.add(2).cast()), f16_at(p), 0.0) }
+    unsafe fn load(row: *const u8, b: usize) -> (__m256i, __m256, f32) {
+        // SAFETY: block b's 34 bytes are readable (caller): the scale at 0..2, the weights at
+        // 2..34.
+        unsafe {
+            let p = row.add(b * Self::BYTES);
+            (
+                _mm256_loadu_si256(p.add(2).cast()),
+                _mm256_set1_ps(f16_at(p)),
+                0.0,
+            )
+        }
     }
 }
 
 impl Layout for Q40 {
     const BYTES: usize = 18;
+    const VALUES: usize = BLOCK;
     const SIGNED: bool = false;
     #[inline(always)]
-    unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
-        // SAFETY: 18 readable bytes at `p` (caller): the scale at 0..2, the nibbles at 2..18.
+    unsafe fn load(row: *const u8, b: usize) -> (__m256i, __m256, f32) {
+        // SAFETY: block b's 18 bytes are readable (caller): the scale at 0..2, the nibbles at
+        // 2..18.
         unsafe {
+            let p = row.add(b * Self::BYTES);
             let d = f16_at(p);
-            (nibbles(p.add(2)), d, -8.0 * d)
+            (nibbles(p.add(2)), _mm256_set1_ps(d), -8.0 * d)
         }
     }
 }
 
 impl Layout for Q41 {
     const BYTES: usize = 20;
+    const VALUES: usize = BLOCK;
     const SIGNED: bool = false;
     #[inline(always)]
-    unsafe fn load(p: *const u8) -> (__m256i, f32, f32) {
-        // SAFETY: 20 readable bytes at `p` (caller): scale, minimum, then the nibbles at 4..20.
-        unsafe { (nibbles(p.add(4)), f16_at(p), f16_at(p.add(2))) }
+    unsafe fn load(row: *const u8, b: usize) -> (__m256i, __m256, f32) {
+        // SAFETY: block b's 20 bytes are readable (caller): scale, minimum, then the nibbles at
+        // 4..20.
+        unsafe {
+            let p = row.add(b * Self::BYTES);
+            (
+                nibbles(p.add(4)),
+                _mm256_set1_ps(f16_at(p)),
+                f16_at(p.add(2)),
+            )
+        }
+    }
+}
+
+impl Layout for Q50 {
+    const BYTES: usize = 22;
+    const VALUES: usize = BLOCK;
+    const SIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn load(row: *const u8, b: usize) -> (__m256i, __m256, f32) {
+        // SAFETY: block b's 22 bytes are readable (caller): scale at 0..2, the 32 fifth bits at
+        // 2..6, the nibbles at 6..22; read_unaligned has no alignment requirement; AVX2 and F16C
+        // are guaranteed by the caller.
+        unsafe {
+            let p = row.add(b * Self::BYTES);
+            let qh = p.add(2).cast::<u32>().read_unaligned();
+            // Byte i of the result is 0xFF where bit i of qh is set: each byte gets the qh byte
+            // holding its bit, OR-ed with every bit but its own set, compared with all ones.
+            let spread = _mm256_shuffle_epi8(
+                _mm256_set1_epi32(qh as i32),
+                _mm256_setr_epi64x(
+                    0,
+                    0x0101_0101_0101_0101,
+                    0x0202_0202_0202_0202,
+                    0x0303_0303_0303_0303,
+                ),
+            );
+            let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+            let bits = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+            let q = _mm256_or_si256(
+                nibbles(p.add(6)),
+                _mm256_and_si256(bits, _mm256_set1_epi8(0x10)),
+            );
+            (
+                _mm256_sub_epi8(q, _mm256_set1_epi8(16)),
+                _mm256_set1_ps(f16_at(p)),
+                0.0,
+            )
+        }
+    }
+}
+
+impl Layout for Q4K {
+    const BYTES: usize = 144;
+    const VALUES: usize = 256;
+    const SIGNED: bool = false;
+    #[inline(always)]
+    unsafe fn load(row: *const u8, b: usize) -> (__m256i, __m256, f32) {
+        // SAFETY: super-block b / 8's 144 bytes are readable (caller): d and dmin at 0..4, the
+        // scales at 4..16, sub-block pair j / 2's 32 bytes of nibbles at 16 + 32·(j / 2).
+        unsafe {
+            let p = row.add(b / 8 * Self::BYTES);
+            let j = b % 8;
+            let scales = std::slice::from_raw_parts(p.add(4), 12);
+            let (sc, m) = scale_min_k4(j, scales);
+            let qs = _mm256_loadu_si256(p.add(16 + 32 * (j / 2)).cast());
+            let qs = if j % 2 == 1 {
+                _mm256_srli_epi16(qs, 4)
+            } else {
+                qs
+            };
+            (
+                _mm256_and_si256(qs, _mm256_set1_epi8(0x0F)),
+                _mm256_set1_ps(f16_at(p) * f32::from(sc)),
+                -(f16_at(p.add(2)) * f32::from(m)),
+            )
+        }
+    }
+}
+
+impl Layout for Q6K {
+    const BYTES: usize = 210;
+    const VALUES: usize = 256;
+    const SIGNED: bool = true;
+    #[inline(always)]
+    unsafe fn load(row: *const u8, b: usize) -> (__m256i, __m256, f32) {
+        // SAFETY: super-block b / 8's 210 bytes are readable (caller): low nibbles at 0..128,
+        // high bits at 128..192, the i8 scales at 192..208, d at 208..210.
+        unsafe {
+            let p = row.add(b / 8 * Self::BYTES);
+            let (half, quarter) = ((b % 8) / 4, b % 4);
+            let ql = _mm256_loadu_si256(p.add(64 * half + 32 * (quarter % 2)).cast());
+            let qh = _mm256_loadu_si256(p.add(128 + 32 * half).cast());
+            let lo = _mm256_and_si256(
+                _mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (quarter / 2) as i32)),
+                _mm256_set1_epi8(0x0F),
+            );
+            let hi = _mm256_and_si256(
+                _mm256_sll_epi16(
+                    _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * quarter as i32)),
+                    _mm_cvtsi32_si128(4),
+                ),
+                _mm256_set1_epi8(0x30),
+            );
+            let q = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+            let d = f16_at(p.add(208));
+            let sc = p.add(192 + 8 * half + 2 * quarter).cast::<i8>();
+            let (s0, s1) = (d * f32::from(*sc), d * f32::from(*sc.add(1)));
+            (q, _mm256_setr_m128(_mm_set1_ps(s0), _mm_set1_ps(s1)), 0.0)
+        }
     }
 }
 
@@ -133,6 +262,9 @@ pub(crate) fn dot_rows(ty: WeightType, w_row: &[u8], x: &QActs, out: &mut [f32])
         WeightType::Q8_0 => by_rows!(Q80),
         WeightType::Q4_0 => by_rows!(Q40),
         WeightType::Q4_1 => by_rows!(Q41),
+        WeightType::Q5_0 => by_rows!(Q50),
+        WeightType::Q4K => by_rows!(Q4K),
+        WeightType::Q6K => by_rows!(Q6K),
     }
 }
 
@@ -142,7 +274,8 @@ fn rows<L: Layout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
     let nb = x.cols / BLOCK;
     // Everything the pointer arithmetic below relies on, checked once per row.
     assert!(
-        w_row.len() == nb * L::BYTES
+        (nb * BLOCK).is_multiple_of(L::VALUES)
+            && w_row.len() == nb * BLOCK / L::VALUES * L::BYTES
             && x.rows == M
             && x.q.len() >= M * x.cols
             && x.d.len() >= M * nb
@@ -154,9 +287,9 @@ fn rows<L: Layout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
     let mut mins = [0f32; M];
     let (w_ptr, q_ptr) = (w_row.as_ptr(), x.q.as_ptr());
     for b in 0..nb {
-        // SAFETY: block b of the row lies at b·BYTES..(b + 1)·BYTES < w_row.len() (asserted);
+        // SAFETY: sub-block b < nb lies inside the row's blocks (their length is asserted);
         // this function's target features include the ones `load` needs.
-        let (w, d, min) = unsafe { L::load(w_ptr.add(b * L::BYTES)) };
+        let (w, scale, min) = unsafe { L::load(w_ptr, b) };
         let abs_w = if L::SIGNED { _mm256_sign_epi8(w, w) } else { w };
         for r in 0..M {
             let at = r * nb + b;
@@ -171,7 +304,7 @@ fn rows<L: Layout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
             // |w| ≤ 128 and |x| ≤ 127: a pair sums to at most 32,512, inside i16.
             let pairs = _mm256_maddubs_epi16(abs_w, x_signed);
             let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * x.d[at]), lanes, acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(scale, _mm256_set1_ps(x.d[at])), lanes, acc[r]);
             if !L::SIGNED {
                 mins[r] += min * x.s[at];
             }

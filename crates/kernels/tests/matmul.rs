@@ -15,28 +15,51 @@ fn ggml(ty: WeightType) -> GgmlType {
         WeightType::Q8_0 => GgmlType::Q8_0,
         WeightType::Q4_0 => GgmlType::Q4_0,
         WeightType::Q4_1 => GgmlType::Q4_1,
+        WeightType::Q5_0 => GgmlType::Q5_0,
+        WeightType::Q4K => GgmlType::Q4K,
+        WeightType::Q6K => GgmlType::Q6K,
     }
+}
+
+/// `cols` for the legacy types (odd shapes: not a multiple of 256), the next multiple of 256
+/// for K-quants (their rows are whole 256-value super-blocks).
+fn cols_for(ty: WeightType, cols: usize) -> usize {
+    cols.next_multiple_of(ty.block_values())
 }
 
 fn uniform(rng: &mut ChaCha8Rng) -> f32 {
     (rng.next_u32() >> 8) as f32 / (1u32 << 24) as f32
 }
 
-/// Random blocks with finite f16 scales of varied size (and negative minimums for Q4_1), and
-/// every quantized value possible, Q8_0's −128 included.
+/// Random blocks: every quantized bit random (all values possible, Q8_0's −128 included, every
+/// K-quant scale and minimum), the f16 fields finite and of varied size (Q4_1's minimums
+/// negative).
 fn random_matrix(ty: WeightType, rows: usize, cols: usize, rng: &mut ChaCha8Rng) -> QMatrix {
-    let nb = rows * cols / BLOCK;
-    let mut data = Vec::with_capacity(nb * ty.block_bytes());
+    let nb = rows * cols / ty.block_values();
+    let bb = ty.block_bytes();
+    let mut data = Vec::with_capacity(nb * bb);
     for _ in 0..nb {
-        let scale = f16::from_f32(0.001 + 0.05 * uniform(rng));
-        data.extend_from_slice(&scale.to_le_bytes());
-        if ty == WeightType::Q4_1 {
-            let min = f16::from_f32(-0.4 * uniform(rng));
-            data.extend_from_slice(&min.to_le_bytes());
-        }
-        let quants = ty.block_bytes() - data.len() % ty.block_bytes();
-        for _ in 0..quants {
-            data.push(rng.next_u32() as u8);
+        let start = data.len();
+        data.extend((0..bb).map(|_| rng.next_u32() as u8));
+        let block = &mut data[start..];
+        let mut put = |at: usize, v: f32| {
+            block[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+        };
+        match ty {
+            WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q5_0 => {
+                put(0, 0.001 + 0.05 * uniform(rng));
+            }
+            WeightType::Q4_1 => {
+                put(0, 0.001 + 0.05 * uniform(rng));
+                put(2, -0.4 * uniform(rng));
+            }
+            // Scales up to 63 and minimums up to 63 multiply these.
+            WeightType::Q4K => {
+                put(0, 0.0001 + 0.002 * uniform(rng));
+                put(2, 0.0001 + 0.002 * uniform(rng));
+            }
+            // i8 scales up to ±128 multiply this one.
+            WeightType::Q6K => put(208, 0.0001 + 0.001 * uniform(rng)),
         }
     }
     QMatrix::new(ty, rows, cols, data).unwrap()
@@ -97,13 +120,14 @@ fn exact_and_bound(
 fn dequantize_row_equals_the_formats_dequantization_bit_for_bit() {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     for ty in WeightType::ALL {
-        let w = random_matrix(ty, 3, 96, &mut rng);
+        let cols = 3 * ty.block_values();
+        let w = random_matrix(ty, 3, cols, &mut rng);
         let n = w.row_bytes();
         for r in 0..3 {
-            let mut row = vec![0f32; 96];
+            let mut row = vec![0f32; cols];
             w.dequantize_row(r, &mut row).unwrap();
             let reference = ggml(ty)
-                .dequantize(&w.blocks()[r * n..(r + 1) * n], 96)
+                .dequantize(&w.blocks()[r * n..(r + 1) * n], cols as u64)
                 .unwrap();
             assert_eq!(bits(&row), bits(&reference), "{ty:?} row {r}");
         }
@@ -113,9 +137,11 @@ fn dequantize_row_equals_the_formats_dequantization_bit_for_bit() {
 #[test]
 fn every_kernel_type_and_row_count_is_within_the_activation_rounding_bound() {
     let mut rng = ChaCha8Rng::seed_from_u64(7);
-    // Odd output counts (not a multiple of any tile), inputs not a multiple of 256.
+    // Odd output counts (not a multiple of any tile), inputs not a multiple of 256 where the
+    // type allows.
     for (out, cols) in [(37, 64), (5, 32), (130, 288)] {
         for ty in WeightType::ALL {
+            let cols = cols_for(ty, cols);
             let w = random_matrix(ty, out, cols, &mut rng);
             let wd = dequantized(&w);
             for m in [1, 2, 5, 8, 16] {
@@ -158,8 +184,8 @@ fn every_kernel_type_and_row_count_is_within_the_activation_rounding_bound() {
 #[test]
 fn a_rows_result_does_not_depend_on_the_rows_beside_it_or_the_threads() {
     let mut rng = ChaCha8Rng::seed_from_u64(11);
-    let (out, cols) = (77, 128);
     for ty in WeightType::ALL {
+        let (out, cols) = (77, cols_for(ty, 128));
         let w = random_matrix(ty, out, cols, &mut rng);
         let x = random_x(16, cols, &mut rng);
         for isa in Isa::available() {

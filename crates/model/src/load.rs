@@ -23,7 +23,7 @@ pub struct LoadOptions {
     /// wgpu do not report device memory, so `None` there). Checked before anything is
     /// allocated, against the f32 size of every weight.
     pub max_total_bytes: Option<u64>,
-    /// On the CPU: keep matrices of the types mars-kernels multiplies (Q8_0, Q4_0, Q4_1) as
+    /// On the CPU: keep matrices of the types mars-kernels multiplies (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K) as
     /// their GGUF blocks and run them on this many threads. `None` (GPUs, and the f32
     /// reference path) dequantizes every weight to f32.
     pub cpu_threads: Option<usize>,
@@ -51,6 +51,9 @@ fn packable(ty: GgmlType) -> Option<WeightType> {
         GgmlType::Q8_0 => Some(WeightType::Q8_0),
         GgmlType::Q4_0 => Some(WeightType::Q4_0),
         GgmlType::Q4_1 => Some(WeightType::Q4_1),
+        GgmlType::Q5_0 => Some(WeightType::Q5_0),
+        GgmlType::Q4K => Some(WeightType::Q4K),
+        GgmlType::Q6K => Some(WeightType::Q6K),
         _ => None,
     }
 }
@@ -153,7 +156,7 @@ fn freq_factors(g: &dyn Weights, hd: usize) -> Result<Option<Vec<f32>>> {
 
 impl Llama {
     /// Builds the model from a GGUF file on `device`: every weight dequantized to f32, or with
-    /// [`LoadOptions::cpu_threads`] the Q8_0/Q4_0/Q4_1 matrices kept as their blocks.
+    /// [`LoadOptions::cpu_threads`] the matrices kept as their blocks (other types as Q8_0).
     ///
     /// # Errors
     /// Configuration, missing or mis-shaped tensors, or a model too large for the device.
