@@ -65,7 +65,7 @@ await test("race on the tiny model: both panes finish, numbers, strict equals na
     assert(offered.filter((u) => /^https:\/\/huggingface\.co\/[^/]+\/[^/]+\/resolve\/main\/[^/]+\.gguf$/.test(u)).length >= 2, `offered ${offered}`);
     assert(await page.getAttribute("#draft-url", "list") === "model-urls", "draft URL field offers no models");
     const strict = await page.textContent('[data-pane="strict"] .output');
-    const native = JSON.parse(execFileSync(marsBin, ["generate", "--model", join(models, "tiny.gguf"), "--prompt", TINY_PROMPT, "--max-tokens", "12", "--json"]).toString());
+    const native = JSON.parse(execFileSync(marsBin, ["generate", "--model", join(models, "tiny.gguf"), "--prompt", TINY_PROMPT, "--max-tokens", "12", "--json", "--kernels", "f32"]).toString());
     assert(strict === native.text, `strict ${JSON.stringify(strict)} != native ${JSON.stringify(native.text)}`);
     await page.screenshot({ path: join(outDir, "race-tiny.png"), fullPage: true });
   });
@@ -79,7 +79,7 @@ await test("a separate draft model file races too and strict stays lossless", as
     await page.waitForSelector('[data-pane="mars"][data-done="true"]', { timeout: 240_000 });
     await page.waitForSelector('[data-pane="strict"][data-done="true"]', { timeout: 240_000 });
     const strict = await page.textContent('[data-pane="strict"] .output');
-    const native = JSON.parse(execFileSync(marsBin, ["generate", "--model", join(models, "tiny.gguf"), "--prompt", TINY_PROMPT, "--max-tokens", "12", "--json"]).toString());
+    const native = JSON.parse(execFileSync(marsBin, ["generate", "--model", join(models, "tiny.gguf"), "--prompt", TINY_PROMPT, "--max-tokens", "12", "--json", "--kernels", "f32"]).toString());
     assert(strict === native.text, `strict ${JSON.stringify(strict)} != native ${JSON.stringify(native.text)}`);
   });
 });

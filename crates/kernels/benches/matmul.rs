@@ -22,7 +22,7 @@ fn matrix(ty: WeightType, rows: usize, cols: usize) -> QMatrix {
 
 fn bench(c: &mut Criterion) {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for (name, rows, cols) in [("135M ffn", 1536, 576), ("1.5B ffn", 8960, 1536)] {
+    for (name, rows, cols) in [("135M ffn", 1536, 576usize), ("1.5B ffn", 8960, 1536)] {
         // K-quant rows are whole 256-value super-blocks: 576 is not.
         for ty in WeightType::ALL
             .into_iter()
