@@ -223,6 +223,19 @@ pub fn resolve(
 /// The default model's file name in the model cache directory.
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
+/// The draft/target pair `tests/fetch-pair.sh` fetches: (target, draft).
+pub const PAIR_FILES: (&str, &str) = (
+    "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
+    "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
+);
+
+/// The pair's (target, draft) paths when both are in the model cache.
+pub fn pair_in_cache() -> Option<(PathBuf, PathBuf)> {
+    let dir = model_dir();
+    let (target, draft) = (dir.join(PAIR_FILES.0), dir.join(PAIR_FILES.1));
+    (target.is_file() && draft.is_file()).then_some((target, draft))
+}
+
 /// Where the model cache lives: `$MARS_MODEL_DIR`, else `~/.cache/mars/models`.
 pub fn model_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("MARS_MODEL_DIR") {

@@ -121,6 +121,19 @@ fn default_compare() -> compare::CompareArgs {
         #[command(flatten)]
         args: compare::CompareArgs,
     }
+    // On the real draft/target pair when it is in the cache, else on the default model with
+    // its layer-skip drafter.
+    if let Some((target, draft)) = args::pair_in_cache() {
+        eprintln!(
+            "comparing on the pair in the cache: target {}, draft {}",
+            target.display(),
+            draft.display()
+        );
+        let draft = format!("model:{}", draft.display());
+        let target = target.display().to_string();
+        return Defaults::parse_from(["mars", "--chat", "--model", &target, "--draft", &draft])
+            .args;
+    }
     Defaults::parse_from(["mars", "--chat"]).args
 }
 

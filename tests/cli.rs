@@ -184,7 +184,7 @@ fn generate_answers_with_the_real_model() {
         "{report}"
     );
     assert_eq!(report["stop_reason"], "eos");
-    let zero = [&packed[..10], &["--threads", "0"]].concat();
+    let zero = [&packed[..9], &["--threads", "0"]].concat();
     let out = mars(&zero, "");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("threads = 0"));
@@ -192,7 +192,7 @@ fn generate_answers_with_the_real_model() {
     let out = mars(&f32_threads, "");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("packed CPU kernels"));
-    let wgpu_packed = [&packed[..10], &["--device", "wgpu", "--kernels", "packed"]].concat();
+    let wgpu_packed = [&packed[..9], &["--device", "wgpu", "--kernels", "packed"]].concat();
     let out = mars(&wgpu_packed, "");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("CPU only"));
