@@ -43,5 +43,8 @@ if [ ! -x tests/e2e/node_modules/.bin/wasm-opt ] || [ ! -d tests/e2e/node_module
   (cd tests/e2e && npm ci --no-audit --no-fund --silent)
 fi
 bash tests/fetch-model.sh
+# The Qwen2.5-Coder draft/target pair (1.6 GB, sha256 checked; cached after the first run): its
+# tokenizer and speculative-decoding tests.
+bash tests/fetch-pair.sh
 
 echo "setup: ok (wasm-bindgen $wbg, $(chromium --version 2>/dev/null | head -n1))"

@@ -7,8 +7,6 @@ python3 make_fixture.py PATH/TO/SmolLM2-135M-Instruct.Q4_1.gguf > smollm2.json
 import json
 import sys
 
-from llama_cpp import Llama
-
 STRINGS = [
     "Hello, world!", "hello world", " Hello", "  two leading spaces", "trailing space ",
     "The quick brown fox jumps over the lazy dog.", "I'm sure you'll see they've done it.",
@@ -28,6 +26,9 @@ STRINGS = [
 
 
 def main(path):
+    # Imported here so that make_qwen2_fixture.py can reuse STRINGS without llama-cpp-python.
+    from llama_cpp import Llama
+
     llm = Llama(model_path=path, vocab_only=True, verbose=False)
     cases = [{"text": s, "ids": llm.tokenize(s.encode(), add_bos=False, special=True)} for s in STRINGS]
     json.dump({"model": "SmolLM2-135M-Instruct.Q4_1.gguf", "special": True, "cases": cases},

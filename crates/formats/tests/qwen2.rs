@@ -1,0 +1,77 @@
+//! The real Qwen2.5-Coder-0.5B-Instruct Q4_K_M file (the draft of the project's draft/target
+//! pair; the 1.5B shares its tokenizer): gpt2 BPE with the qwen2 pre-tokenizer against
+//! llama.cpp's ids (its own qwen2 test strings, code, CJK and whitespace runs), round trips,
+//! and the ChatML template. Fetched by `tests/setup.sh` (`tests/fetch-pair.sh`) into
+//! `~/.cache/mars/models` (or `$MARS_MODEL_DIR`); without it these tests fail and say how to get
+//! it, unless `MARS_SKIP_MODEL_TESTS=1`.
+#![cfg(not(target_arch = "wasm32"))]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+
+use mars_formats::{ChatTemplate, Gguf, Message, Tokenizer};
+
+const FILE: &str = "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf";
+
+fn model_bytes() -> Option<Vec<u8>> {
+    let dir = std::env::var_os("MARS_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/mars/models")
+        });
+    let path = dir.join(FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => Some(bytes),
+        Err(_) if std::env::var_os("MARS_SKIP_MODEL_TESTS").is_some() => None,
+        Err(e) => panic!(
+            "{}: {e}; run `bash tests/setup.sh` (or tests/fetch-pair.sh) to fetch it",
+            path.display()
+        ),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Fixture {
+    cases: Vec<Case>,
+}
+#[derive(serde::Deserialize)]
+struct Case {
+    text: String,
+    ids: Vec<u32>,
+}
+
+#[test]
+fn tokenizer_ids_equal_llama_cpp() {
+    let Some(bytes) = model_bytes() else { return };
+    let g = Gguf::parse(&bytes).unwrap();
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    assert!(!tok.add_bos, "Qwen2 adds no BOS");
+    let fixture: Fixture = serde_json::from_str(include_str!("data/tokenizer/qwen2.json")).unwrap();
+    assert!(fixture.cases.len() >= 100);
+    for case in &fixture.cases {
+        let ids = tok.encode(&case.text, true).unwrap();
+        assert_eq!(ids, case.ids, "{:?}", case.text);
+        assert_eq!(
+            tok.decode(&ids).unwrap(),
+            case.text,
+            "round trip of {:?}",
+            case.text
+        );
+    }
+}
+
+#[test]
+fn chat_template_renders_chatml() {
+    let Some(bytes) = model_bytes() else { return };
+    let g = Gguf::parse(&bytes).unwrap();
+    let source = g.get_str("tokenizer.chat_template").unwrap();
+    let template = ChatTemplate::new(source, "", "<|im_end|>").unwrap();
+    let text = template
+        .render(&[Message::new("user", "Hi!")], true)
+        .unwrap();
+    assert_eq!(
+        text,
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful \
+         assistant.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
+    );
+}
