@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Speculative decoding on the Qwen2.5-Coder pair (1.5B target, 0.5B draft model), greedy, chat
+# template, beside llama.cpp's own speculative decoding on the same files, prompts, k and
+# threads: `mars bench` (target-only, strict, MARS; per category) then llama-speculative-simple
+# per prompt, then llama-bench's target-only decode. A benchmark command, not a CI step.
+#   usage: bash tests/bench/pair.sh [K] [MAX_TOKENS] [CATEGORY] [THREADS]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+k=${1:-4}
+max=${2:-64}
+category=${3:-coding}
+threads=${4:-$(nproc)}
+dir="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}"
+target="$dir/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf"
+draft="$dir/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"
+[ -f "$target" ] && [ -f "$draft" ] || { echo "fetch the pair first: bash tests/fetch-pair.sh" >&2; exit 1; }
+bin=$(bash ../shared/tools/llama-cpp.sh)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+python3 - "$category" >"$out/prompts.jsonl" <<'PY'
+import json, sys
+for line in open("../shared/bench/spec_bench.jsonl"):
+    if json.loads(line).get("category") == sys.argv[1]:
+        sys.stdout.write(line)
+PY
+echo "== mars: $(wc -l <"$out/prompts.jsonl") $category prompts, k = $k, $max tokens, $threads threads"
+cargo build --release -q
+"${CARGO_TARGET_DIR:-target}/release/mars" bench --chat --model "$target" --draft "model:$draft" \
+  --k "$k" --max-tokens "$max" --threads "$threads" --prompts "$out/prompts.jsonl" --out "$out/mars"
+echo "== llama.cpp llama-speculative-simple, same prompts (ChatML), --spec-draft-n-max $k"
+python3 - "$out/prompts.jsonl" "$out" <<'PY'
+import json, sys
+for i, line in enumerate(open(sys.argv[1])):
+    q = json.loads(line)["turns"][0]
+    text = ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+            f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n")
+    open(f"{sys.argv[2]}/p{i}.txt", "w").write(text)
+PY
+for p in "$out"/p*.txt; do
+  LD_LIBRARY_PATH="$bin" "$bin/llama-speculative-simple" -m "$target" -md "$draft" -f "$p" \
+    -n "$max" --temp 0 --top-k 1 -t "$threads" --spec-draft-n-max "$k" --spec-draft-n-min 0 \
+    -c 4096 >>"$out/spec.log" 2>&1 || true
+done
+python3 - "$out/spec.log" <<'PY'
+import re, sys
+log = open(sys.argv[1]).read()
+tokens = sum(int(x) for x in re.findall(r"decoded\s+(\d+) tokens in", log))
+secs = sum(float(x) for x in re.findall(r"tokens in\s+([\d.]+) seconds", log))
+drafted = sum(int(x) for x in re.findall(r"n_drafted\s*=\s*(\d+)", log))
+accepted = sum(int(x) for x in re.findall(r"n_accept\s*=\s*(\d+)", log))
+print(f"llama.cpp speculative: {tokens} tokens in {secs:.1f} s = {tokens / max(secs, 1e-9):.2f} tok/s; "
+      f"drafts accepted {accepted}/{drafted} = {accepted / max(drafted, 1):.0%}")
+PY
+LD_LIBRARY_PATH="$bin" "$bin/llama-bench" -m "$target" -t "$threads" -p 0 -n "$max" -r 3 -o json \
+  2>/dev/null | python3 -c "import json,sys; print(f'llama.cpp target-only decode (llama-bench tg$max): {json.load(sys.stdin)[0][\"avg_ts\"]:.2f} tok/s')"
