@@ -37,7 +37,7 @@ for i, line in enumerate(open(sys.argv[1])):
     open(f"{sys.argv[2]}/p{i}.txt", "w").write(text)
 PY
 for p in "$out"/p*.txt; do
-  LD_LIBRARY_PATH="$bin" "$bin/llama-speculative-simple" -m "$target" -md "$draft" -f "$p" \
+  LD_LIBRARY_PATH="$bin" "$bin/llama-speculative-simple" -m "$target" -md "$draft" --spec-type draft-simple -f "$p" \
     -n "$max" --temp 0 --top-k 1 -t "$threads" --spec-draft-n-max "$k" --spec-draft-n-min 0 \
     -c 4096 >>"$out/spec.log" 2>&1 || true
 done
