@@ -45,7 +45,7 @@ python3 - "$out/spec.log" <<'PY'
 import re, sys
 log = open(sys.argv[1]).read()
 tokens = sum(int(x) for x in re.findall(r"decoded\s+(\d+) tokens in", log))
-secs = sum(float(x) for x in re.findall(r"tokens in\s+([\d.]+) seconds", log))
+secs = sum(float(x) for x in re.findall(r"decoded\s+\d+ tokens in\s+([\d.]+) seconds", log))
 drafted = sum(int(x) for x in re.findall(r"n_drafted\s*=\s*(\d+)", log))
 accepted = sum(int(x) for x in re.findall(r"n_accept\s*=\s*(\d+)", log))
 print(f"llama.cpp speculative: {tokens} tokens in {secs:.1f} s = {tokens / max(secs, 1e-9):.2f} tok/s; "
