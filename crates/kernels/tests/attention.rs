@@ -178,7 +178,6 @@ fn q8_0_conversion_rounds_each_value_to_its_block_step() {
             assert!((got - want).abs() <= bound, "{r},{b}: {got} vs {want}");
         }
     }
-    assert_eq!(back.len(), cols);
 }
 
 #[test]
