@@ -7,12 +7,16 @@
 //! - `Q4_1` (20 bytes): f16 scale d, f16 minimum m, 16 bytes of nibbles laid out as Q4_0;
 //!   value = d·q + m.
 //! - `Q5_0` (22 bytes): f16 scale d, 32 fifth bits (u32), nibbles as Q4_0; value = d·(q − 16).
+//! - `Q5_1` (24 bytes): f16 scale d, f16 minimum m, 32 fifth bits, nibbles; value = d·q + m.
 //!
-//! K-quant super-blocks hold 256 values as 8 sub-blocks of 32; the kernels meet them one
-//! sub-block at a time, with the same 32-value activation blocks as the legacy types:
+//! K-quant super-blocks hold 256 values as 8 sub-blocks of 32 with small integer scales under
+//! one f16 d, so the kernels meet a whole super-block in integers against activations quantized
+//! per 256 values (`quantize`), and turn to floats once per super-block:
 //! - `Q4_K` (144 bytes): f16 d, f16 dmin, 12 bytes of 6-bit scales and minimums, 128 bytes of
 //!   nibbles (32 bytes per pair of sub-blocks: low nibbles the first, high the second);
 //!   value = d·sc·q − dmin·m.
+//! - `Q5_K` (176 bytes): as Q4_K, with 32 bytes of fifth bits after the scales (bit j of byte l
+//!   belongs to value l of sub-block j) before the nibbles.
 //! - `Q6_K` (210 bytes): 128 bytes of low nibbles, 64 bytes of 2-bit high parts, 16 i8 scales
 //!   (one per 16 values), f16 d at the end; value = d·sc·(q − 32).
 
@@ -34,8 +38,12 @@ pub enum WeightType {
     Q4_1,
     /// 5-bit, one f16 scale, offset 16.
     Q5_0,
+    /// 5-bit, f16 scale and minimum.
+    Q5_1,
     /// 4-bit K-quant: 256-value super-blocks, 6-bit scales and minimums per 32.
     Q4K,
+    /// 5-bit K-quant: as Q4_K with a fifth bit per value.
+    Q5K,
     /// 6-bit K-quant: 256-value super-blocks, 8-bit scales per 16.
     Q6K,
 }
@@ -48,7 +56,9 @@ impl WeightType {
             Self::Q4_0 => 18,
             Self::Q4_1 => 20,
             Self::Q5_0 => 22,
+            Self::Q5_1 => 24,
             Self::Q4K => 144,
+            Self::Q5K => 176,
             Self::Q6K => 210,
         }
     }
@@ -56,24 +66,39 @@ impl WeightType {
     /// Values per block (a row is a whole number of them).
     pub const fn block_values(self) -> usize {
         match self {
-            Self::Q8_0 | Self::Q4_0 | Self::Q4_1 | Self::Q5_0 => BLOCK,
-            Self::Q4K | Self::Q6K => 256,
+            Self::Q8_0 | Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 => BLOCK,
+            Self::Q4K | Self::Q5K | Self::Q6K => 256,
         }
     }
 
+    /// Whether this is a K-quant (256-value super-blocks, met by activations quantized per 256
+    /// values).
+    pub const fn is_k(self) -> bool {
+        matches!(self, Self::Q4K | Self::Q5K | Self::Q6K)
+    }
+
+    /// Values that share one activation scale when this type is multiplied: 32 for the legacy
+    /// types, 256 for K-quants. The error bound (crate docs) is taken over these groups.
+    pub const fn act_group(self) -> usize {
+        self.block_values()
+    }
+
     /// Every type, for tests and benchmarks.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::Q8_0,
         Self::Q4_0,
         Self::Q4_1,
         Self::Q5_0,
+        Self::Q5_1,
         Self::Q4K,
+        Self::Q5K,
         Self::Q6K,
     ];
 }
 
 /// One 32-value sub-block unpacked for the integer kernels: value i = scale[i / 16]·w[i] + min.
-/// Signed types (Q8_0, Q5_0, Q6_K) have min 0; unsigned ones (Q4_0, Q4_1, Q4_K) a minimum term.
+/// Signed types (Q8_0, Q5_0, Q6_K) have min 0; unsigned ones (Q4_0, Q4_1, Q5_1, Q4_K, Q5_K) a
+/// minimum term.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Sub {
     pub(crate) w: [i8; BLOCK],
@@ -101,12 +126,115 @@ pub(crate) fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
     }
 }
 
+/// A K-quant super-block's 6-bit scales and minimums (Q4_K, Q5_K) from its 12 packed bytes, all
+/// at once with word operations: bytes 0..8 are the eight sub-blocks' scales, 8..16 their
+/// minimums (what [`scale_min_k4`] gives one at a time).
+#[inline(always)]
+pub(crate) fn scales_mins_k4(s: &[u8]) -> [u8; 16] {
+    let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (a, b, c) = (word(0), word(1), word(2));
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const LOW2: u32 = 0x0303_0303;
+    // Sub-blocks 0–3 keep the low 6 bits of bytes 0–3 (scales) and 4–7 (minimums); 4–7 take 4
+    // low bits from bytes 8–11 and their top 2 bits from the top bits of bytes 0–3 / 4–7.
+    let scales_lo = a & LOW6;
+    let scales_hi = (c & LOW4) | (((a >> 6) & LOW2) << 4);
+    let mins_lo = b & LOW6;
+    let mins_hi = ((c >> 4) & LOW4) | (((b >> 6) & LOW2) << 4);
+    let mut out = [0u8; 16];
+    for (i, w) in [scales_lo, scales_hi, mins_lo, mins_hi]
+        .into_iter()
+        .enumerate()
+    {
+        out[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+    }
+    out
+}
+
+/// A K-quant super-block in the integer form the K kernels use: value i (0..256) is
+/// `d·sc[i / 16]·q[i] − dmin·mn[i / 16]`, with q unsigned ([`k_quants`]). Q4_K and Q5_K: sc and
+/// mn are the sub-block's 6-bit scale and minimum; Q6_K: sc the i8 scale, and its offset of 32
+/// folded in as dmin = 32·d, mn = sc (exact: a power-of-two multiple).
+pub(crate) struct KScales {
+    pub(crate) d: f32,
+    pub(crate) dmin: f32,
+    pub(crate) sc: [i16; 16],
+    pub(crate) mn: [i16; 16],
+}
+
+/// The scales of K-quant `block` (its bytes).
+pub(crate) fn k_scales(ty: WeightType, block: &[u8]) -> KScales {
+    let (mut sc, mut mn) = ([0i16; 16], [0i16; 16]);
+    match ty {
+        WeightType::Q6K => {
+            for (h, s) in sc.iter_mut().enumerate() {
+                *s = i16::from(block[192 + h] as i8);
+            }
+            let d = f16_at(block, 208);
+            KScales {
+                d,
+                dmin: 32.0 * d,
+                sc,
+                mn: sc,
+            }
+        }
+        _ => {
+            for h in 0..16 {
+                let (s, m) = scale_min_k4(h / 2, &block[4..16]);
+                sc[h] = i16::from(s);
+                mn[h] = i16::from(m);
+            }
+            KScales {
+                d: f16_at(block, 0),
+                dmin: f16_at(block, 2),
+                sc,
+                mn,
+            }
+        }
+    }
+}
+
+/// Sub-block `j` (values 32·j..32·j + 32) of K-quant `block`, unsigned: 0..16 (Q4_K), 0..32
+/// (Q5_K), 0..64 (Q6_K).
+pub(crate) fn k_quants(ty: WeightType, block: &[u8], j: usize) -> [u8; BLOCK] {
+    let mut q = [0u8; BLOCK];
+    match ty {
+        WeightType::Q6K => {
+            let (half, quarter) = (j / 4, j % 4);
+            let ql = &block[64 * half + 32 * (quarter % 2)..][..32];
+            let qh = &block[128 + 32 * half..][..32];
+            for (l, v) in q.iter_mut().enumerate() {
+                *v =
+                    ((ql[l] >> (4 * (quarter / 2))) & 0x0F) | (((qh[l] >> (2 * quarter)) & 3) << 4);
+            }
+        }
+        _ => {
+            let nibbles_at = if ty == WeightType::Q5K { 48 } else { 16 };
+            let qs = &block[nibbles_at + 32 * (j / 2)..][..32];
+            for (v, &b) in q.iter_mut().zip(qs) {
+                *v = (b >> (4 * (j % 2))) & 0x0F;
+            }
+            if ty == WeightType::Q5K {
+                for (v, &h) in q.iter_mut().zip(&block[16..48]) {
+                    *v |= ((h >> j) & 1) << 4;
+                }
+            }
+        }
+    }
+    q
+}
+
 /// Sub-block `b` (32 values) of a row's blocks `row`, unpacked.
 #[inline(always)]
 pub(crate) fn unpack(ty: WeightType, row: &[u8], b: usize) -> Sub {
     let mut w = [0i8; BLOCK];
     match ty {
-        WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q4_1 | WeightType::Q5_0 => {
+        WeightType::Q8_0
+        | WeightType::Q4_0
+        | WeightType::Q4_1
+        | WeightType::Q5_0
+        | WeightType::Q5_1 => {
             let block = &row[b * ty.block_bytes()..(b + 1) * ty.block_bytes()];
             let d = f16_at(block, 0);
             let (scale, min) = match ty {
@@ -126,6 +254,16 @@ pub(crate) fn unpack(ty: WeightType, row: &[u8], b: usize) -> Sub {
                     }
                     (d, 0.0)
                 }
+                WeightType::Q5_1 => {
+                    let qh = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+                    for (j, &q) in block[8..24].iter().enumerate() {
+                        let h0 = ((qh >> j) & 1) as u8;
+                        let h1 = ((qh >> (j + 16)) & 1) as u8;
+                        w[j] = ((q & 0x0F) | (h0 << 4)) as i8;
+                        w[j + 16] = ((q >> 4) | (h1 << 4)) as i8;
+                    }
+                    (d, f16_at(block, 2))
+                }
                 _ => {
                     let (qs, min) = match ty {
                         WeightType::Q4_1 => (&block[4..20], f16_at(block, 2)),
@@ -144,15 +282,22 @@ pub(crate) fn unpack(ty: WeightType, row: &[u8], b: usize) -> Sub {
                 min,
             }
         }
-        WeightType::Q4K => {
-            let block = &row[b / 8 * 144..][..144];
+        WeightType::Q4K | WeightType::Q5K => {
+            let bytes = ty.block_bytes();
+            let block = &row[b / 8 * bytes..][..bytes];
             let j = b % 8;
             let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
             let (sc, m) = scale_min_k4(j, &block[4..16]);
-            let qs = &block[16 + 32 * (j / 2)..][..32];
+            let nibbles_at = if ty == WeightType::Q5K { 48 } else { 16 };
+            let qs = &block[nibbles_at + 32 * (j / 2)..][..32];
             let shift = 4 * (j % 2);
             for (wi, &q) in w.iter_mut().zip(qs) {
                 *wi = ((q >> shift) & 0x0F) as i8;
+            }
+            if ty == WeightType::Q5K {
+                for (wi, &h) in w.iter_mut().zip(&block[16..48]) {
+                    *wi |= (((h >> j) & 1) << 4) as i8;
+                }
             }
             let scale = d * f32::from(sc);
             Sub {
@@ -353,12 +498,69 @@ impl QMatrix {
                 // to its dequantizers (and to mars-formats').
                 *v = match self.ty {
                     WeightType::Q4_0 => f32::from(i16::from(q) - 8) * s, // (q − 8)·d
-                    WeightType::Q4_1 => f32::from(q) * s + sub.min,      // q·d + m
-                    WeightType::Q4K => s * f32::from(q) + sub.min,       // (d·sc)·q − dmin·m
+                    WeightType::Q4_1 | WeightType::Q5_1 => f32::from(q) * s + sub.min, // q·d + m
+                    WeightType::Q4K | WeightType::Q5K => s * f32::from(q) + sub.min, // (d·sc)·q − dmin·m
                     WeightType::Q8_0 | WeightType::Q5_0 | WeightType::Q6K => f32::from(q) * s,
                 };
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_decoded_k4_scales_equal_the_one_at_a_time_decoding() {
+        // Every byte value in every position, and a pseudo-random sweep of whole patterns.
+        let mut state = 0x9e37_79b9_u32;
+        for case in 0..4096u32 {
+            let mut s = [0u8; 12];
+            for (i, b) in s.iter_mut().enumerate() {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                *b = if case < 256 * 12 && i == (case / 256) as usize {
+                    (case % 256) as u8
+                } else {
+                    (state >> 24) as u8
+                };
+            }
+            let both = scales_mins_k4(&s);
+            for j in 0..8 {
+                assert_eq!((both[j], both[8 + j]), scale_min_k4(j, &s), "{s:?} j={j}");
+            }
+        }
+    }
+
+    #[test]
+    fn k_integer_form_equals_the_unpacked_sub_blocks() {
+        // value = d·sc·q − dmin·mn per 16 values, the same numbers `unpack` gives per 32.
+        let mut state = 7u32;
+        for ty in [WeightType::Q4K, WeightType::Q5K, WeightType::Q6K] {
+            let mut block: Vec<u8> = (0..ty.block_bytes())
+                .map(|_| {
+                    state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (state >> 24) as u8
+                })
+                .collect();
+            let d_at = if ty == WeightType::Q6K { 208 } else { 0 };
+            block[d_at..d_at + 2].copy_from_slice(&f16::from_f32(0.5).to_le_bytes());
+            if ty != WeightType::Q6K {
+                block[2..4].copy_from_slice(&f16::from_f32(0.25).to_le_bytes());
+            }
+            let s = k_scales(ty, &block);
+            for j in 0..8 {
+                let q = k_quants(ty, &block, j);
+                let sub = unpack(ty, &block, j);
+                for i in 0..BLOCK {
+                    let h = 2 * j + i / 16;
+                    let from_k = s.d * f32::from(s.sc[h]) * f32::from(q[i])
+                        - s.dmin * f32::from(s.mn[h]);
+                    let from_sub = sub.scale[i / 16] * f32::from(sub.w[i]) + sub.min;
+                    assert_eq!(from_k, from_sub, "{ty:?} sub-block {j} value {i}");
+                }
+            }
+        }
     }
 }

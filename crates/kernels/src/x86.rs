@@ -12,8 +12,8 @@
 
 use std::arch::x86_64::*;
 
-use crate::block::{BLOCK, WeightType, scale_min_k4};
-use crate::quantize::QActs;
+use crate::block::{BLOCK, WeightType, scales_mins_k4};
+use crate::quantize::{K_GROUP, K_SUM, QActs};
 
 /// Whether this CPU runs [`dot_rows`].
 pub(crate) fn available() -> bool {
@@ -22,36 +22,18 @@ pub(crate) fn available() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
-/// One block type's layout, for the generic kernel.
+/// One legacy block type's layout (32 values a block), for the generic kernel.
 trait Layout {
     /// Bytes per block.
     const BYTES: usize;
-    /// Values per block (32, or 256 for K-quants).
-    const VALUES: usize;
     /// Whether the unpacked weights are signed (sign trick) or unsigned with a minimum.
     const SIGNED: bool;
-    /// Sub-block `b` (32 values) of the row at `row`: its weights as bytes, the scale of each
-    /// i32 lane of `madd` (lanes 0–3 hold values 0–15), and its minimum (0 for signed types).
+    /// Block `b` of the row at `row`: its weights as bytes, the scale of each i32 lane of
+    /// `madd`, and its minimum (0 for signed types).
     ///
     /// # Safety
-    /// `row` points at a row of at least (b + 1)·32 values' blocks, and the CPU has AVX2 and
-    /// F16C.
+    /// `row` points at a row of at least b + 1 blocks, and the CPU has AVX2 and F16C.
     unsafe fn load(row: *const u8, b: usize) -> (__m256i, __m256, f32);
-
-    /// Every sub-block of block `blk` as [`Layout::load`] gives them, into `subs[..SUBS]`, with
-    /// what they share (f16 scales, packed 6-bit scales) decoded once; the default loads them one
-    /// by one.
-    ///
-    /// # Safety
-    /// As [`Layout::load`] for each of the block's sub-blocks.
-    #[inline(always)]
-    unsafe fn load_block(row: *const u8, blk: usize, subs: &mut [(__m256i, __m256, f32); 8]) {
-        let per = Self::VALUES / BLOCK;
-        for (j, sub) in subs.iter_mut().enumerate().take(per) {
-            // SAFETY: sub-block blk·per + j is inside block blk (caller).
-            *sub = unsafe { Self::load(row, blk * per + j) };
-        }
-    }
 }
 
 /// An f16 at `p` (little-endian) as f32.
@@ -90,12 +72,37 @@ struct Q40;
 struct Q41;
 
 struct Q50;
-struct Q4K;
-struct Q6K;
+struct Q51;
+
+/// The 32 fifth bits at `p` (a little-endian u32; bit i for value i) as 32 bytes of 0x10 or 0.
+///
+/// # Safety
+/// `p` points at 4 readable bytes, and the CPU has AVX2.
+#[inline(always)]
+unsafe fn fifth_bits(p: *const u8) -> __m256i {
+    // SAFETY: 4 readable bytes at `p` (caller); read_unaligned has no alignment requirement;
+    // AVX2 is guaranteed by the caller.
+    unsafe {
+        let qh = p.cast::<u32>().read_unaligned();
+        // Byte i of `bits` is 0xFF where bit i of qh is set: each byte gets the qh byte holding
+        // its bit, OR-ed with every bit but its own set, compared with all ones.
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(qh as i32),
+            _mm256_setr_epi64x(
+                0,
+                0x0101_0101_0101_0101,
+                0x0202_0202_0202_0202,
+                0x0303_0303_0303_0303,
+            ),
+        );
+        let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+        let bits = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+        _mm256_and_si256(bits, _mm256_set1_epi8(0x10))
+    }
+}
 
 impl Layout for Q80 {
     const BYTES: usize = 34;
-    const VALUES: usize = BLOCK;
     const SIGNED: bool = true;
     #[inline(always)]
     unsafe fn load(row: *const u8, b: usize) -> (__m256i, __m256, f32) {
@@ -114,7 +121,6 @@ impl Layout for Q80 {
 
 impl Layout for Q40 {
     const BYTES: usize = 18;
-    const VALUES: usize = BLOCK;
     const SIGNED: bool = false;
     #[inline(always)]
     unsafe fn load(row: *const u8, b: usize) -> (__m256i, __m256, f32) {
@@ -130,7 +136,6 @@ impl Layout for Q40 {
 
 impl Layout for Q41 {
     const BYTES: usize = 20;
-    const VALUES: usize = BLOCK;
     const SIGNED: bool = false;
     #[inline(always)]
     unsafe fn load(row: *const u8, b: usize) -> (__m256i, __m256, f32) {
@@ -149,7 +154,6 @@ impl Layout for Q41 {
 
 impl Layout for Q50 {
     const BYTES: usize = 22;
-    const VALUES: usize = BLOCK;
     const SIGNED: bool = true;
     #[inline(always)]
     unsafe fn load(row: *const u8, b: usize) -> (__m256i, __m256, f32) {
@@ -158,24 +162,7 @@ impl Layout for Q50 {
         // are guaranteed by the caller.
         unsafe {
             let p = row.add(b * Self::BYTES);
-            let qh = p.add(2).cast::<u32>().read_unaligned();
-            // Byte i of the result is 0xFF where bit i of qh is set: each byte gets the qh byte
-            // holding its bit, OR-ed with every bit but its own set, compared with all ones.
-            let spread = _mm256_shuffle_epi8(
-                _mm256_set1_epi32(qh as i32),
-                _mm256_setr_epi64x(
-                    0,
-                    0x0101_0101_0101_0101,
-                    0x0202_0202_0202_0202,
-                    0x0303_0303_0303_0303,
-                ),
-            );
-            let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
-            let bits = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
-            let q = _mm256_or_si256(
-                nibbles(p.add(6)),
-                _mm256_and_si256(bits, _mm256_set1_epi8(0x10)),
-            );
+            let q = _mm256_or_si256(nibbles(p.add(6)), fifth_bits(p.add(2)));
             (
                 _mm256_sub_epi8(q, _mm256_set1_epi8(16)),
                 _mm256_set1_ps(f16_at(p)),
@@ -185,131 +172,17 @@ impl Layout for Q50 {
     }
 }
 
-impl Layout for Q4K {
-    const BYTES: usize = 144;
-    const VALUES: usize = 256;
+impl Layout for Q51 {
+    const BYTES: usize = 24;
     const SIGNED: bool = false;
     #[inline(always)]
     unsafe fn load(row: *const u8, b: usize) -> (__m256i, __m256, f32) {
-        // SAFETY: super-block b / 8's 144 bytes are readable (caller): d and dmin at 0..4, the
-        // scales at 4..16, sub-block pair j / 2's 32 bytes of nibbles at 16 + 32·(j / 2).
+        // SAFETY: block b's 24 bytes are readable (caller): scale and minimum at 0..4, the 32
+        // fifth bits at 4..8, the nibbles at 8..24; AVX2 and F16C are guaranteed by the caller.
         unsafe {
-            let p = row.add(b / 8 * Self::BYTES);
-            let j = b % 8;
-            let scales = std::slice::from_raw_parts(p.add(4), 12);
-            let (sc, m) = scale_min_k4(j, scales);
-            let qs = _mm256_loadu_si256(p.add(16 + 32 * (j / 2)).cast());
-            let qs = if j % 2 == 1 {
-                _mm256_srli_epi16(qs, 4)
-            } else {
-                qs
-            };
-            (
-                _mm256_and_si256(qs, _mm256_set1_epi8(0x0F)),
-                _mm256_set1_ps(f16_at(p) * f32::from(sc)),
-                -(f16_at(p.add(2)) * f32::from(m)),
-            )
-        }
-    }
-    #[inline(always)]
-    unsafe fn load_block(row: *const u8, blk: usize, subs: &mut [(__m256i, __m256, f32); 8]) {
-        // SAFETY: block blk's 144 bytes are readable (caller): d and dmin at 0..4, the scales at
-        // 4..16, the nibbles at 16..144 (four 32-byte loads).
-        unsafe {
-            let p = row.add(blk * Self::BYTES);
-            let (d, dmin) = (f16_at(p), f16_at(p.add(2)));
-            let scales = std::slice::from_raw_parts(p.add(4), 12);
-            let mask = _mm256_set1_epi8(0x0F);
-            for pair in 0..4 {
-                let qs = _mm256_loadu_si256(p.add(16 + 32 * pair).cast());
-                for (half, q) in [
-                    _mm256_and_si256(qs, mask),
-                    _mm256_and_si256(_mm256_srli_epi16(qs, 4), mask),
-                ]
-                .into_iter()
-                .enumerate()
-                {
-                    let j = 2 * pair + half;
-                    let (sc, m) = scale_min_k4(j, scales);
-                    subs[j] = (q, _mm256_set1_ps(d * f32::from(sc)), -(dmin * f32::from(m)));
-                }
-            }
-        }
-    }
-}
-
-impl Layout for Q6K {
-    const BYTES: usize = 210;
-    const VALUES: usize = 256;
-    const SIGNED: bool = true;
-    #[inline(always)]
-    unsafe fn load(row: *const u8, b: usize) -> (__m256i, __m256, f32) {
-        // SAFETY: super-block b / 8's 210 bytes are readable (caller): low nibbles at 0..128,
-        // high bits at 128..192, the i8 scales at 192..208, d at 208..210.
-        unsafe {
-            let p = row.add(b / 8 * Self::BYTES);
-            let (half, quarter) = ((b % 8) / 4, b % 4);
-            let ql = _mm256_loadu_si256(p.add(64 * half + 32 * (quarter % 2)).cast());
-            let qh = _mm256_loadu_si256(p.add(128 + 32 * half).cast());
-            let lo = _mm256_and_si256(
-                _mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (quarter / 2) as i32)),
-                _mm256_set1_epi8(0x0F),
-            );
-            let hi = _mm256_and_si256(
-                _mm256_sll_epi16(
-                    _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * quarter as i32)),
-                    _mm_cvtsi32_si128(4),
-                ),
-                _mm256_set1_epi8(0x30),
-            );
-            let q = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
-            let d = f16_at(p.add(208));
-            let sc = p.add(192 + 8 * half + 2 * quarter).cast::<i8>();
-            let (s0, s1) = (d * f32::from(*sc), d * f32::from(*sc.add(1)));
-            (q, _mm256_setr_m128(_mm_set1_ps(s0), _mm_set1_ps(s1)), 0.0)
-        }
-    }
-    #[inline(always)]
-    unsafe fn load_block(row: *const u8, blk: usize, subs: &mut [(__m256i, __m256, f32); 8]) {
-        // SAFETY: block blk's 210 bytes are readable (caller): low nibbles at 0..128, high bits
-        // at 128..192, the i8 scales at 192..208, d at 208..210.
-        unsafe {
-            let p = row.add(blk * Self::BYTES);
-            let d = f16_at(p.add(208));
-            let sc = p.add(192).cast::<i8>();
-            let (mask, hi_mask, bias) = (
-                _mm256_set1_epi8(0x0F),
-                _mm256_set1_epi8(0x30),
-                _mm256_set1_epi8(32),
-            );
-            for half in 0..2 {
-                let qh = _mm256_loadu_si256(p.add(128 + 32 * half).cast());
-                let ql = [
-                    _mm256_loadu_si256(p.add(64 * half).cast()),
-                    _mm256_loadu_si256(p.add(64 * half + 32).cast()),
-                ];
-                for quarter in 0..4 {
-                    let l = ql[quarter % 2];
-                    let lo = if quarter < 2 {
-                        _mm256_and_si256(l, mask)
-                    } else {
-                        _mm256_and_si256(_mm256_srli_epi16(l, 4), mask)
-                    };
-                    // The quarter's 2 high bits moved to bits 4–5.
-                    let hi = match quarter {
-                        0 => _mm256_slli_epi16(qh, 4),
-                        1 => _mm256_slli_epi16(qh, 2),
-                        2 => qh,
-                        _ => _mm256_srli_epi16(qh, 2),
-                    };
-                    let q =
-                        _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_and_si256(hi, hi_mask)), bias);
-                    let s = 8 * half + 2 * quarter;
-                    let (s0, s1) = (d * f32::from(*sc.add(s)), d * f32::from(*sc.add(s + 1)));
-                    subs[4 * half + quarter] =
-                        (q, _mm256_setr_m128(_mm_set1_ps(s0), _mm_set1_ps(s1)), 0.0);
-                }
-            }
+            let p = row.add(b * Self::BYTES);
+            let q = _mm256_or_si256(nibbles(p.add(8)), fifth_bits(p.add(4)));
+            (q, _mm256_set1_ps(f16_at(p)), f16_at(p.add(2)))
         }
     }
 }
@@ -319,46 +192,47 @@ impl Layout for Q6K {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn dot_rows(ty: WeightType, w_row: &[u8], x: &QActs, out: &mut [f32]) {
     macro_rules! by_rows {
-        ($layout:ty) => {
+        ($kernel:ident, $layout:ty) => {
             match x.rows {
-                1 => rows::<$layout, 1>(w_row, x, out),
-                2 => rows::<$layout, 2>(w_row, x, out),
-                3 => rows::<$layout, 3>(w_row, x, out),
-                4 => rows::<$layout, 4>(w_row, x, out),
-                5 => rows::<$layout, 5>(w_row, x, out),
-                6 => rows::<$layout, 6>(w_row, x, out),
-                7 => rows::<$layout, 7>(w_row, x, out),
-                8 => rows::<$layout, 8>(w_row, x, out),
-                9 => rows::<$layout, 9>(w_row, x, out),
-                10 => rows::<$layout, 10>(w_row, x, out),
-                11 => rows::<$layout, 11>(w_row, x, out),
-                12 => rows::<$layout, 12>(w_row, x, out),
-                13 => rows::<$layout, 13>(w_row, x, out),
-                14 => rows::<$layout, 14>(w_row, x, out),
-                15 => rows::<$layout, 15>(w_row, x, out),
-                16 => rows::<$layout, 16>(w_row, x, out),
+                1 => $kernel::<$layout, 1>(w_row, x, out),
+                2 => $kernel::<$layout, 2>(w_row, x, out),
+                3 => $kernel::<$layout, 3>(w_row, x, out),
+                4 => $kernel::<$layout, 4>(w_row, x, out),
+                5 => $kernel::<$layout, 5>(w_row, x, out),
+                6 => $kernel::<$layout, 6>(w_row, x, out),
+                7 => $kernel::<$layout, 7>(w_row, x, out),
+                8 => $kernel::<$layout, 8>(w_row, x, out),
+                9 => $kernel::<$layout, 9>(w_row, x, out),
+                10 => $kernel::<$layout, 10>(w_row, x, out),
+                11 => $kernel::<$layout, 11>(w_row, x, out),
+                12 => $kernel::<$layout, 12>(w_row, x, out),
+                13 => $kernel::<$layout, 13>(w_row, x, out),
+                14 => $kernel::<$layout, 14>(w_row, x, out),
+                15 => $kernel::<$layout, 15>(w_row, x, out),
+                16 => $kernel::<$layout, 16>(w_row, x, out),
                 _ => {}
             }
         };
     }
     match ty {
-        WeightType::Q8_0 => by_rows!(Q80),
-        WeightType::Q4_0 => by_rows!(Q40),
-        WeightType::Q4_1 => by_rows!(Q41),
-        WeightType::Q5_0 => by_rows!(Q50),
-        WeightType::Q4K => by_rows!(Q4K),
-        WeightType::Q6K => by_rows!(Q6K),
+        WeightType::Q8_0 => by_rows!(rows, Q80),
+        WeightType::Q4_0 => by_rows!(rows, Q40),
+        WeightType::Q4_1 => by_rows!(rows, Q41),
+        WeightType::Q5_0 => by_rows!(rows, Q50),
+        WeightType::Q5_1 => by_rows!(rows, Q51),
+        WeightType::Q4K => by_rows!(k_rows, Q4K),
+        WeightType::Q5K => by_rows!(k_rows, Q5K),
+        WeightType::Q6K => by_rows!(k_rows, Q6K),
     }
 }
 
-/// One weight row against `M` activation rows.
+/// One weight row of a legacy type against `M` activation rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn rows<L: Layout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
     let nb = x.cols / BLOCK;
     // Everything the pointer arithmetic below relies on, checked once per row.
     assert!(
-        (nb * BLOCK).is_multiple_of(L::VALUES)
-            && w_row.len() == nb * BLOCK / L::VALUES * L::BYTES
+        w_row.len() == nb * L::BYTES
             && x.rows == M
             && x.q.len() >= M * x.cols
             && x.d.len() >= M * nb
@@ -369,26 +243,14 @@ fn rows<L: Layout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
     let mut acc = [_mm256_setzero_ps(); M];
     let mut mins = [0f32; M];
     let (w_ptr, q_ptr) = (w_row.as_ptr(), x.q.as_ptr());
-    let per = L::VALUES / BLOCK;
-    let mut subs = [(_mm256_setzero_si256(), _mm256_setzero_ps(), 0f32); 8];
-    // With one or two rows, decoding a K-quant block's shared scales once pays (decode +24 %
-    // on the 1.5B); with more, holding eight unpacked sub-blocks costs more than it saves. Both
-    // give the same values, so a row's result does not depend on which runs.
-    let whole_blocks = M <= 2;
     for b in 0..nb {
-        let (w, scale, min) = if whole_blocks {
-            if b % per == 0 {
-                // SAFETY: block b / per lies inside the row's blocks (their length is
-                // asserted); this function's target features include the ones `load_block`
-                // needs.
-                unsafe { L::load_block(w_ptr, b / per, &mut subs) };
-            }
-            subs[b % per]
-        } else {
-            // SAFETY: sub-block b < nb lies inside the row's blocks (their length is asserted);
-            // this function's target features include the ones `load` needs.
-            unsafe { L::load(w_ptr, b) }
-        };
+        if b % 2 == 0 {
+            // A hint: never faults, whatever the address.
+            _mm_prefetch::<_MM_HINT_T0>(w_ptr.wrapping_add(b * L::BYTES + PREFETCH).cast());
+        }
+        // SAFETY: block b < nb lies inside the row's blocks (their length is asserted); this
+        // function's target features include the ones `load` needs.
+        let (w, scale, min) = unsafe { L::load(w_ptr, b) };
         let abs_w = if L::SIGNED { _mm256_sign_epi8(w, w) } else { w };
         for r in 0..M {
             let at = r * nb + b;
@@ -411,6 +273,242 @@ fn rows<L: Layout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
     }
     for r in 0..M {
         out[r] = hsum(acc[r]) + mins[r];
+    }
+}
+
+/// One K-quant type's layout, for the K kernel.
+trait KLayout {
+    /// The type.
+    const TYPE: WeightType;
+    /// Sub-block `j` (values 32·j..32·j + 32) of the super-block at `p` as unsigned bytes, as
+    /// `block::k_quants` gives them.
+    ///
+    /// # Safety
+    /// `p` points at the super-block's readable bytes, j < 8, and the CPU has AVX2.
+    unsafe fn quants(p: *const u8, j: usize) -> __m256i;
+}
+
+struct Q4K;
+struct Q5K;
+struct Q6K;
+
+impl KLayout for Q4K {
+    const TYPE: WeightType = WeightType::Q4K;
+    #[inline(always)]
+    unsafe fn quants(p: *const u8, j: usize) -> __m256i {
+        // SAFETY: the pair j / 2's 32 bytes of nibbles lie at 16 + 32·(j / 2) of the 144
+        // (caller); loadu has no alignment requirement; AVX2 is guaranteed by the caller.
+        unsafe {
+            let qs = _mm256_loadu_si256(p.add(16 + 32 * (j / 2)).cast());
+            let qs = if j % 2 == 1 {
+                _mm256_srli_epi16(qs, 4)
+            } else {
+                qs
+            };
+            _mm256_and_si256(qs, _mm256_set1_epi8(0x0F))
+        }
+    }
+}
+
+impl KLayout for Q5K {
+    const TYPE: WeightType = WeightType::Q5K;
+    #[inline(always)]
+    unsafe fn quants(p: *const u8, j: usize) -> __m256i {
+        // SAFETY: the fifth bits lie at 16..48 and the pair j / 2's nibbles at 48 + 32·(j / 2)
+        // of the 176 bytes (caller); loadu has no alignment requirement; AVX2 is guaranteed by
+        // the caller.
+        unsafe {
+            let qh = _mm256_loadu_si256(p.add(16).cast());
+            let qs = _mm256_loadu_si256(p.add(48 + 32 * (j / 2)).cast());
+            let qs = if j % 2 == 1 {
+                _mm256_srli_epi16(qs, 4)
+            } else {
+                qs
+            };
+            // Bit j of each byte, moved to bit 4: shifting the 16-bit lanes by 4 − j moves
+            // every byte's bit j there; the mask drops what crossed from the neighbouring byte.
+            let high = if j <= 4 {
+                _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - j as i32))
+            } else {
+                _mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32 - 4))
+            };
+            _mm256_or_si256(
+                _mm256_and_si256(qs, _mm256_set1_epi8(0x0F)),
+                _mm256_and_si256(high, _mm256_set1_epi8(0x10)),
+            )
+        }
+    }
+}
+
+impl KLayout for Q6K {
+    const TYPE: WeightType = WeightType::Q6K;
+    #[inline(always)]
+    unsafe fn quants(p: *const u8, j: usize) -> __m256i {
+        let (half, quarter) = (j / 4, j % 4);
+        // SAFETY: low nibbles at 0..128, high bits at 128..192 of the 210 bytes (caller); loadu
+        // has no alignment requirement; AVX2 is guaranteed by the caller.
+        unsafe {
+            let ql = _mm256_loadu_si256(p.add(64 * half + 32 * (quarter % 2)).cast());
+            let qh = _mm256_loadu_si256(p.add(128 + 32 * half).cast());
+            let lo = _mm256_and_si256(
+                _mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (quarter / 2) as i32)),
+                _mm256_set1_epi8(0x0F),
+            );
+            // The quarter's 2 high bits (at 2·quarter) moved to bits 4–5.
+            let hi = if quarter <= 2 {
+                _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - 2 * quarter as i32))
+            } else {
+                _mm256_srli_epi16(qh, 2)
+            };
+            _mm256_or_si256(lo, _mm256_and_si256(hi, _mm256_set1_epi8(0x30)))
+        }
+    }
+}
+
+/// Bytes ahead of the block in hand that the kernels ask the cache for: decode streams every
+/// weight once, and the hardware prefetcher alone left it at ~9 GB/s here (1.5B decode 9.2
+/// tok/s; 2 KiB ahead: 11–17 tok/s on this noisy machine, 512 B or 4 KiB less).
+const PREFETCH: usize = 2048;
+
+/// One K-quant weight row against `M` activation rows (the per-256 form), in groups of at most
+/// four rows (sizes as even as possible: 5 = 3 + 2), each group a [`k_group`] pass over the
+/// row's blocks (a row is a few KiB, so the second pass reads it from L1).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k_rows<L: KLayout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
+    const MOST: usize = 4;
+    let groups = M.div_ceil(MOST);
+    let mut first = 0;
+    for g in 0..groups {
+        let n = M / groups + usize::from(g < M % groups);
+        let out = &mut out[first..first + n];
+        match n {
+            1 => k_group::<L, 1>(w_row, x, first, out),
+            2 => k_group::<L, 2>(w_row, x, first, out),
+            3 => k_group::<L, 3>(w_row, x, first, out),
+            _ => k_group::<L, 4>(w_row, x, first, out),
+        }
+        first += n;
+    }
+}
+
+/// One K-quant weight row against activation rows `first..first + G`: for each super-block,
+/// each sub-block is unpacked once and meets the G rows in `maddubs` (u8 × i8 pairs to i16) and
+/// `madd` with its integer scales (to i32); a row's eight i32 lanes per super-block turn to
+/// floats once, with the minimum / offset term from the activation sums. A row's operations
+/// are the same whatever G and `first` are, so its result does not depend on the rows beside it.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k_group<L: KLayout, const G: usize>(w_row: &[u8], x: &QActs, first: usize, out: &mut [f32]) {
+    let bytes = L::TYPE.block_bytes();
+    let nblk = x.cols / K_GROUP;
+    let sums = K_GROUP / K_SUM;
+    // Everything the pointer arithmetic below relies on, checked once per call.
+    assert!(
+        x.has_k
+            && w_row.len() == nblk * bytes
+            && first + G <= x.rows
+            && x.kq.len() >= x.rows * x.cols
+            && x.kd.len() >= x.rows * nblk
+            && x.ks.len() >= x.rows * nblk * sums
+            && out.len() == G
+    );
+    let mut acc = [_mm256_setzero_ps(); G];
+    let (q_ptr, s_ptr) = (x.kq.as_ptr(), x.ks.as_ptr());
+    for (blk, block) in w_row.chunks_exact(bytes).enumerate() {
+        let s = k_scales_simd(L::TYPE, block);
+        let p = block.as_ptr();
+        for line in 0..bytes.div_ceil(64) {
+            // A hint: never faults, whatever the address.
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64 * line).cast());
+        }
+        let at: [usize; G] = std::array::from_fn(|i| (first + i) * nblk + blk);
+        let mut dots = [_mm256_setzero_si256(); G];
+        for j in 0..8 {
+            // SAFETY: `block` is one whole super-block; j < 8; AVX2 is enabled here.
+            let q = unsafe { L::quants(p, j) };
+            for i in 0..G {
+                // SAFETY: at[i] < rows·nblk, so at[i]·256 + 32·j + 32 ≤ rows·cols ≤ x.kq.len()
+                // (asserted); loadu has no alignment requirement.
+                let xv =
+                    unsafe { _mm256_loadu_si256(q_ptr.add(at[i] * K_GROUP + BLOCK * j).cast()) };
+                // q ≤ 63 and |x| ≤ 127: a pair sums to at most 16,002, inside i16; times
+                // |sc| ≤ 128 per pair of pairs, eight sub-blocks: inside i32.
+                let pairs = _mm256_maddubs_epi16(q, xv);
+                dots[i] = _mm256_add_epi32(dots[i], _mm256_madd_epi16(pairs, s.sc[j]));
+            }
+        }
+        for i in 0..G {
+            // SAFETY: at[i] < rows·nblk, so (at[i] + 1)·16 ≤ x.ks.len() (asserted).
+            let bsums = unsafe { _mm256_loadu_si256(s_ptr.add(at[i] * sums).cast()) };
+            let offset = _mm256_madd_epi16(s.mn, bsums);
+            let xd = x.kd[at[i]];
+            acc[i] = _mm256_fmadd_ps(
+                _mm256_set1_ps(s.d * xd),
+                _mm256_cvtepi32_ps(dots[i]),
+                acc[i],
+            );
+            acc[i] = _mm256_fmadd_ps(
+                _mm256_set1_ps(-(s.dmin * xd)),
+                _mm256_cvtepi32_ps(offset),
+                acc[i],
+            );
+        }
+    }
+    for i in 0..G {
+        out[i] = hsum(acc[i]);
+    }
+}
+
+/// A super-block's scales as the K kernel uses them: `sc[j]` the 16 i16 multipliers of
+/// sub-block j's `madd` (lanes 0–7 for its first 16 values, 8–15 for the rest), `mn` the 16
+/// minimums / offsets by 16-value group, d and dmin (see `block::KScales`).
+struct KSimd {
+    d: f32,
+    dmin: f32,
+    sc: [__m256i; 8],
+    mn: __m256i,
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k_scales_simd(ty: WeightType, block: &[u8]) -> KSimd {
+    match ty {
+        WeightType::Q6K => {
+            let s = &block[192..208];
+            let sc = std::array::from_fn(|j| {
+                _mm256_setr_m128i(
+                    _mm_set1_epi16(i16::from(s[2 * j] as i8)),
+                    _mm_set1_epi16(i16::from(s[2 * j + 1] as i8)),
+                )
+            });
+            // SAFETY: `s` has 16 readable bytes; loadu has no alignment requirement.
+            let mn = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(s.as_ptr().cast()) });
+            // SAFETY: bytes 208..210 hold d; F16C is enabled here.
+            let d = unsafe { f16_at(block.as_ptr().add(208)) };
+            KSimd {
+                d,
+                dmin: 32.0 * d,
+                sc,
+                mn,
+            }
+        }
+        _ => {
+            let both = scales_mins_k4(&block[4..16]);
+            let sc = std::array::from_fn(|j| _mm256_set1_epi16(i16::from(both[j])));
+            // Each minimum twice (it covers two 16-value groups), widened to i16.
+            // SAFETY: `both` has 16 readable bytes; loadu has no alignment requirement.
+            let mins = unsafe { _mm_loadu_si128(both.as_ptr().cast()) };
+            let twice = _mm_shuffle_epi8(
+                mins,
+                _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
+            );
+            // SAFETY: bytes 0..4 hold d and dmin; F16C is enabled here.
+            let (d, dmin) = unsafe { (f16_at(block.as_ptr()), f16_at(block.as_ptr().add(2))) };
+            KSimd {
+                d,
+                dmin,
+                sc,
+                mn: _mm256_cvtepu8_epi16(twice),
+            }
+        }
     }
 }
 

@@ -16,7 +16,9 @@ fn ggml(ty: WeightType) -> GgmlType {
         WeightType::Q4_0 => GgmlType::Q4_0,
         WeightType::Q4_1 => GgmlType::Q4_1,
         WeightType::Q5_0 => GgmlType::Q5_0,
+        WeightType::Q5_1 => GgmlType::Q5_1,
         WeightType::Q4K => GgmlType::Q4K,
+        WeightType::Q5K => GgmlType::Q5K,
         WeightType::Q6K => GgmlType::Q6K,
     }
 }
@@ -49,12 +51,12 @@ fn random_matrix(ty: WeightType, rows: usize, cols: usize, rng: &mut ChaCha8Rng)
             WeightType::Q8_0 | WeightType::Q4_0 | WeightType::Q5_0 => {
                 put(0, 0.001 + 0.05 * uniform(rng));
             }
-            WeightType::Q4_1 => {
+            WeightType::Q4_1 | WeightType::Q5_1 => {
                 put(0, 0.001 + 0.05 * uniform(rng));
                 put(2, -0.4 * uniform(rng));
             }
             // Scales up to 63 and minimums up to 63 multiply these.
-            WeightType::Q4K => {
+            WeightType::Q4K | WeightType::Q5K => {
                 put(0, 0.0001 + 0.002 * uniform(rng));
                 put(2, 0.0001 + 0.002 * uniform(rng));
             }
@@ -83,13 +85,13 @@ fn dequantized(w: &QMatrix) -> Vec<f32> {
     out
 }
 
-/// The exact product and, per output, the bound the activation rounding explains.
+/// The exact product and, per output, the bound the activation rounding explains (`group`
+/// values share an activation scale: `WeightType::act_group`).
 fn exact_and_bound(
     wd: &[f32],
     x: &[f32],
-    m: usize,
-    out: usize,
-    cols: usize,
+    (m, out, cols): (usize, usize, usize),
+    group: usize,
 ) -> (Vec<f64>, Vec<f64>) {
     let mut exact = vec![0f64; m * out];
     let mut bound = vec![0f64; m * out];
@@ -98,7 +100,7 @@ fn exact_and_bound(
         for o in 0..out {
             let wo = &wd[o * cols..(o + 1) * cols];
             let (mut sum, mut step, mut magnitude) = (0f64, 0f64, 0f64);
-            for (wb, xb) in wo.chunks_exact(BLOCK).zip(xr.chunks_exact(BLOCK)) {
+            for (wb, xb) in wo.chunks_exact(group).zip(xr.chunks_exact(group)) {
                 let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
                 let w_abs: f64 = wb.iter().map(|&v| f64::from(v).abs()).sum();
                 step += f64::from(amax) / 254.0 * w_abs;
@@ -146,7 +148,7 @@ fn every_kernel_type_and_row_count_is_within_the_activation_rounding_bound() {
             let wd = dequantized(&w);
             for m in [1, 2, 5, 8, 16] {
                 let x = random_x(m, cols, &mut rng);
-                let (exact, bound) = exact_and_bound(&wd, &x, m, out, cols);
+                let (exact, bound) = exact_and_bound(&wd, &x, (m, out, cols), ty.act_group());
                 let mut acts = QActs::default();
                 acts.quantize(&x, m, cols).unwrap();
                 for isa in Isa::available() {

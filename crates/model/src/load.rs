@@ -52,7 +52,9 @@ fn packable(ty: GgmlType) -> Option<WeightType> {
         GgmlType::Q4_0 => Some(WeightType::Q4_0),
         GgmlType::Q4_1 => Some(WeightType::Q4_1),
         GgmlType::Q5_0 => Some(WeightType::Q5_0),
+        GgmlType::Q5_1 => Some(WeightType::Q5_1),
         GgmlType::Q4K => Some(WeightType::Q4K),
+        GgmlType::Q5K => Some(WeightType::Q5K),
         GgmlType::Q6K => Some(WeightType::Q6K),
         _ => None,
     }
