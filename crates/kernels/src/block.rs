@@ -555,8 +555,8 @@ mod tests {
                 let sub = unpack(ty, &block, j);
                 for i in 0..BLOCK {
                     let h = 2 * j + i / 16;
-                    let from_k = s.d * f32::from(s.sc[h]) * f32::from(q[i])
-                        - s.dmin * f32::from(s.mn[h]);
+                    let from_k =
+                        s.d * f32::from(s.sc[h]) * f32::from(q[i]) - s.dmin * f32::from(s.mn[h]);
                     let from_sub = sub.scale[i / 16] * f32::from(sub.w[i]) + sub.min;
                     assert_eq!(from_k, from_sub, "{ty:?} sub-block {j} value {i}");
                 }

@@ -25,6 +25,8 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
+    /// AVX2 with AVX-VNNI (fused i16 multiply-add in the K-quant kernel; same results as Avx2).
+    AvxVnni,
 }
 
 impl Isa {
@@ -35,6 +37,10 @@ impl Isa {
 
     /// Every kernel this CPU runs, the portable one first.
     pub fn available() -> Vec<Self> {
+        #[cfg(target_arch = "x86_64")]
+        if crate::x86::vnni_available() {
+            return vec![Self::Scalar, Self::Avx2, Self::AvxVnni];
+        }
         #[cfg(target_arch = "x86_64")]
         if crate::x86::available() {
             return vec![Self::Scalar, Self::Avx2];
@@ -176,7 +182,11 @@ fn dot_rows(isa: Isa, w: &QMatrix, row: usize, x: &QActs, out: &mut [f32]) {
         // SAFETY: `Kernels::with_isa` admits Avx2 only where `x86::available()` said the CPU
         // has AVX2, FMA and F16C.
         Isa::Avx2 => unsafe { crate::x86::dot_rows(w.ty(), w.row(row), x, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Kernels::with_isa` admits AvxVnni only where `x86::vnni_available()` said
+        // the CPU has AVX2, FMA, F16C and AVX-VNNI.
+        Isa::AvxVnni => unsafe { crate::x86::dot_rows_vnni(w.ty(), w.row(row), x, out) },
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 => scalar::dot_rows(w.ty(), w.row(row), x, out),
+        Isa::Avx2 | Isa::AvxVnni => scalar::dot_rows(w.ty(), w.row(row), x, out),
     }
 }

@@ -13,7 +13,7 @@
 use std::arch::x86_64::*;
 
 use crate::block::{BLOCK, WeightType, scales_mins_k4};
-use crate::quantize::{K_GROUP, K_SUM, QActs};
+use crate::quantize::QActs;
 
 /// Whether this CPU runs [`dot_rows`].
 pub(crate) fn available() -> bool {
@@ -187,42 +187,70 @@ impl Layout for Q51 {
     }
 }
 
+/// Whether this CPU runs [`dot_rows_vnni`].
+pub(crate) fn vnni_available() -> bool {
+    available() && is_x86_feature_detected!("avxvnni")
+}
+
+/// `match rows { 1 => f::<L, 1>(…), …, 16 => … }`: one instantiation per row count.
+macro_rules! by_rows {
+    ($($kernel:ident)::+, $layout:ty, $w:expr, $x:expr, $out:expr) => {
+        match $x.rows {
+            1 => $($kernel)::+::<$layout, 1>($w, $x, $out),
+            2 => $($kernel)::+::<$layout, 2>($w, $x, $out),
+            3 => $($kernel)::+::<$layout, 3>($w, $x, $out),
+            4 => $($kernel)::+::<$layout, 4>($w, $x, $out),
+            5 => $($kernel)::+::<$layout, 5>($w, $x, $out),
+            6 => $($kernel)::+::<$layout, 6>($w, $x, $out),
+            7 => $($kernel)::+::<$layout, 7>($w, $x, $out),
+            8 => $($kernel)::+::<$layout, 8>($w, $x, $out),
+            9 => $($kernel)::+::<$layout, 9>($w, $x, $out),
+            10 => $($kernel)::+::<$layout, 10>($w, $x, $out),
+            11 => $($kernel)::+::<$layout, 11>($w, $x, $out),
+            12 => $($kernel)::+::<$layout, 12>($w, $x, $out),
+            13 => $($kernel)::+::<$layout, 13>($w, $x, $out),
+            14 => $($kernel)::+::<$layout, 14>($w, $x, $out),
+            15 => $($kernel)::+::<$layout, 15>($w, $x, $out),
+            16 => $($kernel)::+::<$layout, 16>($w, $x, $out),
+            _ => {}
+        }
+    };
+}
+
+/// The legacy types' kernel, the same for both instruction sets.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn legacy_rows(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f32]) {
+    match ty {
+        WeightType::Q8_0 => by_rows!(rows, Q80, w, x, out),
+        WeightType::Q4_0 => by_rows!(rows, Q40, w, x, out),
+        WeightType::Q4_1 => by_rows!(rows, Q41, w, x, out),
+        WeightType::Q5_0 => by_rows!(rows, Q50, w, x, out),
+        WeightType::Q5_1 => by_rows!(rows, Q51, w, x, out),
+        WeightType::Q4K | WeightType::Q5K | WeightType::Q6K => {}
+    }
+}
+
 /// As `scalar::dot_rows`. Calling it is unsafe unless the CPU has AVX2, FMA and F16C
 /// ([`available`]).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn dot_rows(ty: WeightType, w_row: &[u8], x: &QActs, out: &mut [f32]) {
-    macro_rules! by_rows {
-        ($kernel:ident, $layout:ty) => {
-            match x.rows {
-                1 => $kernel::<$layout, 1>(w_row, x, out),
-                2 => $kernel::<$layout, 2>(w_row, x, out),
-                3 => $kernel::<$layout, 3>(w_row, x, out),
-                4 => $kernel::<$layout, 4>(w_row, x, out),
-                5 => $kernel::<$layout, 5>(w_row, x, out),
-                6 => $kernel::<$layout, 6>(w_row, x, out),
-                7 => $kernel::<$layout, 7>(w_row, x, out),
-                8 => $kernel::<$layout, 8>(w_row, x, out),
-                9 => $kernel::<$layout, 9>(w_row, x, out),
-                10 => $kernel::<$layout, 10>(w_row, x, out),
-                11 => $kernel::<$layout, 11>(w_row, x, out),
-                12 => $kernel::<$layout, 12>(w_row, x, out),
-                13 => $kernel::<$layout, 13>(w_row, x, out),
-                14 => $kernel::<$layout, 14>(w_row, x, out),
-                15 => $kernel::<$layout, 15>(w_row, x, out),
-                16 => $kernel::<$layout, 16>(w_row, x, out),
-                _ => {}
-            }
-        };
-    }
+pub(crate) fn dot_rows(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f32]) {
     match ty {
-        WeightType::Q8_0 => by_rows!(rows, Q80),
-        WeightType::Q4_0 => by_rows!(rows, Q40),
-        WeightType::Q4_1 => by_rows!(rows, Q41),
-        WeightType::Q5_0 => by_rows!(rows, Q50),
-        WeightType::Q5_1 => by_rows!(rows, Q51),
-        WeightType::Q4K => by_rows!(k_rows, Q4K),
-        WeightType::Q5K => by_rows!(k_rows, Q5K),
-        WeightType::Q6K => by_rows!(k_rows, Q6K),
+        WeightType::Q4K => by_rows!(k_avx2::k_rows, Q4K, w, x, out),
+        WeightType::Q5K => by_rows!(k_avx2::k_rows, Q5K, w, x, out),
+        WeightType::Q6K => by_rows!(k_avx2::k_rows, Q6K, w, x, out),
+        _ => legacy_rows(ty, w, x, out),
+    }
+}
+
+/// As [`dot_rows`], with AVX-VNNI's fused multiply-add of i16 pairs in the K kernel (bit-identical
+/// results: both are exact integer sums). Calling it is unsafe unless [`vnni_available`].
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub(crate) fn dot_rows_vnni(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f32]) {
+    match ty {
+        WeightType::Q4K => by_rows!(k_vnni::k_rows, Q4K, w, x, out),
+        WeightType::Q5K => by_rows!(k_vnni::k_rows, Q5K, w, x, out),
+        WeightType::Q6K => by_rows!(k_vnni::k_rows, Q6K, w, x, out),
+        _ => legacy_rows(ty, w, x, out),
     }
 }
 
@@ -370,93 +398,132 @@ impl KLayout for Q6K {
 /// tok/s; 2 KiB ahead: 11–17 tok/s on this noisy machine, 512 B or 4 KiB less).
 const PREFETCH: usize = 2048;
 
-/// One K-quant weight row against `M` activation rows (the per-256 form), in groups of at most
-/// four rows (sizes as even as possible: 5 = 3 + 2), each group a [`k_group`] pass over the
-/// row's blocks (a row is a few KiB, so the second pass reads it from L1).
-#[target_feature(enable = "avx2,fma,f16c")]
-fn k_rows<L: KLayout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
-    const MOST: usize = 4;
-    let groups = M.div_ceil(MOST);
-    let mut first = 0;
-    for g in 0..groups {
-        let n = M / groups + usize::from(g < M % groups);
-        let out = &mut out[first..first + n];
-        match n {
-            1 => k_group::<L, 1>(w_row, x, first, out),
-            2 => k_group::<L, 2>(w_row, x, first, out),
-            3 => k_group::<L, 3>(w_row, x, first, out),
-            _ => k_group::<L, 4>(w_row, x, first, out),
-        }
-        first += n;
-    }
-}
+/// The K kernel, once per instruction set: `$acc(dot, pairs, sc)` adds `madd(pairs, sc)` to
+/// `dot` (i16 pairs × i16 scales to i32 lanes), the one step AVX-VNNI fuses. Both forms are
+/// exact integer arithmetic, so they give bit-identical results.
+macro_rules! k_kernel {
+    ($module:ident, $features:literal, |$dot:ident, $pairs:ident, $sc:ident| $acc:expr) => {
+        mod $module {
+            use std::arch::x86_64::*;
 
-/// One K-quant weight row against activation rows `first..first + G`: for each super-block,
-/// each sub-block is unpacked once and meets the G rows in `maddubs` (u8 × i8 pairs to i16) and
-/// `madd` with its integer scales (to i32); a row's eight i32 lanes per super-block turn to
-/// floats once, with the minimum / offset term from the activation sums. A row's operations
-/// are the same whatever G and `first` are, so its result does not depend on the rows beside it.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn k_group<L: KLayout, const G: usize>(w_row: &[u8], x: &QActs, first: usize, out: &mut [f32]) {
-    let bytes = L::TYPE.block_bytes();
-    let nblk = x.cols / K_GROUP;
-    let sums = K_GROUP / K_SUM;
-    // Everything the pointer arithmetic below relies on, checked once per call.
-    assert!(
-        x.has_k
-            && w_row.len() == nblk * bytes
-            && first + G <= x.rows
-            && x.kq.len() >= x.rows * x.cols
-            && x.kd.len() >= x.rows * nblk
-            && x.ks.len() >= x.rows * nblk * sums
-            && out.len() == G
-    );
-    let mut acc = [_mm256_setzero_ps(); G];
-    let (q_ptr, s_ptr) = (x.kq.as_ptr(), x.ks.as_ptr());
-    for (blk, block) in w_row.chunks_exact(bytes).enumerate() {
-        let s = k_scales_simd(L::TYPE, block);
-        let p = block.as_ptr();
-        for line in 0..bytes.div_ceil(64) {
-            // A hint: never faults, whatever the address.
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64 * line).cast());
-        }
-        let at: [usize; G] = std::array::from_fn(|i| (first + i) * nblk + blk);
-        let mut dots = [_mm256_setzero_si256(); G];
-        for j in 0..8 {
-            // SAFETY: `block` is one whole super-block; j < 8; AVX2 is enabled here.
-            let q = unsafe { L::quants(p, j) };
-            for i in 0..G {
-                // SAFETY: at[i] < rows·nblk, so at[i]·256 + 32·j + 32 ≤ rows·cols ≤ x.kq.len()
-                // (asserted); loadu has no alignment requirement.
-                let xv =
-                    unsafe { _mm256_loadu_si256(q_ptr.add(at[i] * K_GROUP + BLOCK * j).cast()) };
-                // q ≤ 63 and |x| ≤ 127: a pair sums to at most 16,002, inside i16; times
-                // |sc| ≤ 128 per pair of pairs, eight sub-blocks: inside i32.
-                let pairs = _mm256_maddubs_epi16(q, xv);
-                dots[i] = _mm256_add_epi32(dots[i], _mm256_madd_epi16(pairs, s.sc[j]));
+            use super::{KLayout, PREFETCH};
+            use crate::block::BLOCK;
+            use crate::quantize::{K_GROUP, K_SUM, QActs};
+
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn add_scaled($dot: __m256i, $pairs: __m256i, $sc: __m256i) -> __m256i {
+                $acc
+            }
+
+            /// One K-quant weight row against `M` activation rows (the per-256 form), in groups of at most
+            /// four rows (sizes as even as possible: 5 = 3 + 2), each group a [`k_group`] pass over the
+            /// row's blocks (a row is a few KiB, so the second pass reads it from L1).
+            #[target_feature(enable = $features)]
+            pub(super) fn k_rows<L: KLayout, const M: usize>(
+                w_row: &[u8],
+                x: &QActs,
+                out: &mut [f32],
+            ) {
+                const MOST: usize = 4;
+                let groups = M.div_ceil(MOST);
+                let mut first = 0;
+                for g in 0..groups {
+                    let n = M / groups + usize::from(g < M % groups);
+                    let out = &mut out[first..first + n];
+                    match n {
+                        1 => k_group::<L, 1>(w_row, x, first, out),
+                        2 => k_group::<L, 2>(w_row, x, first, out),
+                        3 => k_group::<L, 3>(w_row, x, first, out),
+                        _ => k_group::<L, 4>(w_row, x, first, out),
+                    }
+                    first += n;
+                }
+            }
+
+            /// One K-quant weight row against activation rows `first..first + G`: for each super-block,
+            /// each sub-block is unpacked once and meets the G rows in `maddubs` (u8 × i8 pairs to i16) and
+            /// `madd` with its integer scales (to i32); a row's eight i32 lanes per super-block turn to
+            /// floats once, with the minimum / offset term from the activation sums. A row's operations
+            /// are the same whatever G and `first` are, so its result does not depend on the rows beside it.
+            #[target_feature(enable = $features)]
+            fn k_group<L: KLayout, const G: usize>(
+                w_row: &[u8],
+                x: &QActs,
+                first: usize,
+                out: &mut [f32],
+            ) {
+                let bytes = L::TYPE.block_bytes();
+                let nblk = x.cols / K_GROUP;
+                let sums = K_GROUP / K_SUM;
+                // Everything the pointer arithmetic below relies on, checked once per call.
+                assert!(
+                    x.has_k
+                        && w_row.len() == nblk * bytes
+                        && first + G <= x.rows
+                        && x.kq.len() >= x.rows * x.cols
+                        && x.kd.len() >= x.rows * nblk
+                        && x.ks.len() >= x.rows * nblk * sums
+                        && out.len() == G
+                );
+                let mut acc = [_mm256_setzero_ps(); G];
+                let (q_ptr, s_ptr) = (x.kq.as_ptr(), x.ks.as_ptr());
+                for (blk, block) in w_row.chunks_exact(bytes).enumerate() {
+                    // SAFETY: this function's target features include AVX2 and F16C.
+                    let s = unsafe { super::k_scales_simd(L::TYPE, block) };
+                    let p = block.as_ptr();
+                    for line in 0..bytes.div_ceil(64) {
+                        // A hint: never faults, whatever the address.
+                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64 * line).cast());
+                    }
+                    let at: [usize; G] = std::array::from_fn(|i| (first + i) * nblk + blk);
+                    let mut dots = [_mm256_setzero_si256(); G];
+                    for j in 0..8 {
+                        // SAFETY: `block` is one whole super-block; j < 8; AVX2 is enabled here.
+                        let q = unsafe { L::quants(p, j) };
+                        for i in 0..G {
+                            // SAFETY: at[i] < rows·nblk, so at[i]·256 + 32·j + 32 ≤ rows·cols ≤ x.kq.len()
+                            // (asserted); loadu has no alignment requirement.
+                            let xv = unsafe {
+                                _mm256_loadu_si256(q_ptr.add(at[i] * K_GROUP + BLOCK * j).cast())
+                            };
+                            // q ≤ 63 and |x| ≤ 127: a pair sums to at most 16,002, inside i16; times
+                            // |sc| ≤ 128 per pair of pairs, eight sub-blocks: inside i32.
+                            let pairs = _mm256_maddubs_epi16(q, xv);
+                            dots[i] = add_scaled(dots[i], pairs, s.sc[j]);
+                        }
+                    }
+                    for i in 0..G {
+                        // SAFETY: at[i] < rows·nblk, so (at[i] + 1)·16 ≤ x.ks.len() (asserted).
+                        let bsums = unsafe { _mm256_loadu_si256(s_ptr.add(at[i] * sums).cast()) };
+                        let offset = _mm256_madd_epi16(s.mn, bsums);
+                        let xd = x.kd[at[i]];
+                        acc[i] = _mm256_fmadd_ps(
+                            _mm256_set1_ps(s.d * xd),
+                            _mm256_cvtepi32_ps(dots[i]),
+                            acc[i],
+                        );
+                        acc[i] = _mm256_fmadd_ps(
+                            _mm256_set1_ps(-(s.dmin * xd)),
+                            _mm256_cvtepi32_ps(offset),
+                            acc[i],
+                        );
+                    }
+                }
+                for i in 0..G {
+                    out[i] = super::hsum(acc[i]);
+                }
             }
         }
-        for i in 0..G {
-            // SAFETY: at[i] < rows·nblk, so (at[i] + 1)·16 ≤ x.ks.len() (asserted).
-            let bsums = unsafe { _mm256_loadu_si256(s_ptr.add(at[i] * sums).cast()) };
-            let offset = _mm256_madd_epi16(s.mn, bsums);
-            let xd = x.kd[at[i]];
-            acc[i] = _mm256_fmadd_ps(
-                _mm256_set1_ps(s.d * xd),
-                _mm256_cvtepi32_ps(dots[i]),
-                acc[i],
-            );
-            acc[i] = _mm256_fmadd_ps(
-                _mm256_set1_ps(-(s.dmin * xd)),
-                _mm256_cvtepi32_ps(offset),
-                acc[i],
-            );
-        }
-    }
-    for i in 0..G {
-        out[i] = hsum(acc[i]);
-    }
+    };
 }
+
+k_kernel!(k_avx2, "avx2,fma,f16c", |dot, pairs, sc| {
+    _mm256_add_epi32(dot, _mm256_madd_epi16(pairs, sc))
+});
+k_kernel!(k_vnni, "avx2,fma,f16c,avxvnni", |dot, pairs, sc| {
+    _mm256_dpwssd_avx_epi32(dot, pairs, sc)
+});
 
 /// A super-block's scales as the K kernel uses them: `sc[j]` the 16 i16 multipliers of
 /// sub-block j's `madd` (lanes 0–7 for its first 16 values, 8–15 for the rest), `mn` the 16
@@ -468,45 +535,54 @@ struct KSimd {
     mn: __m256i,
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-fn k_scales_simd(ty: WeightType, block: &[u8]) -> KSimd {
-    match ty {
-        WeightType::Q6K => {
-            let s = &block[192..208];
-            let sc = std::array::from_fn(|j| {
-                _mm256_setr_m128i(
-                    _mm_set1_epi16(i16::from(s[2 * j] as i8)),
-                    _mm_set1_epi16(i16::from(s[2 * j + 1] as i8)),
-                )
-            });
-            // SAFETY: `s` has 16 readable bytes; loadu has no alignment requirement.
-            let mn = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(s.as_ptr().cast()) });
-            // SAFETY: bytes 208..210 hold d; F16C is enabled here.
-            let d = unsafe { f16_at(block.as_ptr().add(208)) };
-            KSimd {
-                d,
-                dmin: 32.0 * d,
-                sc,
-                mn,
+/// Inlined into each kernel (a call per super-block cost ~10 % of a multi-row pass), so no
+/// target feature of its own.
+///
+/// # Safety
+/// The CPU has AVX2 and F16C.
+#[inline(always)]
+unsafe fn k_scales_simd(ty: WeightType, block: &[u8]) -> KSimd {
+    // SAFETY (for every intrinsic below): AVX2 and F16C are guaranteed by the caller; the
+    // loads read inside `block`, as each says.
+    unsafe {
+        match ty {
+            WeightType::Q6K => {
+                let s = &block[192..208];
+                let sc = std::array::from_fn(|j| {
+                    _mm256_setr_m128i(
+                        _mm_set1_epi16(i16::from(s[2 * j] as i8)),
+                        _mm_set1_epi16(i16::from(s[2 * j + 1] as i8)),
+                    )
+                });
+                // `s` has 16 readable bytes; loadu has no alignment requirement.
+                let mn = _mm256_cvtepi8_epi16(_mm_loadu_si128(s.as_ptr().cast()));
+                // Bytes 208..210 hold d.
+                let d = f16_at(block.as_ptr().add(208));
+                KSimd {
+                    d,
+                    dmin: 32.0 * d,
+                    sc,
+                    mn,
+                }
             }
-        }
-        _ => {
-            let both = scales_mins_k4(&block[4..16]);
-            let sc = std::array::from_fn(|j| _mm256_set1_epi16(i16::from(both[j])));
-            // Each minimum twice (it covers two 16-value groups), widened to i16.
-            // SAFETY: `both` has 16 readable bytes; loadu has no alignment requirement.
-            let mins = unsafe { _mm_loadu_si128(both.as_ptr().cast()) };
-            let twice = _mm_shuffle_epi8(
-                mins,
-                _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
-            );
-            // SAFETY: bytes 0..4 hold d and dmin; F16C is enabled here.
-            let (d, dmin) = unsafe { (f16_at(block.as_ptr()), f16_at(block.as_ptr().add(2))) };
-            KSimd {
-                d,
-                dmin,
-                sc,
-                mn: _mm256_cvtepu8_epi16(twice),
+            _ => {
+                let both = scales_mins_k4(&block[4..16]);
+                let sc = std::array::from_fn(|j| _mm256_set1_epi16(i16::from(both[j])));
+                // Each minimum twice (it covers two 16-value groups), widened to i16.
+                // `both` has 16 readable bytes; loadu has no alignment requirement.
+                let mins = _mm_loadu_si128(both.as_ptr().cast());
+                let twice = _mm_shuffle_epi8(
+                    mins,
+                    _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
+                );
+                // Bytes 0..4 hold d and dmin.
+                let (d, dmin) = (f16_at(block.as_ptr()), f16_at(block.as_ptr().add(2)));
+                KSimd {
+                    d,
+                    dmin,
+                    sc,
+                    mn: _mm256_cvtepu8_epi16(twice),
+                }
             }
         }
     }
