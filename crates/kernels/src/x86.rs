@@ -481,6 +481,8 @@ macro_rules! k_kernel {
                     for j in 0..8 {
                         // SAFETY: `block` is one whole super-block; j < 8; AVX2 is enabled here.
                         let q = unsafe { L::quants(p, j) };
+                        // SAFETY: AVX2 is enabled here; j < 8.
+                        let sc = unsafe { s.sc(j) };
                         for i in 0..G {
                             // SAFETY: at[i] < rows·nblk, so at[i]·256 + 32·j + 32 ≤ rows·cols ≤ x.kq.len()
                             // (asserted); loadu has no alignment requirement.
@@ -490,7 +492,7 @@ macro_rules! k_kernel {
                             // q ≤ 63 and |x| ≤ 127: a pair sums to at most 16,002, inside i16; times
                             // |sc| ≤ 128 per pair of pairs, eight sub-blocks: inside i32.
                             let pairs = _mm256_maddubs_epi16(q, xv);
-                            dots[i] = add_scaled(dots[i], pairs, s.sc[j]);
+                            dots[i] = add_scaled(dots[i], pairs, sc);
                         }
                     }
                     for i in 0..G {
@@ -525,14 +527,50 @@ k_kernel!(k_vnni, "avx2,fma,f16c,avxvnni", |dot, pairs, sc| {
     _mm256_dpwssd_avx_epi32(dot, pairs, sc)
 });
 
-/// A super-block's scales as the K kernel uses them: `sc[j]` the 16 i16 multipliers of
-/// sub-block j's `madd` (lanes 0–7 for its first 16 values, 8–15 for the rest), `mn` the 16
-/// minimums / offsets by 16-value group, d and dmin (see `block::KScales`).
+/// A super-block's scales as the K kernel uses them: [`KSimd::sc`] gives sub-block j's 16 i16
+/// `madd` multipliers (lanes 0–7 for its first 16 values, 8–15 for the rest) with one permute
+/// from `src` (each i16 scale twice, so that a 32-bit lane holds one scale for both of its
+/// halves); `mn` the 16 minimums / offsets by 16-value group; d and dmin (see
+/// `block::KScales`). Building the eight multipliers up front held nine registers across the
+/// row loop and spilled them.
 struct KSimd {
     d: f32,
     dmin: f32,
-    sc: [__m256i; 8],
+    src: [__m256i; 2],
     mn: __m256i,
+    /// Q6_K: two scales per sub-block; the others: one.
+    per16: bool,
+}
+
+impl KSimd {
+    /// Sub-block j's multipliers.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; j < 8.
+    #[inline(always)]
+    unsafe fn sc(&self, j: usize) -> __m256i {
+        // SAFETY: AVX2 is guaranteed by the caller.
+        unsafe {
+            if self.per16 {
+                // src[j / 4] holds scales 8·(j / 4)… twice each: 32-bit lane 2·(j % 4) is the
+                // first 16 values' scale, the next lane the second's.
+                let lane = 2 * (j % 4) as i32;
+                let idx = _mm256_setr_epi32(
+                    lane,
+                    lane,
+                    lane,
+                    lane,
+                    lane + 1,
+                    lane + 1,
+                    lane + 1,
+                    lane + 1,
+                );
+                _mm256_permutevar8x32_epi32(self.src[j / 4], idx)
+            } else {
+                _mm256_permutevar8x32_epi32(self.src[0], _mm256_set1_epi32(j as i32))
+            }
+        }
+    }
 }
 
 /// Inlined into each kernel (a call per super-block cost ~10 % of a multi-row pass), so no
@@ -542,46 +580,41 @@ struct KSimd {
 /// The CPU has AVX2 and F16C.
 #[inline(always)]
 unsafe fn k_scales_simd(ty: WeightType, block: &[u8]) -> KSimd {
-    // SAFETY (for every intrinsic below): AVX2 and F16C are guaranteed by the caller; the
-    // loads read inside `block`, as each says.
+    // Each of 8 bytes twice.
+    const TWICE_LOW: [i8; 16] = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7];
+    const TWICE_HIGH: [i8; 16] = [8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15];
+    // SAFETY (for every intrinsic below): AVX2 and F16C are guaranteed by the caller; the loads
+    // read 16 bytes inside `block` or `both` (loadu has no alignment requirement), and the f16s
+    // at 208 (Q6_K) or 0 and 2 (Q4_K, Q5_K).
     unsafe {
+        let twice_low = _mm_loadu_si128(TWICE_LOW.as_ptr().cast());
+        let twice_high = _mm_loadu_si128(TWICE_HIGH.as_ptr().cast());
         match ty {
             WeightType::Q6K => {
-                let s = &block[192..208];
-                let sc = std::array::from_fn(|j| {
-                    _mm256_setr_m128i(
-                        _mm_set1_epi16(i16::from(s[2 * j] as i8)),
-                        _mm_set1_epi16(i16::from(s[2 * j + 1] as i8)),
-                    )
-                });
-                // `s` has 16 readable bytes; loadu has no alignment requirement.
-                let mn = _mm256_cvtepi8_epi16(_mm_loadu_si128(s.as_ptr().cast()));
-                // Bytes 208..210 hold d.
+                let scales = _mm_loadu_si128(block.as_ptr().add(192).cast());
                 let d = f16_at(block.as_ptr().add(208));
                 KSimd {
                     d,
                     dmin: 32.0 * d,
-                    sc,
-                    mn,
+                    src: [
+                        _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, twice_low)),
+                        _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, twice_high)),
+                    ],
+                    mn: _mm256_cvtepi8_epi16(scales),
+                    per16: true,
                 }
             }
             _ => {
                 let both = scales_mins_k4(&block[4..16]);
-                let sc = std::array::from_fn(|j| _mm256_set1_epi16(i16::from(both[j])));
-                // Each minimum twice (it covers two 16-value groups), widened to i16.
-                // `both` has 16 readable bytes; loadu has no alignment requirement.
-                let mins = _mm_loadu_si128(both.as_ptr().cast());
-                let twice = _mm_shuffle_epi8(
-                    mins,
-                    _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
-                );
-                // Bytes 0..4 hold d and dmin.
-                let (d, dmin) = (f16_at(block.as_ptr()), f16_at(block.as_ptr().add(2)));
+                let both = _mm_loadu_si128(both.as_ptr().cast());
+                let sc = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(both, twice_low));
                 KSimd {
-                    d,
-                    dmin,
-                    sc,
-                    mn: _mm256_cvtepu8_epi16(twice),
+                    d: f16_at(block.as_ptr()),
+                    dmin: f16_at(block.as_ptr().add(2)),
+                    src: [sc, sc],
+                    // Each minimum twice: it covers two 16-value groups.
+                    mn: _mm256_cvtepu8_epi16(_mm_shuffle_epi8(both, twice_high)),
+                    per16: false,
                 }
             }
         }
