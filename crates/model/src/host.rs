@@ -84,6 +84,18 @@ impl HostModel {
         start: usize,
         cache: &mut [HostLayerCache],
     ) -> Result<Vec<f32>> {
+        self.kernels
+            .run(|| self.forward_in_pool(c, tokens, start, cache))
+    }
+
+    /// [`HostModel::forward`], on the kernels' pool.
+    fn forward_in_pool(
+        &self,
+        c: &LlamaConfig,
+        tokens: &[u32],
+        start: usize,
+        cache: &mut [HostLayerCache],
+    ) -> Result<Vec<f32>> {
         let (t, d, hd) = (tokens.len(), c.d_model, c.head_dim);
         let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
         let heads = Heads {
@@ -107,9 +119,11 @@ impl HostModel {
         let end = start + t;
         for (block, layer) in self.blocks.iter().zip(cache.iter_mut()) {
             rms_norm(&x, &block.attn_norm, c.rms_eps, &mut h);
-            self.linear(&block.wq, &h, &mut q, &mut scratch)?;
-            self.linear(&block.wk, &h, &mut k, &mut scratch)?;
-            self.linear(&block.wv, &h, &mut v, &mut scratch)?;
+            self.linears(
+                [(&*block.wq, &mut q), (&*block.wk, &mut k), (&*block.wv, &mut v)],
+                &h,
+                &mut scratch,
+            )?;
             for (y, b) in [
                 (&mut q, &block.bq),
                 (&mut k, &block.bk),
@@ -133,8 +147,11 @@ impl HostModel {
             self.linear(&block.wo, &attn, &mut delta, &mut scratch)?;
             add(&mut x, &delta);
             rms_norm(&x, &block.ffn_norm, c.rms_eps, &mut h);
-            self.linear(&block.w_gate, &h, &mut gate, &mut scratch)?;
-            self.linear(&block.w_up, &h, &mut up, &mut scratch)?;
+            self.linears(
+                [(&*block.w_gate, &mut gate), (&*block.w_up, &mut up)],
+                &h,
+                &mut scratch,
+            )?;
             for (g, u) in gate.iter_mut().zip(&up) {
                 *g = *g / (1.0 + (-*g).exp()) * u; // SiLU(gate) · up
             }
@@ -149,10 +166,26 @@ impl HostModel {
 
     /// `y [t, out] = x [t, in] · Wᵀ`, 16 rows per kernel call.
     fn linear(&self, w: &QMatrix, x: &[f32], y: &mut [f32], s: &mut Scratch) -> Result<()> {
-        let (din, dout) = (w.cols(), w.rows());
-        for (xs, ys) in x.chunks(MAX_ROWS * din).zip(y.chunks_mut(MAX_ROWS * dout)) {
-            s.acts.quantize(xs, xs.len() / din, din)?;
-            self.kernels.matmul(w, &s.acts, ys)?;
+        self.linears([(w, y)], x, s)
+    }
+
+    /// [`HostModel::linear`] for several matrices of one input (q/k/v, gate/up): each 16-row
+    /// chunk of `x` is quantized once for all of them.
+    fn linears<const N: usize>(
+        &self,
+        mut outs: [(&QMatrix, &mut [f32]); N],
+        x: &[f32],
+        s: &mut Scratch,
+    ) -> Result<()> {
+        let din = outs[0].0.cols();
+        for (chunk, xs) in x.chunks(MAX_ROWS * din).enumerate() {
+            let rows = xs.len() / din;
+            s.acts.quantize(xs, rows, din)?;
+            for (w, y) in &mut outs {
+                let dout = w.rows();
+                let ys = &mut y[chunk * MAX_ROWS * dout..][..rows * dout];
+                self.kernels.matmul(w, &s.acts, ys)?;
+            }
         }
         Ok(())
     }
