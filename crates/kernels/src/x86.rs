@@ -1,18 +1,24 @@
-//! The AVX2 micro-kernel (x86-64 with AVX2, FMA and F16C, detected at run time): the same
-//! contract as `scalar::dot_rows`. Each 32-value weight sub-block is unpacked to 32 bytes once,
-//! then meets every activation row in `maddubs` (u8 × i8 pairs to i16) and `madd` (to eight i32
-//! lanes, four per 16 values); the lanes are scaled by d_w·d_x (a scale per lane: Q6_K has one
-//! per 16 values) and accumulated in eight f32 lanes per row, summed at the end. Signed weights
-//! (Q8_0, Q5_0, Q6_K) use the sign trick (|w| × sign(x, w)); 4-bit weights are unsigned with a
-//! minimum term, as in the scalar kernel.
+//! The x86-64 micro-kernels, chosen at run time: AVX2 (with FMA and F16C), and the same with
+//! AVX-VNNI, which fuses the integer multiply-adds (`vpdpbusd`, `vpdpwssd`) and gives
+//! bit-identical results (both forms are exact integer sums). Same contract as
+//! `scalar::dot_rows`.
 //!
-//! The kernel is instantiated per block type and per row count (1…16), so that the row loop
-//! unrolls and each row's accumulator stays in a register; the row count changes which
-//! instantiation runs, never the order of one row's operations.
+//! - Legacy types: each 32-value block is unpacked to 32 bytes once, meets each activation row
+//!   in u8 × i8 products summed four at a time into eight i32 lanes, scaled by d_w·d_x and
+//!   accumulated in eight f32 lanes per row. Signed weights (Q8_0, Q5_0) use the sign trick
+//!   (|w| × sign(x, w)); unsigned ones (Q4_0, Q4_1, Q5_1) add a minimum term.
+//! - K-quants: a whole 256-value super-block stays in integers per row (sub-block products
+//!   times the sub-block's integer scale), then meets floats once, with the minimum / offset
+//!   term from the activations' 16-value sums.
+//!
+//! Kernels are instantiated per block type and per row count (1…16), and take rows in groups of
+//! at most four so that a group's accumulators stay in registers; the row count changes which
+//! instantiation runs, never the order of one row's operations. Weight bytes are prefetched
+//! ahead of use.
 
 use std::arch::x86_64::*;
 
-use crate::block::{BLOCK, WeightType, scales_mins_k4};
+use crate::block::{WeightType, scales_mins_k4};
 use crate::quantize::QActs;
 
 /// Whether this CPU runs [`dot_rows`].
@@ -217,19 +223,6 @@ macro_rules! by_rows {
     };
 }
 
-/// The legacy types' kernel, the same for both instruction sets.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn legacy_rows(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f32]) {
-    match ty {
-        WeightType::Q8_0 => by_rows!(rows, Q80, w, x, out),
-        WeightType::Q4_0 => by_rows!(rows, Q40, w, x, out),
-        WeightType::Q4_1 => by_rows!(rows, Q41, w, x, out),
-        WeightType::Q5_0 => by_rows!(rows, Q50, w, x, out),
-        WeightType::Q5_1 => by_rows!(rows, Q51, w, x, out),
-        WeightType::Q4K | WeightType::Q5K | WeightType::Q6K => {}
-    }
-}
-
 /// As `scalar::dot_rows`. Calling it is unsafe unless the CPU has AVX2, FMA and F16C
 /// ([`available`]).
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -238,7 +231,11 @@ pub(crate) fn dot_rows(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f32]) {
         WeightType::Q4K => by_rows!(k_avx2::k_rows, Q4K, w, x, out),
         WeightType::Q5K => by_rows!(k_avx2::k_rows, Q5K, w, x, out),
         WeightType::Q6K => by_rows!(k_avx2::k_rows, Q6K, w, x, out),
-        _ => legacy_rows(ty, w, x, out),
+        WeightType::Q8_0 => by_rows!(k_avx2::legacy_rows, Q80, w, x, out),
+        WeightType::Q4_0 => by_rows!(k_avx2::legacy_rows, Q40, w, x, out),
+        WeightType::Q4_1 => by_rows!(k_avx2::legacy_rows, Q41, w, x, out),
+        WeightType::Q5_0 => by_rows!(k_avx2::legacy_rows, Q50, w, x, out),
+        WeightType::Q5_1 => by_rows!(k_avx2::legacy_rows, Q51, w, x, out),
     }
 }
 
@@ -250,57 +247,11 @@ pub(crate) fn dot_rows_vnni(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f32]
         WeightType::Q4K => by_rows!(k_vnni::k_rows, Q4K, w, x, out),
         WeightType::Q5K => by_rows!(k_vnni::k_rows, Q5K, w, x, out),
         WeightType::Q6K => by_rows!(k_vnni::k_rows, Q6K, w, x, out),
-        _ => legacy_rows(ty, w, x, out),
-    }
-}
-
-/// One weight row of a legacy type against `M` activation rows.
-#[target_feature(enable = "avx2,fma,f16c")]
-fn rows<L: Layout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
-    let nb = x.cols / BLOCK;
-    // Everything the pointer arithmetic below relies on, checked once per row.
-    assert!(
-        w_row.len() == nb * L::BYTES
-            && x.rows == M
-            && x.q.len() >= M * x.cols
-            && x.d.len() >= M * nb
-            && x.s.len() >= M * nb
-            && out.len() >= M
-    );
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); M];
-    let mut mins = [0f32; M];
-    let (w_ptr, q_ptr) = (w_row.as_ptr(), x.q.as_ptr());
-    for b in 0..nb {
-        if b % 2 == 0 {
-            // A hint: never faults, whatever the address.
-            _mm_prefetch::<_MM_HINT_T0>(w_ptr.wrapping_add(b * L::BYTES + PREFETCH).cast());
-        }
-        // SAFETY: block b < nb lies inside the row's blocks (their length is asserted); this
-        // function's target features include the ones `load` needs.
-        let (w, scale, min) = unsafe { L::load(w_ptr, b) };
-        let abs_w = if L::SIGNED { _mm256_sign_epi8(w, w) } else { w };
-        for r in 0..M {
-            let at = r * nb + b;
-            // SAFETY: at < M·nb, so at·32 + 32 ≤ M·cols ≤ x.q.len() (asserted); loadu has no
-            // alignment requirement.
-            let xv = unsafe { _mm256_loadu_si256(q_ptr.add(at * BLOCK).cast()) };
-            let x_signed = if L::SIGNED {
-                _mm256_sign_epi8(xv, w)
-            } else {
-                xv
-            };
-            // |w| ≤ 128 and |x| ≤ 127: a pair sums to at most 32,512, inside i16.
-            let pairs = _mm256_maddubs_epi16(abs_w, x_signed);
-            let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(scale, _mm256_set1_ps(x.d[at])), lanes, acc[r]);
-            if !L::SIGNED {
-                mins[r] += min * x.s[at];
-            }
-        }
-    }
-    for r in 0..M {
-        out[r] = hsum(acc[r]) + mins[r];
+        WeightType::Q8_0 => by_rows!(k_vnni::legacy_rows, Q80, w, x, out),
+        WeightType::Q4_0 => by_rows!(k_vnni::legacy_rows, Q40, w, x, out),
+        WeightType::Q4_1 => by_rows!(k_vnni::legacy_rows, Q41, w, x, out),
+        WeightType::Q5_0 => by_rows!(k_vnni::legacy_rows, Q50, w, x, out),
+        WeightType::Q5_1 => by_rows!(k_vnni::legacy_rows, Q51, w, x, out),
     }
 }
 
@@ -401,12 +352,17 @@ const PREFETCH: usize = 2048;
 /// The K kernel, once per instruction set: `$acc(dot, pairs, sc)` adds `madd(pairs, sc)` to
 /// `dot` (i16 pairs × i16 scales to i32 lanes), the one step AVX-VNNI fuses. Both forms are
 /// exact integer arithmetic, so they give bit-identical results.
-macro_rules! k_kernel {
-    ($module:ident, $features:literal, |$dot:ident, $pairs:ident, $sc:ident| $acc:expr) => {
+macro_rules! kernels {
+    (
+        $module:ident,
+        $features:literal,
+        |$dot:ident, $pairs:ident, $sc:ident| $acc:expr,
+        |$w:ident, $x:ident| $dot4:expr
+    ) => {
         mod $module {
             use std::arch::x86_64::*;
 
-            use super::{KLayout, PREFETCH};
+            use super::{KLayout, Layout, PREFETCH};
             use crate::block::BLOCK;
             use crate::quantize::{K_GROUP, K_SUM, QActs};
 
@@ -414,6 +370,100 @@ macro_rules! k_kernel {
             #[target_feature(enable = $features)]
             fn add_scaled($dot: __m256i, $pairs: __m256i, $sc: __m256i) -> __m256i {
                 $acc
+            }
+
+            /// u8 × i8 products summed four at a time into eight i32 lanes.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn dot4($w: __m256i, $x: __m256i) -> __m256i {
+                $dot4
+            }
+
+            /// One weight row of a legacy type against `M` activation rows, in groups of at
+            /// most four as [`k_rows`].
+            #[target_feature(enable = $features)]
+            pub(super) fn legacy_rows<L: Layout, const M: usize>(
+                w_row: &[u8],
+                x: &QActs,
+                out: &mut [f32],
+            ) {
+                let groups = M.div_ceil(4);
+                let mut first = 0;
+                for g in 0..groups {
+                    let n = M / groups + usize::from(g < M % groups);
+                    let out = &mut out[first..first + n];
+                    match n {
+                        1 => legacy_group::<L, 1>(w_row, x, first, out),
+                        2 => legacy_group::<L, 2>(w_row, x, first, out),
+                        3 => legacy_group::<L, 3>(w_row, x, first, out),
+                        _ => legacy_group::<L, 4>(w_row, x, first, out),
+                    }
+                    first += n;
+                }
+            }
+
+            /// One legacy weight row against activation rows `first..first + G`: each 32-value
+            /// block is unpacked once and meets the G rows in [`dot4`] (signed types through
+            /// the sign trick, |w| × sign(x, w)); the eight i32 lanes are scaled by d_w·d_x and
+            /// accumulated in f32, with a minimum term m·s for the unsigned types. A row's
+            /// operations are the same whatever G and `first` are.
+            #[target_feature(enable = $features)]
+            fn legacy_group<L: Layout, const G: usize>(
+                w_row: &[u8],
+                x: &QActs,
+                first: usize,
+                out: &mut [f32],
+            ) {
+                let nb = x.cols / BLOCK;
+                // Everything the pointer arithmetic below relies on, checked once per call.
+                assert!(
+                    w_row.len() == nb * L::BYTES
+                        && first + G <= x.rows
+                        && x.q.len() >= x.rows * x.cols
+                        && x.d.len() >= x.rows * nb
+                        && x.s.len() >= x.rows * nb
+                        && out.len() == G
+                );
+                let mut acc = [_mm256_setzero_ps(); G];
+                let mut mins = [0f32; G];
+                let (w_ptr, q_ptr) = (w_row.as_ptr(), x.q.as_ptr());
+                for b in 0..nb {
+                    if b % 2 == 0 {
+                        // A hint: never faults, whatever the address.
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            w_ptr.wrapping_add(b * L::BYTES + PREFETCH).cast(),
+                        );
+                    }
+                    // SAFETY: block b < nb lies inside the row's blocks (their length is
+                    // asserted); this function's target features include the ones `load` needs.
+                    let (w, scale, min) = unsafe { L::load(w_ptr, b) };
+                    let abs_w = if L::SIGNED { _mm256_sign_epi8(w, w) } else { w };
+                    for i in 0..G {
+                        let at = (first + i) * nb + b;
+                        // SAFETY: at < rows·nb, so at·32 + 32 ≤ rows·cols ≤ x.q.len()
+                        // (asserted); loadu has no alignment requirement.
+                        let xv = unsafe { _mm256_loadu_si256(q_ptr.add(at * BLOCK).cast()) };
+                        let x_signed = if L::SIGNED {
+                            _mm256_sign_epi8(xv, w)
+                        } else {
+                            xv
+                        };
+                        // |w| ≤ 128 and |x| ≤ 127: no i16 pair of maddubs saturates, so both
+                        // forms of dot4 give the same exact sums.
+                        let lanes = _mm256_cvtepi32_ps(dot4(abs_w, x_signed));
+                        acc[i] = _mm256_fmadd_ps(
+                            _mm256_mul_ps(scale, _mm256_set1_ps(x.d[at])),
+                            lanes,
+                            acc[i],
+                        );
+                        if !L::SIGNED {
+                            mins[i] += min * x.s[at];
+                        }
+                    }
+                }
+                for i in 0..G {
+                    out[i] = super::hsum(acc[i]) + mins[i];
+                }
             }
 
             /// One K-quant weight row against `M` activation rows (the per-256 form), in groups of at most
@@ -520,12 +570,18 @@ macro_rules! k_kernel {
     };
 }
 
-k_kernel!(k_avx2, "avx2,fma,f16c", |dot, pairs, sc| {
-    _mm256_add_epi32(dot, _mm256_madd_epi16(pairs, sc))
-});
-k_kernel!(k_vnni, "avx2,fma,f16c,avxvnni", |dot, pairs, sc| {
-    _mm256_dpwssd_avx_epi32(dot, pairs, sc)
-});
+kernels!(
+    k_avx2,
+    "avx2,fma,f16c",
+    |dot, pairs, sc| _mm256_add_epi32(dot, _mm256_madd_epi16(pairs, sc)),
+    |w, x| _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+);
+kernels!(
+    k_vnni,
+    "avx2,fma,f16c,avxvnni",
+    |dot, pairs, sc| _mm256_dpwssd_avx_epi32(dot, pairs, sc),
+    |w, x| _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x)
+);
 
 /// A super-block's scales as the K kernel uses them: [`KSimd::sc`] gives sub-block j's 16 i16
 /// `madd` multipliers (lanes 0–7 for its first 16 values, 8–15 for the rest) with one permute

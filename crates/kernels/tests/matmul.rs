@@ -304,3 +304,30 @@ fn bad_shapes_and_settings_are_errors() {
     assert!(w.dequantize_row(2, &mut row).is_err());
     assert!(w.dequantize_row(0, &mut row[..10]).is_err());
 }
+
+#[test]
+fn the_vnni_kernel_equals_the_avx2_kernel_bit_for_bit() {
+    if !Isa::available().contains(&Isa::AvxVnni) {
+        eprintln!("this CPU has no AVX-VNNI: nothing to compare");
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(17);
+    for ty in WeightType::ALL {
+        let (out, cols) = (45, cols_for(ty, 512));
+        let w = random_matrix(ty, out, cols, &mut rng);
+        for m in [1, 3, 5, 16] {
+            let x = random_x(m, cols, &mut rng);
+            let mut acts = QActs::default();
+            acts.quantize(&x, m, cols).unwrap();
+            let run = |isa| {
+                let mut y = vec![0f32; m * out];
+                Kernels::with_isa(isa, 2)
+                    .unwrap()
+                    .matmul(&w, &acts, &mut y)
+                    .unwrap();
+                bits(&y)
+            };
+            assert_eq!(run(Isa::Avx2), run(Isa::AvxVnni), "{ty:?} m={m}");
+        }
+    }
+}

@@ -120,7 +120,11 @@ impl HostModel {
         for (block, layer) in self.blocks.iter().zip(cache.iter_mut()) {
             rms_norm(&x, &block.attn_norm, c.rms_eps, &mut h);
             self.linears(
-                [(&*block.wq, &mut q), (&*block.wk, &mut k), (&*block.wv, &mut v)],
+                [
+                    (&*block.wq, &mut q),
+                    (&*block.wk, &mut k),
+                    (&*block.wv, &mut v),
+                ],
                 &h,
                 &mut scratch,
             )?;
