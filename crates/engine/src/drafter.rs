@@ -111,9 +111,8 @@ impl ModelDrafter {
     /// Runs `tokens` and returns the last position's logits as a target-vocabulary row: ids the
     /// target lacks are dropped, ids the drafter lacks are −inf (never proposed).
     async fn last_row(&mut self, tokens: &[u32]) -> Result<()> {
-        let logits = self.model.forward(tokens, &mut self.cache)?; // [1, t, draft_vocab]
-        let [_, t, dv] = logits.dims();
-        let last = logits.slice([0..1, t - 1..t, 0..dv]); // [1, 1, draft_vocab]
+        let last = self.model.forward_last(tokens, &mut self.cache)?; // [1, 1, draft_vocab]
+        let [_, _, dv] = last.dims();
         let values = read_f32_async(last).await?;
         let tv = self.target_vocab;
         self.row.clear();
@@ -132,7 +131,7 @@ impl Drafter for ModelDrafter {
         // Everything but the last prompt token, which the first draft feeds.
         let n = prompt.len().saturating_sub(1).min(self.cache.capacity());
         if n > 0 {
-            self.model.forward(&prompt[..n], &mut self.cache)?;
+            self.model.forward_last(&prompt[..n], &mut self.cache)?;
         }
         Ok(())
     }

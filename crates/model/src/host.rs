@@ -75,17 +75,21 @@ pub(crate) struct HostLayerCache {
 }
 
 impl HostModel {
-    /// Logits `[t, vocab]` for `tokens` at positions `start..start + t`, writing their keys and
-    /// values into `cache` (one entry per block). Tokens and positions are checked by the caller.
+    /// Logits `[logit_rows, vocab]` of the last `logit_rows` of `tokens` (at positions
+    /// `start..start + t`), writing every token's keys and values into `cache` (one entry per
+    /// block). Tokens, positions and `logit_rows ≤ t` are checked by the caller. The output
+    /// head is the largest matrix of a small model: prefill and drafting, which need one row's
+    /// logits, skip it for the rest.
     pub(crate) fn forward(
         &self,
         c: &LlamaConfig,
         tokens: &[u32],
         start: usize,
         cache: &mut [HostLayerCache],
+        logit_rows: usize,
     ) -> Result<Vec<f32>> {
         self.kernels
-            .run(|| self.forward_in_pool(c, tokens, start, cache))
+            .run(|| self.forward_in_pool(c, tokens, start, cache, logit_rows))
     }
 
     /// [`HostModel::forward`], on the kernels' pool.
@@ -95,6 +99,7 @@ impl HostModel {
         tokens: &[u32],
         start: usize,
         cache: &mut [HostLayerCache],
+        logit_rows: usize,
     ) -> Result<Vec<f32>> {
         let (t, d, hd) = (tokens.len(), c.d_model, c.head_dim);
         let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
@@ -162,9 +167,11 @@ impl HostModel {
             self.linear(&block.w_down, &gate, &mut delta, &mut scratch)?;
             add(&mut x, &delta);
         }
-        rms_norm(&x, &self.out_norm, c.rms_eps, &mut h);
-        let mut logits = vec![0f32; t * c.vocab_size]; // [t, vocab]
-        self.linear(&self.lm_head, &h, &mut logits, &mut scratch)?;
+        let tail = &x[(t - logit_rows) * d..]; // [logit_rows, d_model]
+        let h = &mut h[..logit_rows * d]; // [logit_rows, d_model]
+        rms_norm(tail, &self.out_norm, c.rms_eps, h);
+        let mut logits = vec![0f32; logit_rows * c.vocab_size]; // [logit_rows, vocab]
+        self.linear(&self.lm_head, h, &mut logits, &mut scratch)?;
         Ok(logits)
     }
 

@@ -132,6 +132,21 @@ impl Llama {
     /// [`ModelError::EmptyInput`], [`ModelError::TokenOutOfVocab`], or
     /// [`ModelError::ContextOverflow`] naming the cached, new and capacity counts.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor<3>> {
+        self.forward_tail(tokens, cache, tokens.len())
+    }
+
+    /// As [`Llama::forward`], returning only the last position's logits, `[1, 1, vocab]`: what
+    /// prefill and a draft model need. The packed CPU path then runs the output head on one
+    /// row (the same values [`Llama::forward`] gives for it, bit for bit).
+    ///
+    /// # Errors
+    /// As [`Llama::forward`].
+    pub fn forward_last(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor<3>> {
+        self.forward_tail(tokens, cache, 1)
+    }
+
+    /// Logits of the last `rows` (1 ≤ rows ≤ t) positions, `[1, rows, vocab]`.
+    fn forward_tail(&self, tokens: &[u32], cache: &mut KvCache, rows: usize) -> Result<Tensor<3>> {
         let c = &self.config;
         let t = tokens.len();
         if t == 0 {
@@ -158,14 +173,21 @@ impl Llama {
             });
         };
         let logits = match &self.body {
-            Body::Tensors(m) => m.forward(c, &self.device, tokens, cache, start)?,
+            Body::Tensors(m) => {
+                let all = m.forward(c, &self.device, tokens, cache, start)?; // [1, t, vocab]
+                if rows == t {
+                    all
+                } else {
+                    all.slice([0..1, t - rows..t, 0..c.vocab_size]) // [1, rows, vocab]
+                }
+            }
             Body::Host(m) => {
                 let layers = cache
                     .host_layers()
                     .filter(|l| l.len() == m.blocks.len())
                     .ok_or(ModelError::CacheKind)?;
-                let logits = m.forward(c, tokens, start, layers)?; // [t, vocab]
-                Tensor::from_data(TensorData::new(logits, [1, t, c.vocab_size]), &self.device)
+                let logits = m.forward(c, tokens, start, layers, rows)?; // [rows, vocab]
+                Tensor::from_data(TensorData::new(logits, [1, rows, c.vocab_size]), &self.device)
             }
         };
         cache.advance(end);

@@ -368,6 +368,16 @@ fn packed_logits_do_not_depend_on_the_batch() {
     assert_eq!(run(&[15]), single, "15 + 5");
     assert_eq!(run(&[16]), single, "16 + 4");
     assert_eq!(run(&[3, 8, 13]), single, "3 + 5 + 5 + 5 + 2");
+    // Only the last row's logits (prefill, drafting): the same bits as that row of a full pass,
+    // and the cache advanced by every token.
+    let vocab = model.config().vocab_size;
+    for cut in [1, 7, 20] {
+        let mut cache = model.new_cache(20).unwrap();
+        let last = read_f32(model.forward_last(&ids[..cut], &mut cache).unwrap()).unwrap();
+        assert_eq!(cache.len(), cut);
+        let bits: Vec<u32> = last.iter().map(|f| f.to_bits()).collect();
+        assert_eq!(bits, single[(cut - 1) * vocab..cut * vocab], "last of {cut}");
+    }
 }
 
 #[test]
