@@ -187,7 +187,10 @@ impl Llama {
                     .filter(|l| l.len() == m.blocks.len())
                     .ok_or(ModelError::CacheKind)?;
                 let logits = m.forward(c, tokens, start, layers, rows)?; // [rows, vocab]
-                Tensor::from_data(TensorData::new(logits, [1, rows, c.vocab_size]), &self.device)
+                Tensor::from_data(
+                    TensorData::new(logits, [1, rows, c.vocab_size]),
+                    &self.device,
+                )
             }
         };
         cache.advance(end);

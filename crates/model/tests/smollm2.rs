@@ -376,7 +376,11 @@ fn packed_logits_do_not_depend_on_the_batch() {
         let last = read_f32(model.forward_last(&ids[..cut], &mut cache).unwrap()).unwrap();
         assert_eq!(cache.len(), cut);
         let bits: Vec<u32> = last.iter().map(|f| f.to_bits()).collect();
-        assert_eq!(bits, single[(cut - 1) * vocab..cut * vocab], "last of {cut}");
+        assert_eq!(
+            bits,
+            single[(cut - 1) * vocab..cut * vocab],
+            "last of {cut}"
+        );
     }
 }
 
