@@ -27,6 +27,9 @@ pub enum Isa {
     Avx2,
     /// AVX2 with AVX-VNNI (fused i16 multiply-add in the K-quant kernel; same results as Avx2).
     AvxVnni,
+    /// AVX-512 (F, BW, VNNI) K-quant kernel, two sub-blocks per instruction; the AVX2 legacy
+    /// kernel; same results as Avx2.
+    Avx512,
 }
 
 impl Isa {
@@ -38,12 +41,20 @@ impl Isa {
     /// Every kernel this CPU runs, the portable one first.
     pub fn available() -> Vec<Self> {
         #[cfg(target_arch = "x86_64")]
-        if crate::x86::vnni_available() {
-            return vec![Self::Scalar, Self::Avx2, Self::AvxVnni];
-        }
-        #[cfg(target_arch = "x86_64")]
-        if crate::x86::available() {
-            return vec![Self::Scalar, Self::Avx2];
+        {
+            let mut isas = Vec::new();
+            if crate::x86::available() {
+                isas.extend([Self::Scalar, Self::Avx2]);
+            }
+            if crate::x86::vnni_available() {
+                isas.push(Self::AvxVnni);
+            }
+            if crate::x86::avx512_available() {
+                isas.push(Self::Avx512);
+            }
+            if !isas.is_empty() {
+                return isas;
+            }
         }
         vec![Self::Scalar]
     }
@@ -197,7 +208,11 @@ fn dot_rows(isa: Isa, w: &QMatrix, row: usize, x: &QActs, out: &mut [f32]) {
         // SAFETY: `Kernels::with_isa` admits AvxVnni only where `x86::vnni_available()` said
         // the CPU has AVX2, FMA, F16C and AVX-VNNI.
         Isa::AvxVnni => unsafe { crate::x86::dot_rows_vnni(w.ty(), w.row(row), x, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Kernels::with_isa` admits Avx512 only where `x86::avx512_available()` said
+        // the CPU has AVX2, FMA, F16C, AVX-512 F, BW and VNNI.
+        Isa::Avx512 => unsafe { crate::x86::dot_rows_avx512(w.ty(), w.row(row), x, out) },
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 | Isa::AvxVnni => scalar::dot_rows(w.ty(), w.row(row), x, out),
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => scalar::dot_rows(w.ty(), w.row(row), x, out),
     }
 }

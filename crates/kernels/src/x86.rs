@@ -475,7 +475,7 @@ macro_rules! kernels {
                 x: &QActs,
                 out: &mut [f32],
             ) {
-                const MOST: usize = 4;
+                const MOST: usize = 6;
                 let groups = M.div_ceil(MOST);
                 let mut first = 0;
                 for g in 0..groups {
@@ -485,7 +485,9 @@ macro_rules! kernels {
                         1 => k_group::<L, 1>(w_row, x, first, out),
                         2 => k_group::<L, 2>(w_row, x, first, out),
                         3 => k_group::<L, 3>(w_row, x, first, out),
-                        _ => k_group::<L, 4>(w_row, x, first, out),
+                        4 => k_group::<L, 4>(w_row, x, first, out),
+                        5 => k_group::<L, 5>(w_row, x, first, out),
+                        _ => k_group::<L, 6>(w_row, x, first, out),
                     }
                     first += n;
                 }
@@ -683,4 +685,133 @@ fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
+}
+
+/// Whether this CPU runs [`dot_rows_avx512`].
+pub(crate) fn avx512_available() -> bool {
+    available()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
+/// As [`dot_rows`], with the K kernel on 512-bit vectors (two sub-blocks per instruction, half
+/// the instructions of a multi-row pass); bit-identical to the AVX2 kernels, whose legacy
+/// kernel it uses. Calling it is unsafe unless [`avx512_available`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(crate) fn dot_rows_avx512(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f32]) {
+    match ty {
+        WeightType::Q4K => by_rows!(k512::k_rows, Q4K, w, x, out),
+        WeightType::Q5K => by_rows!(k512::k_rows, Q5K, w, x, out),
+        WeightType::Q6K => by_rows!(k512::k_rows, Q6K, w, x, out),
+        _ => dot_rows(ty, w, x, out),
+    }
+}
+
+/// The K kernel on 512-bit vectors: sub-blocks 2·p and 2·p + 1 side by side in one register,
+/// meeting 64 contiguous activation bytes in `vpmaddubsw` + `vpdpwssd`; at the end of a
+/// super-block the two 256-bit halves of a row's i32 sums are added, which gives exactly the
+/// AVX2 kernel's eight lanes (the same integer sums), so the float steps and results are
+/// identical to it.
+mod k512 {
+    use std::arch::x86_64::*;
+
+    use super::{KLayout, PREFETCH};
+    use crate::block::BLOCK;
+    use crate::quantize::{K_GROUP, K_SUM, QActs};
+
+    /// As `k_avx2::k_rows`.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+    pub(super) fn k_rows<L: KLayout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
+        const MOST: usize = 6;
+        let groups = M.div_ceil(MOST);
+        let mut first = 0;
+        for g in 0..groups {
+            let n = M / groups + usize::from(g < M % groups);
+            let out = &mut out[first..first + n];
+            match n {
+                1 => k_group::<L, 1>(w_row, x, first, out),
+                2 => k_group::<L, 2>(w_row, x, first, out),
+                3 => k_group::<L, 3>(w_row, x, first, out),
+                4 => k_group::<L, 4>(w_row, x, first, out),
+                5 => k_group::<L, 5>(w_row, x, first, out),
+                _ => k_group::<L, 6>(w_row, x, first, out),
+            }
+            first += n;
+        }
+    }
+
+    /// As `k_avx2::k_group`, two sub-blocks at a time.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+    fn k_group<L: KLayout, const G: usize>(w_row: &[u8], x: &QActs, first: usize, out: &mut [f32]) {
+        let bytes = L::TYPE.block_bytes();
+        let nblk = x.cols / K_GROUP;
+        let sums = K_GROUP / K_SUM;
+        // Everything the pointer arithmetic below relies on, checked once per call.
+        assert!(
+            x.has_k
+                && w_row.len() == nblk * bytes
+                && first + G <= x.rows
+                && x.kq.len() >= x.rows * x.cols
+                && x.kd.len() >= x.rows * nblk
+                && x.ks.len() >= x.rows * nblk * sums
+                && out.len() == G
+        );
+        let mut acc = [_mm256_setzero_ps(); G];
+        let (q_ptr, s_ptr) = (x.kq.as_ptr(), x.ks.as_ptr());
+        for (blk, block) in w_row.chunks_exact(bytes).enumerate() {
+            let p = block.as_ptr();
+            for line in 0..bytes.div_ceil(64) {
+                // A hint: never faults, whatever the address.
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64 * line).cast());
+            }
+            // SAFETY: this function's target features include AVX2 and F16C.
+            let s = unsafe { super::k_scales_simd(L::TYPE, block) };
+            let at: [usize; G] = std::array::from_fn(|i| (first + i) * nblk + blk);
+            let mut dots = [_mm512_setzero_si512(); G];
+            for pair in 0..4 {
+                // SAFETY: `block` is one whole super-block; 2·pair + 1 < 8; AVX2 is enabled.
+                let (q, sc) = unsafe {
+                    (
+                        _mm512_inserti64x4::<1>(
+                            _mm512_castsi256_si512(L::quants(p, 2 * pair)),
+                            L::quants(p, 2 * pair + 1),
+                        ),
+                        _mm512_inserti64x4::<1>(
+                            _mm512_castsi256_si512(s.sc(2 * pair)),
+                            s.sc(2 * pair + 1),
+                        ),
+                    )
+                };
+                for i in 0..G {
+                    // SAFETY: at[i] < rows·nblk, so at[i]·256 + 64·pair + 64 ≤ rows·cols ≤
+                    // x.kq.len() (asserted); loadu has no alignment requirement.
+                    let xv = unsafe {
+                        _mm512_loadu_si512(q_ptr.add(at[i] * K_GROUP + 2 * BLOCK * pair).cast())
+                    };
+                    // Bounds as in the AVX2 kernel: no i16 pair saturates, i32 sums are exact.
+                    dots[i] = _mm512_dpwssd_epi32(dots[i], _mm512_maddubs_epi16(q, xv), sc);
+                }
+            }
+            for i in 0..G {
+                let dot = _mm256_add_epi32(
+                    _mm512_castsi512_si256(dots[i]),
+                    _mm512_extracti64x4_epi64::<1>(dots[i]),
+                );
+                // SAFETY: at[i] < rows·nblk, so (at[i] + 1)·16 ≤ x.ks.len() (asserted).
+                let bsums = unsafe { _mm256_loadu_si256(s_ptr.add(at[i] * sums).cast()) };
+                let offset = _mm256_madd_epi16(s.mn, bsums);
+                let xd = x.kd[at[i]];
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(s.d * xd), _mm256_cvtepi32_ps(dot), acc[i]);
+                acc[i] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(-(s.dmin * xd)),
+                    _mm256_cvtepi32_ps(offset),
+                    acc[i],
+                );
+            }
+        }
+        for i in 0..G {
+            out[i] = super::hsum(acc[i]);
+        }
+    }
 }

@@ -306,9 +306,13 @@ fn bad_shapes_and_settings_are_errors() {
 }
 
 #[test]
-fn the_vnni_kernel_equals_the_avx2_kernel_bit_for_bit() {
-    if !Isa::available().contains(&Isa::AvxVnni) {
-        eprintln!("this CPU has no AVX-VNNI: nothing to compare");
+fn the_vnni_and_avx512_kernels_equal_the_avx2_kernel_bit_for_bit() {
+    let others: Vec<Isa> = Isa::available()
+        .into_iter()
+        .filter(|isa| matches!(isa, Isa::AvxVnni | Isa::Avx512))
+        .collect();
+    if others.is_empty() {
+        eprintln!("this CPU has neither AVX-VNNI nor AVX-512 VNNI: nothing to compare");
         return;
     }
     let mut rng = ChaCha8Rng::seed_from_u64(17);
@@ -327,7 +331,10 @@ fn the_vnni_kernel_equals_the_avx2_kernel_bit_for_bit() {
                     .unwrap();
                 bits(&y)
             };
-            assert_eq!(run(Isa::Avx2), run(Isa::AvxVnni), "{ty:?} m={m}");
+            let avx2 = run(Isa::Avx2);
+            for &isa in &others {
+                assert_eq!(run(isa), avx2, "{isa:?} {ty:?} m={m}");
+            }
         }
     }
 }
