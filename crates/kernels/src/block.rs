@@ -180,10 +180,10 @@ pub(crate) fn k_scales(ty: WeightType, block: &[u8]) -> KScales {
             }
         }
         _ => {
+            let both = scales_mins_k4(&block[4..16]);
             for h in 0..16 {
-                let (s, m) = scale_min_k4(h / 2, &block[4..16]);
-                sc[h] = i16::from(s);
-                mn[h] = i16::from(m);
+                sc[h] = i16::from(both[h / 2]);
+                mn[h] = i16::from(both[8 + h / 2]);
             }
             KScales {
                 d: f16_at(block, 0),
