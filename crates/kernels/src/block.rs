@@ -553,10 +553,10 @@ mod tests {
             for j in 0..8 {
                 let q = k_quants(ty, &block, j);
                 let sub = unpack(ty, &block, j);
-                for i in 0..BLOCK {
+                for (i, &qi) in q.iter().enumerate() {
                     let h = 2 * j + i / 16;
                     let from_k =
-                        s.d * f32::from(s.sc[h]) * f32::from(q[i]) - s.dmin * f32::from(s.mn[h]);
+                        s.d * f32::from(s.sc[h]) * f32::from(qi) - s.dmin * f32::from(s.mn[h]);
                     let from_sub = sub.scale[i / 16] * f32::from(sub.w[i]) + sub.min;
                     assert_eq!(from_k, from_sub, "{ty:?} sub-block {j} value {i}");
                 }
