@@ -344,6 +344,18 @@ impl KLayout for Q6K {
     }
 }
 
+/// Rows `0..m` as consecutive groups of at most `most`, sizes as even as possible (5 with at
+/// most 4 = 3 + 2): `(first row, rows)` each.
+fn row_groups(m: usize, most: usize) -> impl Iterator<Item = (usize, usize)> {
+    let groups = m.div_ceil(most);
+    (0..groups).scan(0, move |first, g| {
+        let n = m / groups + usize::from(g < m % groups);
+        let at = *first;
+        *first += n;
+        Some((at, n))
+    })
+}
+
 /// Bytes ahead of the block in hand that the kernels ask the cache for: decode streams every
 /// weight once, and the hardware prefetcher alone left it at ~9 GB/s here (1.5B decode 9.2
 /// tok/s; 2 KiB ahead: 11–17 tok/s on this noisy machine, 512 B or 4 KiB less).
@@ -380,17 +392,14 @@ macro_rules! kernels {
             }
 
             /// One weight row of a legacy type against `M` activation rows, in groups of at
-            /// most four as [`k_rows`].
+            /// most four ([`super::row_groups`]).
             #[target_feature(enable = $features)]
             pub(super) fn legacy_rows<L: Layout, const M: usize>(
                 w_row: &[u8],
                 x: &QActs,
                 out: &mut [f32],
             ) {
-                let groups = M.div_ceil(4);
-                let mut first = 0;
-                for g in 0..groups {
-                    let n = M / groups + usize::from(g < M % groups);
+                for (first, n) in super::row_groups(M, 4) {
                     let out = &mut out[first..first + n];
                     match n {
                         1 => legacy_group::<L, 1>(w_row, x, first, out),
@@ -398,7 +407,6 @@ macro_rules! kernels {
                         3 => legacy_group::<L, 3>(w_row, x, first, out),
                         _ => legacy_group::<L, 4>(w_row, x, first, out),
                     }
-                    first += n;
                 }
             }
 
@@ -466,20 +474,17 @@ macro_rules! kernels {
                 }
             }
 
-            /// One K-quant weight row against `M` activation rows (the per-256 form), in groups of at most
-            /// four rows (sizes as even as possible: 5 = 3 + 2), each group a [`k_group`] pass over the
-            /// row's blocks (a row is a few KiB, so the second pass reads it from L1).
+            /// One K-quant weight row against `M` activation rows (the per-256 form), in groups of
+            /// at most six ([`super::row_groups`]: a 5-row verification pass is one group), each
+            /// group a [`k_group`] pass over the row's blocks (a row is a few KiB, so a second
+            /// pass reads it from L1).
             #[target_feature(enable = $features)]
             pub(super) fn k_rows<L: KLayout, const M: usize>(
                 w_row: &[u8],
                 x: &QActs,
                 out: &mut [f32],
             ) {
-                const MOST: usize = 6;
-                let groups = M.div_ceil(MOST);
-                let mut first = 0;
-                for g in 0..groups {
-                    let n = M / groups + usize::from(g < M % groups);
+                for (first, n) in super::row_groups(M, 6) {
                     let out = &mut out[first..first + n];
                     match n {
                         1 => k_group::<L, 1>(w_row, x, first, out),
@@ -489,7 +494,6 @@ macro_rules! kernels {
                         5 => k_group::<L, 5>(w_row, x, first, out),
                         _ => k_group::<L, 6>(w_row, x, first, out),
                     }
-                    first += n;
                 }
             }
 
@@ -723,11 +727,7 @@ mod k512 {
     /// As `k_avx2::k_rows`.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
     pub(super) fn k_rows<L: KLayout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
-        const MOST: usize = 6;
-        let groups = M.div_ceil(MOST);
-        let mut first = 0;
-        for g in 0..groups {
-            let n = M / groups + usize::from(g < M % groups);
+        for (first, n) in super::row_groups(M, 6) {
             let out = &mut out[first..first + n];
             match n {
                 1 => k_group::<L, 1>(w_row, x, first, out),
@@ -737,7 +737,6 @@ mod k512 {
                 5 => k_group::<L, 5>(w_row, x, first, out),
                 _ => k_group::<L, 6>(w_row, x, first, out),
             }
-            first += n;
         }
     }
 
@@ -812,6 +811,33 @@ mod k512 {
         }
         for i in 0..G {
             out[i] = super::hsum(acc[i]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_groups;
+
+    #[test]
+    fn row_groups_cover_every_row_once_in_even_groups() {
+        assert_eq!(row_groups(5, 4).collect::<Vec<_>>(), [(0, 3), (3, 2)]);
+        assert_eq!(
+            row_groups(16, 6).collect::<Vec<_>>(),
+            [(0, 6), (6, 5), (11, 5)]
+        );
+        for most in [4, 6] {
+            for m in 1..=16 {
+                let groups: Vec<_> = row_groups(m, most).collect();
+                let mut next = 0;
+                for &(first, n) in &groups {
+                    assert!(first == next && (1..=most).contains(&n), "m={m} {groups:?}");
+                    next += n;
+                }
+                assert_eq!(next, m);
+                let sizes = groups.iter().map(|g| g.1);
+                assert!(sizes.clone().max().unwrap_or(0) - sizes.min().unwrap_or(0) <= 1);
+            }
         }
     }
 }
