@@ -27,8 +27,9 @@ pub enum Isa {
     Avx2,
     /// AVX2 with AVX-VNNI (fused i16 multiply-add in the K-quant kernel; same results as Avx2).
     AvxVnni,
-    /// AVX-512 (F, BW, VNNI) K-quant kernel, two sub-blocks per instruction; the AVX2 legacy
-    /// kernel; same results as Avx2.
+    /// AVX-512 (F, BW, VNNI): the K-quant kernel two sub-blocks per instruction (same results
+    /// as Avx2), the legacy kernel two blocks per register (same integer sums, f32 lanes added
+    /// in another order).
     Avx512,
 }
 

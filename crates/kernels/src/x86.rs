@@ -11,10 +11,16 @@
 //!   times the sub-block's integer scale), then meets floats once, with the minimum / offset
 //!   term from the activations' 16-value sums.
 //!
-//! Kernels are instantiated per block type and per row count (1…16), and take rows in groups of
-//! at most four so that a group's accumulators stay in registers; the row count changes which
-//! instantiation runs, never the order of one row's operations. Weight bytes are prefetched
-//! ahead of use.
+//! - AVX-512 (F, BW, VNNI): the K kernel two sub-blocks per instruction (bit-identical to
+//!   AVX2), and the legacy kernel two blocks per register: a pair is unpacked once (the fifth
+//!   bits straight from a 64-bit mask), each row meets it in one `vpdpbusd` (signed types: x
+//!   negated by mask where w < 0), so a row costs about half the AVX2 instructions. Same integer
+//!   sums as AVX2; the f32 lanes are added in another order (within the scalar tolerance).
+//!
+//! Kernels are instantiated per block type and per row count (1…16), and take rows in groups
+//! (four legacy rows on AVX2, six K rows, eight legacy rows on AVX-512's 32 registers) so that a
+//! group's accumulators stay in registers; the row count changes which instantiation runs, never
+//! the order of one row's operations. Weight bytes are prefetched ahead of use.
 
 use std::arch::x86_64::*;
 
@@ -699,16 +705,186 @@ pub(crate) fn avx512_available() -> bool {
         && is_x86_feature_detected!("avx512vnni")
 }
 
-/// As [`dot_rows`], with the K kernel on 512-bit vectors (two sub-blocks per instruction, half
-/// the instructions of a multi-row pass); bit-identical to the AVX2 kernels, whose legacy
-/// kernel it uses. Calling it is unsafe unless [`avx512_available`].
+/// As [`dot_rows`], on 512-bit vectors: the K kernel two sub-blocks per instruction (half the
+/// instructions of a multi-row pass; bit-identical to the AVX2 kernel), the legacy kernel two
+/// blocks at a time (same integer sums as AVX2, f32 lanes added in another order). Calling it is unsafe unless [`avx512_available`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 pub(crate) fn dot_rows_avx512(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f32]) {
     match ty {
         WeightType::Q4K => by_rows!(k512::k_rows, Q4K, w, x, out),
         WeightType::Q5K => by_rows!(k512::k_rows, Q5K, w, x, out),
         WeightType::Q6K => by_rows!(k512::k_rows, Q6K, w, x, out),
-        _ => dot_rows(ty, w, x, out),
+        WeightType::Q8_0 => by_rows!(k512::legacy_rows, Q80, w, x, out),
+        WeightType::Q4_0 => by_rows!(k512::legacy_rows, Q40, w, x, out),
+        WeightType::Q4_1 => by_rows!(k512::legacy_rows, Q41, w, x, out),
+        WeightType::Q5_0 => by_rows!(k512::legacy_rows, Q50, w, x, out),
+        WeightType::Q5_1 => by_rows!(k512::legacy_rows, Q51, w, x, out),
+    }
+}
+
+/// Two consecutive legacy blocks as the 512-bit kernel uses them.
+trait Pair: Layout {
+    /// Blocks `b` and `b + 1` of the row at `row`: their 64 weights as bytes (block b in the
+    /// low half), each i32 lane's weight scale (lanes 0–7 d_b, 8–15 d_(b+1)), and the two
+    /// minimums as [m_b, m_(b+1), m_b, m_(b+1)] (zero for signed types).
+    ///
+    /// # Safety
+    /// `row` points at a row of at least b + 2 blocks, and the CPU has AVX2, F16C, AVX-512 F
+    /// and BW.
+    unsafe fn load2(row: *const u8, b: usize) -> (__m512i, __m512, __m128);
+}
+
+/// Block `b`'s and block `b + 1`'s f16 scales at byte `at` of each as [d_b × 8, d_(b+1) × 8],
+/// and the f16s at `min_at` (if any) as [m_b, m_(b+1), m_b, m_(b+1)].
+///
+/// # Safety
+/// `row` points at a row of at least b + 2 blocks of `bytes` bytes each, with 2 readable
+/// bytes at `at` and `min_at`; the CPU has AVX2, F16C and AVX-512 F.
+#[inline(always)]
+unsafe fn pair_scales(
+    row: *const u8,
+    b: usize,
+    bytes: usize,
+    min_at: Option<usize>,
+) -> (__m512, __m128) {
+    // SAFETY: both blocks lie inside the row (caller); read_unaligned has no alignment
+    // requirement; the instructions are guaranteed by the caller.
+    unsafe {
+        let p = row.add(b * bytes);
+        let half = |q: *const u8| u32::from(q.cast::<u16>().read_unaligned());
+        let ds = _mm_cvtph_ps(_mm_cvtsi32_si128(
+            (half(p) | half(p.add(bytes)) << 16) as i32,
+        ));
+        let idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+        let d = _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(ds));
+        let m = match min_at {
+            Some(at) => {
+                let both = half(p.add(at)) | half(p.add(bytes + at)) << 16;
+                _mm_cvtph_ps(_mm_set1_epi32(both as i32))
+            }
+            None => _mm_setzero_ps(),
+        };
+        (d, m)
+    }
+}
+
+/// The 16 nibble bytes at `p0` and at `p1` as 64 unsigned bytes: the values of the block at
+/// `p0` (low nibbles, then high) and then those of the block at `p1`.
+///
+/// # Safety
+/// 16 readable bytes at each of `p0` and `p1`; the CPU has AVX2, AVX-512 F and BW.
+#[inline(always)]
+unsafe fn nibbles2(p0: *const u8, p1: *const u8) -> __m512i {
+    // SAFETY: the loads read 16 bytes at each pointer (caller; loadu has no alignment
+    // requirement); the instructions are guaranteed by the caller.
+    unsafe {
+        let both = _mm256_loadu2_m128i(p1.cast(), p0.cast());
+        // 128-bit lanes [p0, p0, p1, p1], then the second and fourth shifted to their high
+        // nibbles.
+        let wide = _mm512_castsi256_si512(both);
+        let spread = _mm512_shuffle_i64x2::<0b01_01_00_00>(wide, wide);
+        // The 16-bit lanes of the second and fourth 128-bit lanes.
+        let high = _mm512_mask_srli_epi16::<4>(spread, 0xFF00_FF00, spread);
+        _mm512_and_si512(high, _mm512_set1_epi8(0x0F))
+    }
+}
+
+/// The fifth bits of two blocks (little-endian u32s at `p0` and `p1`) as 64 bytes of 0x10 or 0.
+///
+/// # Safety
+/// 4 readable bytes at each of `p0` and `p1`; the CPU has AVX-512 F and BW.
+#[inline(always)]
+unsafe fn fifth_bits2(p0: *const u8, p1: *const u8) -> __m512i {
+    // SAFETY: 4 readable bytes at each pointer (caller); read_unaligned has no alignment
+    // requirement; AVX-512 BW is guaranteed by the caller.
+    unsafe {
+        let lo = u64::from(p0.cast::<u32>().read_unaligned());
+        let hi = u64::from(p1.cast::<u32>().read_unaligned());
+        _mm512_maskz_mov_epi8(lo | hi << 32, _mm512_set1_epi8(0x10))
+    }
+}
+
+impl Pair for Q80 {
+    #[inline(always)]
+    unsafe fn load2(row: *const u8, b: usize) -> (__m512i, __m512, __m128) {
+        // SAFETY: blocks b and b + 1 lie inside the row (caller): each has its scale at 0..2 and
+        // its weights at 2..34.
+        unsafe {
+            let p = row.add(b * Self::BYTES);
+            let w = _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_loadu_si256(p.add(2).cast())),
+                _mm256_loadu_si256(p.add(Self::BYTES + 2).cast()),
+            );
+            let (d, m) = pair_scales(row, b, Self::BYTES, None);
+            (w, d, m)
+        }
+    }
+}
+
+impl Pair for Q40 {
+    #[inline(always)]
+    unsafe fn load2(row: *const u8, b: usize) -> (__m512i, __m512, __m128) {
+        // SAFETY: blocks b and b + 1 lie inside the row (caller): scale at 0..2, nibbles at
+        // 2..18 of each.
+        unsafe {
+            let p = row.add(b * Self::BYTES);
+            let w = nibbles2(p.add(2), p.add(Self::BYTES + 2));
+            let (d, _) = pair_scales(row, b, Self::BYTES, None);
+            // Values are q − 8: the minimum is −8·d.
+            let ds = _mm512_castps512_ps128(_mm512_permutexvar_ps(
+                _mm512_setr_epi32(0, 8, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                d,
+            ));
+            (w, d, _mm_mul_ps(ds, _mm_set1_ps(-8.0)))
+        }
+    }
+}
+
+impl Pair for Q41 {
+    #[inline(always)]
+    unsafe fn load2(row: *const u8, b: usize) -> (__m512i, __m512, __m128) {
+        // SAFETY: blocks b and b + 1 lie inside the row (caller): scale, minimum, then the
+        // nibbles at 4..20 of each.
+        unsafe {
+            let p = row.add(b * Self::BYTES);
+            let w = nibbles2(p.add(4), p.add(Self::BYTES + 4));
+            let (d, m) = pair_scales(row, b, Self::BYTES, Some(2));
+            (w, d, m)
+        }
+    }
+}
+
+impl Pair for Q50 {
+    #[inline(always)]
+    unsafe fn load2(row: *const u8, b: usize) -> (__m512i, __m512, __m128) {
+        // SAFETY: blocks b and b + 1 lie inside the row (caller): scale at 0..2, fifth bits at
+        // 2..6, nibbles at 6..22 of each.
+        unsafe {
+            let p = row.add(b * Self::BYTES);
+            let q = _mm512_or_si512(
+                nibbles2(p.add(6), p.add(Self::BYTES + 6)),
+                fifth_bits2(p.add(2), p.add(Self::BYTES + 2)),
+            );
+            let (d, m) = pair_scales(row, b, Self::BYTES, None);
+            (_mm512_sub_epi8(q, _mm512_set1_epi8(16)), d, m)
+        }
+    }
+}
+
+impl Pair for Q51 {
+    #[inline(always)]
+    unsafe fn load2(row: *const u8, b: usize) -> (__m512i, __m512, __m128) {
+        // SAFETY: blocks b and b + 1 lie inside the row (caller): scale and minimum at 0..4,
+        // fifth bits at 4..8, nibbles at 8..24 of each.
+        unsafe {
+            let p = row.add(b * Self::BYTES);
+            let q = _mm512_or_si512(
+                nibbles2(p.add(8), p.add(Self::BYTES + 8)),
+                fifth_bits2(p.add(4), p.add(Self::BYTES + 4)),
+            );
+            let (d, m) = pair_scales(row, b, Self::BYTES, Some(2));
+            (q, d, m)
+        }
     }
 }
 
@@ -720,9 +896,128 @@ pub(crate) fn dot_rows_avx512(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f3
 mod k512 {
     use std::arch::x86_64::*;
 
-    use super::{KLayout, PREFETCH};
+    use super::{KLayout, PREFETCH, Pair};
     use crate::block::BLOCK;
     use crate::quantize::{K_GROUP, K_SUM, QActs};
+
+    /// One weight row of a legacy type against `M` activation rows, in groups of at most
+    /// eight ([`super::row_groups`]: 32 vector registers hold eight rows' accumulators, so a
+    /// 5-row verification pass is one pass over the weights).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+    pub(super) fn legacy_rows<L: Pair, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
+        for (first, n) in super::row_groups(M, 8) {
+            let out = &mut out[first..first + n];
+            match n {
+                1 => legacy_group::<L, 1>(w_row, x, first, out),
+                2 => legacy_group::<L, 2>(w_row, x, first, out),
+                3 => legacy_group::<L, 3>(w_row, x, first, out),
+                4 => legacy_group::<L, 4>(w_row, x, first, out),
+                5 => legacy_group::<L, 5>(w_row, x, first, out),
+                6 => legacy_group::<L, 6>(w_row, x, first, out),
+                7 => legacy_group::<L, 7>(w_row, x, first, out),
+                _ => legacy_group::<L, 8>(w_row, x, first, out),
+            }
+        }
+    }
+
+    /// One legacy weight row against activation rows `first..first + G`, two blocks (64
+    /// values) at a time: the pair is unpacked once, and for each row its 64 activation bytes
+    /// meet the weights in one `vpdpbusd` (signed types: |w| against x negated where w < 0, by
+    /// mask), the 16 i32 lanes turn to floats and are scaled by d_w·d_x per block into 16 f32
+    /// lanes; minimums m·s go to a separate 4-lane sum. An odd last block runs the same steps
+    /// with its upper half zero. A row's operations are the same whatever G and `first` are.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+    fn legacy_group<L: Pair, const G: usize>(
+        w_row: &[u8],
+        x: &QActs,
+        first: usize,
+        out: &mut [f32],
+    ) {
+        let nb = x.cols / BLOCK;
+        // Everything the pointer arithmetic below relies on, checked once per call.
+        assert!(
+            w_row.len() == nb * L::BYTES
+                && first + G <= x.rows
+                && x.q.len() >= x.rows * x.cols
+                && x.d.len() >= x.rows * nb
+                && x.s.len() >= x.rows * nb
+                && out.len() == G
+        );
+        let mut acc = [_mm512_setzero_ps(); G];
+        let mut mins = [_mm_setzero_ps(); G];
+        let (w_ptr, q_ptr) = (w_row.as_ptr(), x.q.as_ptr());
+        let (d_ptr, s_ptr) = (x.d.as_ptr(), x.s.as_ptr());
+        // Lanes 0–7 take block b's activation scale, 8–15 block b + 1's.
+        let idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+        let mut b = 0;
+        while b < nb {
+            // A hint: never faults, whatever the address.
+            _mm_prefetch::<_MM_HINT_T0>(w_ptr.wrapping_add(b * L::BYTES + PREFETCH).cast());
+            let two = b + 1 < nb;
+            // SAFETY: blocks b and b + 1 (when `two`), or block b alone, lie inside the row
+            // (its length is asserted); this function's target features include what `load2`
+            // and `load` need.
+            let (w, dw, mw) = unsafe {
+                if two {
+                    L::load2(w_ptr, b)
+                } else {
+                    let (w, d, m) = L::load(w_ptr, b);
+                    (
+                        _mm512_zextsi256_si512(w),
+                        _mm512_zextps256_ps512(d),
+                        _mm_setr_ps(m, 0.0, 0.0, 0.0),
+                    )
+                }
+            };
+            // Bytes of the pair (all 64) or of the single block (the low 32).
+            let lanes: u64 = if two { !0 } else { 0xFFFF_FFFF };
+            let (abs_w, negative) = if L::SIGNED {
+                (_mm512_abs_epi8(w), _mm512_movepi8_mask(w))
+            } else {
+                (w, 0)
+            };
+            for i in 0..G {
+                let at = (first + i) * nb + b;
+                // SAFETY: at < rows·nb and (when `two`) at + 1 < rows·nb, so the masked load
+                // reads inside x.q (at·32 + 32 or + 64 ≤ rows·cols, asserted) and the 8-byte
+                // loads inside x.d and x.s; a masked-off byte is never read.
+                let (xv, dx, sx) = unsafe {
+                    let xv = _mm512_maskz_loadu_epi8(lanes, q_ptr.add(at * BLOCK).cast());
+                    let (dx, sx) = if two {
+                        (
+                            _mm_loadl_epi64(d_ptr.add(at).cast()),
+                            _mm_castsi128_ps(_mm_loadl_epi64(s_ptr.add(at).cast())),
+                        )
+                    } else {
+                        (
+                            _mm_castps_si128(_mm_load_ss(d_ptr.add(at))),
+                            _mm_load_ss(s_ptr.add(at)),
+                        )
+                    };
+                    (xv, _mm_castsi128_ps(dx), sx)
+                };
+                // |w| ≤ 128 and |x| ≤ 127: four products sum inside i32, exactly.
+                let x_signed = if L::SIGNED {
+                    _mm512_mask_sub_epi8(xv, negative, _mm512_setzero_si512(), xv)
+                } else {
+                    xv
+                };
+                let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), abs_w, x_signed);
+                let scale =
+                    _mm512_mul_ps(dw, _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(dx)));
+                acc[i] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(dot), acc[i]);
+                if !L::SIGNED {
+                    mins[i] = _mm_fmadd_ps(mw, sx, mins[i]);
+                }
+            }
+            b += 2;
+        }
+        for i in 0..G {
+            let m = mins[i];
+            out[i] = _mm512_reduce_add_ps(acc[i])
+                + (_mm_cvtss_f32(m) + _mm_cvtss_f32(_mm_movehdup_ps(m)));
+        }
+    }
 
     /// As `k_avx2::k_rows`.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]

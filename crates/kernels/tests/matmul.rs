@@ -306,7 +306,7 @@ fn bad_shapes_and_settings_are_errors() {
 }
 
 #[test]
-fn the_vnni_and_avx512_kernels_equal_the_avx2_kernel_bit_for_bit() {
+fn the_vnni_kernels_and_the_avx512_k_kernel_equal_the_avx2_kernel_bit_for_bit() {
     let others: Vec<Isa> = Isa::available()
         .into_iter()
         .filter(|isa| matches!(isa, Isa::AvxVnni | Isa::Avx512))
@@ -333,6 +333,12 @@ fn the_vnni_and_avx512_kernels_equal_the_avx2_kernel_bit_for_bit() {
             };
             let avx2 = run(Isa::Avx2);
             for &isa in &others {
+                // The AVX-512 legacy kernel adds its f32 lanes in another order (two blocks
+                // per register): held to the scalar kernel's tolerance by
+                // `simd_and_scalar_agree_within_f32_accumulation` instead.
+                if isa == Isa::Avx512 && !ty.is_k() {
+                    continue;
+                }
                 assert_eq!(run(isa), avx2, "{isa:?} {ty:?} m={m}");
             }
         }
