@@ -11,11 +11,12 @@
 //!   times the sub-block's integer scale), then meets floats once, with the minimum / offset
 //!   term from the activations' 16-value sums.
 //!
-//! - AVX-512 (F, BW, VNNI): the K kernel two sub-blocks per instruction (bit-identical to
-//!   AVX2), and the legacy kernel two blocks per register: a pair is unpacked once (the fifth
+//! - AVX-512 (F, BW, VNNI): the K kernel two sub-blocks per instruction, a row's products and
+//!   minimum terms turned to floats in one conversion and scaled in one multiply-add per
+//!   super-block; the legacy kernel two blocks per register: a pair is unpacked once (the fifth
 //!   bits straight from a 64-bit mask), each row meets it in one `vpdpbusd` (signed types: x
-//!   negated by mask where w < 0), so a row costs about half the AVX2 instructions. Same integer
-//!   sums as AVX2; the f32 lanes are added in another order (within the scalar tolerance).
+//!   negated by mask where w < 0), about half the AVX2 instructions per row. The integer sums
+//!   are AVX2's; the f32 lanes are added in another order (within the scalar tolerance).
 //!
 //! Kernels are instantiated per block type and per row count (1…16), and take rows in groups
 //! (four legacy rows on AVX2, six K rows, eight legacy rows on AVX-512's 32 registers) so that a
@@ -705,9 +706,9 @@ pub(crate) fn avx512_available() -> bool {
         && is_x86_feature_detected!("avx512vnni")
 }
 
-/// As [`dot_rows`], on 512-bit vectors: the K kernel two sub-blocks per instruction (half the
-/// instructions of a multi-row pass; bit-identical to the AVX2 kernel), the legacy kernel two
-/// blocks at a time (same integer sums as AVX2, f32 lanes added in another order). Calling it is unsafe unless [`avx512_available`].
+/// As [`dot_rows`], on 512-bit vectors: the K kernel two sub-blocks per instruction, the legacy
+/// kernel two blocks at a time (the same integer sums as AVX2, f32 lanes added in another
+/// order). Calling it is unsafe unless [`avx512_available`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 pub(crate) fn dot_rows_avx512(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f32]) {
     match ty {
@@ -1051,7 +1052,8 @@ mod k512 {
                 && x.ks.len() >= x.rows * nblk * sums
                 && out.len() == G
         );
-        let mut acc = [_mm256_setzero_ps(); G];
+        // Lanes 0–7: the super-blocks' scaled products; 8–15: their minimum / offset terms.
+        let mut acc = [_mm512_setzero_ps(); G];
         let (q_ptr, s_ptr) = (x.kq.as_ptr(), x.ks.as_ptr());
         for (blk, block) in w_row.chunks_exact(bytes).enumerate() {
             let p = block.as_ptr();
@@ -1061,6 +1063,8 @@ mod k512 {
             }
             // SAFETY: this function's target features include AVX2 and F16C.
             let s = unsafe { super::k_scales_simd(L::TYPE, block) };
+            // d for the products' lanes, −dmin for the minimums'.
+            let dd = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(s.d), _mm512_set1_ps(-s.dmin));
             let at: [usize; G] = std::array::from_fn(|i| (first + i) * nblk + blk);
             let mut dots = [_mm512_setzero_si512(); G];
             for pair in 0..4 {
@@ -1095,17 +1099,15 @@ mod k512 {
                 // SAFETY: at[i] < rows·nblk, so (at[i] + 1)·16 ≤ x.ks.len() (asserted).
                 let bsums = unsafe { _mm256_loadu_si256(s_ptr.add(at[i] * sums).cast()) };
                 let offset = _mm256_madd_epi16(s.mn, bsums);
-                let xd = x.kd[at[i]];
-                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(s.d * xd), _mm256_cvtepi32_ps(dot), acc[i]);
-                acc[i] = _mm256_fmadd_ps(
-                    _mm256_set1_ps(-(s.dmin * xd)),
-                    _mm256_cvtepi32_ps(offset),
-                    acc[i],
-                );
+                // Products and minimums turn to floats in one conversion and meet their scales
+                // (d·x_d, −dmin·x_d) in one multiply-add.
+                let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(dot), offset);
+                let scale = _mm512_mul_ps(dd, _mm512_set1_ps(x.kd[at[i]]));
+                acc[i] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(both), acc[i]);
             }
         }
         for i in 0..G {
-            out[i] = super::hsum(acc[i]);
+            out[i] = _mm512_reduce_add_ps(acc[i]);
         }
     }
 }
