@@ -19,7 +19,7 @@
 //!   are AVX2's; the f32 lanes are added in another order (within the scalar tolerance).
 //!
 //! Kernels are instantiated per block type and per row count (1…16), and take rows in groups
-//! (four legacy rows on AVX2, six K rows, eight legacy rows on AVX-512's 32 registers) so that a
+//! (four legacy or six K rows on AVX2, eight of either on AVX-512's 32 registers) so that a
 //! group's accumulators stay in registers; the row count changes which instantiation runs, never
 //! the order of one row's operations. Weight bytes are prefetched ahead of use.
 
@@ -1020,10 +1020,11 @@ mod k512 {
         }
     }
 
-    /// As `k_avx2::k_rows`.
+    /// As `k_avx2::k_rows`, in groups of at most eight (16 rows of prefill: two passes; 8-12 %
+    /// less time than groups of six on 8 and 16 rows, measured on a 8960 × 1536 Q4_K / Q6_K).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
     pub(super) fn k_rows<L: KLayout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
-        for (first, n) in super::row_groups(M, 6) {
+        for (first, n) in super::row_groups(M, 8) {
             let out = &mut out[first..first + n];
             match n {
                 1 => k_group::<L, 1>(w_row, x, first, out),
@@ -1031,7 +1032,9 @@ mod k512 {
                 3 => k_group::<L, 3>(w_row, x, first, out),
                 4 => k_group::<L, 4>(w_row, x, first, out),
                 5 => k_group::<L, 5>(w_row, x, first, out),
-                _ => k_group::<L, 6>(w_row, x, first, out),
+                6 => k_group::<L, 6>(w_row, x, first, out),
+                7 => k_group::<L, 7>(w_row, x, first, out),
+                _ => k_group::<L, 8>(w_row, x, first, out),
             }
         }
     }
