@@ -154,6 +154,10 @@ pub struct DrafterArgs {
     /// Draft tokens per step.
     #[arg(long, default_value_t = DEFAULTS.k)]
     pub k: usize,
+    /// A model drafter proposes only token ids below N (its output head runs on those rows
+    /// only; verification stays exact); default: the whole vocabulary.
+    #[arg(long, value_name = "N")]
+    pub draft_vocab: Option<usize>,
 }
 
 impl DrafterArgs {
@@ -210,6 +214,7 @@ pub fn resolve(
         max_tokens,
         seed: sampling.seed,
         chat,
+        draft_vocab: drafter.draft_vocab,
     };
     run.validate()
         .with_context(|| "checking the settings".to_string())?;

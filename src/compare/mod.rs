@@ -177,7 +177,7 @@ impl Runner {
         let draft_model = load::draft_model(&target, &run.drafter, &open)?;
         let settings = Settings {
             model: resolved.model.display().to_string(),
-            drafter: run.drafter.label(),
+            drafter: run.drafter_label(),
             k: run.k,
             mars: run.mars,
             sampling: run.sampling,

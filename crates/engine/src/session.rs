@@ -158,6 +158,11 @@ pub struct RunSettings {
     pub seed: u64,
     /// Wrap the prompt as a user turn in the model's chat template.
     pub chat: bool,
+    /// A model drafter (draft model or layer skip) proposes only token ids below this;
+    /// `None`: the whole vocabulary. Its output head then runs on those rows only
+    /// ([`Llama::with_vocab_limit`]); verification stays exact. Prompt lookup ignores it.
+    #[serde(default)]
+    pub draft_vocab: Option<usize>,
 }
 
 impl Default for RunSettings {
@@ -176,6 +181,7 @@ impl Default for RunSettings {
             max_tokens: DEFAULTS.max_tokens,
             seed: DEFAULTS.seed,
             chat: true,
+            draft_vocab: None,
         }
     }
 }
@@ -201,9 +207,24 @@ impl RunSettings {
                 why: "at least 1 token",
             });
         }
+        if self.draft_vocab == Some(0) {
+            return Err(EngineError::Config {
+                field: "draft_vocab",
+                value: "0".into(),
+                why: "a drafter needs at least one token id to propose",
+            });
+        }
         self.sampling.validate()?;
         self.mars.validate()?;
         Ok(())
+    }
+
+    /// The drafter's label for reports, with its vocabulary limit where one applies.
+    pub fn drafter_label(&self) -> String {
+        match (&self.drafter, self.draft_vocab) {
+            (DrafterSpec::Ngram, _) | (_, None) => self.drafter.label(),
+            (spec, Some(ids)) => format!("{}, ids < {ids}", spec.label()),
+        }
     }
 
     /// The verification mode of `method`.
@@ -380,12 +401,11 @@ impl Target {
     /// that cannot be built for `capacity`.
     pub fn drafter(
         &self,
-        spec: &DrafterSpec,
+        settings: &RunSettings,
         draft_model: Option<&Llama>,
         capacity: usize,
-        sampling: Sampling,
     ) -> Result<AnyDrafter> {
-        let vocab = self.info.vocab;
+        let (spec, vocab) = (&settings.drafter, self.info.vocab);
         let model = match spec {
             DrafterSpec::Ngram => return Ok(AnyDrafter::Ngram(NgramDrafter::default())),
             DrafterSpec::Layers(layers) => self
@@ -397,12 +417,16 @@ impl Target {
                 })?
                 .clone(),
         };
+        let model = match settings.draft_vocab {
+            Some(ids) => model.with_vocab_limit(ids)?,
+            None => model,
+        };
         Ok(AnyDrafter::Model(Box::new(ModelDrafter::new(
             model,
             capacity,
-            sampling,
+            settings.sampling,
             vocab,
-            spec.label(),
+            settings.drafter_label(),
         )?)))
     }
 
@@ -420,9 +444,7 @@ impl Target {
         let capacity = prefill.capacity();
         let drafter = match method {
             Method::Target => None,
-            Method::Strict | Method::Mars => {
-                Some(self.drafter(&settings.drafter, draft_model, capacity, settings.sampling)?)
-            }
+            Method::Strict | Method::Mars => Some(self.drafter(settings, draft_model, capacity)?),
         };
         Decoder::from_prefill(
             &self.model,
@@ -495,9 +517,24 @@ mod tests {
                 sampling: Sampling::with_temperature(-1.0),
                 ..s.clone()
             },
+            RunSettings {
+                draft_vocab: Some(0),
+                ..s.clone()
+            },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
+        let limited = RunSettings {
+            draft_vocab: Some(32_768),
+            ..s.clone()
+        };
+        limited.validate().unwrap();
+        assert_eq!(limited.drafter_label(), "layer skip first:24, ids < 32768");
+        let ngram = RunSettings {
+            drafter: DrafterSpec::Ngram,
+            ..limited
+        };
+        assert_eq!(ngram.drafter_label(), "prompt lookup");
         // The page sends exactly this shape.
         let json = serde_json::json!({
             "drafter": "ngram", "k": 3, "mars": {"mode": "margin", "rho": 0.4},
@@ -507,6 +544,7 @@ mod tests {
         let parsed: RunSettings = serde_json::from_value(json).unwrap();
         assert_eq!(parsed.drafter, DrafterSpec::Ngram);
         assert_eq!(parsed.mars, Mode::Margin { rho: 0.4 });
+        assert_eq!(parsed.draft_vocab, None);
         let bad = serde_json::json!({"drafter": "layers:x", "k": 3, "mars": {"mode": "strict"},
             "sampling": {"temperature": 0.0}, "max_tokens": 8, "seed": 1, "chat": false});
         let e = serde_json::from_value::<RunSettings>(bad)

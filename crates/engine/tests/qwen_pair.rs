@@ -90,6 +90,31 @@ fn greedy_strict_speculation_with_the_draft_model_equals_target_only() {
     assert!(text.contains("def "), "{text:?}");
     let vocab = target.config().vocab_size;
     let capacity = prompt.len() + 64;
+    // Proposing only the first 32,768 ids (the head's first rows) changes the drafts, never
+    // the output.
+    let limited = draft.with_vocab_limit(32_768).unwrap();
+    let drafter = AnyDrafter::Model(Box::new(
+        ModelDrafter::new(
+            limited,
+            capacity,
+            Sampling::GREEDY,
+            vocab,
+            "0.5B ids < 32768",
+        )
+        .unwrap(),
+    ));
+    let (out, s, _) = common::run(
+        &target,
+        tokenizer.clone(),
+        Some(drafter),
+        &config(4),
+        &prompt,
+    );
+    assert_eq!(
+        out, reference,
+        "strict with the vocabulary-limited 0.5B draft"
+    );
+    assert_eq!(s, stop);
     let drafter = AnyDrafter::Model(Box::new(
         ModelDrafter::new(draft, capacity, Sampling::GREEDY, vocab, "0.5B").unwrap(),
     ));

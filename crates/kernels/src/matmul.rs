@@ -135,7 +135,31 @@ impl Kernels {
     /// [`KernelError::Shape`] when `x.cols() != w.cols()` or `y` is not `m × out`;
     /// [`KernelError::TooManyRows`] for m > [`MAX_ROWS`].
     pub fn matmul(&self, w: &QMatrix, x: &QActs, y: &mut [f32]) -> Result<()> {
-        let (m, out) = (x.rows(), w.rows());
+        self.matmul_rows(w, 0..w.rows(), x, y)
+    }
+
+    /// As [`Kernels::matmul`] for the weight rows (output features) `rows` only: `y` is
+    /// `[m, rows.len()]`, each value bit-identical to the same feature of a full call. A draft
+    /// model that proposes only the first n token ids runs its output head this way.
+    ///
+    /// # Errors
+    /// As [`Kernels::matmul`], and [`KernelError::Shape`] when `rows` is empty, reversed or
+    /// reaches past the weight's rows.
+    pub fn matmul_rows(
+        &self,
+        w: &QMatrix,
+        rows: std::ops::Range<usize>,
+        x: &QActs,
+        y: &mut [f32],
+    ) -> Result<()> {
+        if rows.start >= rows.end || rows.end > w.rows() {
+            return Err(KernelError::Shape {
+                what: "weight rows asked for (end; at most the weight's rows, after the start)",
+                expected: w.rows(),
+                found: rows.end,
+            });
+        }
+        let (m, out, first_row) = (x.rows(), rows.len(), rows.start);
         if x.cols() != w.cols() {
             return Err(KernelError::Shape {
                 what: "activation columns (the weight's input features)",
@@ -170,7 +194,7 @@ impl Kernels {
         let isa = self.isa;
         let run = |first: usize, part: &mut [f32]| {
             for (i, outs) in part.chunks_exact_mut(m).enumerate() {
-                dot_rows(isa, w, first + i, x, outs);
+                dot_rows(isa, w, first_row + first + i, x, outs);
             }
         };
         match &self.pool {

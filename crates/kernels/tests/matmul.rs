@@ -335,3 +335,44 @@ fn the_vnni_kernels_equal_the_avx2_kernels_bit_for_bit() {
         }
     }
 }
+
+#[test]
+fn a_range_of_weight_rows_equals_those_features_of_a_full_call() {
+    let mut rng = ChaCha8Rng::seed_from_u64(19);
+    for ty in [WeightType::Q8_0, WeightType::Q6K, WeightType::Q4_1] {
+        let (out, cols) = (53, cols_for(ty, 256));
+        let w = random_matrix(ty, out, cols, &mut rng);
+        for m in [1, 5] {
+            let x = random_x(m, cols, &mut rng);
+            let mut acts = QActs::default();
+            acts.quantize(&x, m, cols).unwrap();
+            for isa in Isa::available() {
+                let k = Kernels::with_isa(isa, 2).unwrap();
+                let mut full = vec![0f32; m * out];
+                k.matmul(&w, &acts, &mut full).unwrap();
+                for rows in [0..out, 0..17, 9..10, 40..out] {
+                    let n = rows.len();
+                    let mut part = vec![0f32; m * n];
+                    k.matmul_rows(&w, rows.clone(), &acts, &mut part).unwrap();
+                    for r in 0..m {
+                        assert_eq!(
+                            bits(&part[r * n..(r + 1) * n]),
+                            bits(&full[r * out + rows.start..r * out + rows.end]),
+                            "{isa:?} {ty:?} m={m} rows {rows:?}"
+                        );
+                    }
+                }
+                let mut y = vec![0f32; m * 4];
+                for bad in [out..out + 4, 3..3, 50..54] {
+                    assert!(
+                        matches!(
+                            k.matmul_rows(&w, bad.clone(), &acts, &mut y),
+                            Err(KernelError::Shape { .. })
+                        ),
+                        "{bad:?}"
+                    );
+                }
+            }
+        }
+    }
+}

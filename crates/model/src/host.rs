@@ -77,9 +77,10 @@ pub(crate) struct HostLayerCache {
 impl HostModel {
     /// Logits `[logit_rows, vocab]` of the last `logit_rows` of `tokens` (at positions
     /// `start..start + t`), writing every token's keys and values into `cache` (one entry per
-    /// block). Tokens, positions and `logit_rows ≤ t` are checked by the caller. The output
-    /// head is the largest matrix of a small model: prefill and drafting, which need one row's
-    /// logits, skip it for the rest.
+    /// block). Tokens, positions, `logit_rows ≤ t` and `1 ≤ logit_ids ≤ vocab` are checked by
+    /// the caller. The output head is the largest matrix of a small model: prefill and drafting,
+    /// which need one row's logits, skip it for the other rows, and a vocabulary-limited drafter
+    /// runs it on its first `logit_ids` rows only (the rest of the logits are −inf).
     pub(crate) fn forward(
         &self,
         c: &LlamaConfig,
@@ -87,9 +88,10 @@ impl HostModel {
         start: usize,
         cache: &mut [HostLayerCache],
         logit_rows: usize,
+        logit_ids: usize,
     ) -> Result<Vec<f32>> {
         self.kernels
-            .run(|| self.forward_in_pool(c, tokens, start, cache, logit_rows))
+            .run(|| self.forward_in_pool(c, tokens, start, cache, logit_rows, logit_ids))
     }
 
     /// [`HostModel::forward`], on the kernels' pool.
@@ -100,6 +102,7 @@ impl HostModel {
         start: usize,
         cache: &mut [HostLayerCache],
         logit_rows: usize,
+        logit_ids: usize,
     ) -> Result<Vec<f32>> {
         let (t, d, hd) = (tokens.len(), c.d_model, c.head_dim);
         let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
@@ -170,8 +173,27 @@ impl HostModel {
         let tail = &x[(t - logit_rows) * d..]; // [logit_rows, d_model]
         let h = &mut h[..logit_rows * d]; // [logit_rows, d_model]
         rms_norm(tail, &self.out_norm, c.rms_eps, h);
-        let mut logits = vec![0f32; logit_rows * c.vocab_size]; // [logit_rows, vocab]
-        self.linear(&self.lm_head, h, &mut logits, &mut scratch)?;
+        let v = c.vocab_size;
+        let mut logits = vec![0f32; logit_rows * v]; // [logit_rows, vocab]
+        if logit_ids >= v {
+            self.linear(&self.lm_head, h, &mut logits, &mut scratch)?;
+        } else {
+            // Rows 0..logit_ids of the head; logit_rows ≤ 16 (one draft step's rows), so one
+            // kernel call.
+            let mut kept = vec![0f32; logit_rows * logit_ids]; // [logit_rows, logit_ids]
+            for (xs, ys) in h
+                .chunks(MAX_ROWS * d)
+                .zip(kept.chunks_mut(MAX_ROWS * logit_ids))
+            {
+                scratch.acts.quantize(xs, xs.len() / d, d)?;
+                self.kernels
+                    .matmul_rows(&self.lm_head, 0..logit_ids, &scratch.acts, ys)?;
+            }
+            for (row, part) in logits.chunks_exact_mut(v).zip(kept.chunks_exact(logit_ids)) {
+                row[..logit_ids].copy_from_slice(part);
+                row[logit_ids..].fill(f32::NEG_INFINITY);
+            }
+        }
         Ok(logits)
     }
 

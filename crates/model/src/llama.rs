@@ -83,6 +83,9 @@ pub struct Llama {
     pub(crate) config: LlamaConfig,
     pub(crate) body: Body,
     pub(crate) device: Device,
+    /// Logits are computed for token ids below this (the vocabulary unless
+    /// [`Llama::with_vocab_limit`] lowered it); the rest are −inf.
+    pub(crate) logit_ids: usize,
 }
 
 impl Llama {
@@ -112,7 +115,36 @@ impl Llama {
             config,
             body,
             device: self.device.clone(),
+            logit_ids: self.logit_ids,
         })
+    }
+
+    /// The same model (sharing every weight) with logits only for token ids below `ids`; the
+    /// others are −inf, so sampling and argmax never pick them. A draft model that proposes only
+    /// frequent tokens this way skips most of its output head — the largest matrix of a small
+    /// model (151,936 × 896 of the 0.5B's ~490 MB) — on the packed CPU path, where the head runs
+    /// on the first `ids` rows only; burn backends compute every logit and mask the rest.
+    /// BPE vocabularies number tokens roughly by merge order, so low ids are the frequent
+    /// ones. Verification stays exact: strict acceptance uses the draft distribution actually
+    /// sampled from. `ids` at or above the vocabulary means no limit.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] for 0.
+    pub fn with_vocab_limit(&self, ids: usize) -> Result<Self> {
+        if ids == 0 {
+            return Err(ModelError::Config(
+                "vocab limit 0: a drafter needs at least one token id to propose".into(),
+            ));
+        }
+        Ok(Self {
+            logit_ids: ids.min(self.config.vocab_size),
+            ..self.clone()
+        })
+    }
+
+    /// Token ids below this get logits (the vocabulary size unless limited).
+    pub fn logit_ids(&self) -> usize {
+        self.logit_ids
     }
 
     /// The model's hyper-parameters.
@@ -175,10 +207,17 @@ impl Llama {
         let logits = match &self.body {
             Body::Tensors(m) => {
                 let all = m.forward(c, &self.device, tokens, cache, start)?; // [1, t, vocab]
-                if rows == t {
+                let last = if rows == t {
                     all
                 } else {
                     all.slice([0..1, t - rows..t, 0..c.vocab_size]) // [1, rows, vocab]
+                };
+                let (n, v) = (self.logit_ids, c.vocab_size);
+                if n < v {
+                    let masked = Tensor::full([1, rows, v - n], f32::NEG_INFINITY, &self.device);
+                    Tensor::cat(vec![last.slice([0..1, 0..rows, 0..n]), masked], 2)
+                } else {
+                    last
                 }
             }
             Body::Host(m) => {
@@ -186,7 +225,7 @@ impl Llama {
                     .host_layers()
                     .filter(|l| l.len() == m.blocks.len())
                     .ok_or(ModelError::CacheKind)?;
-                let logits = m.forward(c, tokens, start, layers, rows)?; // [rows, vocab]
+                let logits = m.forward(c, tokens, start, layers, rows, self.logit_ids)?; // [rows, vocab]
                 Tensor::from_data(
                     TensorData::new(logits, [1, rows, c.vocab_size]),
                     &self.device,

@@ -198,6 +198,7 @@ impl Llama {
             None => Body::Tensors(Box::new(tensor_model(&c, g, device)?)),
         };
         Ok(Self {
+            logit_ids: c.vocab_size,
             config: c,
             body,
             device: device.clone(),

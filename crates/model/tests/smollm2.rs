@@ -385,6 +385,47 @@ fn packed_logits_do_not_depend_on_the_batch() {
 }
 
 #[test]
+fn a_vocab_limited_model_keeps_the_low_ids_logits_and_masks_the_rest() {
+    let ids = &reference().teacher_forced[0].ids[..9];
+    for model in [load_packed(), load()].into_iter().flatten() {
+        let vocab = model.config().vocab_size;
+        let limit = 8192;
+        let limited = model.with_vocab_limit(limit).unwrap();
+        assert_eq!(limited.logit_ids(), limit);
+        assert_eq!(
+            model.with_vocab_limit(vocab + 5).unwrap().logit_ids(),
+            vocab
+        );
+        assert!(model.with_vocab_limit(0).is_err());
+        let run = |m: &Llama, last: bool| {
+            let mut cache = m.new_cache(16).unwrap();
+            let t = if last {
+                m.forward_last(ids, &mut cache)
+            } else {
+                m.forward(ids, &mut cache)
+            };
+            read_f32(t.unwrap()).unwrap()
+        };
+        for last in [true, false] {
+            let (full, cut) = (run(&model, last), run(&limited, last));
+            assert_eq!(full.len(), cut.len());
+            for (f, c) in full.chunks_exact(vocab).zip(cut.chunks_exact(vocab)) {
+                // The kept logits are the same values (bit for bit on the packed path, where a
+                // row range of the head is the same kernel work; within f32 rounding on flex).
+                for (a, b) in f[..limit].iter().zip(&c[..limit]) {
+                    if model.is_packed() {
+                        assert_eq!(a.to_bits(), b.to_bits());
+                    } else {
+                        assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "{a} vs {b}");
+                    }
+                }
+                assert!(c[limit..].iter().all(|v| *v == f32::NEG_INFINITY));
+            }
+        }
+    }
+}
+
+#[test]
 fn cache_rolls_back_and_refuses_overflow() {
     let Some(model) = load() else { return };
     let vocab = model.config().vocab_size;
