@@ -69,10 +69,13 @@ fn rows_cost(target: &Target, ids: &[u32]) -> Result<Vec<(usize, f64)>> {
     Ok(out)
 }
 
-/// Resident memory of this process (Linux `VmRSS`), `None` where it cannot be read.
-fn resident_bytes() -> Option<u64> {
+/// A field of this process's `/proc/self/status` in bytes (Linux), `None` where it cannot be
+/// read: `VmRSS` (all resident memory, the binary's code pages included) or `RssAnon` (resident
+/// heap and anonymous maps: the model's weights, caches and buffers, without the ~75 MB binary's
+/// pages that a run touches).
+fn status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     kib.checked_mul(1024)
 }
@@ -219,7 +222,8 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         "matrix_bytes_per_forward": target.model().matrix_bytes(),
         "packed": target.model().is_packed(),
         "threads": open.limits.cpu_threads,
-        "resident_bytes": resident_bytes(),
+        "resident_bytes": status_bytes("VmRSS:"),
+        "anonymous_resident_bytes": status_bytes("RssAnon:"),
         // The decode's cache: prompt + generated tokens (+ the loop's one spare).
         "kv_cache_bytes": target.model().config().kv_bytes_per_token()
             .saturating_mul((args.prompt_tokens + args.decode_tokens + 1) as u64),

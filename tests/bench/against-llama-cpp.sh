@@ -36,8 +36,9 @@ print(f"{'decode tok/s':24}{m['decode_tokens_per_second']:10.1f}{tg:12.1f}{m['de
 print(f"{'prefill tok/s':24}{m['prefill_tokens_per_second']:10.1f}{pp:12.1f}{m['prefill_tokens_per_second']/pp:7.2f}x")
 print("forward cost by rows (mars, relative to 1 row): " +
       ", ".join(f"{k}: {v/one:.2f}x" for k, v in sorted(rows.items(), key=lambda kv: int(kv[0]))))
-rss = m.get("resident_bytes")
-if rss:
-    print(f"resident memory {rss/2**20:.0f} MiB = {rss/size:.2f}x the file ({size/2**20:.0f} MiB), "
-          f"KV cache {m.get('kv_cache_bytes', 0)/2**20:.0f} MiB")
+rss, anon, kv = m.get("resident_bytes"), m.get("anonymous_resident_bytes"), m.get("kv_cache_bytes", 0)
+if rss and anon:
+    print(f"resident memory {rss/2**20:.0f} MiB in all; without the binary's code pages (RssAnon) "
+          f"{anon/2**20:.0f} MiB = {(anon - kv)/size:.2f}x the file ({size/2**20:.0f} MiB) "
+          f"+ KV cache {kv/2**20:.0f} MiB")
 PY

@@ -3,13 +3,16 @@
 # template, beside llama.cpp's own speculative decoding on the same files, prompts, k and
 # threads: `mars bench` (target-only, strict, MARS; per category) then llama-speculative-simple
 # per prompt, then llama-bench's target-only decode. A benchmark command, not a CI step.
-#   usage: bash tests/bench/pair.sh [K] [MAX_TOKENS] [CATEGORY] [THREADS]
+#   usage: bash tests/bench/pair.sh [K] [MAX_TOKENS] [CATEGORY] [THREADS] [DRAFT_VOCAB]
+# DRAFT_VOCAB: mars's draft model proposes only token ids below it (`--draft-vocab`); llama.cpp's
+# run always drafts over the whole vocabulary.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 k=${1:-4}
 max=${2:-64}
 category=${3:-coding}
 threads=${4:-$(nproc)}
+vocab=${5:-}
 dir="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}"
 target="$dir/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf"
 draft="$dir/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"
@@ -26,7 +29,8 @@ PY
 echo "== mars: $(wc -l <"$out/prompts.jsonl") $category prompts, k = $k, $max tokens, $threads threads"
 cargo build --release -q
 "${CARGO_TARGET_DIR:-target}/release/mars" bench --chat --model "$target" --draft "model:$draft" \
-  --k "$k" --max-tokens "$max" --threads "$threads" --prompts "$out/prompts.jsonl" --out "$out/mars"
+  --k "$k" --max-tokens "$max" --threads "$threads" --prompts "$out/prompts.jsonl" --out "$out/mars" \
+  ${vocab:+--draft-vocab "$vocab"}
 echo "== llama.cpp llama-speculative-simple, same prompts (ChatML), --spec-draft-n-max $k"
 python3 - "$out/prompts.jsonl" "$out" <<'PY'
 import json, sys

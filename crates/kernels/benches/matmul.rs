@@ -49,5 +49,39 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+/// How a one-row call's output rows are split across two threads: the kernels' persistent
+/// rayon pool (what `Kernels::matmul` does), or `std::thread::scope` spawning the second
+/// thread per call, each half through `Kernels::matmul_rows` on one thread. A decode step makes
+/// ~200 such calls of tens to hundreds of microseconds, so the split's own cost matters:
+/// `cargo bench -p mars-kernels -- split`.
+fn split(c: &mut Criterion) {
+    let pool = Kernels::new(2).unwrap();
+    let one = Kernels::new(1).unwrap();
+    for (name, ty, rows, cols) in [
+        ("135M attn q", WeightType::Q4_1, 576, 576usize),
+        ("135M ffn up", WeightType::Q4_1, 1536, 576),
+        ("1.5B ffn up", WeightType::Q4K, 8960, 1536),
+    ] {
+        let w = matrix(ty, rows, cols);
+        let x: Vec<f32> = (0..cols).map(|i| ((i % 13) as f32 - 6.0) * 0.1).collect();
+        let mut acts = QActs::default();
+        acts.quantize(&x, 1, cols).unwrap();
+        let mut y = vec![0f32; rows];
+        c.bench_function(&format!("split {name} rayon pool"), |b| {
+            b.iter(|| pool.matmul(&w, &acts, &mut y).unwrap());
+        });
+        c.bench_function(&format!("split {name} scoped threads"), |b| {
+            b.iter(|| {
+                let half = rows / 2;
+                let (a, rest) = y.split_at_mut(half);
+                std::thread::scope(|s| {
+                    s.spawn(|| one.matmul_rows(&w, half..rows, &acts, rest).unwrap());
+                    one.matmul_rows(&w, 0..half, &acts, a).unwrap();
+                });
+            });
+        });
+    }
+}
+
+criterion_group!(benches, bench, split);
 criterion_main!(benches);

@@ -51,6 +51,30 @@ fn safetensors() -> Vec<u8> {
     out
 }
 
+/// A `kernels` input: type index, 3 output rows, `values` / 32 blocks of width, 2 activation
+/// rows; then 3 rows of one `bytes`-byte block each (scale 1.0 as f16 at the front: an even first
+/// byte, so the target takes the exact size), then a few
+/// activations.
+fn kernel_seed(ty: u8, bytes: usize, values: usize) -> Vec<u8> {
+    let blocks = u8::try_from(values / 32 - 1).unwrap_or(0);
+    let ty_index = match ty {
+        12 => 5, // Q4_K in WeightType::ALL
+        _ => 3,  // Q5_0
+    };
+    let mut out = vec![ty_index, 2, blocks, 1];
+    for row in 0..3u8 {
+        let mut block: Vec<u8> = (0..bytes)
+            .map(|i| (i as u8).wrapping_mul(7) ^ row)
+            .collect();
+        block[..2].copy_from_slice(&[0, 60]);
+        out.extend(block);
+    }
+    for v in [0.5f32, -1.25, 3.0, 0.0, -0.75, 2.5] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
 const TOKENIZER_JSON: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[{"id":0,"content":"<s>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],"normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true},"post_processor":null,"decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},"model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"vocab":{"<s>":0,"a":1,"b":2,"ab":3,"Ġ":4,"Ġa":5},"merges":["a b","Ġ a"]}}"#;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -65,6 +89,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             TOKENIZER_JSON.as_bytes().to_vec(),
         ),
         ("safetensors", "tiny.safetensors", safetensors()),
+        ("kernels", "q4_k.bin", kernel_seed(12, 144, 256)),
+        ("kernels", "q5_0.bin", kernel_seed(3, 22, 32)),
     ] {
         fs::create_dir_all(format!("corpus/{dir}"))?;
         fs::write(format!("corpus/{dir}/{name}"), bytes)?;
