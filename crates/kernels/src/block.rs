@@ -19,6 +19,10 @@
 //!   belongs to value l of sub-block j) before the nibbles.
 //! - `Q6_K` (210 bytes): 128 bytes of low nibbles, 64 bytes of 2-bit high parts, 16 i8 scales
 //!   (one per 16 values), f16 d at the end; value = d·sc·(q − 32).
+//!
+//! 16-bit floats (`F16`, `BF16`) are kept as stored, 2 bytes a value, taken 32 values (64 bytes)
+//! at a time like a block without scale, and meet the activations unquantized (f32): rounding
+//! activations to 8 bits would throw away the precision a 16-bit file keeps.
 
 use half::f16;
 
@@ -46,6 +50,10 @@ pub enum WeightType {
     Q5K,
     /// 6-bit K-quant: 256-value super-blocks, 8-bit scales per 16.
     Q6K,
+    /// IEEE half precision, against f32 activations.
+    F16,
+    /// bfloat16 (the top half of an f32), against f32 activations.
+    BF16,
 }
 
 impl WeightType {
@@ -60,6 +68,7 @@ impl WeightType {
             Self::Q4K => 144,
             Self::Q5K => 176,
             Self::Q6K => 210,
+            Self::F16 | Self::BF16 => 2 * BLOCK,
         }
     }
 
@@ -67,6 +76,7 @@ impl WeightType {
     pub const fn block_values(self) -> usize {
         match self {
             Self::Q8_0 | Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 => BLOCK,
+            Self::F16 | Self::BF16 => BLOCK,
             Self::Q4K | Self::Q5K | Self::Q6K => 256,
         }
     }
@@ -77,14 +87,24 @@ impl WeightType {
         matches!(self, Self::Q4K | Self::Q5K | Self::Q6K)
     }
 
+    /// Whether this is a 16-bit float type (multiplied against unquantized activations).
+    pub const fn is_float(self) -> bool {
+        matches!(self, Self::F16 | Self::BF16)
+    }
+
     /// Values that share one activation scale when this type is multiplied: 32 for the legacy
-    /// types, 256 for K-quants. The error bound (crate docs) is taken over these groups.
-    pub const fn act_group(self) -> usize {
-        self.block_values()
+    /// types, 256 for K-quants, `None` for the 16-bit floats (activations stay f32). The error
+    /// bound (crate docs) is taken over these groups.
+    pub const fn act_group(self) -> Option<usize> {
+        if self.is_float() {
+            None
+        } else {
+            Some(self.block_values())
+        }
     }
 
     /// Every type, for tests and benchmarks.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 10] = [
         Self::Q8_0,
         Self::Q4_0,
         Self::Q4_1,
@@ -93,6 +113,8 @@ impl WeightType {
         Self::Q4K,
         Self::Q5K,
         Self::Q6K,
+        Self::F16,
+        Self::BF16,
     ];
 }
 
@@ -225,11 +247,17 @@ pub(crate) fn k_quants(ty: WeightType, block: &[u8], j: usize) -> [u8; BLOCK] {
     q
 }
 
-/// Sub-block `b` (32 values) of a row's blocks `row`, unpacked.
+/// Sub-block `b` (32 values) of a row's blocks `row`, unpacked. The 16-bit float types have
+/// no integer form: their callers take [`float_at`] instead (and get zeros here).
 #[inline(always)]
 pub(crate) fn unpack(ty: WeightType, row: &[u8], b: usize) -> Sub {
     let mut w = [0i8; BLOCK];
     match ty {
+        WeightType::F16 | WeightType::BF16 => Sub {
+            w,
+            scale: [0.0; 2],
+            min: 0.0,
+        },
         WeightType::Q8_0
         | WeightType::Q4_0
         | WeightType::Q4_1
@@ -331,6 +359,16 @@ pub(crate) fn unpack(ty: WeightType, row: &[u8], b: usize) -> Sub {
 #[inline(always)]
 pub(crate) fn f16_at(bytes: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([bytes[at], bytes[at + 1]]).to_f32()
+}
+
+/// Value `i` of a row of a 16-bit float type (`row` its bytes) as f32 (exact).
+#[inline(always)]
+pub(crate) fn float_at(ty: WeightType, row: &[u8], i: usize) -> f32 {
+    let b = [row[2 * i], row[2 * i + 1]];
+    match ty {
+        WeightType::BF16 => half::bf16::from_le_bytes(b).to_f32(),
+        _ => f16::from_le_bytes(b).to_f32(),
+    }
 }
 
 /// A weight matrix `W[rows, cols]` (rows = output features, cols = input features) kept as its
@@ -490,6 +528,12 @@ impl QMatrix {
             });
         }
         let row = self.row(r);
+        if self.ty.is_float() {
+            for (i, v) in out.iter_mut().enumerate() {
+                *v = float_at(self.ty, row, i);
+            }
+            return Ok(());
+        }
         for (b, values) in out.chunks_exact_mut(BLOCK).enumerate() {
             let sub = unpack(self.ty, row, b);
             for (i, (v, &q)) in values.iter_mut().zip(&sub.w).enumerate() {
@@ -501,6 +545,7 @@ impl QMatrix {
                     WeightType::Q4_1 | WeightType::Q5_1 => f32::from(q) * s + sub.min, // q·d + m
                     WeightType::Q4K | WeightType::Q5K => s * f32::from(q) + sub.min, // (d·sc)·q − dmin·m
                     WeightType::Q8_0 | WeightType::Q5_0 | WeightType::Q6K => f32::from(q) * s,
+                    WeightType::F16 | WeightType::BF16 => 0.0, // returned above
                 };
             }
         }

@@ -2,7 +2,8 @@
 //! tested, benchmarked and fuzzed alone.
 //!
 //! Weights stay in their GGUF blocks ([`QMatrix`]); activations are quantized once per call to
-//! 8 bits ([`QActs`]: per 32 values for the legacy types, per 256 for K-quants);
+//! 8 bits ([`QActs`]: per 32 values for the legacy types, per 256 for K-quants; 16-bit float
+//! weights meet the f32 values instead);
 //! [`Kernels::matmul`] computes `y[m, out] = x[m, in] · W[out, in]ᵀ` for m ≤ 16 with integer dot
 //! products, reading each weight block once for all m rows, on a persistent thread pool, with a
 //! portable scalar micro-kernel and an AVX2 one chosen at run time.
@@ -12,7 +13,8 @@
 //! legacy types, 256 for K-quants: [`WeightType::act_group`]) with largest magnitude a is
 //! quantized with step a/127, so each value moves by at most a/254 and output o moves by at
 //! most Σ_groups (a_g / 254) · Σ_{i ∈ g} |W[o, i]|, plus f32 accumulation (relative ~1e-6 of
-//! Σ|W·x|). The tests hold every kernel, type and m to exactly that bound.
+//! Σ|W·x|). The tests hold every kernel, type and m to exactly that bound (16-bit floats: the
+//! f32 accumulation term alone).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 

@@ -9,6 +9,8 @@
 //!   meets a float once; with the sums of each 16 values (what a K-quant's minimums and Q6_K's
 //!   offset multiply).
 //!
+//! The f32 values are kept too, for 16-bit float weights (which meet them unrounded).
+//!
 //! Scales stay f32 (llama.cpp rounds Q8_0/Q8_1 scales to f16), which removes one rounding from
 //! the error bound and costs nothing here. A row's quantization never depends on other rows.
 
@@ -33,6 +35,8 @@ pub struct QActs {
     pub(crate) kq: Vec<i8>,  // [rows, cols], per-256 scales
     pub(crate) kd: Vec<f32>, // [rows, cols / 256]
     pub(crate) ks: Vec<i16>, // [rows, cols / 16]: Σ kq over each 16 values, |Σ| ≤ 2032
+    /// The values as given, `[rows, cols]`: what 16-bit float weights multiply.
+    pub(crate) x: Vec<f32>,
 }
 
 /// `q[i] = round(x[i] / d)` with d = max|x| / 127 over `x`, returning d. Rounds half to even
@@ -86,6 +90,8 @@ impl QActs {
             *d = quantize_group(values, q);
             *s = *d * q.iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
         }
+        self.x.clear();
+        self.x.extend_from_slice(x);
         self.has_k = cols.is_multiple_of(K_GROUP);
         if self.has_k {
             self.kq.resize(len, 0);

@@ -6,11 +6,13 @@
 //! minimum term m·s (s = d_x·Σq_x), so every legacy type shares one integer dot product per 32
 //! values against the per-32 activations.
 //!
+//! 16-bit floats: converted exactly to f32 and multiplied with the unquantized activations.
+//!
 //! K-quants: a whole 256-value super-block meets the per-256 activations in integers,
 //! Σ_h sc_h·(q·x)_h and Σ_h mn_h·Σx_h over its sixteen 16-value groups (`block::KScales`), and
 //! turns to floats once: d·d_x·dot − dmin·d_x·offset.
 
-use crate::block::{BLOCK, WeightType, k_quants, k_scales, unpack};
+use crate::block::{BLOCK, WeightType, float_at, k_quants, k_scales, unpack};
 use crate::matmul::MAX_ROWS;
 use crate::quantize::{K_GROUP, K_SUM, QActs};
 
@@ -19,6 +21,10 @@ use crate::quantize::{K_GROUP, K_SUM, QActs};
 pub(crate) fn dot_rows(ty: WeightType, w_row: &[u8], x: &QActs, out: &mut [f32]) {
     if ty.is_k() {
         k_rows(ty, w_row, x, out);
+        return;
+    }
+    if ty.is_float() {
+        float_rows(ty, w_row, x, out);
         return;
     }
     let nb = x.cols / BLOCK;
@@ -73,6 +79,20 @@ fn k_rows(ty: WeightType, w_row: &[u8], x: &QActs, out: &mut [f32]) {
             }
             let xd = x.kd[at];
             *acc += s.d * xd * dot as f32 - s.dmin * xd * offset as f32;
+        }
+    }
+    out[..x.rows].copy_from_slice(&acc[..x.rows]);
+}
+
+/// [`dot_rows`] for a 16-bit float row: each weight converted exactly to f32 once and
+/// multiplied with every row's f32 activation, accumulated in f32 in order.
+fn float_rows(ty: WeightType, w_row: &[u8], x: &QActs, out: &mut [f32]) {
+    let cols = x.cols;
+    let mut acc = [0f32; MAX_ROWS];
+    for i in 0..cols {
+        let w = float_at(ty, w_row, i);
+        for (r, acc) in acc.iter_mut().enumerate().take(x.rows) {
+            *acc += w * x.x[r * cols + i];
         }
     }
     out[..x.rows].copy_from_slice(&acc[..x.rows]);

@@ -10,6 +10,8 @@
 //! - K-quants: a whole 256-value super-block stays in integers per row (sub-block products
 //!   times the sub-block's integer scale), then meets floats once, with the minimum / offset
 //!   term from the activations' 16-value sums.
+//! - 16-bit floats (F16 via F16C, BF16 by a shift): eight weights converted to f32 once and met
+//!   by each row's f32 activations in FMAs (no integer step, so one kernel for every set).
 //!
 //! - AVX-512 (F, BW, VNNI): the K kernel two sub-blocks per instruction, a row's products and
 //!   minimum terms turned to floats in one conversion and scaled in one multiply-add per
@@ -200,6 +202,39 @@ impl Layout for Q51 {
     }
 }
 
+/// A 16-bit float type, for the float kernel.
+trait Half {
+    /// The eight values at `p` as f32 (exact).
+    ///
+    /// # Safety
+    /// `p` points at 16 readable bytes, and the CPU has AVX2 and F16C.
+    unsafe fn load8(p: *const u8) -> __m256;
+}
+
+struct F16w;
+struct Bf16w;
+
+impl Half for F16w {
+    #[inline(always)]
+    unsafe fn load8(p: *const u8) -> __m256 {
+        // SAFETY: 16 readable bytes at `p` (caller; loadu has no alignment requirement); F16C is
+        // guaranteed by the caller.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+}
+
+impl Half for Bf16w {
+    #[inline(always)]
+    unsafe fn load8(p: *const u8) -> __m256 {
+        // SAFETY: 16 readable bytes at `p` (caller; loadu has no alignment requirement); AVX2 is
+        // guaranteed by the caller. A bf16 is the high half of the f32 with the same bits.
+        unsafe {
+            let wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast()));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(wide))
+        }
+    }
+}
+
 /// Whether this CPU runs [`dot_rows_vnni`].
 pub(crate) fn vnni_available() -> bool {
     available() && is_x86_feature_detected!("avxvnni")
@@ -243,6 +278,8 @@ pub(crate) fn dot_rows(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f32]) {
         WeightType::Q4_1 => by_rows!(k_avx2::legacy_rows, Q41, w, x, out),
         WeightType::Q5_0 => by_rows!(k_avx2::legacy_rows, Q50, w, x, out),
         WeightType::Q5_1 => by_rows!(k_avx2::legacy_rows, Q51, w, x, out),
+        WeightType::F16 => by_rows!(k_avx2::float_rows, F16w, w, x, out),
+        WeightType::BF16 => by_rows!(k_avx2::float_rows, Bf16w, w, x, out),
     }
 }
 
@@ -258,7 +295,10 @@ pub(crate) fn dot_rows_vnni(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f32]
         WeightType::Q4_0 => by_rows!(k_vnni::legacy_rows, Q40, w, x, out),
         WeightType::Q4_1 => by_rows!(k_vnni::legacy_rows, Q41, w, x, out),
         WeightType::Q5_0 => by_rows!(k_vnni::legacy_rows, Q50, w, x, out),
+        // No integer step to fuse: the same code as AVX2.
         WeightType::Q5_1 => by_rows!(k_vnni::legacy_rows, Q51, w, x, out),
+        WeightType::F16 => by_rows!(k_vnni::float_rows, F16w, w, x, out),
+        WeightType::BF16 => by_rows!(k_vnni::float_rows, Bf16w, w, x, out),
     }
 }
 
@@ -381,7 +421,7 @@ macro_rules! kernels {
         mod $module {
             use std::arch::x86_64::*;
 
-            use super::{KLayout, Layout, PREFETCH};
+            use super::{Half, KLayout, Layout, PREFETCH};
             use crate::block::BLOCK;
             use crate::quantize::{K_GROUP, K_SUM, QActs};
 
@@ -478,6 +518,68 @@ macro_rules! kernels {
                 }
                 for i in 0..G {
                     out[i] = super::hsum(acc[i]) + mins[i];
+                }
+            }
+
+            /// One 16-bit float weight row against `M` f32 activation rows, in groups of at most
+            /// four.
+            #[target_feature(enable = $features)]
+            pub(super) fn float_rows<L: Half, const M: usize>(
+                w_row: &[u8],
+                x: &QActs,
+                out: &mut [f32],
+            ) {
+                for (first, n) in super::row_groups(M, 4) {
+                    let out = &mut out[first..first + n];
+                    match n {
+                        1 => float_group::<L, 1>(w_row, x, first, out),
+                        2 => float_group::<L, 2>(w_row, x, first, out),
+                        3 => float_group::<L, 3>(w_row, x, first, out),
+                        _ => float_group::<L, 4>(w_row, x, first, out),
+                    }
+                }
+            }
+
+            /// One 16-bit float weight row against activation rows `first..first + G`: eight
+            /// weights at a time converted to f32 once and met by each row's eight activations
+            /// in an FMA, alternating between two accumulators per row (one FMA chain alone
+            /// would wait on its latency). A row's operations are the same whatever G is.
+            #[target_feature(enable = $features)]
+            fn float_group<L: Half, const G: usize>(
+                w_row: &[u8],
+                x: &QActs,
+                first: usize,
+                out: &mut [f32],
+            ) {
+                let cols = x.cols;
+                // Everything the pointer arithmetic below relies on, checked once per call.
+                assert!(
+                    cols.is_multiple_of(BLOCK)
+                        && w_row.len() == 2 * cols
+                        && first + G <= x.rows
+                        && x.x.len() >= x.rows * cols
+                        && out.len() == G
+                );
+                let mut acc = [[_mm256_setzero_ps(); 2]; G];
+                let (w_ptr, x_ptr) = (w_row.as_ptr(), x.x.as_ptr());
+                for i in (0..cols).step_by(8) {
+                    if i % 32 == 0 {
+                        // A hint: never faults, whatever the address.
+                        _mm_prefetch::<_MM_HINT_T0>(w_ptr.wrapping_add(2 * i + PREFETCH).cast());
+                    }
+                    // SAFETY: i + 8 ≤ cols, so bytes 2i..2i + 16 lie in the row (its length is
+                    // asserted); this function's target features include what `load8` needs.
+                    let w = unsafe { L::load8(w_ptr.add(2 * i)) };
+                    for g in 0..G {
+                        // SAFETY: (first + g)·cols + i + 8 ≤ rows·cols ≤ x.x.len() (asserted);
+                        // loadu has no alignment requirement.
+                        let xv = unsafe { _mm256_loadu_ps(x_ptr.add((first + g) * cols + i)) };
+                        let a = &mut acc[g][(i / 8) % 2];
+                        *a = _mm256_fmadd_ps(w, xv, *a);
+                    }
+                }
+                for g in 0..G {
+                    out[g] = super::hsum(_mm256_add_ps(acc[g][0], acc[g][1]));
                 }
             }
 
@@ -720,6 +822,7 @@ pub(crate) fn dot_rows_avx512(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f3
         WeightType::Q4_1 => by_rows!(k512::legacy_rows, Q41, w, x, out),
         WeightType::Q5_0 => by_rows!(k512::legacy_rows, Q50, w, x, out),
         WeightType::Q5_1 => by_rows!(k512::legacy_rows, Q51, w, x, out),
+        WeightType::F16 | WeightType::BF16 => dot_rows(ty, w, x, out),
     }
 }
 

@@ -20,6 +20,8 @@ fn ggml(ty: WeightType) -> GgmlType {
         WeightType::Q4K => GgmlType::Q4K,
         WeightType::Q5K => GgmlType::Q5K,
         WeightType::Q6K => GgmlType::Q6K,
+        WeightType::F16 => GgmlType::F16,
+        WeightType::BF16 => GgmlType::BF16,
     }
 }
 
@@ -62,6 +64,18 @@ fn random_matrix(ty: WeightType, rows: usize, cols: usize, rng: &mut ChaCha8Rng)
             }
             // i8 scales up to ±128 multiply this one.
             WeightType::Q6K => put(208, 0.0001 + 0.001 * uniform(rng)),
+            // Every value a finite float of varied sign and size.
+            WeightType::F16 | WeightType::BF16 => {
+                for at in (0..bb).step_by(2) {
+                    let v = (uniform(rng) * 2.0 - 1.0) * [0.001f32, 0.05, 2.0][at % 3];
+                    let bytes = if ty == WeightType::F16 {
+                        f16::from_f32(v).to_le_bytes()
+                    } else {
+                        half::bf16::from_f32(v).to_le_bytes()
+                    };
+                    block[at..at + 2].copy_from_slice(&bytes);
+                }
+            }
         }
     }
     QMatrix::new(ty, rows, cols, data).unwrap()
@@ -86,13 +100,18 @@ fn dequantized(w: &QMatrix) -> Vec<f32> {
 }
 
 /// The exact product and, per output, the bound the activation rounding explains (`group`
-/// values share an activation scale: `WeightType::act_group`).
+/// values share an activation scale: `WeightType::act_group`; `None`: activations not rounded,
+/// f32 accumulation only).
 fn exact_and_bound(
     wd: &[f32],
     x: &[f32],
     (m, out, cols): (usize, usize, usize),
-    group: usize,
+    group: Option<usize>,
 ) -> (Vec<f64>, Vec<f64>) {
+    let (group, rounded) = match group {
+        Some(g) => (g, true),
+        None => (BLOCK, false),
+    };
     let mut exact = vec![0f64; m * out];
     let mut bound = vec![0f64; m * out];
     for r in 0..m {
@@ -103,7 +122,9 @@ fn exact_and_bound(
             for (wb, xb) in wo.chunks_exact(group).zip(xr.chunks_exact(group)) {
                 let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
                 let w_abs: f64 = wb.iter().map(|&v| f64::from(v).abs()).sum();
-                step += f64::from(amax) / 254.0 * w_abs;
+                if rounded {
+                    step += f64::from(amax) / 254.0 * w_abs;
+                }
                 for (&wi, &xi) in wb.iter().zip(xb) {
                     sum += f64::from(wi) * f64::from(xi);
                     magnitude += (f64::from(wi) * f64::from(xi)).abs();

@@ -23,8 +23,8 @@ pub struct LoadOptions {
     /// wgpu do not report device memory, so `None` there). Checked before anything is
     /// allocated, against the f32 size of every weight.
     pub max_total_bytes: Option<u64>,
-    /// On the CPU: keep matrices of the types mars-kernels multiplies (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K) as
-    /// their GGUF blocks and run them on this many threads. `None` (GPUs, and the f32
+    /// On the CPU: keep matrices of the types mars-kernels multiplies (Q8_0, Q4_0, Q4_1, Q5_0,
+    /// Q5_1, Q4_K, Q5_K, Q6_K, F16, BF16) as stored and run them on this many threads. `None` (GPUs, and the f32
     /// reference path) dequantizes every weight to f32.
     pub cpu_threads: Option<usize>,
 }
@@ -56,6 +56,8 @@ fn packable(ty: GgmlType) -> Option<WeightType> {
         GgmlType::Q4K => Some(WeightType::Q4K),
         GgmlType::Q5K => Some(WeightType::Q5K),
         GgmlType::Q6K => Some(WeightType::Q6K),
+        GgmlType::F16 => Some(WeightType::F16),
+        GgmlType::BF16 => Some(WeightType::BF16),
         _ => None,
     }
 }
