@@ -408,6 +408,20 @@ fn row_groups(m: usize, most: usize) -> impl Iterator<Item = (usize, usize)> {
 /// tok/s; 2 KiB ahead: 11–17 tok/s on this noisy machine, 512 B or 4 KiB less).
 const PREFETCH: usize = 2048;
 
+/// Rows `0..M` in groups of at most `$last` ([`row_groups`]), each group through the
+/// instantiation of `$group` for its size: `in_groups!(k_group::<L>, M, (w, x, out), 1 | 2; 3)`.
+macro_rules! in_groups {
+    ($group:ident::<$layout:ty>, $m:expr, ($w:expr, $x:expr, $out:expr), $($n:literal)|+; $last:literal) => {
+        for (first, n) in super::row_groups($m, $last) {
+            let out = &mut $out[first..first + n];
+            match n {
+                $($n => $group::<$layout, $n>($w, $x, first, out),)+
+                _ => $group::<$layout, $last>($w, $x, first, out),
+            }
+        }
+    };
+}
+
 /// The K kernel, once per instruction set: `$acc(dot, pairs, sc)` adds `madd(pairs, sc)` to
 /// `dot` (i16 pairs × i16 scales to i32 lanes), the one step AVX-VNNI fuses. Both forms are
 /// exact integer arithmetic, so they give bit-identical results.
@@ -446,15 +460,7 @@ macro_rules! kernels {
                 x: &QActs,
                 out: &mut [f32],
             ) {
-                for (first, n) in super::row_groups(M, 4) {
-                    let out = &mut out[first..first + n];
-                    match n {
-                        1 => legacy_group::<L, 1>(w_row, x, first, out),
-                        2 => legacy_group::<L, 2>(w_row, x, first, out),
-                        3 => legacy_group::<L, 3>(w_row, x, first, out),
-                        _ => legacy_group::<L, 4>(w_row, x, first, out),
-                    }
-                }
+                in_groups!(legacy_group::<L>, M, (w_row, x, out), 1 | 2 | 3; 4);
             }
 
             /// One legacy weight row against activation rows `first..first + G`: each 32-value
@@ -529,15 +535,7 @@ macro_rules! kernels {
                 x: &QActs,
                 out: &mut [f32],
             ) {
-                for (first, n) in super::row_groups(M, 4) {
-                    let out = &mut out[first..first + n];
-                    match n {
-                        1 => float_group::<L, 1>(w_row, x, first, out),
-                        2 => float_group::<L, 2>(w_row, x, first, out),
-                        3 => float_group::<L, 3>(w_row, x, first, out),
-                        _ => float_group::<L, 4>(w_row, x, first, out),
-                    }
-                }
+                in_groups!(float_group::<L>, M, (w_row, x, out), 1 | 2 | 3; 4);
             }
 
             /// One 16-bit float weight row against activation rows `first..first + G`: eight
@@ -593,17 +591,7 @@ macro_rules! kernels {
                 x: &QActs,
                 out: &mut [f32],
             ) {
-                for (first, n) in super::row_groups(M, 6) {
-                    let out = &mut out[first..first + n];
-                    match n {
-                        1 => k_group::<L, 1>(w_row, x, first, out),
-                        2 => k_group::<L, 2>(w_row, x, first, out),
-                        3 => k_group::<L, 3>(w_row, x, first, out),
-                        4 => k_group::<L, 4>(w_row, x, first, out),
-                        5 => k_group::<L, 5>(w_row, x, first, out),
-                        _ => k_group::<L, 6>(w_row, x, first, out),
-                    }
-                }
+                in_groups!(k_group::<L>, M, (w_row, x, out), 1 | 2 | 3 | 4 | 5; 6);
             }
 
             /// One K-quant weight row against activation rows `first..first + G`: for each super-block,
@@ -1009,19 +997,7 @@ mod k512 {
     /// 5-row verification pass is one pass over the weights).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
     pub(super) fn legacy_rows<L: Pair, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
-        for (first, n) in super::row_groups(M, 8) {
-            let out = &mut out[first..first + n];
-            match n {
-                1 => legacy_group::<L, 1>(w_row, x, first, out),
-                2 => legacy_group::<L, 2>(w_row, x, first, out),
-                3 => legacy_group::<L, 3>(w_row, x, first, out),
-                4 => legacy_group::<L, 4>(w_row, x, first, out),
-                5 => legacy_group::<L, 5>(w_row, x, first, out),
-                6 => legacy_group::<L, 6>(w_row, x, first, out),
-                7 => legacy_group::<L, 7>(w_row, x, first, out),
-                _ => legacy_group::<L, 8>(w_row, x, first, out),
-            }
-        }
+        in_groups!(legacy_group::<L>, M, (w_row, x, out), 1 | 2 | 3 | 4 | 5 | 6 | 7; 8);
     }
 
     /// One legacy weight row against activation rows `first..first + G`, two blocks (64
@@ -1127,19 +1103,7 @@ mod k512 {
     /// less time than groups of six on 8 and 16 rows, measured on a 8960 × 1536 Q4_K / Q6_K).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
     pub(super) fn k_rows<L: KLayout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
-        for (first, n) in super::row_groups(M, 8) {
-            let out = &mut out[first..first + n];
-            match n {
-                1 => k_group::<L, 1>(w_row, x, first, out),
-                2 => k_group::<L, 2>(w_row, x, first, out),
-                3 => k_group::<L, 3>(w_row, x, first, out),
-                4 => k_group::<L, 4>(w_row, x, first, out),
-                5 => k_group::<L, 5>(w_row, x, first, out),
-                6 => k_group::<L, 6>(w_row, x, first, out),
-                7 => k_group::<L, 7>(w_row, x, first, out),
-                _ => k_group::<L, 8>(w_row, x, first, out),
-            }
-        }
+        in_groups!(k_group::<L>, M, (w_row, x, out), 1 | 2 | 3 | 4 | 5 | 6 | 7; 8);
     }
 
     /// As `k_avx2::k_group`, two sub-blocks at a time.

@@ -178,17 +178,9 @@ impl HostModel {
         if logit_ids >= v {
             self.linear(&self.lm_head, h, &mut logits, &mut scratch)?;
         } else {
-            // Rows 0..logit_ids of the head; logit_rows ≤ 16 (one draft step's rows), so one
-            // kernel call.
+            // The head's first logit_ids rows.
             let mut kept = vec![0f32; logit_rows * logit_ids]; // [logit_rows, logit_ids]
-            for (xs, ys) in h
-                .chunks(MAX_ROWS * d)
-                .zip(kept.chunks_mut(MAX_ROWS * logit_ids))
-            {
-                scratch.acts.quantize(xs, xs.len() / d, d)?;
-                self.kernels
-                    .matmul_rows(&self.lm_head, 0..logit_ids, &scratch.acts, ys)?;
-            }
+            self.linear(&self.lm_head, h, &mut kept, &mut scratch)?;
             for (row, part) in logits.chunks_exact_mut(v).zip(kept.chunks_exact(logit_ids)) {
                 row[..logit_ids].copy_from_slice(part);
                 row[logit_ids..].fill(f32::NEG_INFINITY);
@@ -197,7 +189,8 @@ impl HostModel {
         Ok(logits)
     }
 
-    /// `y [t, out] = x [t, in] · Wᵀ`, 16 rows per kernel call.
+    /// `y [t, out] = x [t, in] · Wᵀ`, 16 rows per kernel call; `out` is y's width, the first
+    /// `out` rows of W (all of them but for a vocabulary-limited head).
     fn linear(&self, w: &QMatrix, x: &[f32], y: &mut [f32], s: &mut Scratch) -> Result<()> {
         self.linears([(w, y)], x, s)
     }
@@ -211,13 +204,14 @@ impl HostModel {
         s: &mut Scratch,
     ) -> Result<()> {
         let din = outs[0].0.cols();
+        let t = x.len() / din;
         for (chunk, xs) in x.chunks(MAX_ROWS * din).enumerate() {
             let rows = xs.len() / din;
             s.acts.quantize(xs, rows, din)?;
             for (w, y) in &mut outs {
-                let dout = w.rows();
+                let dout = y.len() / t;
                 let ys = &mut y[chunk * MAX_ROWS * dout..][..rows * dout];
-                self.kernels.matmul(w, &s.acts, ys)?;
+                self.kernels.matmul_rows(w, 0..dout, &s.acts, ys)?;
             }
         }
         Ok(())
