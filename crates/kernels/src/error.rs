@@ -49,6 +49,16 @@ pub enum KernelError {
         /// The value (NaN or an infinity).
         value: f32,
     },
+    /// The activations were quantized without the form this matrix's kernel reads.
+    #[error(
+        "the activations lack the form a {ty:?} matrix needs on the {isa:?} kernel (quantize them for Kernels::forms)"
+    )]
+    MissingForm {
+        /// The matrix's type.
+        ty: crate::WeightType,
+        /// The micro-kernel.
+        isa: crate::Isa,
+    },
     /// A thread count of 0, or a pool that could not start.
     #[error("threads = {threads}: {why}")]
     Threads {

@@ -31,4 +31,4 @@ pub use attention::Heads;
 pub use block::{BLOCK, QMatrix, WeightType};
 pub use error::{KernelError, Result};
 pub use matmul::{Isa, Kernels, MAX_ROWS};
-pub use quantize::QActs;
+pub use quantize::{Forms, QActs};

@@ -10,9 +10,9 @@
 
 use rayon::prelude::*;
 
-use crate::block::QMatrix;
+use crate::block::{QMatrix, WeightType};
 use crate::error::{KernelError, Result};
-use crate::quantize::QActs;
+use crate::quantize::{Forms, QActs};
 use crate::scalar;
 
 /// Most activation rows one call takes (k + 1 for k ≤ 15).
@@ -27,9 +27,9 @@ pub enum Isa {
     Avx2,
     /// AVX2 with AVX-VNNI (fused i16 multiply-add in the K-quant kernel; same results as Avx2).
     AvxVnni,
-    /// AVX-512 (F, BW, VNNI): the K-quant kernel two sub-blocks per instruction (same results
-    /// as Avx2), the legacy kernel two blocks per register (same integer sums, f32 lanes added
-    /// in another order).
+    /// AVX-512 (F, BW, VNNI): the K-quant kernel in lane order (one 16-value group per 32-bit
+    /// lane, activations in [`Forms`]' lane form), the legacy kernel two blocks per register;
+    /// same integer sums as Avx2, f32 steps in another order.
     Avx512,
 }
 
@@ -129,11 +129,24 @@ impl Kernels {
         self.pool.as_ref()
     }
 
+    /// The activation forms the micro-kernel reads for a `ty` matrix: quantize with these
+    /// ([`QActs::quantize_for`]) to build nothing else.
+    pub fn forms(&self, ty: WeightType) -> Forms {
+        let k = matches!(ty, WeightType::Q4K | WeightType::Q5K | WeightType::Q6K);
+        Forms {
+            blocks: !k && !ty.is_float(),
+            k: k && self.isa != Isa::Avx512,
+            lanes: k && self.isa == Isa::Avx512,
+            float: ty.is_float(),
+        }
+    }
+
     /// `y = x · Wᵀ`: `x` quantized activations `[m, in]`, `w` `[out, in]`, `y` `[m, out]`.
     ///
     /// # Errors
     /// [`KernelError::Shape`] when `x.cols() != w.cols()` or `y` is not `m × out`;
-    /// [`KernelError::TooManyRows`] for m > [`MAX_ROWS`].
+    /// [`KernelError::TooManyRows`] for m > [`MAX_ROWS`]; [`KernelError::MissingForm`] when `x`
+    /// was quantized without what [`Kernels::forms`] names.
     pub fn matmul(&self, w: &QMatrix, x: &QActs, y: &mut [f32]) -> Result<()> {
         self.matmul_rows(w, 0..w.rows(), x, y)
     }
@@ -165,6 +178,12 @@ impl Kernels {
                 what: "activation columns (the weight's input features)",
                 expected: w.cols(),
                 found: x.cols(),
+            });
+        }
+        if !x.forms().covers(self.forms(w.ty())) {
+            return Err(KernelError::MissingForm {
+                ty: w.ty(),
+                isa: self.isa,
             });
         }
         if m > MAX_ROWS {

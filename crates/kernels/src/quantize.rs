@@ -22,19 +22,72 @@ pub(crate) const K_GROUP: usize = 256;
 /// Values per partial sum in the K form.
 pub(crate) const K_SUM: usize = 16;
 
+/// Which forms of the activations [`QActs::quantize_for`] fills: each kernel needs one
+/// ([`crate::Kernels::forms`]), and a call that feeds matrices of one type need not build the
+/// others. [`QActs::quantize`] fills them all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Forms {
+    /// Per 32 values (`q`, `d`, `s`): the legacy types.
+    pub(crate) blocks: bool,
+    /// Per 256 values in natural order (`kq`, `kd`, `ks`): the K-quants on the scalar and
+    /// AVX2 kernels.
+    pub(crate) k: bool,
+    /// Per 256 values in lane order (`kl`, `kd`, `klf`): the K-quants on AVX-512.
+    pub(crate) lanes: bool,
+    /// The f32 values (`x`): 16-bit float weights.
+    pub(crate) float: bool,
+}
+
+impl Forms {
+    /// Every form.
+    pub const ALL: Self = Self {
+        blocks: true,
+        k: true,
+        lanes: true,
+        float: true,
+    };
+
+    /// Whether every form in `need` is in `self`.
+    pub fn covers(self, need: Self) -> bool {
+        (self.blocks || !need.blocks)
+            && (self.k || !need.k)
+            && (self.lanes || !need.lanes)
+            && (self.float || !need.float)
+    }
+}
+
+impl std::ops::BitOr for Forms {
+    type Output = Self;
+    fn bitor(self, o: Self) -> Self {
+        Self {
+            blocks: self.blocks || o.blocks,
+            k: self.k || o.k,
+            lanes: self.lanes || o.lanes,
+            float: self.float || o.float,
+        }
+    }
+}
+
 /// `m` activation rows quantized, `[m, cols]` values.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct QActs {
     pub(crate) rows: usize,
     pub(crate) cols: usize,
-    pub(crate) q: Vec<i8>,  // [rows, cols], per-32 scales
-    pub(crate) d: Vec<f32>, // [rows, cols / 32]
-    pub(crate) s: Vec<f32>, // [rows, cols / 32]: d · Σ q over the block
-    /// Whether the per-256 form below is filled (cols a multiple of 256).
-    pub(crate) has_k: bool,
+    /// The forms filled by the last quantization (the K forms only when cols is a multiple of
+    /// 256).
+    pub(crate) forms: Forms,
+    pub(crate) q: Vec<i8>,   // [rows, cols], per-32 scales
+    pub(crate) d: Vec<f32>,  // [rows, cols / 32]
+    pub(crate) s: Vec<f32>,  // [rows, cols / 32]: d · Σ q over the block
     pub(crate) kq: Vec<i8>,  // [rows, cols], per-256 scales
     pub(crate) kd: Vec<f32>, // [rows, cols / 256]
     pub(crate) ks: Vec<i16>, // [rows, cols / 16]: Σ kq over each 16 values, |Σ| ≤ 2032
+    /// `kq` in lane order, for the AVX-512 K kernel: within each 256-value group, byte
+    /// 64·r + 4·l + b holds value 16·l + 4·r + b (r < 4, l < 16, b < 4), so that 32-bit lane l
+    /// of each of the group's four 64-byte vectors holds 4 values of 16-value group l.
+    pub(crate) kl: Vec<i8>, // [rows, cols]
+    /// `ks` as f32 (exact: |Σ| ≤ 2032), a whole 16-lane vector per 256-value group.
+    pub(crate) klf: Vec<f32>, // [rows, cols / 16]
     /// The values as given, `[rows, cols]`: what 16-bit float weights multiply.
     pub(crate) x: Vec<f32>,
 }
@@ -54,12 +107,27 @@ fn quantize_group(x: &[f32], q: &mut [i8]) -> f32 {
 }
 
 impl QActs {
-    /// Quantizes `x` (`[rows, cols]`, row-major), reusing this value's buffers.
+    /// Quantizes `x` (`[rows, cols]`, row-major) to every form, reusing this value's buffers.
     ///
     /// # Errors
     /// [`KernelError::RaggedRow`] when `cols` is not a multiple of 32, [`KernelError::Shape`]
     /// when `x` is not `rows × cols` long.
     pub fn quantize(&mut self, x: &[f32], rows: usize, cols: usize) -> Result<()> {
+        self.quantize_for(x, rows, cols, Forms::ALL)
+    }
+
+    /// As [`QActs::quantize`], filling only the forms in `forms` (the K forms only where
+    /// `cols` is a multiple of 256). A matmul whose kernel needs a form left out is an error.
+    ///
+    /// # Errors
+    /// As [`QActs::quantize`].
+    pub fn quantize_for(
+        &mut self,
+        x: &[f32],
+        rows: usize,
+        cols: usize,
+        forms: Forms,
+    ) -> Result<()> {
         if cols == 0 || !cols.is_multiple_of(BLOCK) {
             return Err(KernelError::RaggedRow { cols, block: BLOCK });
         }
@@ -75,41 +143,85 @@ impl QActs {
                 found: x.len(),
             });
         }
-        let blocks = len / BLOCK;
         self.rows = rows;
         self.cols = cols;
-        self.q.resize(len, 0);
-        self.d.resize(blocks, 0.0);
-        self.s.resize(blocks, 0.0);
-        for (((values, q), d), s) in x
-            .chunks_exact(BLOCK)
-            .zip(self.q.chunks_exact_mut(BLOCK))
-            .zip(&mut self.d)
-            .zip(&mut self.s)
-        {
-            *d = quantize_group(values, q);
-            *s = *d * q.iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
-        }
-        self.x.clear();
-        self.x.extend_from_slice(x);
-        self.has_k = cols.is_multiple_of(K_GROUP);
-        if self.has_k {
-            self.kq.resize(len, 0);
-            self.kd.resize(len / K_GROUP, 0.0);
-            self.ks.resize(len / K_SUM, 0);
-            for ((values, q), d) in x
-                .chunks_exact(K_GROUP)
-                .zip(self.kq.chunks_exact_mut(K_GROUP))
-                .zip(&mut self.kd)
+        let whole_k = cols.is_multiple_of(K_GROUP);
+        self.forms = Forms {
+            k: forms.k && whole_k,
+            lanes: forms.lanes && whole_k,
+            ..forms
+        };
+        if forms.blocks {
+            let blocks = len / BLOCK;
+            self.q.resize(len, 0);
+            self.d.resize(blocks, 0.0);
+            self.s.resize(blocks, 0.0);
+            for (((values, q), d), s) in x
+                .chunks_exact(BLOCK)
+                .zip(self.q.chunks_exact_mut(BLOCK))
+                .zip(&mut self.d)
+                .zip(&mut self.s)
             {
                 *d = quantize_group(values, q);
-            }
-            for (q, s) in self.kq.chunks_exact(K_SUM).zip(&mut self.ks) {
-                // 16 values of at most 127 in magnitude: |Σ| ≤ 2032.
-                *s = q.iter().map(|&v| i16::from(v)).sum();
+                *s = *d * q.iter().map(|&v| i32::from(v)).sum::<i32>() as f32;
             }
         }
+        if forms.float {
+            self.x.clear();
+            self.x.extend_from_slice(x);
+        }
+        if self.forms.k || self.forms.lanes {
+            self.quantize_k(x, len);
+        }
         Ok(())
+    }
+
+    /// The per-256 forms asked for in `self.forms`, from `x` (`len` values, a whole number of
+    /// 256-value groups).
+    fn quantize_k(&mut self, x: &[f32], len: usize) {
+        let (k, lanes) = (self.forms.k, self.forms.lanes);
+        let groups = len / K_GROUP;
+        const SUMS: usize = K_GROUP / K_SUM;
+        self.kd.resize(groups, 0.0);
+        if k {
+            self.kq.resize(len, 0);
+            self.ks.resize(len / K_SUM, 0);
+        }
+        if lanes {
+            self.kl.resize(len, 0);
+            self.klf.resize(len / K_SUM, 0.0);
+        }
+        let mut q = [0i8; K_GROUP];
+        for (g, values) in x.chunks_exact(K_GROUP).enumerate() {
+            self.kd[g] = quantize_group(values, &mut q);
+            // 16 values of at most 127 in magnitude: |Σ| ≤ 2032.
+            let sums: [i16; SUMS] = std::array::from_fn(|l| {
+                q[K_SUM * l..K_SUM * (l + 1)]
+                    .iter()
+                    .map(|&v| i16::from(v))
+                    .sum()
+            });
+            if k {
+                self.kq[K_GROUP * g..K_GROUP * (g + 1)].copy_from_slice(&q);
+                self.ks[SUMS * g..SUMS * (g + 1)].copy_from_slice(&sums);
+            }
+            if lanes {
+                let out = &mut self.kl[K_GROUP * g..K_GROUP * (g + 1)];
+                for l in 0..SUMS {
+                    for r in 0..4 {
+                        out[64 * r + 4 * l..][..4].copy_from_slice(&q[16 * l + 4 * r..][..4]);
+                    }
+                }
+                for (f, &s) in self.klf[SUMS * g..SUMS * (g + 1)].iter_mut().zip(&sums) {
+                    *f = f32::from(s);
+                }
+            }
+        }
+    }
+
+    /// The forms the last quantization filled.
+    pub fn forms(&self) -> Forms {
+        self.forms
     }
 
     /// Rows quantized.

@@ -13,12 +13,16 @@
 //! - 16-bit floats (F16 via F16C, BF16 by a shift): eight weights converted to f32 once and met
 //!   by each row's f32 activations in FMAs (no integer step, so one kernel for every set).
 //!
-//! - AVX-512 (F, BW, VNNI): the K kernel two sub-blocks per instruction, a row's products and
-//!   minimum terms turned to floats in one conversion and scaled in one multiply-add per
-//!   super-block; the legacy kernel two blocks per register: a pair is unpacked once (the fifth
-//!   bits straight from a 64-bit mask), each row meets it in one `vpdpbusd` (signed types: x
-//!   negated by mask where w < 0), about half the AVX2 instructions per row. The integer sums
-//!   are AVX2's; the f32 lanes are added in another order (within the scalar tolerance).
+//! - AVX-512 (F, BW, VNNI): the K kernel in lane order: each super-block is unpacked once into
+//!   four vectors whose 32-bit lane l holds only values of 16-value group l (a dword
+//!   permutation of the packed bytes, so the activations are quantized in the same order), and
+//!   a row meets it in four `vpdpbusd` into one vector of per-group integer sums, then three
+//!   float operations (group scales, minimum / offset term, the row's scale): about half the
+//!   instructions per row of the sub-block-pair form it replaced (5-row 1.5B forward 2.2× →
+//!   1.65× a 1-row one). The legacy kernel two blocks per register: a pair is unpacked once (the
+//!   fifth bits straight from a 64-bit mask), each row meets it in one `vpdpbusd` (signed types:
+//!   x negated by mask where w < 0), about half the AVX2 instructions per row. Integer sums are
+//!   AVX2's; the f32 steps run in another order (within the scalar tolerance).
 //!
 //! Kernels are instantiated per block type and per row count (1…16), and take rows in groups
 //! (four legacy or six K rows on AVX2, eight of either on AVX-512's 32 registers) so that a
@@ -611,7 +615,7 @@ macro_rules! kernels {
                 let sums = K_GROUP / K_SUM;
                 // Everything the pointer arithmetic below relies on, checked once per call.
                 assert!(
-                    x.has_k
+                    x.forms.k
                         && w_row.len() == nblk * bytes
                         && first + G <= x.rows
                         && x.kq.len() >= x.rows * x.cols
@@ -796,7 +800,7 @@ pub(crate) fn avx512_available() -> bool {
         && is_x86_feature_detected!("avx512vnni")
 }
 
-/// As [`dot_rows`], on 512-bit vectors: the K kernel two sub-blocks per instruction, the legacy
+/// As [`dot_rows`], on 512-bit vectors: the K kernel in lane order ([`k512`]), the legacy
 /// kernel two blocks at a time (the same integer sums as AVX2, f32 lanes added in another
 /// order). Calling it is unsafe unless [`avx512_available`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
@@ -980,16 +984,16 @@ impl Pair for Q51 {
     }
 }
 
-/// The K kernel on 512-bit vectors: sub-blocks 2·p and 2·p + 1 side by side in one register,
-/// meeting 64 contiguous activation bytes in `vpmaddubsw` + `vpdpwssd`; at the end of a
-/// super-block the two 256-bit halves of a row's i32 sums are added, which gives exactly the
-/// AVX2 kernel's eight lanes (the same integer sums), so the float steps and results are
-/// identical to it.
+/// The 512-bit kernels: the legacy types two blocks per register; the K-quants in lane order
+/// (each 32-bit lane one 16-value group for a whole super-block, the activations stored to
+/// match), so a row's super-block is four `vpdpbusd` and three float operations. The K sums
+/// are the same integers as AVX2's, grouped and scaled in another order (within the scalar
+/// tolerance, not bit-identical).
 mod k512 {
     use std::arch::x86_64::*;
 
-    use super::{KLayout, PREFETCH, Pair};
-    use crate::block::BLOCK;
+    use super::{PREFETCH, Pair, Q4K, Q5K, Q6K};
+    use crate::block::{BLOCK, WeightType, scales_mins_k4};
     use crate::quantize::{K_GROUP, K_SUM, QActs};
 
     /// One weight row of a legacy type against `M` activation rows, in groups of at most
@@ -1099,85 +1103,280 @@ mod k512 {
         }
     }
 
-    /// As `k_avx2::k_rows`, in groups of at most eight (16 rows of prefill: two passes; 8-12 %
-    /// less time than groups of six on 8 and 16 rows, measured on a 8960 × 1536 Q4_K / Q6_K).
+    /// A K-quant row against `M` activation rows in lane order ([`QActs`]'s `kl`), in groups of
+    /// at most eight (16 rows of prefill: two passes).
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-    pub(super) fn k_rows<L: KLayout, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
+    pub(super) fn k_rows<L: Lanes, const M: usize>(w_row: &[u8], x: &QActs, out: &mut [f32]) {
         in_groups!(k_group::<L>, M, (w_row, x, out), 1 | 2 | 3 | 4 | 5 | 6 | 7; 8);
     }
 
-    /// As `k_avx2::k_group`, two sub-blocks at a time.
+    /// One K-quant weight row against activation rows `first..first + G`. Each super-block is
+    /// unpacked once into four vectors whose 32-bit lane l holds only values of 16-value group
+    /// l ([`Lanes::unpack`], the activations stored to match), so a row's whole super-block is
+    /// four `vpdpbusd` into one i32 vector of per-group sums, and meets floats once: the group
+    /// scales, the minimum / offset term from the activations' group sums and the row's scale,
+    /// in three float operations. About half the instructions per row of the sub-block-pair
+    /// form this replaces (which needed a `maddubs` and a scaled `madd` per 64 values). A row's
+    /// operations are the same whatever G and `first` are.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-    fn k_group<L: KLayout, const G: usize>(w_row: &[u8], x: &QActs, first: usize, out: &mut [f32]) {
+    fn k_group<L: Lanes, const G: usize>(w_row: &[u8], x: &QActs, first: usize, out: &mut [f32]) {
         let bytes = L::TYPE.block_bytes();
         let nblk = x.cols / K_GROUP;
         let sums = K_GROUP / K_SUM;
         // Everything the pointer arithmetic below relies on, checked once per call.
         assert!(
-            x.has_k
+            x.forms.lanes
                 && w_row.len() == nblk * bytes
                 && first + G <= x.rows
-                && x.kq.len() >= x.rows * x.cols
+                && x.kl.len() >= x.rows * x.cols
                 && x.kd.len() >= x.rows * nblk
-                && x.ks.len() >= x.rows * nblk * sums
+                && x.klf.len() >= x.rows * nblk * sums
                 && out.len() == G
         );
-        // Lanes 0–7: the super-blocks' scaled products; 8–15: their minimum / offset terms.
         let mut acc = [_mm512_setzero_ps(); G];
-        let (q_ptr, s_ptr) = (x.kq.as_ptr(), x.ks.as_ptr());
+        let (q_ptr, s_ptr) = (x.kl.as_ptr(), x.klf.as_ptr());
         for (blk, block) in w_row.chunks_exact(bytes).enumerate() {
             let p = block.as_ptr();
             for line in 0..bytes.div_ceil(64) {
                 // A hint: never faults, whatever the address.
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64 * line).cast());
             }
-            // SAFETY: this function's target features include AVX2 and F16C.
-            let s = unsafe { super::k_scales_simd(L::TYPE, block) };
-            // d for the products' lanes, −dmin for the minimums'.
-            let dd = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(s.d), _mm512_set1_ps(-s.dmin));
-            let at: [usize; G] = std::array::from_fn(|i| (first + i) * nblk + blk);
-            let mut dots = [_mm512_setzero_si512(); G];
-            for pair in 0..4 {
-                // SAFETY: `block` is one whole super-block; 2·pair + 1 < 8; AVX2 is enabled.
-                let (q, sc) = unsafe {
+            // SAFETY: `block` is one whole super-block; this function's target features
+            // include what `unpack` needs.
+            let (q, scale, factor) = unsafe { L::unpack(p) };
+            for (i, acc) in acc.iter_mut().enumerate() {
+                let at = (first + i) * nblk + blk;
+                // SAFETY: at < rows·nblk, so at·256 + 256 ≤ rows·cols ≤ x.kl.len() and
+                // at·16 + 16 ≤ x.klf.len() (asserted); loadu has no alignment requirement.
+                let (xv, group_sums) = unsafe {
+                    let base = q_ptr.add(at * K_GROUP);
                     (
-                        _mm512_inserti64x4::<1>(
-                            _mm512_castsi256_si512(L::quants(p, 2 * pair)),
-                            L::quants(p, 2 * pair + 1),
-                        ),
-                        _mm512_inserti64x4::<1>(
-                            _mm512_castsi256_si512(s.sc(2 * pair)),
-                            s.sc(2 * pair + 1),
-                        ),
+                        [
+                            _mm512_loadu_si512(base.cast()),
+                            _mm512_loadu_si512(base.add(64).cast()),
+                            _mm512_loadu_si512(base.add(128).cast()),
+                            _mm512_loadu_si512(base.add(192).cast()),
+                        ],
+                        _mm512_loadu_ps(s_ptr.add(at * sums)),
                     )
                 };
-                for i in 0..G {
-                    // SAFETY: at[i] < rows·nblk, so at[i]·256 + 64·pair + 64 ≤ rows·cols ≤
-                    // x.kq.len() (asserted); loadu has no alignment requirement.
-                    let xv = unsafe {
-                        _mm512_loadu_si512(q_ptr.add(at[i] * K_GROUP + 2 * BLOCK * pair).cast())
-                    };
-                    // Bounds as in the AVX2 kernel: no i16 pair saturates, i32 sums are exact.
-                    dots[i] = _mm512_dpwssd_epi32(dots[i], _mm512_maddubs_epi16(q, xv), sc);
-                }
-            }
-            for i in 0..G {
-                let dot = _mm256_add_epi32(
-                    _mm512_castsi512_si256(dots[i]),
-                    _mm512_extracti64x4_epi64::<1>(dots[i]),
+                // q ≤ 63 and |x| ≤ 127: a lane sums 16 products, |Σ| ≤ 128,016: exact in i32
+                // and in f32.
+                let mut dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], xv[0]);
+                dot = _mm512_dpbusd_epi32(dot, q[1], xv[1]);
+                dot = _mm512_dpbusd_epi32(dot, q[2], xv[2]);
+                dot = _mm512_dpbusd_epi32(dot, q[3], xv[3]);
+                let v = _mm512_fmadd_ps(
+                    group_sums,
+                    factor,
+                    _mm512_mul_ps(_mm512_cvtepi32_ps(dot), scale),
                 );
-                // SAFETY: at[i] < rows·nblk, so (at[i] + 1)·16 ≤ x.ks.len() (asserted).
-                let bsums = unsafe { _mm256_loadu_si256(s_ptr.add(at[i] * sums).cast()) };
-                let offset = _mm256_madd_epi16(s.mn, bsums);
-                // Products and minimums turn to floats in one conversion and meet their scales
-                // (d·x_d, −dmin·x_d) in one multiply-add.
-                let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(dot), offset);
-                let scale = _mm512_mul_ps(dd, _mm512_set1_ps(x.kd[at[i]]));
-                acc[i] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(both), acc[i]);
+                *acc = _mm512_fmadd_ps(v, _mm512_set1_ps(x.kd[at]), *acc);
             }
         }
-        for i in 0..G {
-            out[i] = _mm512_reduce_add_ps(acc[i]);
+        for (o, acc) in out.iter_mut().zip(acc) {
+            *o = _mm512_reduce_add_ps(acc);
+        }
+    }
+
+    /// A K-quant type as the lane-order kernel reads it.
+    pub(super) trait Lanes {
+        /// The type.
+        const TYPE: WeightType;
+        /// The super-block at `p`: its 256 unsigned values as four vectors, vector r's 32-bit
+        /// lane l holding values 16·l + 4·r … + 3 (the order of `QActs::kl`); each lane's
+        /// scale (d·sc of its 16-value group) and the factor its activation sum meets (−dmin·mn
+        /// for Q4_K / Q5_K's minimum, −32·d·sc for Q6_K's offset of 32).
+        ///
+        /// # Safety
+        /// `p` points at one whole readable super-block, and the CPU has AVX2, F16C, AVX-512 F
+        /// and BW.
+        unsafe fn unpack(p: *const u8) -> ([__m512i; 4], __m512, __m512);
+    }
+
+    /// Where lane l of vector r finds its bytes, as 32-bit word indices into the packed data.
+    #[derive(Clone, Copy)]
+    enum Source {
+        /// Q4_K / Q5_K nibbles (128 bytes): value v of sub-block s = 2c + h is nibble h of
+        /// byte 32·c + v; lane l is sub-block l / 2, its values 16·(l % 2) + 4·r ….
+        Nibbles,
+        /// Q5_K fifth bits (32 bytes): value v of any sub-block at byte v.
+        FifthBits,
+        /// Q6_K low nibbles (128 bytes): value 32·qr + i of half n at byte 64·n + 32·(qr % 2)
+        /// + i, lane l being half l / 8, quarter qr = (l % 8) / 2, i = 16·(l % 2) + 4·r ….
+        Low6,
+        /// Q6_K high bit pairs (64 bytes): value 32·qr + i of half n at byte 32·n + i.
+        High6,
+    }
+
+    /// The `vpermd` indices of each vector r for `source`.
+    const fn word_index(source: Source) -> [[i32; 16]; 4] {
+        let mut t = [[0; 16]; 4];
+        let mut r = 0;
+        while r < 4 {
+            let mut l = 0;
+            while l < 16 {
+                let (odd, quarter) = (l % 2, (l % 8) / 2);
+                t[r][l] = (match source {
+                    Source::Nibbles => 8 * (l / 4) + 4 * odd + r,
+                    Source::FifthBits => 4 * odd + r,
+                    Source::Low6 => 16 * (l / 8) + 8 * (quarter % 2) + 4 * odd + r,
+                    Source::High6 => 8 * (l / 8) + 4 * odd + r,
+                }) as i32;
+                l += 1;
+            }
+            r += 1;
+        }
+        t
+    }
+
+    const NIBBLES: [[i32; 16]; 4] = word_index(Source::Nibbles);
+    const FIFTH_BITS: [[i32; 16]; 4] = word_index(Source::FifthBits);
+    const LOW6: [[i32; 16]; 4] = word_index(Source::Low6);
+    const HIGH6: [[i32; 16]; 4] = word_index(Source::High6);
+    /// Per lane, the left rotation that brings Q5_K's fifth bit (bit l / 2 of each byte) to
+    /// bit 4: 4 − l / 2, mod 32.
+    const FIFTH_ROTATE: [u32; 16] = [4, 4, 3, 3, 2, 2, 1, 1, 0, 0, 31, 31, 30, 30, 29, 29];
+    /// Per lane, the left rotation that brings Q6_K's bit pair 2·qr of each byte to bits 4–5.
+    const HIGH6_ROTATE: [u32; 16] = [4, 4, 2, 2, 0, 0, 30, 30, 4, 4, 2, 2, 0, 0, 30, 30];
+
+    /// Loads one of the index tables above.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F.
+    #[inline(always)]
+    unsafe fn table<T>(t: &[T; 16]) -> __m512i {
+        const { assert!(size_of::<T>() == 4) };
+        // SAFETY: 16 four-byte values are 64 readable bytes; loadu has no alignment
+        // requirement; AVX-512 F is guaranteed by the caller.
+        unsafe { _mm512_loadu_si512(t.as_ptr().cast()) }
+    }
+
+    /// The 128 bytes of nibbles at `p` (Q4_K, Q5_K), in lane order, high nibbles where lane l
+    /// holds an odd sub-block ((l / 2) % 2 = 1: 16-bit words 4–7 of each 16).
+    ///
+    /// # Safety
+    /// `p` points at 128 readable bytes, and the CPU has AVX-512 F and BW.
+    #[inline(always)]
+    unsafe fn nibble_lanes(p: *const u8) -> [__m512i; 4] {
+        // SAFETY: the loads read p..p + 128 (caller); AVX-512 F and BW are guaranteed by the
+        // caller.
+        unsafe {
+            let (q0, q1) = (
+                _mm512_loadu_si512(p.cast()),
+                _mm512_loadu_si512(p.add(64).cast()),
+            );
+            // Loops, not closures: a closure would not inherit the caller's target features.
+            let mut q = [_mm512_setzero_si512(); 4];
+            for (r, q) in q.iter_mut().enumerate() {
+                let t = _mm512_permutex2var_epi32(q0, table(&NIBBLES[r]), q1);
+                let t = _mm512_mask_srli_epi16(t, 0xF0F0_F0F0, t, 4);
+                *q = _mm512_and_si512(t, _mm512_set1_epi8(0x0F));
+            }
+            q
+        }
+    }
+
+    /// Q4_K / Q5_K lane scales: d·sc and −dmin·mn of each lane's sub-block (l / 2).
+    ///
+    /// # Safety
+    /// `p` points at a whole Q4_K or Q5_K super-block, and the CPU has AVX2, F16C and
+    /// AVX-512 F.
+    #[inline(always)]
+    unsafe fn k4_scales(p: *const u8, block: &[u8]) -> (__m512, __m512) {
+        // Each of 8 bytes twice.
+        const TWICE_LOW: [i8; 16] = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7];
+        const TWICE_HIGH: [i8; 16] = [8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15];
+        let both = scales_mins_k4(&block[4..16]);
+        // SAFETY: the f16s lie at 0 and 2 of the block (caller); the loads read 16 bytes of
+        // `both` and of the tables; the features are guaranteed by the caller.
+        unsafe {
+            let both = _mm_loadu_si128(both.as_ptr().cast());
+            let (low, high) = (
+                _mm_loadu_si128(TWICE_LOW.as_ptr().cast()),
+                _mm_loadu_si128(TWICE_HIGH.as_ptr().cast()),
+            );
+            let sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(both, low)));
+            let mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(both, high)));
+            (
+                _mm512_mul_ps(sc, _mm512_set1_ps(super::f16_at(p))),
+                _mm512_mul_ps(mn, _mm512_set1_ps(-super::f16_at(p.add(2)))),
+            )
+        }
+    }
+
+    impl Lanes for Q4K {
+        const TYPE: WeightType = WeightType::Q4K;
+        #[inline(always)]
+        unsafe fn unpack(p: *const u8) -> ([__m512i; 4], __m512, __m512) {
+            // SAFETY: a Q4_K super-block is 144 bytes: d, dmin, 12 bytes of scales, then the
+            // nibbles at 16..144 (caller); the features are guaranteed by the caller.
+            unsafe {
+                let block = std::slice::from_raw_parts(p, 16);
+                let (scale, factor) = k4_scales(p, block);
+                (nibble_lanes(p.add(16)), scale, factor)
+            }
+        }
+    }
+
+    impl Lanes for Q5K {
+        const TYPE: WeightType = WeightType::Q5K;
+        #[inline(always)]
+        unsafe fn unpack(p: *const u8) -> ([__m512i; 4], __m512, __m512) {
+            // SAFETY: a Q5_K super-block is 176 bytes: d, dmin, 12 bytes of scales, the fifth
+            // bits at 16..48 and the nibbles at 48..176 (caller); the features are guaranteed
+            // by the caller.
+            unsafe {
+                let block = std::slice::from_raw_parts(p, 16);
+                let (scale, factor) = k4_scales(p, block);
+                let qh = _mm512_castsi256_si512(_mm256_loadu_si256(p.add(16).cast()));
+                let rotate = table(&FIFTH_ROTATE);
+                let mut q = nibble_lanes(p.add(48));
+                for (r, q) in q.iter_mut().enumerate() {
+                    let h = _mm512_permutexvar_epi32(table(&FIFTH_BITS[r]), qh);
+                    // Bit l / 2 of each byte to bit 4 (a rotation within the 32-bit lane:
+                    // bits that cross into a neighbouring byte land outside bit 4).
+                    let h = _mm512_and_si512(_mm512_rolv_epi32(h, rotate), _mm512_set1_epi8(0x10));
+                    *q = _mm512_or_si512(*q, h);
+                }
+                (q, scale, factor)
+            }
+        }
+    }
+
+    impl Lanes for Q6K {
+        const TYPE: WeightType = WeightType::Q6K;
+        #[inline(always)]
+        unsafe fn unpack(p: *const u8) -> ([__m512i; 4], __m512, __m512) {
+            // SAFETY: a Q6_K super-block is 210 bytes: low nibbles at 0..128, high bit pairs
+            // at 128..192, 16 i8 scales at 192..208, d at 208 (caller); the features are
+            // guaranteed by the caller.
+            unsafe {
+                let (l0, l1) = (
+                    _mm512_loadu_si512(p.cast()),
+                    _mm512_loadu_si512(p.add(64).cast()),
+                );
+                let qh = _mm512_loadu_si512(p.add(128).cast());
+                let rotate = table(&HIGH6_ROTATE);
+                let mut q = [_mm512_setzero_si512(); 4];
+                for (r, q) in q.iter_mut().enumerate() {
+                    let low = _mm512_permutex2var_epi32(l0, table(&LOW6[r]), l1);
+                    // Quarters 2 and 3 (lanes 4–7 of each 8: 16-bit words 8–15 of each 16)
+                    // take the high nibbles.
+                    let low = _mm512_mask_srli_epi16(low, 0xFF00_FF00, low, 4);
+                    let high = _mm512_permutexvar_epi32(table(&HIGH6[r]), qh);
+                    let high = _mm512_rolv_epi32(high, rotate);
+                    *q = _mm512_or_si512(
+                        _mm512_and_si512(low, _mm512_set1_epi8(0x0F)),
+                        _mm512_and_si512(high, _mm512_set1_epi8(0x30)),
+                    );
+                }
+                let scale = _mm512_mul_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(192).cast()))),
+                    _mm512_set1_ps(super::f16_at(p.add(208))),
+                );
+                (q, scale, _mm512_mul_ps(scale, _mm512_set1_ps(-32.0)))
+            }
         }
     }
 }

@@ -397,3 +397,43 @@ fn a_range_of_weight_rows_equals_those_features_of_a_full_call() {
         }
     }
 }
+
+/// Activations quantized to only the forms a kernel names ([`Kernels::forms`]) give the same
+/// outputs, bit for bit, as those quantized to every form; a form left out is an error naming
+/// the type, never a wrong answer or a panic.
+#[test]
+fn only_the_forms_a_kernel_needs_give_the_same_results_and_a_missing_one_is_refused() {
+    let mut rng = ChaCha8Rng::seed_from_u64(23);
+    for ty in WeightType::ALL {
+        let (out, cols) = (21, cols_for(ty, 512));
+        let w = random_matrix(ty, out, cols, &mut rng);
+        let m = 5;
+        let x = random_x(m, cols, &mut rng);
+        let mut all = QActs::default();
+        all.quantize(&x, m, cols).unwrap();
+        for isa in Isa::available() {
+            let k = Kernels::with_isa(isa, 2).unwrap();
+            let need = k.forms(ty);
+            let mut some = QActs::default();
+            some.quantize_for(&x, m, cols, need).unwrap();
+            assert_eq!(some.forms(), need, "{isa:?} {ty:?}");
+            let (mut a, mut b) = (vec![0f32; m * out], vec![0f32; m * out]);
+            k.matmul(&w, &all, &mut a).unwrap();
+            k.matmul(&w, &some, &mut b).unwrap();
+            assert_eq!(bits(&a), bits(&b), "{isa:?} {ty:?}");
+            // The forms of another type's kernel (a legacy type for a K-quant and back).
+            let other = if need == k.forms(WeightType::Q8_0) {
+                WeightType::Q6K
+            } else {
+                WeightType::Q8_0
+            };
+            let mut wrong = QActs::default();
+            wrong.quantize_for(&x, m, cols, k.forms(other)).unwrap();
+            assert_eq!(
+                k.matmul(&w, &wrong, &mut b),
+                Err(KernelError::MissingForm { ty, isa }),
+                "{isa:?} {ty:?}"
+            );
+        }
+    }
+}

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use mars_kernels::{Heads, Kernels, MAX_ROWS, QActs, QMatrix};
+use mars_kernels::{Forms, Heads, Kernels, MAX_ROWS, QActs, QMatrix};
 
 use crate::config::{LlamaConfig, RopeStyle};
 use crate::error::Result;
@@ -205,9 +205,12 @@ impl HostModel {
     ) -> Result<()> {
         let din = outs[0].0.cols();
         let t = x.len() / din;
+        let forms = outs
+            .iter()
+            .fold(Forms::default(), |f, (w, _)| f | self.kernels.forms(w.ty()));
         for (chunk, xs) in x.chunks(MAX_ROWS * din).enumerate() {
             let rows = xs.len() / din;
-            s.acts.quantize(xs, rows, din)?;
+            s.acts.quantize_for(xs, rows, din, forms)?;
             for (w, y) in &mut outs {
                 let dout = y.len() / t;
                 let ys = &mut y[chunk * MAX_ROWS * dout..][..rows * dout];
