@@ -1162,14 +1162,16 @@ mod k512 {
                 };
                 // q ≤ 63 and |x| ≤ 127: a lane sums 16 products, |Σ| ≤ 128,016: exact in i32
                 // and in f32.
-                let mut dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], xv[0]);
-                dot = _mm512_dpbusd_epi32(dot, q[1], xv[1]);
-                dot = _mm512_dpbusd_epi32(dot, q[2], xv[2]);
-                dot = _mm512_dpbusd_epi32(dot, q[3], xv[3]);
+                // Two chains of two, so that a row waits on two `vpdpbusd` latencies, not four.
+                let zero = _mm512_setzero_si512();
+                let low = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, q[0], xv[0]), q[1], xv[1]);
+                let high = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, q[2], xv[2]), q[3], xv[3]);
+                let dot = _mm512_add_epi32(low, high);
+                // The minimum / offset term does not wait on the products.
                 let v = _mm512_fmadd_ps(
-                    group_sums,
-                    factor,
-                    _mm512_mul_ps(_mm512_cvtepi32_ps(dot), scale),
+                    _mm512_cvtepi32_ps(dot),
+                    scale,
+                    _mm512_mul_ps(group_sums, factor),
                 );
                 *acc = _mm512_fmadd_ps(v, _mm512_set1_ps(x.kd[at]), *acc);
             }
