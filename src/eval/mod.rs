@@ -1,0 +1,466 @@
+//! `mars eval humaneval`: HumanEval pass@1 for target-only, strict and MARS (one or more θ / ρ)
+//! with one drafter, each completion executed against its problem's tests in the sandbox; per
+//! method pass@1, τ, tokens/s, speedup over target-only, relaxed share, the ledger's moved mass,
+//! and the problems whose verdict differs from strict's.
+
+pub mod code;
+pub mod sandbox;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use mars_engine::{DEFAULTS, Method, RunSettings, RunSummary};
+use mars_verify::Mode;
+use serde::Serialize;
+
+use crate::args::{self, DeviceArg, DrafterArgs, KernelArgs, RuleArgs, SamplingArgs};
+use crate::compare::report::mode_label;
+use crate::compare::{CommonArgs, Runner};
+use code::Problem;
+use sandbox::{Limits, Outcome, Sandbox, Verdict};
+
+/// `mars eval` tasks.
+#[derive(Debug, clap::Subcommand)]
+pub enum EvalTask {
+    /// HumanEval (164 Python problems, `bash tests/fetch-humaneval.sh`): pass@1 of target-only,
+    /// strict and MARS decoding, each completion run against the problem's tests.
+    Humaneval(HumanEvalArgs),
+}
+
+/// `mars eval humaneval` options.
+#[derive(Debug, clap::Args)]
+pub struct HumanEvalArgs {
+    /// Target GGUF model (default: Qwen2.5-Coder-1.5B-Instruct when the pair is in the cache).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// The drafter (`model:PATH`, `layers:SPEC`, `ngram`; default: the pair's 0.5B draft model
+    /// when the pair is in the cache, else the engine's default drafter).
+    #[arg(long)]
+    pub draft: Option<String>,
+    /// Draft tokens per step.
+    #[arg(long, default_value_t = DEFAULTS.k)]
+    pub k: usize,
+    /// A model drafter proposes only token ids below N.
+    #[arg(long, value_name = "N")]
+    pub draft_vocab: Option<usize>,
+    /// MARS paper-mode thresholds, one run each: `--theta 0.9,0.95`.
+    #[arg(long, value_delimiter = ',')]
+    pub theta: Vec<f32>,
+    /// MARS margin-mode thresholds, one run each: `--rho 0.5,0.8`. Without --theta or --rho:
+    /// the engine's default MARS mode.
+    #[arg(long, value_delimiter = ',')]
+    pub rho: Vec<f32>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Backend.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+    #[command(flatten)]
+    pub kernels: KernelArgs,
+    /// The problems file (default: HumanEval.jsonl in the data cache, `$MARS_DATA_DIR` or
+    /// `~/.cache/mars/data`).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Only these problems: `--problems HumanEval/0,HumanEval/12`.
+    #[arg(long, value_delimiter = ',')]
+    pub problems: Vec<String>,
+    /// At most this many problems (after --problems), in file order.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Most tokens generated per problem and method.
+    #[arg(long, default_value_t = 512)]
+    pub max_tokens: usize,
+    /// Wall-clock seconds each program may run.
+    #[arg(long, default_value_t = 10.0)]
+    pub timeout: f64,
+    /// Run every program twice and fail if a verdict differs.
+    #[arg(long)]
+    pub check_determinism: bool,
+    /// Directory for eval.md, eval.json and eval.svg.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print the whole record as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where fetched data sets live: `$MARS_DATA_DIR`, else `~/.cache/mars/data`.
+pub fn data_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("MARS_DATA_DIR") {
+        return PathBuf::from(dir);
+    }
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".cache").join("mars").join("data")
+}
+
+/// One method's answer to one problem.
+#[derive(Debug, Clone, Serialize)]
+struct Attempt {
+    method: String,
+    text: String,
+    code: String,
+    #[serde(flatten)]
+    outcome: Outcome,
+    summary: RunSummary,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct ProblemRecord {
+    task_id: String,
+    prompt_tokens: usize,
+    attempts: Vec<Attempt>,
+}
+
+/// One method over every problem.
+#[derive(Debug, Clone, Serialize)]
+struct MethodReport {
+    method: String,
+    mode: Option<Mode>,
+    passed: usize,
+    pass_at_1: f64,
+    /// pass@1 relative to strict's.
+    of_strict: f64,
+    speedup: f64,
+    /// Problems this method passes and strict fails.
+    won: Vec<String>,
+    /// Problems strict passes and this method fails.
+    lost: Vec<String>,
+    summary: RunSummary,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct EvalRecord {
+    model: String,
+    drafter: String,
+    k: usize,
+    temperature: f32,
+    seed: u64,
+    max_tokens: usize,
+    isolation: String,
+    limits: Limits,
+    problems: usize,
+    methods: Vec<MethodReport>,
+    records: Vec<ProblemRecord>,
+}
+
+/// The methods of a run: target-only, strict, then each MARS mode.
+fn methods(args: &HumanEvalArgs) -> Result<Vec<(String, Method, Mode)>> {
+    let mut modes = Vec::new();
+    for &theta in &args.theta {
+        modes.push(Mode::resolve(Some(theta), None, DEFAULTS.mars)?);
+    }
+    for &rho in &args.rho {
+        modes.push(Mode::resolve(None, Some(rho), DEFAULTS.mars)?);
+    }
+    if modes.is_empty() {
+        modes.push(DEFAULTS.mars);
+    }
+    let mut out = vec![
+        ("target-only".to_string(), Method::Target, Mode::Strict),
+        ("strict".to_string(), Method::Strict, Mode::Strict),
+    ];
+    out.extend(modes.into_iter().map(|m| (mode_label(m), Method::Mars, m)));
+    Ok(out)
+}
+
+pub fn run_eval(task: &EvalTask) -> Result<()> {
+    let EvalTask::Humaneval(args) = task;
+    let data = args
+        .data
+        .clone()
+        .unwrap_or_else(|| data_dir().join("HumanEval.jsonl"));
+    let problems = code::read(&data, &args.problems, args.limit)?;
+    if problems.is_empty() {
+        bail!("no problems selected from {}", data.display());
+    }
+    let methods = methods(args)?;
+    let sandbox = Sandbox::new(Limits {
+        timeout_s: args.timeout,
+        ..Limits::default()
+    })?;
+    let pair = args::pair_in_cache();
+    let model = match (&args.model, &pair) {
+        (Some(m), _) => m.clone(),
+        (None, Some((target, _))) => target.clone(),
+        (None, None) => bail!(
+            "no --model, and the Qwen2.5-Coder pair is not in the cache (bash tests/fetch-pair.sh)"
+        ),
+    };
+    let draft = match (&args.draft, &pair) {
+        (Some(d), _) => d.clone(),
+        (None, Some((_, draft))) => format!("model:{}", draft.display()),
+        (None, None) => DEFAULTS.drafter.to_string(),
+    };
+    let common = CommonArgs {
+        model: Some(model.clone()),
+        device: args.device,
+        kernels: args.kernels.clone(),
+        drafter: DrafterArgs {
+            draft,
+            draft_layers: None,
+            k: args.k,
+            draft_vocab: args.draft_vocab,
+        },
+        rule: RuleArgs {
+            theta: None,
+            rho: None,
+        },
+        sampling: args.sampling.clone(),
+        category: None,
+        limit: None,
+        chat: true,
+        max_tokens: args.max_tokens,
+        json: args.json,
+    };
+    let runner = Runner::new(&common)?;
+    eprintln!(
+        "humaneval: {} problems × {} methods · sandbox: {}",
+        problems.len(),
+        methods.len(),
+        sandbox.isolation().describe()
+    );
+    runner.warm_up()?;
+    let records = run_problems(
+        &runner,
+        &sandbox,
+        &problems,
+        &methods,
+        args.check_determinism,
+    )?;
+    let record = EvalRecord {
+        model: model.display().to_string(),
+        drafter: runner.run.drafter_label(),
+        k: runner.run.k,
+        temperature: runner.run.sampling.temperature,
+        seed: runner.run.seed,
+        max_tokens: runner.run.max_tokens,
+        isolation: sandbox.isolation().describe(),
+        limits: sandbox.limits(),
+        problems: problems.len(),
+        methods: report(&methods, &records),
+        records,
+    };
+    let table = markdown(&record);
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(dir.join("eval.md"), &table)?;
+        std::fs::write(
+            dir.join("eval.json"),
+            serde_json::to_string_pretty(&record)?,
+        )?;
+        plot(&dir.join("eval.svg"), &record)?;
+        eprintln!("wrote {}/eval.md, eval.json, eval.svg", dir.display());
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&record)?);
+    } else {
+        print!("{table}");
+    }
+    Ok(())
+}
+
+/// Every problem: one prefill, then each method's decode, its code extracted and executed.
+fn run_problems(
+    runner: &Runner,
+    sandbox: &Sandbox,
+    problems: &[Problem],
+    methods: &[(String, Method, Mode)],
+    check_determinism: bool,
+) -> Result<Vec<ProblemRecord>> {
+    let bar = ProgressBar::new((problems.len() * methods.len()) as u64).with_style(
+        ProgressStyle::with_template("{msg:28} [{bar:30}] {pos}/{len} answers, eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let target = &runner.target;
+    let stop_ids = &target.tokenizer().stop_ids;
+    let mut records = Vec::with_capacity(problems.len());
+    for p in problems {
+        let ids = target.prompt_ids(&code::instruction(p), true)?;
+        let capacity = target.capacity(ids.len(), runner.run.max_tokens);
+        let prefill = pollster::block_on(target.prefill(&ids, capacity))?;
+        let mut attempts = Vec::with_capacity(methods.len());
+        for (label, method, mode) in methods {
+            bar.set_message(format!("{} {label}", p.task_id));
+            let run = RunSettings {
+                mars: *mode,
+                ..runner.run.clone()
+            };
+            let (out, summary) = runner.run_method(&run, &prefill, *method)?;
+            let visible: Vec<u32> = out
+                .iter()
+                .copied()
+                .filter(|t| !stop_ids.contains(t))
+                .collect();
+            let text = target.tokenizer().decode(&visible)?;
+            let code = code::extract(&text, &p.entry_point);
+            let program = code::program(p, &code);
+            let outcome = sandbox.run(&program)?;
+            if check_determinism {
+                let again = sandbox.run(&program)?;
+                if again.verdict != outcome.verdict {
+                    bail!(
+                        "{} {label}: the same program gave {:?} then {:?}",
+                        p.task_id,
+                        outcome.verdict,
+                        again.verdict
+                    );
+                }
+            }
+            attempts.push(Attempt {
+                method: label.clone(),
+                text,
+                code,
+                outcome,
+                summary,
+            });
+            bar.inc(1);
+        }
+        records.push(ProblemRecord {
+            task_id: p.task_id.clone(),
+            prompt_tokens: ids.len(),
+            attempts,
+        });
+    }
+    bar.finish_and_clear();
+    Ok(records)
+}
+
+/// Per-method totals, speedups against target-only and verdict changes against strict.
+fn report(methods: &[(String, Method, Mode)], records: &[ProblemRecord]) -> Vec<MethodReport> {
+    let passed = |r: &ProblemRecord, i: usize| r.attempts[i].outcome.verdict == Verdict::Passed;
+    let n = records.len().max(1) as f64;
+    let strict_passed = records.iter().filter(|r| passed(r, 1)).count();
+    let mut out: Vec<MethodReport> = methods
+        .iter()
+        .enumerate()
+        .map(|(i, (label, method, mode))| {
+            let mut summary = RunSummary::empty(None);
+            for r in records {
+                summary.merge(&r.attempts[i].summary);
+            }
+            summary.drafter = records
+                .first()
+                .and_then(|r| r.attempts[i].summary.drafter.clone());
+            let count = records.iter().filter(|r| passed(r, i)).count();
+            let ids = |cond: &dyn Fn(&ProblemRecord) -> bool| {
+                records
+                    .iter()
+                    .filter(|r| cond(r))
+                    .map(|r| r.task_id.clone())
+                    .collect::<Vec<_>>()
+            };
+            MethodReport {
+                method: label.clone(),
+                mode: (*method == Method::Mars).then_some(*mode),
+                passed: count,
+                pass_at_1: count as f64 / n,
+                of_strict: if strict_passed > 0 {
+                    count as f64 / strict_passed as f64
+                } else {
+                    f64::NAN
+                },
+                speedup: 0.0,
+                won: ids(&|r| passed(r, i) && !passed(r, 1)),
+                lost: ids(&|r| !passed(r, i) && passed(r, 1)),
+                summary,
+            }
+        })
+        .collect();
+    let base = out[0].summary.tokens_per_second;
+    for m in &mut out {
+        m.speedup = if base > 0.0 {
+            m.summary.tokens_per_second / base
+        } else {
+            0.0
+        };
+    }
+    out
+}
+
+fn markdown(r: &EvalRecord) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "HumanEval · {} problems · {} · drafter {} · k={} · T={} · max {} tokens · seed {}",
+        r.problems, r.model, r.drafter, r.k, r.temperature, r.max_tokens, r.seed
+    );
+    let _ = writeln!(s, "sandbox: {}\n", r.isolation);
+    let _ = writeln!(
+        s,
+        "| method | pass@1 | of strict | speedup | τ | tok/s | relaxed | moved mass | won / lost vs strict |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    for m in &r.methods {
+        let changes = |v: &[String]| {
+            if v.is_empty() {
+                "—".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {:.1} % ({}/{}) | {:.1} % | {:.2}× | {:.2} | {:.1} | {:.1} % | {:.2} | {} / {} |",
+            m.method,
+            100.0 * m.pass_at_1,
+            m.passed,
+            r.problems,
+            100.0 * m.of_strict,
+            m.speedup,
+            m.summary.tau,
+            m.summary.tokens_per_second,
+            100.0 * m.summary.relaxed_share,
+            m.summary.ledger.distance,
+            changes(&m.won),
+            changes(&m.lost),
+        );
+    }
+    s
+}
+
+/// eval.svg: pass@1 against speedup, one point per method.
+fn plot(path: &Path, r: &EvalRecord) -> Result<()> {
+    use plotters::prelude::*;
+    let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("plotting: {e}");
+    let root = SVGBackend::new(path, (640, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let max_x = r.methods.iter().map(|m| m.speedup).fold(1.0, f64::max) * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("HumanEval pass@1 vs speedup · {} · k={}", r.drafter, r.k),
+            ("sans-serif", 14),
+        )
+        .margin(14)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..max_x, 0f64..100f64)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("speedup vs target-only")
+        .y_desc("pass@1 (%)")
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, m) in r.methods.iter().enumerate() {
+        let color = match i {
+            0 => BLACK,
+            1 => BLUE,
+            _ => RED,
+        };
+        let at = (m.speedup, 100.0 * m.pass_at_1);
+        chart
+            .draw_series([Circle::new(at, 4, color.filled())])
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series([Text::new(
+                m.method.clone(),
+                (at.0, at.1 + 2.5 + 3.0 * (i % 2) as f64),
+                ("sans-serif", 12),
+            )])
+            .map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
