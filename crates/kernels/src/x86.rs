@@ -1285,11 +1285,14 @@ mod k512 {
     /// `p` points at a whole Q4_K or Q5_K super-block, and the CPU has AVX2, F16C and
     /// AVX-512 F.
     #[inline(always)]
-    unsafe fn k4_scales(p: *const u8, block: &[u8]) -> (__m512, __m512) {
+    unsafe fn k4_scales(p: *const u8) -> (__m512, __m512) {
         // Each of 8 bytes twice.
         const TWICE_LOW: [i8; 16] = [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7];
         const TWICE_HIGH: [i8; 16] = [8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15];
-        let both = scales_mins_k4(&block[4..16]);
+        // SAFETY: the 12 scale bytes lie at 4..16 of the block (caller); read_unaligned has no
+        // alignment requirement.
+        let packed: [u8; 12] = unsafe { p.add(4).cast::<[u8; 12]>().read_unaligned() };
+        let both = scales_mins_k4(&packed);
         // SAFETY: the f16s lie at 0 and 2 of the block (caller); the loads read 16 bytes of
         // `both` and of the tables; the features are guaranteed by the caller.
         unsafe {
@@ -1314,8 +1317,7 @@ mod k512 {
             // SAFETY: a Q4_K super-block is 144 bytes: d, dmin, 12 bytes of scales, then the
             // nibbles at 16..144 (caller); the features are guaranteed by the caller.
             unsafe {
-                let block = std::slice::from_raw_parts(p, 16);
-                let (scale, factor) = k4_scales(p, block);
+                let (scale, factor) = k4_scales(p);
                 (nibble_lanes(p.add(16)), scale, factor)
             }
         }
@@ -1329,8 +1331,7 @@ mod k512 {
             // bits at 16..48 and the nibbles at 48..176 (caller); the features are guaranteed
             // by the caller.
             unsafe {
-                let block = std::slice::from_raw_parts(p, 16);
-                let (scale, factor) = k4_scales(p, block);
+                let (scale, factor) = k4_scales(p);
                 let qh = _mm512_castsi256_si512(_mm256_loadu_si256(p.add(16).cast()));
                 let rotate = table(&FIFTH_ROTATE);
                 let mut q = nibble_lanes(p.add(48));
