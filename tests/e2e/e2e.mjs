@@ -17,9 +17,10 @@ const server = await serve(dist, models, port);
 const url = (q) => `http://127.0.0.1:${port}/?${new URLSearchParams(q)}`;
 let failures = 0;
 
-async function withPage(flags, fn) {
+async function withPage(flags, fn, { width = 1280, height = 900, permissions = [] } = {}) {
   const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", headless: true, args: [...BASE, ...flags] });
-  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const context = await browser.newContext({ viewport: { width, height }, permissions });
+  const page = await context.newPage();
   page.on("console", (m) => { if (m.type() === "error") console.log("  [console]", m.text()); });
   try { await fn(page); } finally { await browser.close(); }
 }
@@ -37,37 +38,128 @@ async function test(name, fn) {
 
 function assert(cond, msg) { if (!cond) throw new Error(msg); }
 
-// Both panes' figures as numbers (asserting each is one), printed so the log carries them.
+const PANES = ["target", "strict", "mars"];
+const STATS = { target: ["tokens_per_second", "tokens"], strict: ["tokens_per_second", "tau", "tokens", "speedup"], mars: ["tokens_per_second", "tau", "relaxed", "tokens", "speedup"] };
+// Every pane's figures at full precision (data-value), asserting each is a number, printed so
+// the log carries them.
 async function paneStats(page, label) {
   const out = {};
-  for (const pane of ["strict", "mars"]) {
+  for (const pane of PANES) {
     out[pane] = {};
-    for (const stat of ["tokens_per_second", "tau", "relaxed", "tokens"]) {
-      const text = await page.textContent(`[data-pane="${pane}"] [data-stat="${stat}"]`);
-      assert(Number.isFinite(Number(text)), `${pane} ${stat} = ${text}`);
-      out[pane][stat] = Number(text);
+    for (const stat of STATS[pane]) {
+      const value = await page.getAttribute(`[data-pane="${pane}"] [data-stat="${stat}"]`, "data-value");
+      assert(value !== "" && Number.isFinite(Number(value)), `${pane} ${stat} = ${value}`);
+      out[pane][stat] = Number(value);
     }
   }
-  const line = (p) => `${p}: ${out[p].tokens_per_second} tok/s, τ ${out[p].tau}, relaxed ${out[p].relaxed}, ${out[p].tokens} tokens`;
-  console.log(`  ${label}: ${line("strict")}; ${line("mars")}`);
+  const f = (x) => x.toFixed(2);
+  console.log(`  ${label}: plain ${f(out.target.tokens_per_second)} tok/s; strict ${f(out.strict.tokens_per_second)} tok/s (${f(out.strict.speedup)}x, τ ${f(out.strict.tau)}); MARS ${f(out.mars.tokens_per_second)} tok/s (${f(out.mars.speedup)}x, τ ${f(out.mars.tau)}, relaxed ${out.mars.relaxed}); ${out.target.tokens}/${out.strict.tokens}/${out.mars.tokens} tokens`);
   return out;
 }
 
+const done = (page, pane, timeout = 240_000) => page.waitForSelector(`[data-pane="${pane}"][data-done="true"]`, { timeout });
+const text = (page, pane) => page.textContent(`[data-pane="${pane}"] .output`);
+const box = (page, sel) => page.$eval(sel, (e) => { const r = e.getBoundingClientRect(); return { top: r.top, bottom: r.bottom, left: r.left, right: r.right }; });
+const native = (prompt, tokens, extra = []) => JSON.parse(execFileSync(marsBin, ["generate", "--model", join(models, "tiny.gguf"), "--prompt", prompt, "--max-tokens", String(tokens), "--json", "--kernels", "f32", ...extra]).toString()).text;
+
 const TINY_PROMPT = "the cat sat on the mat; the cat";
-await test("race on the tiny model: both panes finish, numbers, strict equals native greedy", async () => {
+await test("race on the tiny model: three panes finish, plain text equals native greedy and strict equals it, headline = pane ratios, layout at 1280 and 390 px", async () => {
   await withPage(WEBGPU, async (page) => {
     await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", prompt: TINY_PROMPT, chat: "0", "max-tokens": "12", autorun: "1" }));
-    await page.waitForSelector('[data-pane="strict"][data-done="true"]', { timeout: 240_000 });
-    await page.waitForSelector('[data-pane="mars"][data-done="true"]', { timeout: 240_000 });
-    await paneStats(page, "tiny race");
+    for (const pane of PANES) await done(page, pane);
+    const stats = await paneStats(page, "tiny race");
     // Users can pick hub models without typing: both URL fields offer them.
     const offered = await page.$$eval("#model-urls option", (os) => os.map((o) => o.value));
     assert(offered.filter((u) => /^https:\/\/huggingface\.co\/[^/]+\/[^/]+\/resolve\/main\/[^/]+\.gguf$/.test(u)).length >= 2, `offered ${offered}`);
     assert(await page.getAttribute("#draft-url", "list") === "model-urls", "draft URL field offers no models");
-    const strict = await page.textContent('[data-pane="strict"] .output');
-    const native = JSON.parse(execFileSync(marsBin, ["generate", "--model", join(models, "tiny.gguf"), "--prompt", TINY_PROMPT, "--max-tokens", "12", "--json", "--kernels", "f32"]).toString());
-    assert(strict === native.text, `strict ${JSON.stringify(strict)} != native ${JSON.stringify(native.text)}`);
+    const plain = await text(page, "target");
+    const expected = native(TINY_PROMPT, 12);
+    assert(plain === expected, `plain decoding ${JSON.stringify(plain)} != native ${JSON.stringify(expected)}`);
+    const strict = await text(page, "strict");
+    assert(strict === plain, `strict ${JSON.stringify(strict)} != plain ${JSON.stringify(plain)}`);
+    // The headline is each pane's tokens/s over plain decoding's, and so is each pane's figure.
+    for (const pane of ["strict", "mars"]) {
+      const headline = Number(await page.getAttribute(`[data-headline="${pane}"] .value`, "data-value"));
+      const ratio = stats[pane].tokens_per_second / stats.target.tokens_per_second;
+      assert(Math.abs(headline - ratio) <= 1e-9 * ratio, `${pane} headline ${headline} != ${ratio}`);
+      assert(Math.abs(stats[pane].speedup - ratio) <= 1e-9 * ratio, `${pane} pane speedup ${stats[pane].speedup} != ${ratio}`);
+      const shown = await page.textContent(`[data-headline="${pane}"] .value`);
+      assert(shown === `${ratio.toFixed(2)}×`, `${pane} headline shows ${shown}`);
+    }
+    // The summary a user copies names the settings and every pane's figures.
+    const summary = await page.textContent("#summary");
+    for (const want of ["tiny.gguf", "layers:first:1", "k 4", `plain decoding: ${stats.target.tokens_per_second.toFixed(2)} tok/s`, `${stats.mars.speedup.toFixed(2)}× plain`, "?model="]) {
+      assert(summary.includes(want), `summary lacks ${JSON.stringify(want)}:\n${summary}`);
+    }
+    assert(!(await page.isDisabled("#copy-summary")), "copy summary stays disabled after a finished race");
+    // Wide screen: the panes side by side, the headline above them.
+    const [t, st, m] = await Promise.all(PANES.map((p) => box(page, `[data-pane="${p}"]`)));
+    assert(Math.abs(t.top - st.top) < 2 && Math.abs(st.top - m.top) < 2 && t.right <= st.left && st.right <= m.left, `panes not side by side at 1280 px: ${JSON.stringify([t, st, m])}`);
+    assert((await box(page, "#headline")).bottom <= t.top, "the headline is not above the panes");
     await page.screenshot({ path: join(outDir, "race-tiny.png"), fullPage: true });
+    // A phone: stacked panes, nothing wider than the screen.
+    await page.setViewportSize({ width: 390, height: 844 });
+    const [t2, st2, m2] = await Promise.all(PANES.map((p) => box(page, `[data-pane="${p}"]`)));
+    assert(t2.bottom <= st2.top && st2.bottom <= m2.top, `panes not stacked at 390 px: ${JSON.stringify([t2, st2, m2])}`);
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth);
+    const wide = await page.evaluate(() => [...document.querySelectorAll("body *")].filter((e) => e.getBoundingClientRect().right > 391).map((e) => `${e.tagName.toLowerCase()}${e.id ? "#" + e.id : ""}${e.className ? "." + e.className : ""} ${Math.round(e.getBoundingClientRect().right)}`));
+    assert(overflow <= 390, `the page is ${overflow} px wide on a 390 px screen: ${wide.join(", ")}`);
+    await page.screenshot({ path: join(outDir, "race-tiny-phone.png"), fullPage: true });
+  });
+});
+
+await test("presets fill the fields, say their download size, and a copied link restores the form", async () => {
+  await withPage(WEBGPU, async (page) => {
+    await page.goto(url({}));
+    // A bare visit downloads nothing until Run.
+    await page.waitForFunction(() => /press Run/.test(document.querySelector("#status").textContent), null, { timeout: 60_000 });
+    const presets = await page.$$eval(".preset", (bs) => bs.map((b) => ({ id: b.dataset.preset, disabled: b.disabled, size: b.querySelector(".size").textContent })));
+    assert(presets.length === 3, `presets ${JSON.stringify(presets)}`);
+    for (const p of presets.filter((p) => !p.disabled)) assert(/\d+(\.\d+)? (MB|GB)/.test(p.size), `${p.id} shows no size: ${p.size}`);
+    const qwen = presets.find((p) => p.id === "qwen-coder");
+    assert(qwen.disabled && /GPU/.test(qwen.size), `the pair preset should say why it is off: ${JSON.stringify(qwen)}`);
+    const field = (id) => page.inputValue("#" + id);
+    const defaults = { k: await field("k"), theta: await field("mars-theta") };
+    await page.click('[data-preset="smollm-lookup"]');
+    assert(await field("draft") === "ngram", "lookup preset: drafter");
+    assert((await field("model-url")).endsWith("SmolLM2-135M-Instruct.Q4_1.gguf"), "lookup preset: model");
+    assert(/replacing every "cat"/.test(await field("prompt")), "lookup preset: prompt");
+    assert(await page.getAttribute('[data-preset="smollm-lookup"]', "aria-pressed") === "true", "lookup preset not marked");
+    await page.click('[data-preset="smollm-layers"]');
+    assert((await field("draft")).startsWith("layers:"), "layer-skip preset: drafter");
+    assert(await field("k") === defaults.k && await field("mars-theta") === defaults.theta, "layer-skip preset: k and θ are the engine's");
+    assert(await page.getAttribute('[data-preset="smollm-lookup"]', "aria-pressed") === "false", "two presets marked");
+    // Edit a setting under the disclosure, copy the link, open it: the same form, same preset.
+    await page.click("#advanced summary");
+    await page.fill("#max-tokens", "7");
+    await page.fill("#prompt", "a prompt & some ?query= characters");
+    await page.click("#copy-link");
+    await page.waitForFunction(() => document.querySelector("#copied").textContent !== "", null, { timeout: 10_000 });
+    const link = await page.evaluate(() => navigator.clipboard.readText().catch(() => document.querySelector("#summary").textContent));
+    assert(link.includes("max-tokens=7"), `link ${link}`);
+    await page.goto(link);
+    await page.waitForFunction(() => document.querySelector("#model-url").value !== "", null, { timeout: 60_000 });
+    assert(await field("max-tokens") === "7" && await field("prompt") === "a prompt & some ?query= characters", "the link did not restore the form");
+    assert((await field("draft")).startsWith("layers:"), "the link did not restore the drafter");
+  }, { permissions: ["clipboard-read", "clipboard-write"] });
+});
+
+await test("Ctrl+Enter runs and Stop ends the race with the text kept", async () => {
+  await withPage(WEBGPU, async (page) => {
+    await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", prompt: TINY_PROMPT, chat: "0", "max-tokens": "2000" }));
+    await page.waitForFunction(() => /model loaded/.test(document.querySelector("#status").textContent), null, { timeout: 240_000 });
+    await page.focus("#prompt");
+    await page.keyboard.press("Control+Enter");
+    await page.waitForFunction(() => document.querySelector('[data-pane="mars"] .output').textContent.length > 0, null, { timeout: 240_000 });
+    assert(await page.isVisible("#stop"), "no Stop button while running");
+    await page.click("#stop");
+    await page.waitForFunction(() => /stopped/.test(document.querySelector("#status").textContent), null, { timeout: 120_000 });
+    for (const pane of PANES) {
+      assert((await text(page, pane)).length > 0, `${pane}: the streamed text was cleared`);
+      assert(await page.getAttribute(`[data-pane="${pane}"]`, "data-done") === "stopped", `${pane} not marked stopped`);
+    }
+    assert(!(await page.isDisabled("#run")) && !(await page.isVisible("#stop")), "Run not offered again after Stop");
+    assert(/stopped early/.test(await page.textContent("#summary")), "no summary of the stopped race");
   });
 });
 
@@ -76,11 +168,10 @@ await test("a separate draft model file races too and strict stays lossless", as
   execFileSync(marsBin, ["extract-layers", "--model", join(models, "tiny.gguf"), "--layers", "first:1", "--out", join(models, "tiny-draft.gguf")]);
   await withPage(WEBGPU, async (page) => {
     await page.goto(url({ model: "models/tiny.gguf", draft: "model", draft_model: "models/tiny-draft.gguf", prompt: TINY_PROMPT, chat: "0", "max-tokens": "12", autorun: "1" }));
-    await page.waitForSelector('[data-pane="mars"][data-done="true"]', { timeout: 240_000 });
-    await page.waitForSelector('[data-pane="strict"][data-done="true"]', { timeout: 240_000 });
-    const strict = await page.textContent('[data-pane="strict"] .output');
-    const native = JSON.parse(execFileSync(marsBin, ["generate", "--model", join(models, "tiny.gguf"), "--prompt", TINY_PROMPT, "--max-tokens", "12", "--json", "--kernels", "f32"]).toString());
-    assert(strict === native.text, `strict ${JSON.stringify(strict)} != native ${JSON.stringify(native.text)}`);
+    for (const pane of PANES) await done(page, pane);
+    const strict = await text(page, "strict");
+    const expected = native(TINY_PROMPT, 12);
+    assert(strict === expected, `strict ${JSON.stringify(strict)} != native ${JSON.stringify(expected)}`);
   });
 });
 
@@ -132,12 +223,13 @@ await test("a second visit loads the model from the browser cache, without the n
   await withPage(WEBGPU, async (page) => {
     const q = { model: "models/tiny.gguf", draft: "ngram", prompt: TINY_PROMPT, chat: "0", "max-tokens": "4", autorun: "1" };
     await page.goto(url(q));
-    await page.waitForSelector('[data-pane="strict"][data-done="true"]', { timeout: 240_000 });
+    for (const pane of PANES) await done(page, pane);
     // Same browser profile, the model server now unreachable for the model file.
     let requests = 0;
-    await page.route("**/models/**", (route) => { requests++; return route.abort(); });
+    // (HEAD requests for the presets' sizes download nothing; they fail offline, silently.)
+    await page.route("**/models/**", (route) => { if (route.request().method() !== "HEAD") requests++; return route.abort(); });
     await page.goto(url(q));
-    await page.waitForSelector('[data-pane="strict"][data-done="true"]', { timeout: 240_000 });
+    for (const pane of PANES) await done(page, pane);
     assert(requests === 0, `${requests} model request(s) on the second visit`);
     const text = await page.textContent('[data-pane="strict"] .output');
     assert(text.length > 0, "no text on the second visit");
@@ -149,12 +241,10 @@ if (existsSync(big)) {
   await test("the 135M model loads from the local server and produces its first tokens", async () => {
     await withPage(WEBGPU, async (page) => {
       await page.goto(url({ model: "models/SmolLM2-135M-Instruct.Q4_1.gguf", draft: "ngram", prompt: "Hi", "max-tokens": "2", autorun: "1" }));
-      await page.waitForSelector('[data-pane="strict"][data-done="true"]', { timeout: 540_000 });
-      await page.waitForSelector('[data-pane="mars"][data-done="true"]', { timeout: 120_000 });
-      const text = await page.textContent('[data-pane="strict"] .output');
-      assert(text.length > 0, "no text");
+      for (const pane of PANES) await done(page, pane, 540_000);
       const stats = await paneStats(page, "135M race");
-      assert(stats.strict.tokens > 0 && stats.mars.tokens > 0, "a pane produced no tokens");
+      assert(PANES.every((p) => stats[p].tokens > 0), "a pane produced no tokens");
+      assert(await text(page, "strict") === await text(page, "target"), "strict's text differs from plain decoding's");
       await page.screenshot({ path: join(outDir, "race-135m.png"), fullPage: true });
     });
   });
