@@ -143,7 +143,24 @@ struct EvalRecord {
     limits: Limits,
     problems: usize,
     methods: Vec<MethodReport>,
+    /// The relaxed setting the defaults rule picks (see [`choose_default`]), if any qualifies.
+    default_choice: Option<String>,
     records: Vec<ProblemRecord>,
+}
+
+/// pass@1 a relaxed setting must keep, as a share of strict's, to be eligible as the default.
+pub const KEEP_OF_STRICT: f64 = 0.99;
+
+/// The project's rule for the default MARS setting: among the relaxed (MARS) methods whose
+/// pass@1 is at least [`KEEP_OF_STRICT`] of strict's, the one with the highest speedup; `None`
+/// when no relaxed setting keeps that much (then the defaults stay conservative, and the
+/// README says so).
+fn choose_default(methods: &[MethodReport]) -> Option<&MethodReport> {
+    methods
+        .iter()
+        .filter(|m| m.mode.is_some_and(|mode| mode != Mode::Strict))
+        .filter(|m| m.of_strict >= KEEP_OF_STRICT)
+        .max_by(|a, b| a.speedup.total_cmp(&b.speedup))
 }
 
 /// The methods of a run: target-only, strict, then each MARS mode.
@@ -248,9 +265,12 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         isolation: sandbox.isolation().describe(),
         limits: sandbox.limits(),
         problems: problems.len(),
+        default_choice: None,
         methods: report(&methods, &records),
         records,
     };
+    let mut record = record;
+    record.default_choice = choose_default(&record.methods).map(|m| m.method.clone());
     let table = markdown(&record);
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -466,6 +486,14 @@ fn markdown(r: &EvalRecord) -> String {
             changes(&m.lost),
         );
     }
+    let _ = writeln!(
+        s,
+        "\nDefault rule (highest speedup with pass@1 ≥ {:.0} % of strict's): {}",
+        100.0 * KEEP_OF_STRICT,
+        r.default_choice
+            .as_deref()
+            .unwrap_or("no relaxed setting qualifies")
+    );
     s
 }
 
@@ -512,4 +540,49 @@ fn plot(path: &Path, r: &EvalRecord) -> Result<()> {
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn method(label: &str, mode: Option<Mode>, of_strict: f64, speedup: f64) -> MethodReport {
+        MethodReport {
+            method: label.to_string(),
+            mode,
+            passed: 0,
+            pass_at_1: 0.0,
+            of_strict,
+            speedup,
+            won: Vec::new(),
+            lost: Vec::new(),
+            summary: RunSummary::empty(None),
+        }
+    }
+
+    fn paper(theta: f32) -> Option<Mode> {
+        Some(Mode::resolve(Some(theta), None, DEFAULTS.mars).unwrap())
+    }
+
+    #[test]
+    fn the_default_is_the_fastest_relaxed_setting_that_keeps_99_percent_of_strict() {
+        let methods = [
+            method("target-only", None, 1.0, 1.0),
+            method("strict", None, 1.0, 1.2),
+            method("MARS θ=0.9", paper(0.9), 0.92, 1.4),
+            method("MARS θ=0.95", paper(0.95), 0.995, 1.3),
+            method("MARS θ=0.98", paper(0.98), 1.0, 1.25),
+        ];
+        assert_eq!(
+            choose_default(&methods).map(|m| m.method.as_str()),
+            Some("MARS θ=0.95")
+        );
+        // Strict and target-only are never candidates, however fast; below the bar, none is.
+        let none = [
+            method("target-only", None, 1.0, 1.0),
+            method("strict", None, 1.0, 9.0),
+            method("MARS θ=0.9", paper(0.9), 0.989, 1.4),
+        ];
+        assert!(choose_default(&none).is_none());
+    }
 }

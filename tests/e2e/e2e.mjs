@@ -17,9 +17,9 @@ const server = await serve(dist, models, port);
 const url = (q) => `http://127.0.0.1:${port}/?${new URLSearchParams(q)}`;
 let failures = 0;
 
-async function withPage(flags, fn, { width = 1280, height = 900, permissions = [] } = {}) {
+async function withPage(flags, fn, { width = 1280, height = 900, permissions = [], colorScheme = "light" } = {}) {
   const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", headless: true, args: [...BASE, ...flags] });
-  const context = await browser.newContext({ viewport: { width, height }, permissions });
+  const context = await browser.newContext({ viewport: { width, height }, permissions, colorScheme });
   const page = await context.newPage();
   page.on("console", (m) => { if (m.type() === "error") console.log("  [console]", m.text()); });
   try { await fn(page); } finally { await browser.close(); }
@@ -144,6 +144,21 @@ await test("presets fill the fields, say their download size, and a copied link 
   }, { permissions: ["clipboard-read", "clipboard-write"] });
 });
 
+await test("the page follows prefers-color-scheme", async () => {
+  const background = {};
+  for (const scheme of ["light", "dark"]) {
+    await withPage([], async (page) => {
+      await page.goto(url({}));
+      // Relative luminance of the body's background, from its computed rgb().
+      background[scheme] = await page.evaluate(() => {
+        const [r, g, b] = getComputedStyle(document.body).backgroundColor.match(/\d+/g).map(Number);
+        return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
+      });
+    }, { colorScheme: scheme });
+  }
+  assert(background.light > 0.8 && background.dark < 0.2, `backgrounds ${JSON.stringify(background)}`);
+});
+
 await test("Ctrl+Enter runs and Stop ends the race with the text kept", async () => {
   await withPage(WEBGPU, async (page) => {
     await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", prompt: TINY_PROMPT, chat: "0", "max-tokens": "2000" }));
@@ -163,11 +178,11 @@ await test("Ctrl+Enter runs and Stop ends the race with the text kept", async ()
   });
 });
 
-await test("a separate draft model file races too and strict stays lossless", async () => {
+await test("a separate draft model file races too, one pane after the other, and strict stays lossless", async () => {
   // The tiny model's first layer, written out by the CLI as its own GGUF.
   execFileSync(marsBin, ["extract-layers", "--model", join(models, "tiny.gguf"), "--layers", "first:1", "--out", join(models, "tiny-draft.gguf")]);
   await withPage(WEBGPU, async (page) => {
-    await page.goto(url({ model: "models/tiny.gguf", draft: "model", draft_model: "models/tiny-draft.gguf", prompt: TINY_PROMPT, chat: "0", "max-tokens": "12", autorun: "1" }));
+    await page.goto(url({ model: "models/tiny.gguf", draft: "model", draft_model: "models/tiny-draft.gguf", prompt: TINY_PROMPT, chat: "0", "max-tokens": "12", sequential: "1", autorun: "1" }));
     for (const pane of PANES) await done(page, pane);
     const strict = await text(page, "strict");
     const expected = native(TINY_PROMPT, 12);
