@@ -220,6 +220,8 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         "decode_tokens_per_second": summary.tokens_per_second,
         "forward_ms_by_rows": rows.iter().map(|(m, ms)| (m.to_string(), serde_json::json!(ms))).collect::<serde_json::Map<_, _>>(),
         "matrix_bytes_per_forward": target.model().matrix_bytes(),
+        // Decode is bound by reading every weight once per token: the bandwidth it achieved.
+        "decode_weight_gb_per_second": target.model().matrix_bytes() as f64 * summary.tokens_per_second / 1e9,
         "packed": target.model().is_packed(),
         "threads": open.limits.cpu_threads,
         "resident_bytes": status_bytes("VmRSS:"),
@@ -237,6 +239,12 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
     eprintln!(
         "forward cost by rows, relative to 1 row: {}",
         curve.join(", ")
+    );
+    eprintln!(
+        "decode reads {:.1} MB of weights per token: {:.1} GB/s of weights at {:.1} tok/s",
+        target.model().matrix_bytes() as f64 / 1e6,
+        target.model().matrix_bytes() as f64 * summary.tokens_per_second / 1e9,
+        summary.tokens_per_second
     );
     Ok(())
 }
