@@ -131,7 +131,16 @@ function setupControls(d) {
   });
   $("#model-file").addEventListener("change", async (e) => {
     const file = e.target.files[0];
-    if (file) await loadOrFail(async () => loadBytes(new Uint8Array(await file.arrayBuffer()), file.name));
+    if (!file || running) return;
+    // The model field names the file, so that Run races it instead of downloading the URL.
+    const name = "file:" + file.name;
+    const loaded = await loadOrFail(async () => loadBytes(new Uint8Array(await file.arrayBuffer()), file.name));
+    if (loaded) {
+      $("#model-url").value = name;
+      loadedUrl = name;
+      loadedDraftUrl = null;
+      markPreset();
+    }
   });
 }
 
@@ -272,10 +281,11 @@ function onEvent(ev, ready) {
   }
 }
 
+// `on`: a run is under way (loading, then racing); Stop shows once the race itself starts.
 function setRunning(on) {
   running = on;
   $("#run").disabled = on;
-  $("#stop").hidden = !on;
+  if (!on) $("#stop").hidden = true;
   $("#headline").dataset.state = on ? "running" : "idle";
   for (const b of document.querySelectorAll(".preset")) {
     b.disabled = on || Boolean(PRESETS.find((p) => p.id === b.dataset.preset).unavailable);
@@ -406,6 +416,8 @@ async function ensureDraft() {
 async function ensureModel() {
   const url = $("#model-url").value.trim();
   if (url === loadedUrl) return;
+  // A local file's bytes went to the engine that was restarted; the page did not keep them.
+  if (url.startsWith("file:")) throw new Error(`choose ${url.slice(5)} again with "or a local file" (the engine restarted), or give a model URL`);
   const bytes = await fetchModel(url);
   await loadBytes(bytes, url).catch(forgetCached(url));
   loadedUrl = url;
@@ -455,6 +467,7 @@ async function run() {
   const settings = currentSettings();
   raced = { settings, model: $("#model-url").value.trim(), sequential: $("#sequential").checked };
   worker.postMessage({ type: "race", prompt: $("#prompt").value, settings, methods: PANES, together: !raced.sequential });
+  $("#stop").hidden = false;
 }
 
 function stop() {

@@ -190,6 +190,27 @@ await test("a separate draft model file races too, one pane after the other, and
   });
 });
 
+await test("a local model file races without downloading anything", async () => {
+  await withPage(WEBGPU, async (page) => {
+    let requests = 0;
+    await page.route("**/models/**", (route) => { if (route.request().method() !== "HEAD") requests++; return route.abort(); });
+    await page.goto(url({}));
+    await page.waitForFunction(() => /press Run/.test(document.querySelector("#status").textContent), null, { timeout: 60_000 });
+    await page.setInputFiles("#model-file", join(models, "tiny.gguf"));
+    await page.waitForFunction(() => /model loaded/.test(document.querySelector("#status").textContent), null, { timeout: 120_000 });
+    assert(await page.inputValue("#model-url") === "file:tiny.gguf", "the model field does not name the file");
+    await page.selectOption("#draft", "ngram");
+    await page.fill("#prompt", TINY_PROMPT);
+    await page.click("#advanced summary");
+    await page.fill("#max-tokens", "6");
+    await page.uncheck("#chat");
+    await page.click("#run");
+    for (const pane of PANES) await done(page, pane);
+    assert(requests === 0, `${requests} model download(s) after a local file was chosen`);
+    assert(await text(page, "strict") === await text(page, "target"), "strict differs from plain decoding");
+  });
+});
+
 await test("device lost mid-run shows the error, keeps the text, and Reload recovers", async () => {
   await withPage(WEBGPU, async (page) => {
     await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", prompt: TINY_PROMPT, chat: "0", "max-tokens": "400", autorun: "1" }));

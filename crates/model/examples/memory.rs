@@ -8,10 +8,7 @@ use mars_model::{Device, Llama, LoadOptions, read_f32};
 
 fn rss_anon() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("RssAnon:"))
-        .unwrap();
+    let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
     let kb: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
     kb / 1024.0
 }
