@@ -255,6 +255,8 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         args.check_determinism,
         journal.as_deref(),
     )?;
+    let methods = report(&methods, &records);
+    let default_choice = choose_default(&methods).map(|m| m.method.clone());
     let record = EvalRecord {
         model: model.display().to_string(),
         drafter: runner.run.drafter_label(),
@@ -265,15 +267,13 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         isolation: sandbox.isolation().describe(),
         limits: sandbox.limits(),
         problems: problems.len(),
-        default_choice: None,
-        methods: report(&methods, &records),
+        methods,
+        default_choice,
         records,
     };
-    let mut record = record;
-    record.default_choice = choose_default(&record.methods).map(|m| m.method.clone());
     let table = markdown(&record);
     if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        // The directory exists: the journal was created in it.
         std::fs::write(dir.join("eval.md"), &table)?;
         std::fs::write(
             dir.join("eval.json"),
