@@ -59,6 +59,16 @@ pub enum KernelError {
         /// The micro-kernel.
         isa: crate::Isa,
     },
+    /// A GPU buffer larger than the adapter binds at once.
+    #[error("{what}: {bytes} bytes, over the adapter's largest storage binding ({limit} bytes)")]
+    TooLarge {
+        /// What would not fit.
+        what: String,
+        /// Its size.
+        bytes: u64,
+        /// The adapter's limit.
+        limit: u64,
+    },
     /// A thread count of 0, or a pool that could not start.
     #[error("threads = {threads}: {why}")]
     Threads {

@@ -21,6 +21,8 @@
 mod attention;
 mod block;
 mod error;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 mod matmul;
 mod quantize;
 mod scalar;

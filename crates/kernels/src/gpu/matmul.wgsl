@@ -1,0 +1,81 @@
+// y[r, y_offset + o] = Σ_i x[r, i] · W[o, i] for r < ROWS rows and o < out_rows, with W's rows
+// stored as GGUF blocks. A workgroup of 64 threads computes 4 outputs: a team of 16 threads per
+// weight row, thread t taking groups t, t + 16, … of 32 values, each decoded once and applied to
+// all ROWS rows. Each row's sum is taken in the same order whatever ROWS is (the team's partials
+// meet in a fixed tree), so a row's result does not depend on how many rows share the call.
+
+const ROWS: u32 = {{rows}}u;
+const TEAM: u32 = 16u;
+const TEAMS: u32 = 4u;
+
+// Every binding is read_write: the runtime sub-allocates buffers from shared pages, and WebGPU
+// refuses one buffer bound read-only and read-write in the same dispatch.
+@group(0) @binding(0) var<storage, read_write> w: array<u32>;        // blocks, [out_rows, row_bytes] + pad
+@group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;  // [ROWS, n_in / 4]
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [ROWS, y_stride]
+// [out_rows, n_in, row_bytes, y_stride, y_offset, groups_x]
+@group(0) @binding(3) var<storage, read_write> p: array<u32>;
+
+var<workgroup> partial: array<f32, 64u * ROWS>;
+
+{{common}}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let out_rows = p[0];
+    let n_in = p[1];
+    let row_bytes = p[2];
+    let y_stride = p[3];
+    let y_offset = p[4];
+    let groups_x = p[5];
+    let team = lid / TEAM;
+    let t = lid % TEAM;
+    let o = (wg.x + wg.y * groups_x) * TEAMS + team;
+    var acc: array<f32, ROWS>;
+    if o < out_rows {
+        let rb = o * row_bytes;
+        let n_groups = n_in / 32u;
+        let x_row = n_in / 4u;
+        for (var g = t; g < n_groups; g += TEAM) {
+            load_group(rb, g);
+            for (var r = 0u; r < ROWS; r++) {
+                let xb = r * x_row + g * 8u;
+                var d0 = 0.0;
+                var d1 = 0.0;
+                var sx = vec4<f32>(0.0);
+                for (var k = 0u; k < 4u; k++) {
+                    let xv = x[xb + k];
+                    d0 += dot(xv, q[k]);
+                    sx += xv;
+                }
+                for (var k = 4u; k < 8u; k++) {
+                    let xv = x[xb + k];
+                    d1 += dot(xv, q[k]);
+                    sx += xv;
+                }
+                var sum = s0 * d0 + s1 * d1;
+                if HAS_MIN {
+                    sum += mn * (sx.x + sx.y + sx.z + sx.w);
+                }
+                acc[r] += sum;
+            }
+        }
+    }
+    for (var r = 0u; r < ROWS; r++) {
+        partial[r * 64u + lid] = acc[r];
+    }
+    workgroupBarrier();
+    for (var step = 8u; step > 0u; step >>= 1u) {
+        if t < step {
+            for (var r = 0u; r < ROWS; r++) {
+                partial[r * 64u + lid] += partial[r * 64u + lid + step];
+            }
+        }
+        workgroupBarrier();
+    }
+    if t == 0u && o < out_rows {
+        for (var r = 0u; r < ROWS; r++) {
+            y[r * y_stride + y_offset + o] = partial[r * 64u + lid];
+        }
+    }
+}

@@ -1,0 +1,598 @@
+//! Quantized kernels for GPUs (wgpu natively, WebGPU in the browser): GGUF blocks uploaded as
+//! they are stored (u32 words) and dequantized inside the kernel, f32 accumulation.
+//!
+//! The kernels are WGSL, launched through CubeCL's runtime (the one burn-wgpu runs on), so the
+//! same text runs natively and in the browser, and the burn model hands its buffers straight to
+//! them. Why WGSL rather than `#[cube]` kernels: the browser path must avoid `shader-f16` (f16
+//! block scales are decoded with core WGSL's `unpack2x16float`) and subgroups (partial sums meet
+//! through workgroup memory), and the byte-level reads of 18-, 22- and 210-byte blocks are
+//! plain shifts here; written by hand, what runs on SwiftShader is exactly what was reviewed.
+//!
+//! Two kernels:
+//! - [`Matmul`]: `y[m, out] = x[m, in] · W[out, in]ᵀ` for m = 1 … [`MAX_ROWS`](crate::MAX_ROWS)
+//!   (decode and verification), one shader per (type, m). Each 32-value group of a weight row
+//!   is decoded once and applied to all m rows, so a verification pass reads the weights once.
+//!   Each row's sum is taken in an order that does not depend on m: a row's result is the same
+//!   bit for bit whether it is computed alone or beside others (tested), which keeps greedy
+//!   strict speculation equal to target-only decoding.
+//! - [`Embed`]: rows of W dequantized for a list of token ids (the embedding lookup).
+//!
+//! A matrix larger than the adapter's largest storage binding is split by output rows
+//! ([`split_rows`]); each part is its own buffer and launch, writing its own columns of `y`.
+//!
+//! Error bound: activations stay f32 here (no 8-bit rounding), so against an exact product over
+//! the dequantized weights the only error is f32 rounding of products and sums: at most
+//! ~`(n_in / 16 + 24) · 2⁻²⁴ · Σ|W·x|` per output, which the tests hold with a margin.
+
+use core::ops::Range;
+
+use cubecl::client::Client;
+use cubecl::ir::settings::Dim3;
+use cubecl::ir::{ElemType, UIntKind};
+use cubecl::prelude::KernelId;
+use cubecl::prelude::{AddressType, CubeCount, ExecutionMode, KernelSettings, Scope};
+use cubecl::server::{Handle, KernelArguments};
+use cubecl::{CubeKernel, PrecompiledSource};
+
+use crate::block::WeightType;
+use crate::error::{KernelError, Result};
+use crate::matmul::MAX_ROWS;
+
+const COMMON: &str = include_str!("common.wgsl");
+const MATMUL: &str = include_str!("matmul.wgsl");
+const EMBED: &str = include_str!("embed.wgsl");
+
+/// Output rows per workgroup of [`Matmul`] (4 teams of 16 threads).
+const ROWS_PER_GROUP: usize = 4;
+/// Threads per workgroup of [`Embed`] (one per 32-value group).
+const EMBED_THREADS: usize = 64;
+/// Workgroups per dispatch dimension that every WebGPU adapter allows.
+const MAX_GROUPS_PER_DIM: usize = 65_535;
+
+/// The WGSL that decodes one 32-value group of `ty` at row byte `rb`, group `g`
+/// (`fn load_group(rb: u32, g: u32)`, setting `q`, `s0`, `s1`, `mn`; see common.wgsl).
+fn load_group(ty: WeightType) -> &'static str {
+    match ty {
+        WeightType::Q8_0 => {
+            "fn load_group(rb: u32, g: u32) {
+    let off = rb + g * 34u;
+    s0 = f16_at(off);
+    s1 = s0;
+    mn = 0.0;
+    for (var k = 0u; k < 8u; k++) {
+        let v = bitcast<i32>(word_at(off + 2u + 4u * k));
+        q[k] = vec4<f32>(f32(extractBits(v, 0u, 8u)), f32(extractBits(v, 8u, 8u)),
+            f32(extractBits(v, 16u, 8u)), f32(extractBits(v, 24u, 8u)));
+    }
+}"
+        }
+        WeightType::Q4_0 => {
+            "fn load_group(rb: u32, g: u32) {
+    let off = rb + g * 18u;
+    s0 = f16_at(off);
+    s1 = s0;
+    mn = -8.0 * s0;
+    for (var k = 0u; k < 4u; k++) {
+        let v = word_at(off + 2u + 4u * k);
+        q[k] = nibbles(v, 0u);
+        q[k + 4u] = nibbles(v, 4u);
+    }
+}"
+        }
+        WeightType::Q4_1 => {
+            "fn load_group(rb: u32, g: u32) {
+    let off = rb + g * 20u;
+    let dm = unpack2x16float(word_at(off));
+    s0 = dm.x;
+    s1 = dm.x;
+    mn = dm.y;
+    for (var k = 0u; k < 4u; k++) {
+        let v = word_at(off + 4u + 4u * k);
+        q[k] = nibbles(v, 0u);
+        q[k + 4u] = nibbles(v, 4u);
+    }
+}"
+        }
+        WeightType::Q5_0 => {
+            "fn load_group(rb: u32, g: u32) {
+    let off = rb + g * 22u;
+    s0 = f16_at(off);
+    s1 = s0;
+    mn = -16.0 * s0;
+    let h = word_at(off + 2u);
+    for (var k = 0u; k < 4u; k++) {
+        let v = word_at(off + 6u + 4u * k);
+        q[k] = nibbles(v, 0u) + fifth_bits(h, 4u * k);
+        q[k + 4u] = nibbles(v, 4u) + fifth_bits(h, 16u + 4u * k);
+    }
+}"
+        }
+        WeightType::Q5_1 => {
+            "fn load_group(rb: u32, g: u32) {
+    let off = rb + g * 24u;
+    let dm = unpack2x16float(word_at(off));
+    s0 = dm.x;
+    s1 = dm.x;
+    mn = dm.y;
+    let h = word_at(off + 4u);
+    for (var k = 0u; k < 4u; k++) {
+        let v = word_at(off + 8u + 4u * k);
+        q[k] = nibbles(v, 0u) + fifth_bits(h, 4u * k);
+        q[k + 4u] = nibbles(v, 4u) + fifth_bits(h, 16u + 4u * k);
+    }
+}"
+        }
+        WeightType::Q4K => {
+            "fn load_group(rb: u32, g: u32) {
+    let off = rb + (g / 8u) * 144u;
+    let j = g % 8u;
+    let dm = unpack2x16float(word_at(off));
+    let sm = scale_min_k4(off + 4u, j);
+    s0 = dm.x * sm.x;
+    s1 = s0;
+    mn = -dm.y * sm.y;
+    let base = off + 16u + 32u * (j / 2u);
+    let shift = 4u * (j % 2u);
+    for (var k = 0u; k < 8u; k++) {
+        q[k] = nibbles(word_at(base + 4u * k), shift);
+    }
+}"
+        }
+        WeightType::Q5K => {
+            "fn load_group(rb: u32, g: u32) {
+    let off = rb + (g / 8u) * 176u;
+    let j = g % 8u;
+    let dm = unpack2x16float(word_at(off));
+    let sm = scale_min_k4(off + 4u, j);
+    s0 = dm.x * sm.x;
+    s1 = s0;
+    mn = -dm.y * sm.y;
+    let base = off + 48u + 32u * (j / 2u);
+    let shift = 4u * (j % 2u);
+    for (var k = 0u; k < 8u; k++) {
+        q[k] = nibbles(word_at(base + 4u * k), shift) + byte_bits(word_at(off + 16u + 4u * k), j);
+    }
+}"
+        }
+        WeightType::Q6K => {
+            "fn load_group(rb: u32, g: u32) {
+    let off = rb + (g / 8u) * 210u;
+    let j = g % 8u;
+    let half = j / 4u;
+    let part = j % 4u;
+    let d = f16_at(off + 208u);
+    let sc = off + 192u + 8u * half + 2u * part;
+    s0 = d * f32(extractBits(bitcast<i32>(byte_at(sc)), 0u, 8u));
+    s1 = d * f32(extractBits(bitcast<i32>(byte_at(sc + 1u)), 0u, 8u));
+    mn = 0.0;
+    let ql = off + 64u * half + 32u * (part & 1u);
+    let ls = 4u * (part >> 1u);
+    let qh = off + 128u + 32u * half;
+    let hs = 2u * part;
+    for (var k = 0u; k < 8u; k++) {
+        let l = word_at(ql + 4u * k);
+        let h = word_at(qh + 4u * k);
+        var v = vec4<f32>(0.0);
+        for (var b = 0u; b < 4u; b++) {
+            let lo = (l >> (8u * b + ls)) & 15u;
+            let hi = (h >> (8u * b + hs)) & 3u;
+            v[b] = f32(lo | (hi << 4u)) - 32.0;
+        }
+        q[k] = v;
+    }
+}"
+        }
+        WeightType::F16 => {
+            "fn load_group(rb: u32, g: u32) {
+    let off = rb + g * 64u;
+    s0 = 1.0;
+    s1 = 1.0;
+    mn = 0.0;
+    for (var k = 0u; k < 8u; k++) {
+        let a = unpack2x16float(word_at(off + 8u * k));
+        let b = unpack2x16float(word_at(off + 8u * k + 4u));
+        q[k] = vec4<f32>(a.x, a.y, b.x, b.y);
+    }
+}"
+        }
+        WeightType::BF16 => {
+            "fn load_group(rb: u32, g: u32) {
+    let off = rb + g * 64u;
+    s0 = 1.0;
+    s1 = 1.0;
+    mn = 0.0;
+    for (var k = 0u; k < 8u; k++) {
+        let a = word_at(off + 8u * k);
+        let b = word_at(off + 8u * k + 4u);
+        q[k] = vec4<f32>(bitcast<f32>(a << 16u), bitcast<f32>(a & 0xffff0000u),
+            bitcast<f32>(b << 16u), bitcast<f32>(b & 0xffff0000u));
+    }
+}"
+        }
+    }
+}
+
+/// Whether `ty`'s values carry an additive term (`mn` ≠ 0), so the kernel needs Σx.
+const fn has_min(ty: WeightType) -> bool {
+    matches!(
+        ty,
+        WeightType::Q4_0
+            | WeightType::Q4_1
+            | WeightType::Q5_0
+            | WeightType::Q5_1
+            | WeightType::Q4K
+            | WeightType::Q5K
+    )
+}
+
+fn common(ty: WeightType) -> String {
+    COMMON
+        .replace("{{has_min}}", if has_min(ty) { "true" } else { "false" })
+        .replace("{{load_group}}", load_group(ty))
+}
+
+/// The WGSL of [`Matmul`] for `ty` and `rows` activation rows.
+pub fn matmul_source(ty: WeightType, rows: usize) -> String {
+    MATMUL
+        .replace("{{common}}", &common(ty))
+        .replace("{{rows}}", &rows.to_string())
+}
+
+/// The WGSL of [`Embed`] for `ty`.
+pub fn embed_source(ty: WeightType) -> String {
+    EMBED.replace("{{common}}", &common(ty))
+}
+
+/// A stable small code per type, for kernel cache keys.
+const fn type_code(ty: WeightType) -> u32 {
+    match ty {
+        WeightType::Q8_0 => 0,
+        WeightType::Q4_0 => 1,
+        WeightType::Q4_1 => 2,
+        WeightType::Q5_0 => 3,
+        WeightType::Q5_1 => 4,
+        WeightType::Q4K => 5,
+        WeightType::Q5K => 6,
+        WeightType::Q6K => 7,
+        WeightType::F16 => 8,
+        WeightType::BF16 => 9,
+    }
+}
+
+fn definition() -> cubecl::prelude::KernelDefinition {
+    // A hand-written kernel has no IR; the definition only keys the compilation cache.
+    let settings =
+        KernelSettings::new(Dim3::new_single(), ExecutionMode::Checked, AddressType::U32);
+    cubecl::prelude::KernelDefinition {
+        body: Scope::root(settings.clone()),
+        settings,
+        info: Default::default(),
+    }
+}
+
+/// The quantized matmul kernel for one weight type and row count (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub struct Matmul {
+    ty: WeightType,
+    rows: usize,
+}
+
+impl cubecl::prelude::KernelMetadata for Matmul {
+    fn id(&self) -> KernelId {
+        KernelId::new::<Self>().info((type_code(self.ty), self.rows))
+    }
+
+    fn address_type(&self) -> ElemType {
+        ElemType::UInt(UIntKind::U32)
+    }
+}
+
+impl CubeKernel for Matmul {
+    fn define(&self) -> cubecl::prelude::KernelDefinition {
+        definition()
+    }
+
+    fn source(&self) -> Option<PrecompiledSource> {
+        Some(PrecompiledSource {
+            source: matmul_source(self.ty, self.rows),
+            entrypoint_name: "main".to_string(),
+            lang: "wgsl",
+        })
+    }
+}
+
+/// The embedding lookup kernel for one weight type (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub struct Embed {
+    ty: WeightType,
+}
+
+impl cubecl::prelude::KernelMetadata for Embed {
+    fn id(&self) -> KernelId {
+        KernelId::new::<Self>().info(type_code(self.ty))
+    }
+
+    fn address_type(&self) -> ElemType {
+        ElemType::UInt(UIntKind::U32)
+    }
+}
+
+impl CubeKernel for Embed {
+    fn define(&self) -> cubecl::prelude::KernelDefinition {
+        definition()
+    }
+
+    fn source(&self) -> Option<PrecompiledSource> {
+        Some(PrecompiledSource {
+            source: embed_source(self.ty),
+            entrypoint_name: "main".to_string(),
+            lang: "wgsl",
+        })
+    }
+}
+
+/// Output-row ranges that split a `[rows, cols]` matrix of `ty` into parts of at most
+/// `max_bytes` each (plus the word of padding every part carries), so that each part fits one
+/// storage binding. One part when the whole matrix fits.
+///
+/// # Errors
+/// [`KernelError::TooLarge`] when one row alone does not fit, [`KernelError::RaggedRow`] when
+/// `cols` is not a whole number of blocks.
+pub fn split_rows(
+    ty: WeightType,
+    rows: usize,
+    cols: usize,
+    max_bytes: u64,
+) -> Result<Vec<Range<usize>>> {
+    let row_bytes = row_bytes(ty, cols)?;
+    let usable = usize::try_from(max_bytes.saturating_sub(4)).unwrap_or(usize::MAX);
+    let per_part = usable / row_bytes.max(1);
+    if per_part == 0 {
+        return Err(KernelError::TooLarge {
+            what: format!("a row of {cols} {ty:?} values"),
+            bytes: row_bytes as u64,
+            limit: max_bytes,
+        });
+    }
+    Ok((0..rows)
+        .step_by(per_part)
+        .map(|start| start..(start + per_part).min(rows))
+        .collect())
+}
+
+fn row_bytes(ty: WeightType, cols: usize) -> Result<usize> {
+    if cols == 0 || !cols.is_multiple_of(ty.block_values()) {
+        return Err(KernelError::RaggedRow {
+            cols,
+            block: ty.block_values(),
+        });
+    }
+    Ok(cols / ty.block_values() * ty.block_bytes())
+}
+
+/// Block bytes as the kernels read them: the bytes, zero-padded to a whole number of u32 words
+/// plus one word (an unaligned read of a part's last bytes reads one word past them).
+pub fn padded_words(blocks: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len() + 8);
+    out.extend_from_slice(blocks);
+    out.resize(blocks.len().div_ceil(4) * 4 + 4, 0);
+    out
+}
+
+/// One part of a weight matrix on the GPU: its blocks (see [`padded_words`]) and the
+/// parameters [`Matmul`] and [`Embed`] read.
+#[derive(Debug, Clone)]
+pub struct GpuPart {
+    /// The part's padded block bytes.
+    pub weights: Handle,
+    /// The output rows of the whole matrix this part holds.
+    pub rows: Range<usize>,
+}
+
+/// A `[rows, cols]` matrix of GGUF blocks in GPU memory, split by output rows where needed.
+#[derive(Debug, Clone)]
+pub struct GpuMatrix {
+    ty: WeightType,
+    rows: usize,
+    cols: usize,
+    parts: Vec<GpuPart>,
+}
+
+impl GpuMatrix {
+    /// Uploads `blocks` (a `[rows, cols]` matrix of `ty`, rows of whole blocks) to `client`,
+    /// split into parts of at most `max_binding` bytes.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for a size that does not match the shape, and as [`split_rows`].
+    pub fn upload(
+        client: &Client,
+        ty: WeightType,
+        rows: usize,
+        cols: usize,
+        blocks: &[u8],
+        max_binding: u64,
+    ) -> Result<Self> {
+        let rb = row_bytes(ty, cols)?;
+        let total = rows.checked_mul(rb).ok_or(KernelError::Overflow {
+            what: "weight bytes",
+            rows,
+            cols,
+        })?;
+        if blocks.len() != total {
+            return Err(KernelError::Shape {
+                what: "weight bytes",
+                expected: total,
+                found: blocks.len(),
+            });
+        }
+        let parts = split_rows(ty, rows, cols, max_binding)?
+            .into_iter()
+            .map(|range| GpuPart {
+                weights: client
+                    .create_from_slice(&padded_words(&blocks[range.start * rb..range.end * rb])),
+                rows: range,
+            })
+            .collect();
+        Ok(Self {
+            ty,
+            rows,
+            cols,
+            parts,
+        })
+    }
+
+    /// The block type.
+    pub fn ty(&self) -> WeightType {
+        self.ty
+    }
+
+    /// Output rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The parts, in row order.
+    pub fn parts(&self) -> &[GpuPart] {
+        &self.parts
+    }
+
+    /// Bytes of blocks a full product reads.
+    pub fn bytes(&self) -> u64 {
+        (self.rows * self.ty.block_bytes() * (self.cols / self.ty.block_values())) as u64
+    }
+
+    /// Enqueues `y[m, rows] = x[m, cols] · Wᵀ` on `client`: `x` holds `m` f32 rows of `cols`
+    /// values, `y` room for `m` f32 rows of [`GpuMatrix::rows`] values (both contiguous).
+    ///
+    /// # Errors
+    /// [`KernelError::TooManyRows`] for m outside 1..=16, [`KernelError::Shape`] for buffers
+    /// smaller than the shapes need.
+    pub fn matmul(&self, client: &Client, x: &Handle, y: &Handle, m: usize) -> Result<()> {
+        if m == 0 || m > MAX_ROWS {
+            return Err(KernelError::TooManyRows {
+                rows: m,
+                max: MAX_ROWS,
+            });
+        }
+        self.check_size("x", x, m * self.cols * 4)?;
+        self.check_size("y", y, m * self.rows * 4)?;
+        let rb = row_bytes(self.ty, self.cols)?;
+        for part in &self.parts {
+            let out = part.rows.len();
+            let groups = out.div_ceil(ROWS_PER_GROUP);
+            let (gx, gy) = grid(groups);
+            let params = [out, self.cols, rb, self.rows, part.rows.start, gx].map(|v| v as u32);
+            let params = client.create_from_slice(u32_bytes(&params).as_slice());
+            client.launch(
+                Box::new(Matmul {
+                    ty: self.ty,
+                    rows: m,
+                }),
+                CubeCount::Static(gx as u32, gy as u32, 1),
+                KernelArguments::new()
+                    .with_buffer(part.weights.clone().binding())
+                    .with_buffer(x.clone().binding())
+                    .with_buffer(y.clone().binding())
+                    .with_buffer(params.binding()),
+            );
+        }
+        Ok(())
+    }
+
+    /// Enqueues the lookup of `n_ids` rows: `ids` holds u32 row indices (each below
+    /// [`GpuMatrix::rows`]; the caller checks them), `out` room for `n_ids` f32 rows of
+    /// [`GpuMatrix::cols`] values.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for buffers of the wrong size or more ids than one dispatch takes.
+    pub fn embed(&self, client: &Client, ids: &Handle, out: &Handle, n_ids: usize) -> Result<()> {
+        self.check_size("ids", ids, n_ids * 4)?;
+        self.check_size("out", out, n_ids * self.cols * 4)?;
+        if n_ids == 0 || n_ids > MAX_GROUPS_PER_DIM {
+            return Err(KernelError::Shape {
+                what: "token ids in one lookup (at most 65,535)",
+                expected: n_ids.clamp(1, MAX_GROUPS_PER_DIM),
+                found: n_ids,
+            });
+        }
+        let rb = row_bytes(self.ty, self.cols)?;
+        let gx = (self.cols / 32).div_ceil(EMBED_THREADS);
+        for part in &self.parts {
+            let params = [part.rows.len(), self.cols, rb, part.rows.start, n_ids].map(|v| v as u32);
+            let params = client.create_from_slice(u32_bytes(&params).as_slice());
+            client.launch(
+                Box::new(Embed { ty: self.ty }),
+                CubeCount::Static(gx as u32, n_ids as u32, 1),
+                KernelArguments::new()
+                    .with_buffer(part.weights.clone().binding())
+                    .with_buffer(ids.clone().binding())
+                    .with_buffer(out.clone().binding())
+                    .with_buffer(params.binding()),
+            );
+        }
+        Ok(())
+    }
+
+    fn check_size(&self, what: &'static str, handle: &Handle, want: usize) -> Result<()> {
+        let have = usize::try_from(handle.size()).unwrap_or(usize::MAX);
+        if have < want {
+            return Err(KernelError::Shape {
+                what,
+                expected: want,
+                found: have,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Workgroups (x, y) covering `groups` with x within every adapter's per-dimension limit.
+fn grid(groups: usize) -> (usize, usize) {
+    if groups <= MAX_GROUPS_PER_DIM {
+        (groups.max(1), 1)
+    } else {
+        let gy = groups.div_ceil(MAX_GROUPS_PER_DIM);
+        (groups.div_ceil(gy), gy)
+    }
+}
+
+fn u32_bytes(values: &[u32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_keeps_parts_under_the_limit() {
+        // 151,936 × 1,536 Q6_K (the Qwen2.5-1.5B head): 191 MB, over WebGPU's default 128 MiB.
+        let parts = split_rows(WeightType::Q6K, 151_936, 1_536, 128 << 20).unwrap();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0].start, 0);
+        assert_eq!(parts.last().unwrap().end, 151_936);
+        for p in &parts {
+            assert!((p.len() * 6 * 210 + 4) as u64 <= 128 << 20);
+        }
+        assert!(split_rows(WeightType::Q8_0, 4, 64, 50).is_err());
+        assert!(split_rows(WeightType::Q4K, 4, 100, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn grid_stays_within_a_dimension() {
+        assert_eq!(grid(10), (10, 1));
+        let (x, y) = grid(200_000);
+        assert!(x <= MAX_GROUPS_PER_DIM && x * y >= 200_000);
+    }
+
+    #[test]
+    fn padding_adds_a_word() {
+        assert_eq!(padded_words(&[1, 2, 3]).len(), 8);
+        assert_eq!(padded_words(&[1, 2, 3, 4]).len(), 8);
+    }
+}

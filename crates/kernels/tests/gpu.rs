@@ -1,0 +1,215 @@
+//! The WGSL kernels on wgpu (lavapipe where there is no GPU): every weight type × m ∈ {1, 5,
+//! 16} against an exact f64 product over the project's dequantization, within the f32 rounding
+//! bound (activations stay f32 on the GPU); a row's result independent of the rows beside it,
+//! bit for bit; a matrix split into parts equal to the whole; the embedding lookup equal to the
+//! dequantized rows; bad calls refused.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{bits, cols_for, dequantized, random_matrix, random_x};
+use cubecl::client::Client;
+use cubecl::server::Handle;
+use cubecl::wgpu::WgpuDevice;
+use mars_kernels::gpu::GpuMatrix;
+use mars_kernels::{KernelError, QMatrix, WeightType};
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
+
+fn client() -> Client {
+    cubecl::Device::Wgpu(WgpuDevice::default()).client()
+}
+
+fn max_binding(client: &Client) -> u64 {
+    client.properties().memory.max_page_size
+}
+
+fn upload(client: &Client, w: &QMatrix, max: u64) -> GpuMatrix {
+    GpuMatrix::upload(client, w.ty(), w.rows(), w.cols(), w.blocks(), max).unwrap()
+}
+
+fn f32_handle(client: &Client, v: &[f32]) -> Handle {
+    let bytes: Vec<u8> = v.iter().flat_map(|f| f.to_le_bytes()).collect();
+    client.create_from_slice(&bytes)
+}
+
+fn read_f32(client: &Client, h: Handle) -> Vec<f32> {
+    let bytes = client.read_one(h).unwrap();
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+fn matmul(client: &Client, w: &GpuMatrix, x: &[f32], m: usize) -> Vec<f32> {
+    let xh = f32_handle(client, x);
+    let y = client.empty(m * w.rows() * 4);
+    w.matmul(client, &xh, &y, m).unwrap();
+    read_f32(client, y)
+}
+
+/// The exact product and, per output, the f32 rounding bound: products and sums in f32 over
+/// `cols` terms (a thread's running sum over its groups, 8-term dot products, a 16-way tree)
+/// lose at most ~(cols / 16 + 24) ulps of Σ|w·x|; held with a factor of 4.
+fn exact_and_bound(
+    wd: &[f32],
+    x: &[f32],
+    (m, out, cols): (usize, usize, usize),
+) -> (Vec<f64>, Vec<f64>) {
+    let mut exact = vec![0f64; m * out];
+    let mut bound = vec![0f64; m * out];
+    let ulps = 4.0 * ((cols / 16) as f64 + 24.0) * f64::from(f32::EPSILON) / 2.0;
+    for r in 0..m {
+        let xr = &x[r * cols..(r + 1) * cols];
+        for o in 0..out {
+            let wo = &wd[o * cols..(o + 1) * cols];
+            let (mut sum, mut magnitude) = (0f64, 0f64);
+            for (&wi, &xi) in wo.iter().zip(xr) {
+                sum += f64::from(wi) * f64::from(xi);
+                magnitude += (f64::from(wi) * f64::from(xi)).abs();
+            }
+            exact[r * out + o] = sum;
+            bound[r * out + o] = ulps * magnitude + 1e-30;
+        }
+    }
+    (exact, bound)
+}
+
+#[test]
+fn every_type_and_row_count_is_within_the_f32_rounding_bound() {
+    let client = client();
+    let max = max_binding(&client);
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    // Odd output counts (not a multiple of the 4 rows a workgroup takes), inputs not a multiple
+    // of 256 where the type allows.
+    for (out, cols) in [(37, 96), (5, 32), (130, 288)] {
+        for ty in WeightType::ALL {
+            let cols = cols_for(ty, cols);
+            let w = random_matrix(ty, out, cols, &mut rng);
+            let wd = dequantized(&w);
+            let gw = upload(&client, &w, max);
+            for m in [1, 5, 16] {
+                let x = random_x(m, cols, &mut rng);
+                let (exact, bound) = exact_and_bound(&wd, &x, (m, out, cols));
+                let y = matmul(&client, &gw, &x, m);
+                let mut nmse = (0f64, 0f64);
+                for i in 0..m * out {
+                    let err = (f64::from(y[i]) - exact[i]).abs();
+                    assert!(
+                        err <= bound[i],
+                        "{ty:?} m={m} out={out} in={cols} [{i}]: {} vs exact {} (error {err:.3e} > bound {:.3e})",
+                        y[i],
+                        exact[i],
+                        bound[i]
+                    );
+                    nmse.0 += err * err;
+                    nmse.1 += exact[i] * exact[i];
+                }
+                assert!(
+                    nmse.0 / nmse.1 < 5e-4,
+                    "{ty:?} m={m}: NMSE {}",
+                    nmse.0 / nmse.1
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_rows_result_does_not_depend_on_the_rows_beside_it() {
+    let client = client();
+    let max = max_binding(&client);
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    for ty in WeightType::ALL {
+        let cols = cols_for(ty, 256);
+        let w = random_matrix(ty, 21, cols, &mut rng);
+        let gw = upload(&client, &w, max);
+        let x = random_x(16, cols, &mut rng);
+        let all = matmul(&client, &gw, &x, 16);
+        for m in [1, 2, 5, 8] {
+            let some = matmul(&client, &gw, &x[..m * cols], m);
+            assert_eq!(bits(&some), bits(&all[..m * 21]), "{ty:?}: m = {m} vs 16");
+        }
+        // Row 3 alone equals row 3 of the 16.
+        let alone = matmul(&client, &gw, &x[3 * cols..4 * cols], 1);
+        assert_eq!(
+            bits(&alone),
+            bits(&all[3 * 21..4 * 21]),
+            "{ty:?}: row 3 alone"
+        );
+    }
+}
+
+#[test]
+fn a_matrix_split_into_parts_equals_the_whole() {
+    let client = client();
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    for ty in [WeightType::Q4_1, WeightType::Q6K, WeightType::Q5_0] {
+        let cols = cols_for(ty, 256);
+        let w = random_matrix(ty, 50, cols, &mut rng);
+        let whole = upload(&client, &w, max_binding(&client));
+        // A limit of 7 rows' bytes: 8 parts, the last one short.
+        let limit = (7 * w.row_bytes() + 4) as u64;
+        let split = upload(&client, &w, limit);
+        assert_eq!(whole.parts().len(), 1);
+        assert_eq!(split.parts().len(), 8);
+        let x = random_x(5, cols, &mut rng);
+        assert_eq!(
+            bits(&matmul(&client, &split, &x, 5)),
+            bits(&matmul(&client, &whole, &x, 5)),
+            "{ty:?}"
+        );
+
+        let ids = [0u32, 49, 7, 6, 23];
+        let id_bytes: Vec<u8> = ids.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let idh = client.create_from_slice(&id_bytes);
+        let wd = dequantized(&w);
+        for gw in [&whole, &split] {
+            let out = client.empty(ids.len() * cols * 4);
+            gw.embed(&client, &idh, &out, ids.len()).unwrap();
+            let rows = read_f32(&client, out);
+            for (i, &id) in ids.iter().enumerate() {
+                let want = &wd[id as usize * cols..(id as usize + 1) * cols];
+                let got = &rows[i * cols..(i + 1) * cols];
+                for (g, e) in got.iter().zip(want) {
+                    // value = s·q + mn in f32, against the CPU's own rounding of the same terms.
+                    assert!(
+                        (g - e).abs() <= 1e-6 * e.abs().max(1.0),
+                        "{ty:?} id {id}: {g} vs {e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_calls_are_errors() {
+    let client = client();
+    let mut rng = ChaCha8Rng::seed_from_u64(14);
+    let w = random_matrix(WeightType::Q8_0, 4, 64, &mut rng);
+    let gw = upload(&client, &w, max_binding(&client));
+    let x = f32_handle(&client, &[0.0; 64]);
+    let y = client.empty(4 * 4);
+    assert!(matches!(
+        gw.matmul(&client, &x, &y, 0),
+        Err(KernelError::TooManyRows { rows: 0, .. })
+    ));
+    assert!(matches!(
+        gw.matmul(&client, &x, &y, 17),
+        Err(KernelError::TooManyRows { rows: 17, .. })
+    ));
+    // x holds one row, not two.
+    assert!(matches!(
+        gw.matmul(&client, &x, &y, 2),
+        Err(KernelError::Shape { what: "x", .. })
+    ));
+    // Blocks that do not match the shape; a row over the binding limit.
+    assert!(
+        GpuMatrix::upload(&client, WeightType::Q8_0, 4, 64, &w.blocks()[1..], 1 << 20).is_err()
+    );
+    assert!(matches!(
+        GpuMatrix::upload(&client, WeightType::Q8_0, 4, 64, w.blocks(), 40),
+        Err(KernelError::TooLarge { .. })
+    ));
+}
