@@ -39,48 +39,54 @@ pub struct ModelArgs {
     pub kernels: KernelArgs,
 }
 
-/// Which CPU matrix path runs.
+/// Which matrix path runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum KernelChoice {
-    /// GGUF blocks kept packed, mars-kernels, a row-independent forward pass (the CPU default).
+    /// GGUF blocks kept as stored (the default): mars-kernels on the CPU (a row-independent
+    /// forward pass), WGSL kernels reading the blocks from GPU buffers on wgpu.
     Packed,
-    /// Weights dequantized to f32, burn's flex matmuls: the reference the packed path is
-    /// measured against (5× the memory, slower, logits batch-dependent in the last bits).
+    /// Weights dequantized to f32 (burn's matmuls): the reference the packed path is measured
+    /// against (4–8× the memory, slower, logits batch-dependent in the last bits on the CPU).
     F32,
 }
 
-/// CPU kernel settings, shared by every subcommand that loads a model.
+/// Kernel settings, shared by every subcommand that loads a model.
 #[derive(Debug, Clone, clap::Args)]
 pub struct KernelArgs {
-    /// CPU matrix path (default: packed on `--device cpu`; wgpu always runs f32 tensors).
+    /// Matrix path (default: packed, on both devices).
     #[arg(long, value_enum)]
     pub kernels: Option<KernelChoice>,
-    /// Threads of the packed kernels (default: one per core; more than the cores is clamped,
-    /// with a message).
+    /// Threads of the packed CPU kernels (default: one per core; more than the cores is
+    /// clamped, with a message).
     #[arg(long)]
     pub threads: Option<usize>,
 }
 
+/// The matrix path resolved for a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Matrices {
+    /// Packed blocks on the CPU kernels, on this many threads.
+    CpuPacked(usize),
+    /// GGUF blocks in GPU buffers.
+    GpuBlocks,
+    /// f32 weights (either device).
+    F32,
+}
+
 impl KernelArgs {
-    /// The packed kernels' thread count on `backend`, `None` for the f32 path.
+    /// The matrix path on `backend`.
     ///
     /// # Errors
-    /// `--threads` with the f32 path, `--kernels packed` on wgpu.
-    pub fn packed_threads(&self, backend: Backend) -> Result<Option<usize>> {
-        let kernels = match (self.kernels, backend) {
-            (Some(KernelChoice::Packed), Backend::Wgpu) => {
-                bail!("--kernels packed runs on the CPU only (--device cpu)")
+    /// `--threads` anywhere but the packed CPU kernels.
+    pub fn matrices(&self, backend: Backend) -> Result<Matrices> {
+        let kernels = self.kernels.unwrap_or(KernelChoice::Packed);
+        match (kernels, backend, self.threads) {
+            (KernelChoice::Packed, Backend::Cpu, t) => {
+                Ok(Matrices::CpuPacked(t.unwrap_or_else(mars_engine::cores)))
             }
-            (Some(k), _) => k,
-            (None, Backend::Cpu) => KernelChoice::Packed,
-            (None, Backend::Wgpu) => KernelChoice::F32,
-        };
-        match (kernels, self.threads) {
-            (KernelChoice::F32, Some(t)) => {
-                bail!("--threads {t} applies to the packed CPU kernels only")
-            }
-            (KernelChoice::F32, None) => Ok(None),
-            (KernelChoice::Packed, t) => Ok(Some(t.unwrap_or_else(mars_engine::cores))),
+            (_, _, Some(t)) => bail!("--threads {t} applies to the packed CPU kernels only"),
+            (KernelChoice::Packed, Backend::Wgpu, None) => Ok(Matrices::GpuBlocks),
+            (KernelChoice::F32, _, None) => Ok(Matrices::F32),
         }
     }
 }

@@ -128,9 +128,7 @@ pub fn run_generate(args: &GenerateArgs) -> Result<()> {
     let (target, _) = load::target(
         &args.model.model,
         args.model.device.into(),
-        args.model
-            .kernels
-            .packed_threads(args.model.device.into())?,
+        args.model.kernels.matrices(args.model.device.into())?,
     )?;
     let ids = target.prompt_ids(&args.prompt, args.chat)?;
     let mut out = std::io::stdout().lock();
@@ -183,11 +181,8 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         "--prompt-tokens must be at least 16 (the rows-cost measurement reuses the prompt) and \
          --decode-tokens at least 1"
     );
-    let threads = args
-        .model
-        .kernels
-        .packed_threads(args.model.device.into())?;
-    let (target, open) = load::target(&args.model.model, args.model.device.into(), threads)?;
+    let matrices = args.model.kernels.matrices(args.model.device.into())?;
+    let (target, open) = load::target(&args.model.model, args.model.device.into(), matrices)?;
     // Greedy (the defaults), no chat template.
     let run = RunSettings {
         max_tokens: args.decode_tokens,

@@ -11,6 +11,8 @@ use mars_engine::{Backend, DrafterSpec, OpenDevice, Target};
 use mars_formats::Gguf;
 use mars_model::Llama;
 
+use crate::args::Matrices;
+
 /// Reads the file with a progress bar: a 100 MB model takes a visible moment on a slow disk.
 fn read_with_progress(path: &Path) -> Result<Vec<u8>> {
     let mut file =
@@ -48,23 +50,23 @@ fn with_gguf<T>(path: &Path, build: impl FnOnce(&Gguf<'_>) -> Result<T>) -> Resu
     built.with_context(|| format!("loading {}", path.display()))
 }
 
-/// Opens the backend (with the packed CPU kernels on `threads` threads, if given) and loads the
-/// target model from `path` onto it.
+/// Opens the backend with the matrix path `matrices` and loads the target model from `path`
+/// onto it.
 ///
 /// # Errors
 /// The device, the file or the model, with the path named; 0 threads.
-pub fn target(
-    path: &Path,
-    backend: Backend,
-    threads: Option<usize>,
-) -> Result<(Target, OpenDevice)> {
+pub fn target(path: &Path, backend: Backend, matrices: Matrices) -> Result<(Target, OpenDevice)> {
     let mut open = pollster::block_on(backend.open())?;
-    if let Some(threads) = threads {
-        let (with, note) = open.with_packed_kernels(threads)?;
-        open = with;
-        if let Some(note) = note {
-            eprintln!("{note}");
+    match matrices {
+        Matrices::CpuPacked(threads) => {
+            let (with, note) = open.with_packed_kernels(threads)?;
+            open = with;
+            if let Some(note) = note {
+                eprintln!("{note}");
+            }
         }
+        Matrices::GpuBlocks => {}
+        Matrices::F32 => open = open.with_f32_weights(),
     }
     if let Some(adapter) = &open.adapter {
         eprintln!("wgpu adapter: {adapter}");

@@ -171,7 +171,7 @@ impl Runner {
         let (target, open) = load::target(
             &resolved.model,
             resolved.backend,
-            common.kernels.packed_threads(resolved.backend)?,
+            common.kernels.matrices(resolved.backend)?,
         )?;
         let run = resolved.run;
         let draft_model = load::draft_model(&target, &run.drafter, &open)?;

@@ -70,6 +70,7 @@ fn open_cpu() -> Result<OpenDevice> {
             max_buffer_bytes: None,
             max_total_bytes: available_memory(),
             cpu_threads: None,
+            gpu_blocks: false,
         },
         adapter: None,
     })
@@ -106,6 +107,17 @@ impl OpenDevice {
     }
 }
 
+impl OpenDevice {
+    /// On a GPU, uploads every weight as f32 instead of GGUF blocks: the reference path the
+    /// block kernels are measured against (no effect on the CPU, where `with_packed_kernels`
+    /// decides).
+    #[must_use]
+    pub fn with_f32_weights(mut self) -> Self {
+        self.limits.gpu_blocks = false;
+        self
+    }
+}
+
 #[cfg(not(feature = "flex"))]
 fn open_cpu() -> Result<OpenDevice> {
     Err(EngineError::BackendUnavailable { backend: "cpu" })
@@ -129,6 +141,8 @@ async fn open_wgpu() -> Result<OpenDevice> {
             ),
             max_total_bytes: None,
             cpu_threads: None,
+            // GGUF blocks in GPU buffers by default; `with_f32_weights` for the reference.
+            gpu_blocks: true,
         },
         adapter: Some(format!("{} ({:?})", info.name, info.backend)),
     })

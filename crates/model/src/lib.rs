@@ -2,9 +2,11 @@
 //! native GPUs (wgpu on Vulkan/Metal/DX12) and the browser (WebGPU).
 //!
 //! - [`LlamaConfig`]: hyper-parameters with `validate()`.
-//! - [`Llama`]: weights dequantized to f32 burn tensors on load (GPUs, the CPU reference), or on
-//!   the CPU kept as packed GGUF blocks run by mars-kernels with a row-independent forward pass
-//!   ([`LoadOptions::cpu_threads`]); `forward` returns logits at every position.
+//! - [`Llama`]: on the CPU, matrices kept as packed GGUF blocks run by mars-kernels with a
+//!   row-independent forward pass ([`LoadOptions::cpu_threads`]); on wgpu / WebGPU, matrices
+//!   kept as GGUF blocks in GPU buffers run by mars-kernels' WGSL kernels, the rest burn ops
+//!   ([`LoadOptions::gpu_blocks`]); otherwise every weight dequantized to f32 burn tensors (the
+//!   reference path). `forward` returns logits at every position.
 //! - [`KvCache`]: preallocated, with a cursor and O(1) `truncate`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -12,6 +14,8 @@
 mod cache;
 mod config;
 mod error;
+#[cfg(any(feature = "wgpu", feature = "webgpu"))]
+mod gpu;
 mod host;
 mod llama;
 mod load;

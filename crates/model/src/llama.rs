@@ -20,21 +20,40 @@ pub(crate) enum Linear {
     /// few tokens than the other layout (`examples/matmul_cost.rs`), and shared with a tied
     /// embedding.
     DenseOutIn(Tensor<3>),
+    /// GGUF blocks `[out, in]` in GPU buffers, multiplied by mars-kernels' WGSL kernels.
+    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+    Blocks(Box<crate::gpu::GpuLinear>),
 }
 
 impl Linear {
-    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+    fn forward(&self, x: Tensor<3>) -> Result<Tensor<3>> {
         match self {
-            Self::Dense(w) => x.matmul(w.clone()),
-            Self::DenseOutIn(w) => w.clone().matmul(x.swap_dims(1, 2)).swap_dims(1, 2),
+            Self::Dense(w) => Ok(x.matmul(w.clone())),
+            Self::DenseOutIn(w) => Ok(w.clone().matmul(x.swap_dims(1, 2)).swap_dims(1, 2)),
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Self::Blocks(w) => w.forward(x),
         }
     }
 
     fn bytes(&self) -> u64 {
         match self {
             Self::Dense(w) | Self::DenseOutIn(w) => 4 * w.shape().num_elements() as u64,
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Self::Blocks(w) => w.bytes(),
         }
     }
+}
+
+/// The token embedding on the burn path.
+// One per model: a burn tensor's size inline costs nothing worth boxing for.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub(crate) enum Embedding {
+    /// f32 `[vocab, d_model]`.
+    Dense(Tensor<2>),
+    /// GGUF blocks `[vocab, d_model]` on the GPU, rows dequantized on lookup.
+    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+    Blocks(Box<crate::gpu::GpuLinear>),
 }
 
 /// One decoder block on burn tensors.
@@ -59,12 +78,14 @@ pub(crate) struct Block {
 /// The weights on burn tensors, for [`Llama::forward`] on any burn backend.
 #[derive(Debug, Clone)]
 pub(crate) struct TensorModel {
-    pub(crate) embedding: Tensor<2>, // [vocab, d_model]
+    pub(crate) embedding: Embedding, // [vocab, d_model]
     pub(crate) blocks: Vec<Block>,
     pub(crate) out_norm: Tensor<3>, // [1, 1, d_model]
     pub(crate) lm_head: Linear,     // vocab × d_model (shares the embedding's memory when tied)
     pub(crate) rope_cos: Tensor<2>, // [context_length, head_dim / 2]
     pub(crate) rope_sin: Tensor<2>, // [context_length, head_dim / 2]
+    /// Tensors converted to Q8_0 at load for the GPU kernels, as "name (type)".
+    pub(crate) converted: std::sync::Arc<Vec<String>>,
 }
 
 /// Where the weights are and which code runs them.
@@ -241,12 +262,23 @@ impl Llama {
         matches!(self.body, Body::Host(_))
     }
 
+    /// Whether the matrices are GGUF blocks on the GPU (wgpu / WebGPU).
+    pub fn is_gpu_blocks(&self) -> bool {
+        match &self.body {
+            Body::Tensors(m) => {
+                !matches!(m.embedding, Embedding::Dense(_))
+                    || !matches!(m.lm_head, Linear::Dense(_) | Linear::DenseOutIn(_))
+            }
+            Body::Host(_) => false,
+        }
+    }
+
     /// Weights converted to Q8_0 at load because the kernels have no path for their type, as
-    /// "name (type)" (empty on the burn path).
+    /// "name (type)" (empty on the f32 path).
     pub fn converted(&self) -> &[String] {
         match &self.body {
             Body::Host(m) => &m.converted,
-            Body::Tensors(_) => &[],
+            Body::Tensors(m) => &m.converted,
         }
     }
 
@@ -292,7 +324,7 @@ impl TensorModel {
     ) -> Result<Tensor<3>> {
         let t = tokens.len();
         let end = start + t;
-        let mut x = self.embed(tokens, c.d_model, device); // [1, t, d_model]
+        let mut x = self.embed(tokens, c.d_model, device)?; // [1, t, d_model]
         let cos = self
             .rope_cos
             .clone()
@@ -310,20 +342,26 @@ impl TensorModel {
             let attn = self.attention(c, block, h, layer, cache, start, &cos, &sin, &mask)?;
             x = x + attn;
             let h = rms_norm(x.clone(), &block.ffn_norm, c.rms_eps);
-            let gated = silu(block.w_gate.forward(h.clone())) * block.w_up.forward(h); // [1, t, d_ff]
-            let ffn = block.w_down.forward(gated); // [1, t, d_model]
+            let gated = silu(block.w_gate.forward(h.clone())?) * block.w_up.forward(h)?; // [1, t, d_ff]
+            let ffn = block.w_down.forward(gated)?; // [1, t, d_model]
             x = x + ffn;
         }
         let x = rms_norm(x, &self.out_norm, c.rms_eps); // [1, t, d_model]
-        Ok(self.lm_head.forward(x)) // [1, t, vocab]
+        self.lm_head.forward(x) // [1, t, vocab]
     }
 
     /// The embedding rows of `tokens` (checked against the vocabulary): `[1, t, d_model]`.
-    fn embed(&self, tokens: &[u32], d: usize, device: &Device) -> Tensor<3> {
+    fn embed(&self, tokens: &[u32], d: usize, device: &Device) -> Result<Tensor<3>> {
         let t = tokens.len();
-        let ids: Vec<i64> = tokens.iter().map(|&id| i64::from(id)).collect();
-        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [t]), device);
-        self.embedding.clone().select(0, ids).reshape([1, t, d])
+        match &self.embedding {
+            Embedding::Dense(table) => {
+                let ids: Vec<i64> = tokens.iter().map(|&id| i64::from(id)).collect();
+                let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [t]), device);
+                Ok(table.clone().select(0, ids).reshape([1, t, d]))
+            }
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Embedding::Blocks(table) => table.lookup(tokens),
+        }
     }
 
     #[allow(clippy::too_many_arguments)] // the pieces of one attention call, kept explicit
@@ -341,16 +379,16 @@ impl TensorModel {
     ) -> Result<Tensor<3>> {
         let t = h.dims()[1];
         let (hd, nh, nkv) = (c.head_dim, c.n_heads, c.n_kv_heads);
-        let project = |w: &Linear, b: &Option<Tensor<3>>| -> Tensor<3> {
-            let y = w.forward(h.clone());
-            match b {
+        let project = |w: &Linear, b: &Option<Tensor<3>>| -> Result<Tensor<3>> {
+            let y = w.forward(h.clone())?;
+            Ok(match b {
                 Some(b) => y + b.clone(),
                 None => y,
-            }
+            })
         };
-        let q = project(&block.wq, &block.bq).reshape([1, t, nh, hd]); // [1, t, n_heads, head_dim]
-        let k = project(&block.wk, &block.bk).reshape([1, t, nkv, hd]); // [1, t, n_kv, head_dim]
-        let v = project(&block.wv, &block.bv).reshape([1, t, nkv, hd]); // [1, t, n_kv, head_dim]
+        let q = project(&block.wq, &block.bq)?.reshape([1, t, nh, hd]); // [1, t, n_heads, head_dim]
+        let k = project(&block.wk, &block.bk)?.reshape([1, t, nkv, hd]); // [1, t, n_kv, head_dim]
+        let v = project(&block.wv, &block.bv)?.reshape([1, t, nkv, hd]); // [1, t, n_kv, head_dim]
         let (q, k) = match (&block.q_norm, &block.k_norm) {
             (Some(qn), Some(kn)) => (rms_norm(q, qn, c.rms_eps), rms_norm(k, kn, c.rms_eps)),
             _ => (q, k),
@@ -377,7 +415,7 @@ impl TensorModel {
             .reshape([1, nh, t, hd])
             .swap_dims(1, 2)
             .reshape([1, t, nh * hd]); // [1, t, n_heads * head_dim]
-        Ok(block.wo.forward(out)) // [1, t, d_model]
+        block.wo.forward(out) // [1, t, d_model]
     }
 }
 

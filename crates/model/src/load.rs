@@ -10,7 +10,7 @@ use mars_kernels::{Kernels, QMatrix, WeightType};
 use crate::config::LlamaConfig;
 use crate::error::{ModelError, Result};
 use crate::host::{HostBlock, HostModel};
-use crate::llama::{Block, Body, Linear, Llama, TensorModel};
+use crate::llama::{Block, Body, Embedding, Linear, Llama, TensorModel};
 use crate::weights::{HfWeights, Weights};
 
 /// Options for [`Llama::from_gguf`].
@@ -27,6 +27,11 @@ pub struct LoadOptions {
     /// Q5_1, Q4_K, Q5_K, Q6_K, F16, BF16) as stored and run them on this many threads. `None` (GPUs, and the f32
     /// reference path) dequantizes every weight to f32.
     pub cpu_threads: Option<usize>,
+    /// On wgpu / WebGPU: keep matrices (and the embedding) as GGUF blocks in GPU buffers, run
+    /// by mars-kernels' WGSL kernels (F32 tensors stay f32, as stored; types without a kernel
+    /// are converted once to Q8_0); `false` uploads every weight as f32 (the reference path).
+    /// Ignored where `cpu_threads` is set.
+    pub gpu_blocks: bool,
 }
 
 /// The kernels for `threads` threads, one pool per count for the whole process: a target and
@@ -197,7 +202,7 @@ impl Llama {
         check_memory(&c, g, options)?;
         let body = match options.cpu_threads {
             Some(threads) => Body::Host(host_model(&c, g, shared_kernels(threads)?)?),
-            None => Body::Tensors(Box::new(tensor_model(&c, g, device)?)),
+            None => Body::Tensors(Box::new(tensor_model(&c, g, device, options.gpu_blocks)?)),
         };
         Ok(Self {
             logit_ids: c.vocab_size,
@@ -208,25 +213,46 @@ impl Llama {
     }
 }
 
-/// The weights as f32 burn tensors on `device`.
-fn tensor_model(c: &LlamaConfig, g: &dyn Weights, device: &Device) -> Result<TensorModel> {
+/// The weights as burn tensors on `device`: f32, or with `gpu_blocks` the matrices and the
+/// embedding as GGUF blocks in GPU buffers (no f32 copy of any of them).
+fn tensor_model(
+    c: &LlamaConfig,
+    g: &dyn Weights,
+    device: &Device,
+    gpu_blocks: bool,
+) -> Result<TensorModel> {
     let (d, hd, ff, v) = (c.d_model, c.head_dim, c.d_ff, c.vocab_size);
     let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
-    // The output matrix stays in the file's [vocab, d_model] layout (applied as W @ xᵀ), so a
-    // tied head shares the embedding's memory.
-    let table = |name: &str| -> Result<Tensor<2>> {
-        Ok(Tensor::from_data(
-            TensorData::new(read(g, name, &[v, d])?, [v, d]),
-            device,
-        ))
-    };
-    let embedding = table("token_embd.weight")?;
-    let lm_head = if c.tied_embeddings {
-        embedding.clone()
+    let mut converted = Vec::new();
+    let (embedding, lm_head) = if gpu_blocks {
+        gpu_tables(c, g, device, &mut converted)?
     } else {
-        table("output.weight")?
+        // The output matrix stays in the file's [vocab, d_model] layout (applied as W @ xᵀ),
+        // so a tied head shares the embedding's memory.
+        let table = |name: &str| -> Result<Tensor<2>> {
+            Ok(Tensor::from_data(
+                TensorData::new(read(g, name, &[v, d])?, [v, d]),
+                device,
+            ))
+        };
+        let embedding = table("token_embd.weight")?;
+        let lm_head = if c.tied_embeddings {
+            embedding.clone()
+        } else {
+            table("output.weight")?
+        };
+        (
+            Embedding::Dense(embedding),
+            Linear::DenseOutIn(lm_head.reshape([1, v, d])),
+        )
     };
-    let lm_head = Linear::DenseOutIn(lm_head.reshape([1, v, d]));
+    let mut matrix = |name: &str, out_dim: usize, in_dim: usize| -> Result<Linear> {
+        if gpu_blocks {
+            gpu_matrix(g, name, out_dim, in_dim, device, &mut converted)
+        } else {
+            matrix(g, name, out_dim, in_dim, device)
+        }
+    };
     let mut blocks = Vec::with_capacity(c.n_layers);
     for i in 0..c.n_layers {
         let n = |s: &str| format!("blk.{i}.{s}");
@@ -249,19 +275,19 @@ fn tensor_model(c: &LlamaConfig, g: &dyn Weights, device: &Device) -> Result<Ten
         };
         blocks.push(Block {
             attn_norm: vector(g, &n("attn_norm.weight"), d, device)?,
-            wq: matrix(g, &n("attn_q.weight"), q_dim, d, device)?,
-            wk: matrix(g, &n("attn_k.weight"), kv_dim, d, device)?,
-            wv: matrix(g, &n("attn_v.weight"), kv_dim, d, device)?,
-            wo: matrix(g, &n("attn_output.weight"), d, q_dim, device)?,
+            wq: matrix(&n("attn_q.weight"), q_dim, d)?,
+            wk: matrix(&n("attn_k.weight"), kv_dim, d)?,
+            wv: matrix(&n("attn_v.weight"), kv_dim, d)?,
+            wo: matrix(&n("attn_output.weight"), d, q_dim)?,
             bq: bias("attn_q.bias", q_dim)?,
             bk: bias("attn_k.bias", kv_dim)?,
             bv: bias("attn_v.bias", kv_dim)?,
             q_norm: head_norm("attn_q_norm.weight")?,
             k_norm: head_norm("attn_k_norm.weight")?,
             ffn_norm: vector(g, &n("ffn_norm.weight"), d, device)?,
-            w_gate: matrix(g, &n("ffn_gate.weight"), ff, d, device)?,
-            w_up: matrix(g, &n("ffn_up.weight"), ff, d, device)?,
-            w_down: matrix(g, &n("ffn_down.weight"), d, ff, device)?,
+            w_gate: matrix(&n("ffn_gate.weight"), ff, d)?,
+            w_up: matrix(&n("ffn_up.weight"), ff, d)?,
+            w_down: matrix(&n("ffn_down.weight"), d, ff)?,
         });
     }
     let out_norm = vector(g, "output_norm.weight", d, device)?;
@@ -274,7 +300,96 @@ fn tensor_model(c: &LlamaConfig, g: &dyn Weights, device: &Device) -> Result<Ten
         lm_head,
         rope_cos: Tensor::from_data(TensorData::new(cos, [c.context_length, half]), device),
         rope_sin: Tensor::from_data(TensorData::new(sin, [c.context_length, half]), device),
+        converted: Arc::new(converted),
     })
+}
+
+/// The embedding and output head as GGUF blocks on the GPU (a tied head shares the
+/// embedding's buffers).
+#[cfg(any(feature = "wgpu", feature = "webgpu"))]
+fn gpu_tables(
+    c: &LlamaConfig,
+    g: &dyn Weights,
+    device: &Device,
+    converted: &mut Vec<String>,
+) -> Result<(Embedding, Linear)> {
+    use crate::gpu::GpuLinear;
+    let (d, v) = (c.d_model, c.vocab_size);
+    let embedding = if is_f32(g, "token_embd.weight")? {
+        Embedding::Dense(Tensor::from_data(
+            TensorData::new(read(g, "token_embd.weight", &[v, d])?, [v, d]),
+            device,
+        ))
+    } else {
+        let w = blocks(g, "token_embd.weight", v, d, converted)?;
+        Embedding::Blocks(Box::new(GpuLinear::upload(&w, device)?))
+    };
+    let lm_head = match (&embedding, c.tied_embeddings) {
+        (Embedding::Blocks(table), true) => Linear::Blocks(table.clone()),
+        (Embedding::Dense(table), true) => Linear::DenseOutIn(table.clone().reshape([1, v, d])),
+        (_, false) if is_f32(g, "output.weight")? => Linear::DenseOutIn(Tensor::from_data(
+            TensorData::new(read(g, "output.weight", &[v, d])?, [1, v, d]),
+            device,
+        )),
+        (_, false) => {
+            let w = blocks(g, "output.weight", v, d, converted)?;
+            Linear::Blocks(Box::new(GpuLinear::upload(&w, device)?))
+        }
+    };
+    Ok((embedding, lm_head))
+}
+
+/// Whether the source holds `name` in f32 (or has no stored form, as safetensors): such a
+/// matrix stays f32 on the GPU, as the file keeps it, rather than being rounded to Q8_0.
+#[cfg(any(feature = "wgpu", feature = "webgpu"))]
+fn is_f32(g: &dyn Weights, name: &str) -> Result<bool> {
+    Ok(g.stored(name)?.is_none_or(|(_, ty, _)| ty == GgmlType::F32))
+}
+
+/// A `[out, in]` matrix as GGUF blocks on the GPU (converted once to Q8_0 where no kernel
+/// takes its type).
+#[cfg(any(feature = "wgpu", feature = "webgpu"))]
+fn gpu_matrix(
+    g: &dyn Weights,
+    name: &str,
+    out_dim: usize,
+    in_dim: usize,
+    device: &Device,
+    converted: &mut Vec<String>,
+) -> Result<Linear> {
+    if is_f32(g, name)? {
+        return matrix(g, name, out_dim, in_dim, device);
+    }
+    let w = blocks(g, name, out_dim, in_dim, converted)?;
+    Ok(Linear::Blocks(Box::new(crate::gpu::GpuLinear::upload(
+        &w, device,
+    )?)))
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
+fn gpu_tables(
+    _: &LlamaConfig,
+    _: &dyn Weights,
+    _: &Device,
+    _: &mut Vec<String>,
+) -> Result<(Embedding, Linear)> {
+    Err(ModelError::Unsupported(
+        "GGUF blocks on the GPU: this build has no wgpu backend".into(),
+    ))
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
+fn gpu_matrix(
+    _: &dyn Weights,
+    _: &str,
+    _: usize,
+    _: usize,
+    _: &Device,
+    _: &mut Vec<String>,
+) -> Result<Linear> {
+    Err(ModelError::Unsupported(
+        "GGUF blocks on the GPU: this build has no wgpu backend".into(),
+    ))
 }
 
 /// The weights as packed blocks on the host for the kernels: no f32 copy of any matrix.
@@ -339,7 +454,9 @@ fn host_model(c: &LlamaConfig, g: &dyn Weights, kernels: Arc<Kernels>) -> Result
 fn check_memory(c: &LlamaConfig, g: &dyn Weights, options: LoadOptions) -> Result<()> {
     let (d, ff, v) = (c.d_model as u64, c.d_ff as u64, c.vocab_size as u64);
     let q = (c.n_heads as u64).saturating_mul(c.head_dim as u64);
-    if let Some(limit) = options.max_buffer_bytes {
+    // GGUF blocks on the GPU are split by rows to fit a binding (the kernels check each row).
+    let f32_buffers = options.cpu_threads.is_none() && !options.gpu_blocks;
+    if let Some(limit) = options.max_buffer_bytes.filter(|_| f32_buffers) {
         let tensors = [
             ("the embedding matrix", v.saturating_mul(d)),
             ("an FFN matrix", ff.saturating_mul(d)),
@@ -360,9 +477,10 @@ fn check_memory(c: &LlamaConfig, g: &dyn Weights, options: LoadOptions) -> Resul
         let rope = 4u64
             .saturating_mul(c.context_length as u64)
             .saturating_mul(c.head_dim as u64);
-        let (what, weights) = match options.cpu_threads {
-            Some(_) => ("the weights as packed blocks", packed_bytes(c, g)?),
-            None => ("the weights in f32", c.weight_bytes()),
+        let (what, weights) = if f32_buffers {
+            ("the weights in f32", c.weight_bytes())
+        } else {
+            ("the weights as packed blocks", packed_bytes(c, g)?)
         };
         let needed = weights.saturating_add(rope);
         if needed > limit {

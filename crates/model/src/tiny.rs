@@ -49,6 +49,79 @@ fn byte_token(b: u8) -> String {
 /// # Errors
 /// Only if the writer rejects a tensor, which would be a bug in this function.
 pub fn tiny_gguf(seed: u64) -> Result<Vec<u8>> {
+    build(seed, false)
+}
+
+/// The same tiny model with its matrices quantized as GGUF files store them: Q/O and the FFN
+/// down projection Q8_0, K and the FFN gate Q4_1, V and the FFN up Q5_0, the output head
+/// Q8_0 (the embedding stays F16): a small file on which every matrix path that reads blocks
+/// (the CPU kernels, the GPU kernels) meets the f32 reference over the same dequantized values.
+///
+/// # Errors
+/// As [`tiny_gguf`].
+pub fn tiny_gguf_quantized(seed: u64) -> Result<Vec<u8>> {
+    build(seed, true)
+}
+
+/// Rows of 32-value blocks of `values` (a whole number of blocks) in `ty`: Q8_0, Q4_1 or Q5_0
+/// by round-to-nearest, F32 as is.
+fn quantize(values: &[f32], ty: GgmlType) -> Vec<u8> {
+    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    let mut out = Vec::new();
+    if ty == GgmlType::F32 {
+        return values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    }
+    for block in values.chunks_exact(32) {
+        match ty {
+            GgmlType::Q8_0 => {
+                let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
+                let d = amax / 127.0;
+                let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+                out.extend(f16(d));
+                out.extend(
+                    block
+                        .iter()
+                        .map(|v| (v * id).round().clamp(-127.0, 127.0) as i8 as u8),
+                );
+            }
+            GgmlType::Q4_1 => {
+                let min = block.iter().fold(f32::INFINITY, |a, &v| a.min(v));
+                let max = block.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+                let d = (max - min) / 15.0;
+                let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+                let q: Vec<u8> = block
+                    .iter()
+                    .map(|v| ((v - min) * id).round().clamp(0.0, 15.0) as u8)
+                    .collect();
+                out.extend(f16(d));
+                out.extend(f16(min));
+                out.extend((0..16).map(|j| q[j] | (q[j + 16] << 4)));
+            }
+            _ => {
+                // Q5_0: d = the signed value of largest magnitude / −16, q = x / d + 16.
+                let m = block
+                    .iter()
+                    .fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a });
+                let d = m / -16.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let q: Vec<u32> = block
+                    .iter()
+                    .map(|v| (v * id + 16.0).round().clamp(0.0, 31.0) as u32)
+                    .collect();
+                let qh = q
+                    .iter()
+                    .enumerate()
+                    .fold(0u32, |h, (j, &v)| h | (((v >> 4) & 1) << j));
+                out.extend(f16(d));
+                out.extend(qh.to_le_bytes());
+                out.extend((0..16).map(|j| ((q[j] & 15) | ((q[j + 16] & 15) << 4)) as u8));
+            }
+        }
+    }
+    out
+}
+
+fn build(seed: u64, quantized: bool) -> Result<Vec<u8>> {
     let c = tiny_config();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut random = |n: usize, scale: f32| -> Vec<f32> {
@@ -88,6 +161,16 @@ pub fn tiny_gguf(seed: u64) -> Result<Vec<u8>> {
     let add = |w: &mut GgufWriter, name: String, dims: &[u64], values: Vec<f32>| -> Result<()> {
         w.tensor_f32(name, dims, &values).map(|_| ())
     };
+    // A matrix in `ty` when quantized (F32 otherwise).
+    let add_matrix = |w: &mut GgufWriter,
+                      name: String,
+                      dims: &[u64],
+                      values: Vec<f32>,
+                      ty: GgmlType|
+     -> Result<()> {
+        let ty = if quantized { ty } else { GgmlType::F32 };
+        w.tensor(name, dims, ty, quantize(&values, ty)).map(|_| ())
+    };
     let embedding: Vec<u8> = random((c.vocab_size as u64 * d) as usize, 1.0)
         .into_iter()
         .flat_map(|v| half::f16::from_f32(v).to_le_bytes())
@@ -107,29 +190,33 @@ pub fn tiny_gguf(seed: u64) -> Result<Vec<u8>> {
             &[d],
             random(d as usize, 0.5).iter().map(|x| 1.0 + x).collect(),
         )?;
-        add(
+        add_matrix(
             &mut w,
             n("attn_q.weight"),
             &[d, q],
             random((d * q) as usize, s(d)),
+            GgmlType::Q8_0,
         )?;
-        add(
+        add_matrix(
             &mut w,
             n("attn_k.weight"),
             &[d, kv],
             random((d * kv) as usize, s(d)),
+            GgmlType::Q4_1,
         )?;
-        add(
+        add_matrix(
             &mut w,
             n("attn_v.weight"),
             &[d, kv],
             random((d * kv) as usize, s(d)),
+            GgmlType::Q5_0,
         )?;
-        add(
+        add_matrix(
             &mut w,
             n("attn_output.weight"),
             &[q, d],
             random((q * d) as usize, s(q)),
+            GgmlType::Q8_0,
         )?;
         add(
             &mut w,
@@ -137,33 +224,37 @@ pub fn tiny_gguf(seed: u64) -> Result<Vec<u8>> {
             &[d],
             random(d as usize, 0.5).iter().map(|x| 1.0 + x).collect(),
         )?;
-        add(
+        add_matrix(
             &mut w,
             n("ffn_gate.weight"),
             &[d, ff],
             random((d * ff) as usize, s(d)),
+            GgmlType::Q4_1,
         )?;
-        add(
+        add_matrix(
             &mut w,
             n("ffn_up.weight"),
             &[d, ff],
             random((d * ff) as usize, s(d)),
+            GgmlType::Q5_0,
         )?;
-        add(
+        add_matrix(
             &mut w,
             n("ffn_down.weight"),
             &[ff, d],
             random((ff * d) as usize, s(ff)),
+            GgmlType::Q8_0,
         )?;
     }
     // A separate output matrix: with a tied one the logit of the current token dominates
     // (|e|² against random dot products) and random weights just repeat the last byte. Scale
     // 0.6 gives logits of standard deviation ~3, so that sampling spreads over a few tokens.
-    add(
+    add_matrix(
         &mut w,
         "output.weight".into(),
         &[d, c.vocab_size as u64],
         random((d * c.vocab_size as u64) as usize, 0.6),
+        GgmlType::Q8_0,
     )?;
     add(
         &mut w,

@@ -4,15 +4,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use mars_formats::{Gguf, Tokenizer};
-use mars_model::tiny::{tiny_config, tiny_gguf};
+use mars_model::tiny::{tiny_config, tiny_gguf, tiny_gguf_quantized};
 use mars_model::{Device, Llama, LoadOptions, read_f32};
 
 /// Largest difference allowed between backends: f32 sums in another order, over 2 layers.
 const TOLERANCE: f32 = 1e-4;
 
 fn logits(device: &Device, bytes: &[u8], tokens: &[u32]) -> Vec<f32> {
+    logits_with(device, bytes, tokens, LoadOptions::default())
+}
+
+fn logits_with(device: &Device, bytes: &[u8], tokens: &[u32], options: LoadOptions) -> Vec<f32> {
     let g = Gguf::parse(bytes).unwrap();
-    let model = Llama::from_gguf(&g, device, LoadOptions::default()).unwrap();
+    let model = Llama::from_gguf(&g, device, options).unwrap();
+    assert_eq!(model.is_gpu_blocks(), options.gpu_blocks);
     assert_eq!(model.config(), &tiny_config());
     let mut cache = model.new_cache(32).unwrap();
     // A prompt, then two single-token steps: batched and incremental paths both compared.
@@ -39,10 +44,7 @@ fn flex_and_wgpu_agree() {
     let bytes = tiny_gguf(7).unwrap();
     let tokens = [72, 101, 108, 108, 111, 32, 119, 111];
     let cpu = logits(&Device::flex(), &bytes, &tokens);
-    let gpu_device = Device::wgpu_options()
-        .init()
-        .expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
-    let gpu = logits(&gpu_device, &bytes, &tokens);
+    let gpu = logits(&wgpu(), &bytes, &tokens);
     assert_eq!(cpu.len(), gpu.len());
     assert_eq!(cpu.len(), 8 * 257);
     let worst = cpu
@@ -55,18 +57,71 @@ fn flex_and_wgpu_agree() {
     assert!(worst < TOLERANCE, "{worst}");
 }
 
+/// The wgpu device, initialised once per process (burn's runtime allows one).
+fn wgpu() -> Device {
+    static DEVICE: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    DEVICE
+        .get_or_init(|| {
+            Device::wgpu_options()
+                .init()
+                .expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)")
+        })
+        .clone()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+}
+
+/// Quantized matrices (Q8_0, Q4_1, Q5_0) and an F16 embedding as GGUF blocks on wgpu, run by
+/// the WGSL kernels, against flex's f32 forward over the same values dequantized: activations
+/// stay f32 on both, so only the order of f32 sums differs.
+#[test]
+fn wgpu_blocks_agree_with_flex_over_the_dequantized_weights() {
+    let bytes = tiny_gguf_quantized(7).unwrap();
+    let tokens = [72, 101, 108, 108, 111, 32, 119, 111];
+    let cpu = logits(&Device::flex(), &bytes, &tokens);
+    let options = LoadOptions {
+        gpu_blocks: true,
+        ..LoadOptions::default()
+    };
+    let gpu = logits_with(&wgpu(), &bytes, &tokens, options);
+    let worst = max_diff(&cpu, &gpu);
+    eprintln!("flex f32 vs wgpu blocks: max |Δ logit| = {worst:.2e}");
+    assert!(worst < TOLERANCE, "{worst}");
+    // The same file on the f32 path of wgpu agrees too (the blocks are the file's values).
+    let f32_gpu = logits(&wgpu(), &bytes, &tokens);
+    assert!(max_diff(&cpu, &f32_gpu) < TOLERANCE);
+}
+
 /// The tokens and seed of the cross-platform fixture: the browser test (crates/web) runs the
 /// same tiny model on WebGPU and compares with these flex logits.
 const FIXTURE_SEED: u64 = 7;
 const FIXTURE_TOKENS: [u32; 8] = [72, 101, 108, 108, 111, 32, 119, 111];
 
-/// The committed fixture equals what flex computes now (so the browser test can never compare
-/// against stale numbers). `MARS_WRITE_FIXTURES=1` rewrites it.
+/// The committed fixtures equal what flex computes now (so the browser tests can never compare
+/// against stale numbers): the f32 tiny model and its quantized twin. `MARS_WRITE_FIXTURES=1`
+/// rewrites them.
 #[test]
 fn browser_fixture_matches_flex() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tiny_logits.json");
-    let bytes = tiny_gguf(FIXTURE_SEED).unwrap();
-    let cpu = logits(&Device::flex(), &bytes, &FIXTURE_TOKENS);
+    check_fixture("tiny_logits.json", &tiny_gguf(FIXTURE_SEED).unwrap());
+}
+
+#[test]
+fn quantized_browser_fixture_matches_flex() {
+    check_fixture(
+        "tiny_q_logits.json",
+        &tiny_gguf_quantized(FIXTURE_SEED).unwrap(),
+    );
+}
+
+fn check_fixture(name: &str, bytes: &[u8]) {
+    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
+    let cpu = logits(&Device::flex(), bytes, &FIXTURE_TOKENS);
     if std::env::var_os("MARS_WRITE_FIXTURES").is_some() {
         let json = serde_json::json!({
             "seed": FIXTURE_SEED,
@@ -74,10 +129,10 @@ fn browser_fixture_matches_flex() {
             "prefill": 6,
             "logits": cpu,
         });
-        std::fs::write(path, serde_json::to_string(&json).unwrap()).unwrap();
+        std::fs::write(&path, serde_json::to_string(&json).unwrap()).unwrap();
     }
     let fixture: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let stored: Vec<f32> = serde_json::from_value(fixture["logits"].clone()).unwrap();
     assert_eq!(stored.len(), cpu.len());
     let worst = stored
@@ -102,6 +157,7 @@ fn too_big_for_the_device_is_refused_up_front() {
             max_buffer_bytes: Some(embedding - 1),
             max_total_bytes: None,
             cpu_threads: None,
+            gpu_blocks: false,
         },
     )
     .unwrap_err();
@@ -119,6 +175,7 @@ fn too_big_for_the_device_is_refused_up_front() {
             max_buffer_bytes: Some(embedding),
             max_total_bytes: Some(c.weight_bytes()),
             cpu_threads: None,
+            gpu_blocks: false,
         },
     )
     .unwrap_err();
@@ -132,6 +189,7 @@ fn too_big_for_the_device_is_refused_up_front() {
             max_buffer_bytes: Some(embedding),
             max_total_bytes: Some(c.weight_bytes() + rope),
             cpu_threads: None,
+            gpu_blocks: false,
         },
     )
     .unwrap();

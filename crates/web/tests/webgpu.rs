@@ -1,6 +1,7 @@
 //! In headless Chromium on WebGPU (SwiftShader in CI): the tiny model gives the logits flex
-//! computes natively (the fixture that crates/model's tests keep in step with flex), and the
-//! engine's greedy strict speculation emits the target-only tokens there too.
+//! computes natively (the fixtures that crates/model's tests keep in step with flex), with f32
+//! weights and with quantized matrices as GGUF blocks run by the WGSL kernels, and the engine's
+//! greedy strict speculation emits the target-only tokens there on both paths.
 #![cfg(target_arch = "wasm32")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use mars_engine::{AnyDrafter, DecodeConfig, Decoder, ModelDrafter};
 use mars_formats::{Gguf, Tokenizer};
-use mars_model::tiny::tiny_gguf;
+use mars_model::tiny::{tiny_gguf, tiny_gguf_quantized};
 use mars_model::{Device, Llama, LoadOptions, read_f32_async};
 use mars_verify::{Mode, Sampling, VerifyConfig};
 use wasm_bindgen_test::*;
@@ -37,17 +38,45 @@ async fn device() -> Device {
 
 #[wasm_bindgen_test]
 async fn tiny_model_logits_match_flex() {
-    let fixture: serde_json::Value =
-        serde_json::from_str(include_str!("../../model/tests/data/tiny_logits.json")).unwrap();
+    check_fixture(
+        include_str!("../../model/tests/data/tiny_logits.json"),
+        tiny_gguf,
+        LoadOptions::default(),
+    )
+    .await;
+}
+
+/// The quantized twin with its matrices as GGUF blocks in WebGPU buffers (the WGSL kernels on
+/// an adapter without shader-f16) against flex's f32 forward over the dequantized values.
+#[wasm_bindgen_test]
+async fn quantized_tiny_model_on_gpu_blocks_matches_flex() {
+    check_fixture(
+        include_str!("../../model/tests/data/tiny_q_logits.json"),
+        tiny_gguf_quantized,
+        LoadOptions {
+            gpu_blocks: true,
+            ..LoadOptions::default()
+        },
+    )
+    .await;
+}
+
+async fn check_fixture(
+    json: &str,
+    make: fn(u64) -> mars_formats::Result<Vec<u8>>,
+    options: LoadOptions,
+) {
+    let fixture: serde_json::Value = serde_json::from_str(json).unwrap();
     let seed = fixture["seed"].as_u64().unwrap();
     let tokens: Vec<u32> = serde_json::from_value(fixture["tokens"].clone()).unwrap();
     let prefill = fixture["prefill"].as_u64().unwrap() as usize;
     let expected: Vec<f32> = serde_json::from_value(fixture["logits"].clone()).unwrap();
 
-    let bytes = tiny_gguf(seed).unwrap();
+    let bytes = make(seed).unwrap();
     let g = Gguf::parse(&bytes).unwrap();
     let device = device().await;
-    let model = Llama::from_gguf(&g, &device, LoadOptions::default()).unwrap();
+    let model = Llama::from_gguf(&g, &device, options).unwrap();
+    assert_eq!(model.is_gpu_blocks(), options.gpu_blocks);
     let mut cache = model.new_cache(32).unwrap();
     let mut got = read_f32_async(model.forward(&tokens[..prefill], &mut cache).unwrap())
         .await
@@ -65,7 +94,10 @@ async fn tiny_model_logits_match_flex() {
         .zip(&expected)
         .map(|(a, b)| (a - b).abs())
         .fold(0f32, f32::max);
-    web_sys_log(&format!("WebGPU vs flex: max |Δ logit| = {worst:.2e}"));
+    web_sys_log(&format!(
+        "WebGPU (GGUF blocks: {}) vs flex: max |Δ logit| = {worst:.2e}",
+        options.gpu_blocks
+    ));
     assert!(worst < TOLERANCE, "{worst}");
 }
 
@@ -75,10 +107,22 @@ fn web_sys_log(s: &str) {
 
 #[wasm_bindgen_test]
 async fn greedy_strict_speculation_equals_target_only_on_webgpu() {
-    let bytes = tiny_gguf(3).unwrap();
+    strict_equals_target_only(tiny_gguf(3).unwrap(), LoadOptions::default()).await;
+}
+
+#[wasm_bindgen_test]
+async fn greedy_strict_speculation_equals_target_only_on_webgpu_blocks() {
+    let options = LoadOptions {
+        gpu_blocks: true,
+        ..LoadOptions::default()
+    };
+    strict_equals_target_only(tiny_gguf_quantized(3).unwrap(), options).await;
+}
+
+async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
     let g = Gguf::parse(&bytes).unwrap();
     let device = device().await;
-    let model = Llama::from_gguf(&g, &device, LoadOptions::default()).unwrap();
+    let model = Llama::from_gguf(&g, &device, options).unwrap();
     let tokenizer = Arc::new(Tokenizer::from_gguf(&g).unwrap());
     let prompt = tokenizer
         .encode("the cat sat on the mat; the cat", false)

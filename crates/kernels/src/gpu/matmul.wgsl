@@ -1,4 +1,5 @@
-// y[r, y_offset + o] = Σ_i x[r, i] · W[o, i] for r < ROWS rows and o < out_rows, with W's rows
+// y[row0 + r, y_offset + o] = Σ_i x[row0 + r, i] · W[o, i] for r < ROWS rows and o < out_rows,
+// with W's rows
 // stored as GGUF blocks. A workgroup of 64 threads computes 4 outputs: a team of 16 threads per
 // weight row, thread t taking groups t, t + 16, … of 32 values, each decoded once and applied to
 // all ROWS rows. Each row's sum is taken in the same order whatever ROWS is (the team's partials
@@ -11,9 +12,9 @@ const TEAMS: u32 = 4u;
 // Every binding is read_write: the runtime sub-allocates buffers from shared pages, and WebGPU
 // refuses one buffer bound read-only and read-write in the same dispatch.
 @group(0) @binding(0) var<storage, read_write> w: array<u32>;        // blocks, [out_rows, row_bytes] + pad
-@group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;  // [ROWS, n_in / 4]
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [ROWS, y_stride]
-// [out_rows, n_in, row_bytes, y_stride, y_offset, groups_x]
+@group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;  // [rows, n_in / 4]
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [rows, y_stride]
+// [out_rows, n_in, row_bytes, y_stride, y_offset, groups_x, row0]
 @group(0) @binding(3) var<storage, read_write> p: array<u32>;
 
 var<workgroup> partial: array<f32, 64u * ROWS>;
@@ -28,6 +29,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let y_stride = p[3];
     let y_offset = p[4];
     let groups_x = p[5];
+    let row0 = p[6];
     let team = lid / TEAM;
     let t = lid % TEAM;
     let o = (wg.x + wg.y * groups_x) * TEAMS + team;
@@ -39,7 +41,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         for (var g = t; g < n_groups; g += TEAM) {
             load_group(rb, g);
             for (var r = 0u; r < ROWS; r++) {
-                let xb = r * x_row + g * 8u;
+                let xb = (row0 + r) * x_row + g * 8u;
                 var d0 = 0.0;
                 var d1 = 0.0;
                 var sx = vec4<f32>(0.0);
@@ -75,7 +77,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     if t == 0u && o < out_rows {
         for (var r = 0u; r < ROWS; r++) {
-            y[r * y_stride + y_offset + o] = partial[r * 64u + lid];
+            y[(row0 + r) * y_stride + y_offset + o] = partial[r * 64u + lid];
         }
     }
 }

@@ -10,7 +10,8 @@
 //!
 //! Two kernels:
 //! - [`Matmul`]: `y[m, out] = x[m, in] · W[out, in]ᵀ` for m = 1 … [`MAX_ROWS`](crate::MAX_ROWS)
-//!   (decode and verification), one shader per (type, m). Each 32-value group of a weight row
+//!   rows a launch (decode and verification; a prefill takes 16 rows a launch), one shader per
+//!   (type, m). Each 32-value group of a weight row
 //!   is decoded once and applied to all m rows, so a verification pass reads the weights once.
 //!   Each row's sum is taken in an order that does not depend on m: a row's result is the same
 //!   bit for bit whether it is computed alone or beside others (tested), which keeps greedy
@@ -466,40 +467,44 @@ impl GpuMatrix {
         (self.rows * self.ty.block_bytes() * (self.cols / self.ty.block_values())) as u64
     }
 
-    /// Enqueues `y[m, rows] = x[m, cols] · Wᵀ` on `client`: `x` holds `m` f32 rows of `cols`
-    /// values, `y` room for `m` f32 rows of [`GpuMatrix::rows`] values (both contiguous).
+    /// Enqueues `y[t, rows] = x[t, cols] · Wᵀ` on `client`: `x` holds `t` f32 rows of `cols`
+    /// values, `y` room for `t` f32 rows of [`GpuMatrix::rows`] values (both contiguous). Rows
+    /// go [`MAX_ROWS`] at a time (a prefill reads the weights once per 16 rows); each row's
+    /// result is the same whichever launch computes it.
     ///
     /// # Errors
-    /// [`KernelError::TooManyRows`] for m outside 1..=16, [`KernelError::Shape`] for buffers
-    /// smaller than the shapes need.
-    pub fn matmul(&self, client: &Client, x: &Handle, y: &Handle, m: usize) -> Result<()> {
-        if m == 0 || m > MAX_ROWS {
+    /// [`KernelError::TooManyRows`] for t = 0, [`KernelError::Shape`] for buffers smaller than
+    /// the shapes need.
+    pub fn matmul(&self, client: &Client, x: &Handle, y: &Handle, t: usize) -> Result<()> {
+        if t == 0 {
             return Err(KernelError::TooManyRows {
-                rows: m,
+                rows: 0,
                 max: MAX_ROWS,
             });
         }
-        self.check_size("x", x, m * self.cols * 4)?;
-        self.check_size("y", y, m * self.rows * 4)?;
+        self.check_size("x", x, t * self.cols * 4)?;
+        self.check_size("y", y, t * self.rows * 4)?;
         let rb = row_bytes(self.ty, self.cols)?;
-        for part in &self.parts {
-            let out = part.rows.len();
-            let groups = out.div_ceil(ROWS_PER_GROUP);
-            let (gx, gy) = grid(groups);
-            let params = [out, self.cols, rb, self.rows, part.rows.start, gx].map(|v| v as u32);
-            let params = client.create_from_slice(u32_bytes(&params).as_slice());
-            client.launch(
-                Box::new(Matmul {
-                    ty: self.ty,
-                    rows: m,
-                }),
-                CubeCount::Static(gx as u32, gy as u32, 1),
-                KernelArguments::new()
-                    .with_buffer(part.weights.clone().binding())
-                    .with_buffer(x.clone().binding())
-                    .with_buffer(y.clone().binding())
-                    .with_buffer(params.binding()),
-            );
+        for row0 in (0..t).step_by(MAX_ROWS) {
+            let m = (t - row0).min(MAX_ROWS);
+            for part in &self.parts {
+                let out = part.rows.len();
+                let (gx, gy) = grid(out.div_ceil(ROWS_PER_GROUP));
+                let params = [out, self.cols, rb, self.rows, part.rows.start, gx, row0];
+                let params = client.create_from_slice(&u32_bytes(&params.map(|v| v as u32)));
+                client.launch(
+                    Box::new(Matmul {
+                        ty: self.ty,
+                        rows: m,
+                    }),
+                    CubeCount::Static(gx as u32, gy as u32, 1),
+                    KernelArguments::new()
+                        .with_buffer(part.weights.clone().binding())
+                        .with_buffer(x.clone().binding())
+                        .with_buffer(y.clone().binding())
+                        .with_buffer(params.binding()),
+                );
+            }
         }
         Ok(())
     }

@@ -1,0 +1,118 @@
+//! GGUF blocks on wgpu / WebGPU: matrices uploaded as their blocks and multiplied by
+//! mars-kernels' WGSL kernels (`mars_kernels::gpu`) on the same CubeCL client burn runs on, so
+//! activations go from burn's buffers to the kernels and back with no copy. Everything else in
+//! the forward pass (norms, RoPE, attention) stays burn ops.
+
+use std::sync::Arc;
+
+use burn::backend::Cube;
+use burn::backend::wgpu::CubeTensor;
+use burn::tensor::{DType, Device, Shape, Tensor};
+use burn_cubecl::kernel::into_contiguous;
+use mars_kernels::QMatrix;
+use mars_kernels::gpu::GpuMatrix;
+
+use crate::error::{ModelError, Result};
+
+/// A `[out, in]` matrix of GGUF blocks in GPU memory (split by output rows where it exceeds
+/// the adapter's largest binding).
+#[derive(Clone)]
+pub(crate) struct GpuLinear {
+    matrix: Arc<GpuMatrix>,
+    client: cubecl::client::Client,
+    device: burn_cubecl::CubeDevice,
+}
+
+impl std::fmt::Debug for GpuLinear {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuLinear")
+            .field("matrix", &self.matrix)
+            .field("device", &self.device)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The CubeCL client and device behind a burn wgpu device: read off a one-value tensor, the
+/// one handle burn gives to its runtime.
+fn client_of(device: &Device) -> Result<(cubecl::client::Client, burn_cubecl::CubeDevice)> {
+    let probe = Tensor::<1>::zeros([1], device)
+        .try_into_primitive::<Cube>()
+        .map_err(|e| {
+            ModelError::Unsupported(format!("GGUF blocks on the GPU need a wgpu device: {e:?}"))
+        })?;
+    Ok((probe.client.clone(), probe.device.clone()))
+}
+
+impl GpuLinear {
+    /// Uploads `w`'s blocks to `device`.
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] for a device that is not wgpu; the kernels' error for a row
+    /// larger than the adapter binds.
+    pub(crate) fn upload(w: &QMatrix, device: &Device) -> Result<Self> {
+        let (client, device) = client_of(device)?;
+        let max = client.properties().memory.max_page_size;
+        let matrix = GpuMatrix::upload(&client, w.ty(), w.rows(), w.cols(), w.blocks(), max)?;
+        Ok(Self {
+            matrix: Arc::new(matrix),
+            client,
+            device,
+        })
+    }
+
+    /// Bytes of blocks one product reads.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.matrix.bytes()
+    }
+
+    /// `x [1, t, in] → [1, t, out]`, 16 rows a launch.
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] for a tensor that is not f32 on wgpu; the kernels' error
+    /// for a width other than the matrix's columns.
+    pub(crate) fn forward(&self, x: Tensor<3>) -> Result<Tensor<3>> {
+        let [_, t, _] = x.dims();
+        let x = into_contiguous(x.try_into_primitive::<Cube>().map_err(|e| {
+            ModelError::Unsupported(format!("a GGUF-block matrix on a non-wgpu tensor: {e:?}"))
+        })?);
+        if x.dtype != DType::F32 {
+            return Err(ModelError::Unsupported(format!(
+                "activations of dtype {:?} (the block kernels take f32)",
+                x.dtype
+            )));
+        }
+        let rows = self.matrix.rows();
+        let y = x.client.empty(t * rows * 4);
+        self.matrix.matmul(&x.client, &x.handle, &y, t)?;
+        let out = CubeTensor::new_contiguous(
+            x.client.clone(),
+            x.device.clone(),
+            Shape::new([1, t, rows]),
+            y,
+            DType::F32,
+        );
+        Ok(Tensor::from_primitive::<Cube>(out))
+    }
+
+    /// The rows of `ids` (each below the matrix's rows: the caller checks the vocabulary),
+    /// dequantized: `[1, t, cols]`.
+    ///
+    /// # Errors
+    /// The kernels' error for more ids than one lookup takes.
+    pub(crate) fn lookup(&self, ids: &[u32]) -> Result<Tensor<3>> {
+        let client = &self.client;
+        let id_bytes: Vec<u8> = ids.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let ids_handle = client.create_from_slice(&id_bytes);
+        let cols = self.matrix.cols();
+        let out = client.empty(ids.len() * cols * 4);
+        self.matrix.embed(client, &ids_handle, &out, ids.len())?;
+        let out = CubeTensor::new_contiguous(
+            client.clone(),
+            self.device.clone(),
+            Shape::new([1, ids.len(), cols]),
+            out,
+            DType::F32,
+        );
+        Ok(Tensor::from_primitive::<Cube>(out))
+    }
+}
