@@ -218,6 +218,8 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         // Decode is bound by reading every weight once per token: the bandwidth it achieved.
         "decode_weight_gb_per_second": target.model().matrix_bytes() as f64 * summary.tokens_per_second / 1e9,
         "packed": target.model().is_packed(),
+        "gpu_blocks": target.model().is_gpu_blocks(),
+        "adapter": open.adapter,
         "threads": open.limits.cpu_threads,
         "resident_bytes": status_bytes("VmRSS:"),
         "anonymous_resident_bytes": status_bytes("RssAnon:"),

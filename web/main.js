@@ -59,8 +59,9 @@ const PRESETS = [
     drafter: "model",
     k: 3,
     prompt: "Write a Python function `is_palindrome(s: str) -> bool` that ignores case and non-alphanumeric characters. Answer with code only.",
-    // The GPU path holds weights as f32 today: ~7 GB for this pair, beyond a browser tab.
-    unavailable: "needs 4-bit weights on the GPU (not yet: as f32 this pair would take ~7 GB)",
+    // Weights now stay 4-bit on the GPU (1.6 GB for the pair), but the page still reads each
+    // file whole into wasm memory before uploading it; streaming the load comes first.
+    unavailable: "needs a streaming load (the page still reads both files, 1.6 GB, whole into wasm memory)",
   },
 ];
 

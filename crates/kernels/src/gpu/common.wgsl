@@ -3,8 +3,6 @@
 // value l = s0 · q[l] + mn for l < 16, s1 · q[l] + mn for l ≥ 16 (only Q6_K has s0 ≠ s1).
 // Block scales are f16 decoded with `unpack2x16float`, core WGSL: no `shader-f16` needed.
 
-const HAS_MIN: bool = {{has_min}};
-
 var<private> q: array<vec4<f32>, 8>;
 var<private> s0: f32;
 var<private> s1: f32;

@@ -40,24 +40,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let x_row = n_in / 4u;
         for (var g = t; g < n_groups; g += TEAM) {
             load_group(rb, g);
+            // The group's 32 weights as f32, once for all rows: each row is then 8 dot
+            // products, with nothing per row that a single row would not also do.
+            for (var k = 0u; k < 4u; k++) {
+                q[k] = q[k] * s0 + vec4<f32>(mn);
+                q[k + 4u] = q[k + 4u] * s1 + vec4<f32>(mn);
+            }
             for (var r = 0u; r < ROWS; r++) {
                 let xb = (row0 + r) * x_row + g * 8u;
-                var d0 = 0.0;
-                var d1 = 0.0;
-                var sx = vec4<f32>(0.0);
-                for (var k = 0u; k < 4u; k++) {
-                    let xv = x[xb + k];
-                    d0 += dot(xv, q[k]);
-                    sx += xv;
-                }
-                for (var k = 4u; k < 8u; k++) {
-                    let xv = x[xb + k];
-                    d1 += dot(xv, q[k]);
-                    sx += xv;
-                }
-                var sum = s0 * d0 + s1 * d1;
-                if HAS_MIN {
-                    sum += mn * (sx.x + sx.y + sx.z + sx.w);
+                var sum = 0.0;
+                for (var k = 0u; k < 8u; k++) {
+                    sum += dot(x[xb + k], q[k]);
                 }
                 acc[r] += sum;
             }

@@ -11,8 +11,8 @@
 //! Two kernels:
 //! - [`Matmul`]: `y[m, out] = x[m, in] · W[out, in]ᵀ` for m = 1 … [`MAX_ROWS`](crate::MAX_ROWS)
 //!   rows a launch (decode and verification; a prefill takes 16 rows a launch), one shader per
-//!   (type, m). Each 32-value group of a weight row
-//!   is decoded once and applied to all m rows, so a verification pass reads the weights once.
+//!   (type, m). Each 32-value group of a weight row is decoded once to f32 and met by all m
+//!   rows (8 dot products each), so a verification pass reads and decodes the weights once.
 //!   Each row's sum is taken in an order that does not depend on m: a row's result is the same
 //!   bit for bit whether it is computed alone or beside others (tested), which keeps greedy
 //!   strict speculation equal to target-only decoding.
@@ -213,23 +213,8 @@ fn load_group(ty: WeightType) -> &'static str {
     }
 }
 
-/// Whether `ty`'s values carry an additive term (`mn` ≠ 0), so the kernel needs Σx.
-const fn has_min(ty: WeightType) -> bool {
-    matches!(
-        ty,
-        WeightType::Q4_0
-            | WeightType::Q4_1
-            | WeightType::Q5_0
-            | WeightType::Q5_1
-            | WeightType::Q4K
-            | WeightType::Q5K
-    )
-}
-
 fn common(ty: WeightType) -> String {
-    COMMON
-        .replace("{{has_min}}", if has_min(ty) { "true" } else { "false" })
-        .replace("{{load_group}}", load_group(ty))
+    COMMON.replace("{{load_group}}", load_group(ty))
 }
 
 /// The WGSL of [`Matmul`] for `ty` and `rows` activation rows.

@@ -1,0 +1,58 @@
+//! The WGSL matmul alone on wgpu (lavapipe without a GPU): milliseconds per call for m = 1, 2,
+//! 5, 8, 16 rows on SmolLM2-135M's and Qwen2.5-1.5B's shapes, and each m against one row —
+//! what a verification pass of m rows costs in the kernel, without the rest of the forward pass.
+//!   cargo run --release -p mars-kernels --features gpu --example gpu_cost
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Instant;
+
+use cubecl::wgpu::WgpuDevice;
+use mars_kernels::gpu::GpuMatrix;
+use mars_kernels::{QMatrix, WeightType};
+
+fn main() {
+    let client = cubecl::Device::Wgpu(WgpuDevice::default()).client();
+    let max = client.properties().memory.max_page_size;
+    // (name, type, out, in)
+    let shapes = [
+        ("SmolLM2 FFN up, Q4_1", WeightType::Q4_1, 1536, 576),
+        ("SmolLM2 head, Q8_0", WeightType::Q8_0, 49_152, 576),
+        ("Qwen2.5-1.5B FFN up, Q4_K", WeightType::Q4K, 8960, 1536),
+    ];
+    for (name, ty, out, cols) in shapes {
+        // Blocks of varied bytes with small f16 scales (the values do not matter for speed).
+        let n = out * cols / ty.block_values() * ty.block_bytes();
+        let bytes: Vec<u8> = (0..n)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 & 0x3b)
+            .collect();
+        let w = QMatrix::new(ty, out, cols, bytes).unwrap();
+        let gw = GpuMatrix::upload(&client, ty, out, cols, w.blocks(), max).unwrap();
+        let mut one = 0.0;
+        let mut line = format!("{name} [{out} x {cols}]:");
+        for m in [1usize, 2, 5, 8, 16] {
+            let x: Vec<u8> = (0..m * cols)
+                .flat_map(|i| ((i % 7) as f32 * 0.1).to_le_bytes())
+                .collect();
+            let xh = client.create_from_slice(&x);
+            let y = client.empty(m * out * 4);
+            // Warm-up (compiles the shader), then the median of 9 timed calls.
+            gw.matmul(&client, &xh, &y, m).unwrap();
+            client.read_one(y.clone()).unwrap();
+            let mut times: Vec<f64> = (0..9)
+                .map(|_| {
+                    let t = Instant::now();
+                    gw.matmul(&client, &xh, &y, m).unwrap();
+                    client.read_one(y.clone()).unwrap();
+                    t.elapsed().as_secs_f64() * 1e3
+                })
+                .collect();
+            times.sort_by(f64::total_cmp);
+            let ms = times[4];
+            if m == 1 {
+                one = ms;
+            }
+            line += &format!("  m={m}: {ms:.2} ms ({:.2}x)", ms / one);
+        }
+        println!("{line}");
+    }
+}
