@@ -117,7 +117,7 @@ await test("presets fill the fields, say their download size, and a copied link 
     assert(presets.length === 3, `presets ${JSON.stringify(presets)}`);
     for (const p of presets.filter((p) => !p.disabled)) assert(/\d+(\.\d+)? (MB|GB)/.test(p.size), `${p.id} shows no size: ${p.size}`);
     const qwen = presets.find((p) => p.id === "qwen-coder");
-    assert(qwen.disabled && /GPU/.test(qwen.size), `the pair preset should say why it is off: ${JSON.stringify(qwen)}`);
+    assert(qwen.disabled && /streaming load/.test(qwen.size), `the pair preset should say why it is off: ${JSON.stringify(qwen)}`);
     const field = (id) => page.inputValue("#" + id);
     const defaults = { k: await field("k"), theta: await field("mars-theta") };
     await page.click('[data-preset="smollm-lookup"]');
