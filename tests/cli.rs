@@ -498,25 +498,27 @@ fn eval_humaneval_runs_three_problems_in_the_sandbox() {
         );
         return;
     }
-    let out = mars(
-        &[
-            "eval",
-            "humaneval",
-            "--model",
-            model.to_str().unwrap(),
-            "--draft",
-            "layers:first:16",
-            "--k",
-            "3",
-            "--limit",
-            "3",
-            "--max-tokens",
-            "96",
-            "--check-determinism",
-            "--json",
-        ],
-        "",
-    );
+    let dir = std::env::temp_dir().join(format!("mars-eval-{}", std::process::id()));
+    let dir_arg = dir.to_str().unwrap();
+    let run = [
+        "eval",
+        "humaneval",
+        "--model",
+        model.to_str().unwrap(),
+        "--draft",
+        "layers:first:16",
+        "--k",
+        "3",
+        "--limit",
+        "3",
+        "--max-tokens",
+        "96",
+        "--check-determinism",
+        "--json",
+        "--out",
+        dir_arg,
+    ];
+    let out = mars(&run, "");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("sandbox:"), "{err}");
@@ -554,4 +556,24 @@ fn eval_humaneval_runs_three_problems_in_the_sandbox() {
         assert!((m["pass_at_1"].as_f64().unwrap() - p as f64 / 3.0).abs() < 1e-12);
     }
     assert_eq!(methods[0]["passed"], methods[1]["passed"]);
+
+    // --resume keeps the journaled problems and runs none of them again: the same records.
+    let again = mars(&[&run[..], &["--resume"]].concat(), "");
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{err}");
+    assert!(
+        err.contains("3 problems kept from the journal, 0 to run"),
+        "{err}"
+    );
+    let w: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(w["records"], v["records"]);
+    assert_eq!(w["methods"], v["methods"]);
+    // Other settings are refused, naming the one that differs.
+    let mut other = run.to_vec();
+    other[7] = "2";
+    let refused = mars(&[&other[..], &["--resume"]].concat(), "");
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("k = 3") && err.contains("k = 2"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
 }

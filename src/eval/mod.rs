@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use mars_engine::{DEFAULTS, Method, RunSettings, RunSummary};
 use mars_verify::Mode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::args::{self, DeviceArg, DrafterArgs, KernelArgs, RuleArgs, SamplingArgs};
 use crate::compare::report::mode_label;
@@ -79,9 +79,16 @@ pub struct HumanEvalArgs {
     /// Run every program twice and fail if a verdict differs.
     #[arg(long)]
     pub check_determinism: bool,
-    /// Directory for eval.md, eval.json and eval.svg.
+    /// Directory for eval.md, eval.json and eval.svg, and for the run's journal
+    /// (records.jsonl, one line per finished problem) and settings (settings.json).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Go on with the run journaled in --out: the problems already there are kept (the
+    /// settings must be the same, or it is an error naming the one that differs) and only the
+    /// rest run. Each problem's methods run back to back, so its speed ratios stay measured
+    /// together whichever run it was in.
+    #[arg(long, requires = "out")]
+    pub resume: bool,
     /// Print the whole record as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -97,7 +104,7 @@ pub fn data_dir() -> PathBuf {
 }
 
 /// One method's answer to one problem.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Attempt {
     method: String,
     text: String,
@@ -107,7 +114,7 @@ struct Attempt {
     summary: RunSummary,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct ProblemRecord {
     task_id: String,
     prompt_tokens: usize,
@@ -239,22 +246,66 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         methods.len(),
         sandbox.isolation().describe()
     );
-    runner.warm_up()?;
-    let journal = match &args.out {
+    let settings = serde_json::json!({
+        "model": model.display().to_string(),
+        "drafter": runner.run.drafter_label(),
+        "k": runner.run.k,
+        "draft_vocab": args.draft_vocab,
+        "temperature": runner.run.sampling.temperature,
+        "top_p": runner.run.sampling.top_p,
+        "seed": runner.run.seed,
+        "max_tokens": runner.run.max_tokens,
+        "methods": methods.iter().map(|(label, _, _)| label.clone()).collect::<Vec<_>>(),
+        "timeout_s": args.timeout,
+    });
+    let (journal, done) = match &args.out {
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            Some(dir.join("records.jsonl"))
+            let done = if args.resume {
+                resume(dir, &settings)?
+            } else {
+                std::fs::write(
+                    dir.join("settings.json"),
+                    serde_json::to_string_pretty(&settings)?,
+                )?;
+                // A fresh run: an earlier journal here is replaced, not appended to.
+                std::fs::write(dir.join("records.jsonl"), "")?;
+                Vec::new()
+            };
+            (Some(dir.join("records.jsonl")), done)
         }
-        None => None,
+        None => (None, Vec::new()),
     };
-    let records = run_problems(
+    let (kept, todo): (Vec<&Problem>, Vec<&Problem>) = problems
+        .iter()
+        .partition(|p| done.iter().any(|r| r.task_id == p.task_id));
+    if args.resume {
+        eprintln!(
+            "resuming: {} problems kept from the journal, {} to run",
+            kept.len(),
+            todo.len()
+        );
+    }
+    runner.warm_up()?;
+    let new = run_problems(
         &runner,
         &sandbox,
-        &problems,
+        &todo,
         &methods,
         args.check_determinism,
         journal.as_deref(),
+        &done,
     )?;
+    // Problem order, whichever run measured each one.
+    let records: Vec<ProblemRecord> = problems
+        .iter()
+        .filter_map(|p| {
+            done.iter()
+                .chain(&new)
+                .find(|r| r.task_id == p.task_id)
+                .cloned()
+        })
+        .collect();
     let methods = report(&methods, &records);
     let default_choice = choose_default(&methods).map(|m| m.method.clone());
     let record = EvalRecord {
@@ -290,17 +341,70 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
     Ok(())
 }
 
+/// The records journaled in `dir` by a run with these `settings` (an error naming the first
+/// setting that differs). A last line cut short by an interrupted run is dropped; the journal is
+/// rewritten with the records kept, so that the resumed run appends after whole lines.
+fn resume(dir: &Path, settings: &serde_json::Value) -> Result<Vec<ProblemRecord>> {
+    let path = dir.join("settings.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("--resume: reading {}", path.display()))?;
+    let before: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    if let (Some(old), Some(new)) = (before.as_object(), settings.as_object()) {
+        for (key, value) in new {
+            let was = old.get(key).unwrap_or(&serde_json::Value::Null);
+            if was != value {
+                bail!(
+                    "--resume: {} was made with {key} = {was}, this run has {key} = {value}",
+                    dir.display()
+                );
+            }
+        }
+    }
+    let path = dir.join("records.jsonl");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let records = parse_journal(&text).with_context(|| format!("reading {}", path.display()))?;
+    let mut clean = String::new();
+    for r in &records {
+        clean += &serde_json::to_string(r)?;
+        clean.push('\n');
+    }
+    std::fs::write(&path, clean)?;
+    Ok(records)
+}
+
+/// The journal's records, one JSON line each; a malformed last line (a write cut short) is
+/// dropped, a malformed line before it is an error naming it.
+fn parse_journal(text: &str) -> Result<Vec<ProblemRecord>> {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut records = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        match serde_json::from_str::<ProblemRecord>(line) {
+            Ok(r) => records.push(r),
+            Err(_) if i + 1 == lines.len() => {}
+            Err(e) => bail!("line {}: {e}", i + 1),
+        }
+    }
+    Ok(records)
+}
+
 /// Every problem: one prefill, then each method's decode, its code extracted and executed.
 /// With `journal`, each finished problem's record is appended to it as one JSON line, so an
-/// interrupted run of an hour or more keeps what it measured; when stderr is not a terminal (a
-/// background run, CI) the progress bar is hidden and one line per problem says where it is.
+/// interrupted run of an hour or more keeps what it measured (and `--resume` goes on from it);
+/// when stderr is not a terminal (a background run, CI) the progress bar is hidden and one line
+/// per problem says where it is, its tally counting the `earlier` records too.
 fn run_problems(
     runner: &Runner,
     sandbox: &Sandbox,
-    problems: &[Problem],
+    problems: &[&Problem],
     methods: &[(String, Method, Mode)],
     check_determinism: bool,
     journal: Option<&Path>,
+    earlier: &[ProblemRecord],
 ) -> Result<Vec<ProblemRecord>> {
     let bar = ProgressBar::new((problems.len() * methods.len()) as u64).with_style(
         ProgressStyle::with_template("{msg:28} [{bar:30}] {pos}/{len} answers, eta {eta}")
@@ -309,9 +413,18 @@ fn run_problems(
     let lines = !std::io::stderr().is_terminal();
     let started = std::time::Instant::now();
     let mut passes = vec![0usize; methods.len()];
+    for r in earlier {
+        for (n, a) in passes.iter_mut().zip(&r.attempts) {
+            *n += usize::from(a.outcome.verdict == Verdict::Passed);
+        }
+    }
     let mut journal = match journal {
         Some(path) => Some(
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening {}", path.display()))?,
         ),
         None => None,
     };
@@ -376,15 +489,16 @@ fn run_problems(
             let done = records.len() + 1;
             let elapsed = started.elapsed().as_secs_f64();
             let eta = elapsed / done as f64 * (problems.len() - done) as f64;
+            let total = earlier.len() + problems.len();
             let tally: Vec<String> = methods
                 .iter()
                 .zip(&passes)
                 .map(|((label, _, _), n)| format!("{label} {n}"))
                 .collect();
             eprintln!(
-                "{} ({done}/{}) passed so far: {} · {:.0} min, eta {:.0} min",
+                "{} ({}/{total}) passed so far: {} · {:.0} min, eta {:.0} min",
                 p.task_id,
-                problems.len(),
+                earlier.len() + done,
                 tally.join(", "),
                 elapsed / 60.0,
                 eta / 60.0
@@ -545,6 +659,54 @@ fn plot(path: &Path, r: &EvalRecord) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(task_id: &str, verdict: Verdict) -> ProblemRecord {
+        ProblemRecord {
+            task_id: task_id.into(),
+            prompt_tokens: 7,
+            attempts: vec![Attempt {
+                method: "strict".into(),
+                text: "```python\nx = 1\n```".into(),
+                code: "x = 1".into(),
+                outcome: Outcome {
+                    verdict,
+                    seconds: 0.25,
+                    stdout: String::new(),
+                    stderr: "Traceback".into(),
+                    survivors: 0,
+                },
+                summary: RunSummary::empty(Some("ngram".into())),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_journal_reads_back_and_a_torn_last_line_is_dropped() {
+        let a = record("HumanEval/0", Verdict::Passed);
+        let b = record(
+            "HumanEval/1",
+            Verdict::Failed {
+                reason: "AssertionError".into(),
+            },
+        );
+        let line = |r: &ProblemRecord| serde_json::to_string(r).unwrap();
+        let whole = format!("{}\n{}\n", line(&a), line(&b));
+        let back = parse_journal(&whole).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back[1].task_id, "HumanEval/1");
+        assert_eq!(
+            back[1].attempts[0].outcome.verdict,
+            b.attempts[0].outcome.verdict
+        );
+        assert_eq!(back[0].attempts[0].summary, a.attempts[0].summary);
+        // An interrupted write leaves half a line: dropped.
+        let torn = format!("{}\n{}", line(&a), &line(&b)[..40]);
+        assert_eq!(parse_journal(&torn).unwrap().len(), 1);
+        // A bad line before the last is an error naming it.
+        let bad = format!("{}\n{{oops\n{}\n", line(&a), line(&b));
+        let err = parse_journal(&bad).unwrap_err().to_string();
+        assert!(err.contains("line 2"), "{err}");
+    }
 
     fn method(label: &str, mode: Option<Mode>, of_strict: f64, speedup: f64) -> MethodReport {
         MethodReport {

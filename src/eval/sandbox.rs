@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The child's half: limits itself, audits, runs `program.py`.
 const RUNNER: &str = include_str!("runner.py");
@@ -51,7 +51,7 @@ impl Default for Limits {
 }
 
 /// How a program's run ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum Verdict {
     /// It ran to the end: every test assertion held.
@@ -65,7 +65,7 @@ pub enum Verdict {
 
 /// One run: the verdict, its time, the ends of its output, and how many processes outlived it
 /// before the clean-up (0 when the namespaces held).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Outcome {
     #[serde(flatten)]
     pub verdict: Verdict,

@@ -10,7 +10,7 @@ use mars_verify::{
 };
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use web_time::Instant;
 
 use crate::drafter::Drafter;
@@ -85,7 +85,7 @@ pub struct StepRecord {
 }
 
 /// Why a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "reason")]
 pub enum StopReason {
     /// A stop token (end of sequence or end of turn) was emitted.
@@ -104,8 +104,8 @@ pub enum StopReason {
     },
 }
 
-/// Totals of a run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Totals of a run (read back too: `mars eval --resume` keeps a journal of them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunSummary {
     /// Drafter label, `None` for target-only decoding.
     pub drafter: Option<String>,

@@ -68,4 +68,14 @@ fn scale_min_k4(off: u32, j: u32) -> vec2<f32> {
     return vec2<f32>(f32(sc), f32(m));
 }
 
+// Q4_K / Q5_K: the scales of sub-block j of the super-block at `off` (f16 d and dmin, then the
+// 12 scale bytes): value = d·sc·q − dmin·m.
+fn k_scales(off: u32, j: u32) {
+    let dm = unpack2x16float(word_at(off));
+    let sm = scale_min_k4(off + 4u, j);
+    s0 = dm.x * sm.x;
+    s1 = s0;
+    mn = -dm.y * sm.y;
+}
+
 {{load_group}}

@@ -127,11 +127,7 @@ fn load_group(ty: WeightType) -> &'static str {
             "fn load_group(rb: u32, g: u32) {
     let off = rb + (g / 8u) * 144u;
     let j = g % 8u;
-    let dm = unpack2x16float(word_at(off));
-    let sm = scale_min_k4(off + 4u, j);
-    s0 = dm.x * sm.x;
-    s1 = s0;
-    mn = -dm.y * sm.y;
+    k_scales(off, j);
     let base = off + 16u + 32u * (j / 2u);
     let shift = 4u * (j % 2u);
     for (var k = 0u; k < 8u; k++) {
@@ -143,11 +139,7 @@ fn load_group(ty: WeightType) -> &'static str {
             "fn load_group(rb: u32, g: u32) {
     let off = rb + (g / 8u) * 176u;
     let j = g % 8u;
-    let dm = unpack2x16float(word_at(off));
-    let sm = scale_min_k4(off + 4u, j);
-    s0 = dm.x * sm.x;
-    s1 = s0;
-    mn = -dm.y * sm.y;
+    k_scales(off, j);
     let base = off + 48u + 32u * (j / 2u);
     let shift = 4u * (j % 2u);
     for (var k = 0u; k < 8u; k++) {
