@@ -32,8 +32,24 @@ impl std::fmt::Debug for GpuLinear {
     }
 }
 
-/// The CubeCL client and device behind a burn wgpu device: read off a one-value tensor, the
-/// one handle burn gives to its runtime.
+/// The CubeCL client and device behind a burn wgpu device, found once per model load.
+#[derive(Clone)]
+pub(crate) struct GpuTarget {
+    client: cubecl::client::Client,
+    device: burn_cubecl::CubeDevice,
+}
+
+impl GpuTarget {
+    /// Read off a one-value tensor: the one handle burn gives to its runtime.
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] for a device that is not wgpu.
+    pub(crate) fn of(device: &Device) -> Result<Self> {
+        let (client, device) = client_of(device)?;
+        Ok(Self { client, device })
+    }
+}
+
 fn client_of(device: &Device) -> Result<(cubecl::client::Client, burn_cubecl::CubeDevice)> {
     let probe = Tensor::<1>::zeros([1], device)
         .try_into_primitive::<Cube>()
@@ -44,13 +60,12 @@ fn client_of(device: &Device) -> Result<(cubecl::client::Client, burn_cubecl::Cu
 }
 
 impl GpuLinear {
-    /// Uploads `w`'s blocks to `device`.
+    /// Uploads `w`'s blocks to `target`.
     ///
     /// # Errors
-    /// [`ModelError::Unsupported`] for a device that is not wgpu; the kernels' error for a row
-    /// larger than the adapter binds.
-    pub(crate) fn upload(w: &QMatrix, device: &Device) -> Result<Self> {
-        let (client, device) = client_of(device)?;
+    /// The kernels' error for a row larger than the adapter binds.
+    pub(crate) fn upload(w: &QMatrix, target: &GpuTarget) -> Result<Self> {
+        let (client, device) = (target.client.clone(), target.device.clone());
         let max = client.properties().memory.max_page_size;
         let matrix = GpuMatrix::upload(&client, w.ty(), w.rows(), w.cols(), w.blocks(), max)?;
         Ok(Self {

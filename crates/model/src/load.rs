@@ -224,8 +224,14 @@ fn tensor_model(
     let (d, hd, ff, v) = (c.d_model, c.head_dim, c.d_ff, c.vocab_size);
     let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
     let mut converted = Vec::new();
-    let (embedding, lm_head) = if gpu_blocks {
-        gpu_tables(c, g, device, &mut converted)?
+    // The GPU's client, found once for every upload.
+    let target = if gpu_blocks {
+        Some(gpu_target(device)?)
+    } else {
+        None
+    };
+    let (embedding, lm_head) = if let Some(target) = &target {
+        gpu_tables(c, g, device, target, &mut converted)?
     } else {
         // The output matrix stays in the file's [vocab, d_model] layout (applied as W @ xᵀ),
         // so a tied head shares the embedding's memory.
@@ -247,8 +253,8 @@ fn tensor_model(
         )
     };
     let mut matrix = |name: &str, out_dim: usize, in_dim: usize| -> Result<Linear> {
-        if gpu_blocks {
-            gpu_matrix(g, name, out_dim, in_dim, device, &mut converted)
+        if let Some(target) = &target {
+            gpu_matrix(g, name, out_dim, in_dim, device, target, &mut converted)
         } else {
             matrix(g, name, out_dim, in_dim, device)
         }
@@ -311,6 +317,7 @@ fn gpu_tables(
     c: &LlamaConfig,
     g: &dyn Weights,
     device: &Device,
+    target: &GpuTarget,
     converted: &mut Vec<String>,
 ) -> Result<(Embedding, Linear)> {
     use crate::gpu::GpuLinear;
@@ -322,7 +329,7 @@ fn gpu_tables(
         ))
     } else {
         let w = blocks(g, "token_embd.weight", v, d, converted)?;
-        Embedding::Blocks(Box::new(GpuLinear::upload(&w, device)?))
+        Embedding::Blocks(Box::new(GpuLinear::upload(&w, target)?))
     };
     let lm_head = match (&embedding, c.tied_embeddings) {
         (Embedding::Blocks(table), true) => Linear::Blocks(table.clone()),
@@ -333,7 +340,7 @@ fn gpu_tables(
         )),
         (_, false) => {
             let w = blocks(g, "output.weight", v, d, converted)?;
-            Linear::Blocks(Box::new(GpuLinear::upload(&w, device)?))
+            Linear::Blocks(Box::new(GpuLinear::upload(&w, target)?))
         }
     };
     Ok((embedding, lm_head))
@@ -355,6 +362,7 @@ fn gpu_matrix(
     out_dim: usize,
     in_dim: usize,
     device: &Device,
+    target: &GpuTarget,
     converted: &mut Vec<String>,
 ) -> Result<Linear> {
     if is_f32(g, name)? {
@@ -362,8 +370,27 @@ fn gpu_matrix(
     }
     let w = blocks(g, name, out_dim, in_dim, converted)?;
     Ok(Linear::Blocks(Box::new(crate::gpu::GpuLinear::upload(
-        &w, device,
+        &w, target,
     )?)))
+}
+
+#[cfg(any(feature = "wgpu", feature = "webgpu"))]
+use crate::gpu::GpuTarget;
+
+#[cfg(any(feature = "wgpu", feature = "webgpu"))]
+fn gpu_target(device: &Device) -> Result<GpuTarget> {
+    GpuTarget::of(device)
+}
+
+/// Without a wgpu backend there is no GPU to hold blocks.
+#[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
+struct GpuTarget;
+
+#[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
+fn gpu_target(_: &Device) -> Result<GpuTarget> {
+    Err(ModelError::Unsupported(
+        "GGUF blocks on the GPU: this build has no wgpu backend".into(),
+    ))
 }
 
 #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
@@ -371,6 +398,7 @@ fn gpu_tables(
     _: &LlamaConfig,
     _: &dyn Weights,
     _: &Device,
+    _: &GpuTarget,
     _: &mut Vec<String>,
 ) -> Result<(Embedding, Linear)> {
     Err(ModelError::Unsupported(
@@ -385,6 +413,7 @@ fn gpu_matrix(
     _: usize,
     _: usize,
     _: &Device,
+    _: &GpuTarget,
     _: &mut Vec<String>,
 ) -> Result<Linear> {
     Err(ModelError::Unsupported(

@@ -365,6 +365,21 @@ pub struct GpuPart {
     pub weights: Handle,
     /// The output rows of the whole matrix this part holds.
     pub rows: Range<usize>,
+    /// [`Matmul`]'s parameters for the launch of rows 0..16, made once at upload: decode and
+    /// verification launch only that one, so a step uploads no parameters.
+    first_launch: Handle,
+}
+
+/// [`Matmul`]'s parameters: `[out_rows, n_in, row_bytes, y_stride, y_offset, groups_x, row0]`.
+fn matmul_params(
+    part: &Range<usize>,
+    cols: usize,
+    row_bytes: usize,
+    rows: usize,
+    row0: usize,
+) -> [u32; 7] {
+    let (gx, _) = grid(part.len().div_ceil(ROWS_PER_GROUP));
+    [part.len(), cols, row_bytes, rows, part.start, gx, row0].map(|v| v as u32)
 }
 
 /// A `[rows, cols]` matrix of GGUF blocks in GPU memory, split by output rows where needed.
@@ -408,6 +423,8 @@ impl GpuMatrix {
             .map(|range| GpuPart {
                 weights: client
                     .create_from_slice(&padded_words(&blocks[range.start * rb..range.end * rb])),
+                first_launch: client
+                    .create_from_slice(&u32_bytes(&matmul_params(&range, cols, rb, rows, 0))),
                 rows: range,
             })
             .collect();
@@ -465,10 +482,13 @@ impl GpuMatrix {
         for row0 in (0..t).step_by(MAX_ROWS) {
             let m = (t - row0).min(MAX_ROWS);
             for part in &self.parts {
-                let out = part.rows.len();
-                let (gx, gy) = grid(out.div_ceil(ROWS_PER_GROUP));
-                let params = [out, self.cols, rb, self.rows, part.rows.start, gx, row0];
-                let params = client.create_from_slice(&u32_bytes(&params.map(|v| v as u32)));
+                let (gx, gy) = grid(part.rows.len().div_ceil(ROWS_PER_GROUP));
+                let params = if row0 == 0 {
+                    part.first_launch.clone()
+                } else {
+                    let p = matmul_params(&part.rows, self.cols, rb, self.rows, row0);
+                    client.create_from_slice(&u32_bytes(&p))
+                };
                 client.launch(
                     Box::new(Matmul {
                         ty: self.ty,
