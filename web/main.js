@@ -59,9 +59,6 @@ const PRESETS = [
     drafter: "model",
     k: 3,
     prompt: "Write a Python function `is_palindrome(s: str) -> bool` that ignores case and non-alphanumeric characters. Answer with code only.",
-    // Weights now stay 4-bit on the GPU (1.6 GB for the pair), but the page still reads each
-    // file whole into wasm memory before uploading it; streaming the load comes first.
-    unavailable: "needs a streaming load (the page still reads both files, 1.6 GB, whole into wasm memory)",
   },
 ];
 
@@ -135,7 +132,7 @@ function setupControls(d) {
     if (!file || running) return;
     // The model field names the file, so that Run races it instead of downloading the URL.
     const name = "file:" + file.name;
-    const loaded = await loadOrFail(async () => loadBytes(new Uint8Array(await file.arrayBuffer()), file.name));
+    const loaded = await loadOrFail(() => loadFile(file, file.name));
     if (loaded) {
       $("#model-url").value = name;
       loadedUrl = name;
@@ -264,13 +261,20 @@ function onEvent(ev, ready) {
   switch (ev.type) {
     case "ready": ready(ev.defaults); break;
     case "loaded":
-      status(`model loaded: ${ev.info.name} (${ev.info.n_layers} layers, vocabulary ${ev.info.vocab})`);
+      showLoad(`model loaded: ${ev.info.name} (${ev.info.n_layers} layers, vocabulary ${ev.info.vocab})`, ev.wasm_bytes);
       $("#run").disabled = running;
       if (pendingLoad) { pendingLoad.resolve(); pendingLoad = null; }
       break;
     case "draft_loaded":
-      status(`draft model loaded: ${ev.name}`);
+      showLoad(`draft model loaded: ${ev.name}`, ev.wasm_bytes);
       if (pendingLoad) { pendingLoad.resolve(); pendingLoad = null; }
+      break;
+    case "checked":
+      if (pendingCheck) { pendingCheck.resolve(ev.need); pendingCheck = null; }
+      break;
+    case "check_failed":
+      fail(ev.kind, ev.message);
+      if (pendingCheck) { pendingCheck.reject(new ShownError(ev.kind, ev.message)); pendingCheck = null; }
       break;
     case "step": onStep(ev.pane, ev.step, ev.summary); break;
     case "done": onDone(ev.pane, ev.summary); break;
@@ -280,6 +284,15 @@ function onEvent(ev, ready) {
       if (pendingLoad) { pendingLoad.reject(new ShownError(ev.kind, ev.message)); pendingLoad = null; }
       break;
   }
+}
+
+// A finished load: what loaded, how long the upload took, and the wasm heap it needed (the
+// heap only grows, so this is the peak so far); kept on the page for the e2e tests too.
+function showLoad(what, wasmBytes) {
+  const seconds = (performance.now() - loadStarted) / 1000;
+  document.body.dataset.wasmBytes = String(wasmBytes);
+  document.body.dataset.loadSeconds = seconds.toFixed(1);
+  status(`${what} in ${seconds.toFixed(1)} s; wasm memory ${size(wasmBytes)}`);
 }
 
 // `on`: a run is under way (loading, then racing); Stop shows once the race itself starts.
@@ -341,42 +354,114 @@ async function loadOrFail(step) {
   }
 }
 
-// Downloads with progress; the Cache API keeps the file so that a second visit needs no network.
-async function fetchModel(url) {
+// A download's first bytes go to the worker, which checks them as the load will (header,
+// tokenizer, tensor table, the adapter's limits): resolves null when they pass, or with the
+// number of bytes the header needs; rejects (shown on screen) when the file cannot load.
+let pendingCheck = null;
+function checkPrefix(prefix, fileLen, draft) {
+  return new Promise((resolve, reject) => {
+    pendingCheck = { resolve, reject };
+    worker.postMessage({ type: "check", prefix, file_len: fileLen, draft }, [prefix.buffer]);
+  });
+}
+
+function concat(chunks, length) {
+  const out = new Uint8Array(length);
+  let at = 0;
+  for (const c of chunks) { out.set(c, at); at += c.length; }
+  return out;
+}
+
+// Downloads `url` with progress into a Blob that the worker reads a slice at a time (the wasm
+// heap never holds the file). The Cache API keeps it, so that a second visit needs no network;
+// the body streams straight into the cache (no copy in page memory either). While it
+// downloads, its header is checked: a file that cannot load stops the download at once.
+async function fetchModel(url, draft = false, useCache = true) {
   let cache = null;
-  try { cache = await caches.open(CACHE); } catch (_) { /* no Cache API (http, private mode) */ }
+  if (useCache) {
+    try { cache = await caches.open(CACHE); } catch (_) { /* no Cache API (http, private mode) */ }
+  }
   if (cache) {
     const hit = await cache.match(url);
     if (hit) {
       status(`loading ${url} from the browser cache…`);
-      return new Uint8Array(await hit.arrayBuffer());
+      return hit.blob();
     }
   }
-  const response = await fetch(url);
+  const abort = new AbortController();
+  const response = await fetch(url, { signal: abort.signal });
   if (!response.ok) throw new Error(`downloading ${url}: HTTP ${response.status}`);
   const total = Number(response.headers.get("content-length")) || 0;
-  const reader = response.body.getReader();
-  const chunks = [];
   let received = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    chunks.push(value);
-    received += value.length;
-    status(total ? `downloading ${url}: ${mb(received)} / ${mb(total)} MB` : `downloading ${url}: ${mb(received)} MB`);
-  }
-  const bytes = new Uint8Array(received);
-  let at = 0;
-  for (const c of chunks) { bytes.set(c, at); at += c.length; }
+  // The header check: the first bytes are kept until the worker has its verdict.
+  const head = [];
+  let headLen = 0;
+  let want = Math.min(1 << 20, total);
+  let checked = total === 0; // without a length the header cannot be checked early
+  let checking = null;
+  let refused = null;
+  const startCheck = () => {
+    checking = checkPrefix(concat(head, headLen), total, draft).then((need) => {
+      checking = null;
+      if (need === null || need === undefined) {
+        checked = true;
+        head.length = 0;
+      } else {
+        want = need;
+        if (headLen >= want) startCheck();
+      }
+    }, (e) => {
+      checking = null;
+      refused = e;
+      abort.abort();
+    });
+  };
+  const counted = new TransformStream({
+    transform(chunk, controller) {
+      if (refused) { controller.error(refused); return; }
+      received += chunk.length;
+      status(total ? `downloading ${url}: ${mb(received)} / ${mb(total)} MB` : `downloading ${url}: ${mb(received)} MB`);
+      if (!checked) {
+        head.push(chunk);
+        headLen += chunk.length;
+        if (!checking && headLen >= want) startCheck();
+      }
+      controller.enqueue(chunk);
+    },
+    async flush(controller) {
+      if (total && received !== total) {
+        controller.error(new Error(`the download of ${url} ended after ${mb(received)} of ${mb(total)} MB`));
+        return;
+      }
+      // A small file can end before its check does: the verdict comes first.
+      while (checking) await checking;
+      if (refused) controller.error(refused);
+    },
+  });
+  const body = response.body.pipeThrough(counted);
+  const failed = (e) => {
+    if (refused) return refused;
+    if (e instanceof ShownError) return e;
+    return new Error(`downloading ${url} failed after ${mb(received)}${total ? ` of ${mb(total)}` : ""} MB: ${(e && e.message) || e}`);
+  };
   if (cache) {
     try {
-      await cache.put(url, new Response(bytes));
+      await cache.put(url, new Response(body, { headers: { "content-type": "application/octet-stream", "content-length": String(received || total) } }));
+      const stored = await cache.match(url);
+      if (stored) return stored.blob();
     } catch (e) {
       const quota = e && (e.name === "QuotaExceededError" || String(e).includes("quota"));
-      status(quota ? "The browser's storage quota is full: the model works now but will be downloaded again next visit." : "Could not cache the model: " + e, quota);
+      if (!quota || refused) throw failed(e);
+      // The body went to the cache that refused it: download again, kept only for this visit.
+      status("The browser's storage quota is full: downloading again without caching (the model will download again next visit).", true);
+      return fetchModel(url, draft, false);
     }
   }
-  return bytes;
+  try {
+    return await new Response(body).blob();
+  } catch (e) {
+    throw failed(e);
+  }
 }
 
 // A file the loader refused must not stay in the cache, or every later visit would fail the same
@@ -393,13 +478,17 @@ function forgetCached(url) {
 }
 
 // `draftName` set: a draft model, named as the race's drafter will name it (model:<name>).
-function loadBytes(bytes, label, draftName = null) {
+// `file` is a Blob (a download, the cache's entry, or a local File): the worker reads it a slice
+// at a time.
+let loadStarted = 0;
+function loadFile(file, label, draftName = null) {
   status(`uploading ${label} to the GPU…`);
   $("#run").disabled = true;
-  const message = draftName === null ? { type: "load", bytes } : { type: "load_draft", name: draftName, bytes };
+  loadStarted = performance.now();
+  const message = draftName === null ? { type: "load", file } : { type: "load_draft", name: draftName, file };
   return new Promise((resolve, reject) => {
     pendingLoad = { resolve, reject };
-    worker.postMessage(message, [bytes.buffer]);
+    worker.postMessage(message);
   }).finally(() => { $("#run").disabled = running; });
 }
 
@@ -409,18 +498,18 @@ async function ensureDraft() {
   const url = $("#draft-url").value.trim();
   if (!url) throw new Error("choose a draft model URL (a smaller model with the same tokenizer)");
   if (url === loadedDraftUrl) return;
-  const bytes = await fetchModel(url);
-  await loadBytes(bytes, url, url).catch(forgetCached(url));
+  const file = await fetchModel(url, true);
+  await loadFile(file, url, url).catch(forgetCached(url));
   loadedDraftUrl = url;
 }
 
 async function ensureModel() {
   const url = $("#model-url").value.trim();
   if (url === loadedUrl) return;
-  // A local file's bytes went to the engine that was restarted; the page did not keep them.
+  // A local file went to the engine that was restarted; the page did not keep it.
   if (url.startsWith("file:")) throw new Error(`choose ${url.slice(5)} again with "or a local file" (the engine restarted), or give a model URL`);
-  const bytes = await fetchModel(url);
-  await loadBytes(bytes, url).catch(forgetCached(url));
+  const file = await fetchModel(url);
+  await loadFile(file, url).catch(forgetCached(url));
   loadedUrl = url;
   loadedDraftUrl = null; // a new target drops the old draft model
 }

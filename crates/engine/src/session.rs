@@ -291,6 +291,32 @@ fn tokenizer_of(g: &Gguf<'_>) -> Result<(Tokenizer, Option<ChatTemplate>)> {
     Ok((tokenizer, template))
 }
 
+/// A model's facts for the page and the reports; refuses a tokenizer larger than the model's
+/// vocabulary.
+fn model_info(
+    g: &Gguf<'_>,
+    c: &mars_model::LlamaConfig,
+    tokenizer: &Tokenizer,
+    chat_template: bool,
+) -> Result<ModelInfo> {
+    if tokenizer.vocab_size() > c.vocab_size {
+        return Err(EngineError::VocabMismatch {
+            tokenizer: tokenizer.vocab_size(),
+            model: c.vocab_size,
+        });
+    }
+    Ok(ModelInfo {
+        name: g
+            .get_str("general.name")
+            .unwrap_or(c.architecture.as_str())
+            .to_string(),
+        n_layers: c.n_layers,
+        vocab: c.vocab_size,
+        context_length: c.context_length,
+        chat_template,
+    })
+}
+
 impl Target {
     /// Loads a target from a parsed GGUF onto `device`, checking `options`' limits first.
     ///
@@ -300,29 +326,25 @@ impl Target {
     pub fn from_gguf(g: &Gguf<'_>, device: &Device, options: LoadOptions) -> Result<Self> {
         let (tokenizer, template) = tokenizer_of(g)?;
         let model = Llama::from_gguf(g, device, options)?;
-        let c = model.config();
-        if tokenizer.vocab_size() > c.vocab_size {
-            return Err(EngineError::VocabMismatch {
-                tokenizer: tokenizer.vocab_size(),
-                model: c.vocab_size,
-            });
-        }
-        let info = ModelInfo {
-            name: g
-                .get_str("general.name")
-                .unwrap_or(c.architecture.as_str())
-                .to_string(),
-            n_layers: c.n_layers,
-            vocab: c.vocab_size,
-            context_length: c.context_length,
-            chat_template: template.is_some(),
-        };
+        let info = model_info(g, model.config(), &tokenizer, template.is_some())?;
         Ok(Self {
             model,
             tokenizer: Arc::new(tokenizer),
             template,
             info,
         })
+    }
+
+    /// Everything [`Target::from_gguf`] checks before reading tensor data (tokenizer, chat
+    /// template, configuration, tensor table, the device's limits), from a header alone
+    /// ([`Gguf::parse_header`]): a download can be refused before it finishes.
+    ///
+    /// # Errors
+    /// As [`Target::from_gguf`], short of errors in the tensor data itself.
+    pub fn check_gguf(g: &Gguf<'_>, options: LoadOptions) -> Result<ModelInfo> {
+        let (tokenizer, template) = tokenizer_of(g)?;
+        let config = Llama::check_gguf(g, options)?;
+        model_info(g, &config, &tokenizer, template.is_some())
     }
 
     /// Loads a separate draft model for this target from a parsed GGUF: its tokenizer must be
@@ -339,6 +361,17 @@ impl Target {
         let (tokenizer, _) = tokenizer_of(g)?;
         check_same_tokenizer(&self.tokenizer, &tokenizer)?;
         Ok(Llama::from_gguf(g, device, options)?)
+    }
+
+    /// What [`Target::draft_model`] checks before reading tensor data, from a header alone.
+    ///
+    /// # Errors
+    /// As [`Target::draft_model`], short of errors in the tensor data itself.
+    pub fn check_draft(&self, g: &Gguf<'_>, options: LoadOptions) -> Result<()> {
+        let (tokenizer, _) = tokenizer_of(g)?;
+        check_same_tokenizer(&self.tokenizer, &tokenizer)?;
+        Llama::check_gguf(g, options)?;
+        Ok(())
     }
 
     /// The model.

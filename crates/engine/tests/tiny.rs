@@ -322,7 +322,7 @@ fn draft_models_with_another_tokenizer_are_refused() {
             info.name.clone(),
             &info.dims,
             info.dtype,
-            g.tensor_bytes(info).to_vec(),
+            g.tensor_bytes(info).unwrap().into_owned(),
         )
         .unwrap();
     }

@@ -18,6 +18,22 @@ pub enum FormatError {
         /// Bytes left in the file.
         available: u64,
     },
+    /// A file read on demand (a browser `Blob`, a file on disk) could not be read.
+    #[error("reading {len} bytes at byte {offset} failed: {why}")]
+    Read {
+        /// Byte offset of the read.
+        offset: u64,
+        /// Bytes asked for.
+        len: u64,
+        /// The reader's own message.
+        why: String,
+    },
+    /// Only the file's header was parsed: its tensor data cannot be read.
+    #[error("tensor {name}: only the file's header was read, not its data")]
+    NoTensorData {
+        /// The tensor.
+        name: String,
+    },
     /// The first four bytes are not `GGUF`.
     #[error("not a GGUF file: magic is {found:02x?}, expected \"GGUF\"")]
     BadMagic {

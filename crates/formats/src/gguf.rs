@@ -5,7 +5,9 @@
 //! remain and against caps before anything is allocated, and every tensor's byte range is checked
 //! against the data section before a caller can touch it.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
+use std::ops::Range;
 
 use crate::error::{FormatError, Result};
 use crate::quant::GgmlType;
@@ -136,7 +138,51 @@ pub struct TensorInfo {
     pub n_bytes: u64,
 }
 
-/// A parsed GGUF file borrowing the bytes it was read from.
+/// Random access to a file that is not held in memory whole (a browser `Blob` read slice by
+/// slice, a file on disk): the loader reads the header, then each tensor once, so that a model
+/// larger than the memory at hand can still be loaded tensor by tensor.
+pub trait ReadAt {
+    /// The file's length in bytes.
+    fn len(&self) -> u64;
+
+    /// Whether the file is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Fills `buf` with the bytes at `offset .. offset + buf.len()` (the caller keeps the range
+    /// within [`ReadAt::len`]).
+    ///
+    /// # Errors
+    /// [`FormatError::Read`] when the underlying file cannot be read.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+}
+
+/// Where the data section's bytes are.
+#[derive(Clone, Copy)]
+enum Data<'a> {
+    /// In memory, from the data section's start to the end of the file.
+    Bytes(&'a [u8]),
+    /// Read on demand; the data section starts at byte `start` of the source.
+    Source { source: &'a dyn ReadAt, start: u64 },
+    /// Not available: only the header was parsed (see [`Gguf::parse_header`]).
+    Absent,
+}
+
+impl std::fmt::Debug for Data<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Bytes(b) => write!(f, "Bytes({} bytes)", b.len()),
+            Self::Source { source, start } => {
+                write!(f, "Source({} bytes, data at {start})", source.len())
+            }
+            Self::Absent => f.write_str("Absent"),
+        }
+    }
+}
+
+/// A parsed GGUF file: its header, and access to tensor data held in memory, read on demand
+/// from a [`ReadAt`] source, or (after [`Gguf::parse_header`]) not at all.
 #[derive(Debug, Clone)]
 pub struct Gguf<'a> {
     /// Format version (2 or 3).
@@ -147,18 +193,43 @@ pub struct Gguf<'a> {
     pub tensors: Vec<TensorInfo>,
     /// Alignment of the data section and of every tensor in it.
     pub alignment: u64,
-    data: &'a [u8],
+    data: Data<'a>,
+    /// Bytes from the data section's start to the end of the file.
+    data_len: u64,
 }
 
-/// A bounded cursor over the file: every read checks the bytes that remain.
+/// The header as read from its bytes, before the data section is attached.
+struct Header {
+    version: u32,
+    metadata: BTreeMap<String, Value>,
+    tensors: Vec<TensorInfo>,
+    alignment: u64,
+    /// Byte offset of the data section.
+    data_start: u64,
+}
+
+/// How much of a file is read at first when parsing from a [`ReadAt`] source; doubled until
+/// the header fits (SmolLM2's header is ~1.6 MB, a 150k-token vocabulary's ~7 MB).
+const FIRST_HEADER_READ: u64 = 4 << 20;
+
+/// A bounded cursor over the file (or its first bytes): every read checks the bytes that
+/// remain.
 struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
+    /// The whole file's length (≥ `bytes.len()`): counts are capped by what the file can hold,
+    /// so that a prefix that ends early says "more needed" rather than "too large".
+    file_len: u64,
 }
 
 impl<'a> Reader<'a> {
     fn remaining(&self) -> u64 {
         (self.bytes.len() - self.pos) as u64
+    }
+
+    /// Bytes left in the whole file: the bound for counts read from it.
+    fn remaining_in_file(&self) -> u64 {
+        self.file_len.saturating_sub(self.pos as u64)
     }
 
     fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8]> {
@@ -235,7 +306,7 @@ impl<'a> Reader<'a> {
                 let len = self.u64("array length")?;
                 // Each item needs at least min_size bytes: a count the file cannot hold is
                 // refused before anything is allocated for it.
-                let limit = (self.remaining() / min_size).min(MAX_ARRAY);
+                let limit = (self.remaining_in_file() / min_size).min(MAX_ARRAY);
                 if len > limit {
                     return Err(FormatError::TooLarge {
                         field: format!("{key} array length"),
@@ -282,7 +353,104 @@ impl<'a> Gguf<'a> {
     /// cannot hold, empty or duplicate keys and tensor names, bad alignment, bad dimensions or
     /// types, and tensors that are misaligned, overlap, or run past the end of the file.
     pub fn parse(bytes: &'a [u8]) -> Result<Self> {
-        let mut r = Reader { bytes, pos: 0 };
+        let h = Header::read(bytes, bytes.len() as u64)?;
+        let data = match usize::try_from(h.data_start) {
+            Ok(start) if start <= bytes.len() => &bytes[start..],
+            _ => &[],
+        };
+        Self::with_data(h, Data::Bytes(data), data.len() as u64)
+    }
+
+    /// Parses a file's header from its first bytes (`prefix`) and the file's full length,
+    /// without its tensor data: every check [`Gguf::parse`] makes, so that a download can be
+    /// refused before it finishes. Tensor data cannot be read from the result.
+    ///
+    /// # Errors
+    /// As [`Gguf::parse`]; [`FormatError::UnexpectedEof`] where the header runs past `prefix`
+    /// (more of the file is needed: its `offset + needed` says how much at least).
+    pub fn parse_header(prefix: &[u8], file_len: u64) -> Result<Gguf<'static>> {
+        let h = Header::read(prefix, file_len.max(prefix.len() as u64))?;
+        let data_len = file_len.saturating_sub(h.data_start);
+        Gguf::with_data(h, Data::Absent, data_len)
+    }
+
+    /// Parses a file read on demand from `source`: the header first (its first bytes, more
+    /// until it fits), then each tensor's bytes only when asked for. Checks as [`Gguf::parse`].
+    ///
+    /// # Errors
+    /// As [`Gguf::parse`], and [`FormatError::Read`] from the source.
+    pub fn parse_from(source: &'a dyn ReadAt) -> Result<Self> {
+        let len = source.len();
+        let mut want = FIRST_HEADER_READ.min(len);
+        loop {
+            let mut prefix = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
+            source.read_at(0, &mut prefix)?;
+            match Header::read(&prefix, len) {
+                Ok(h) => {
+                    let data_len = len.saturating_sub(h.data_start);
+                    let start = h.data_start;
+                    return Self::with_data(h, Data::Source { source, start }, data_len);
+                }
+                // The header runs past what was read: read more, unless that was the file.
+                Err(FormatError::UnexpectedEof { .. }) if want < len => {
+                    want = want.saturating_mul(2).min(len);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Checks every tensor's byte range against the data section and attaches it.
+    fn with_data(h: Header, data: Data<'a>, data_len: u64) -> Result<Self> {
+        let Header {
+            version,
+            metadata,
+            tensors,
+            alignment,
+            data_start: _,
+        } = h;
+        let mut ranges: Vec<(u64, u64, &str)> = Vec::with_capacity(tensors.len());
+        for t in &tensors {
+            let end = t.offset.checked_add(t.n_bytes).filter(|&e| e <= data_len);
+            let Some(end) = end else {
+                return Err(FormatError::TensorOutOfBounds {
+                    name: t.name.clone(),
+                    offset: t.offset,
+                    end: t.offset.saturating_add(t.n_bytes),
+                    data_len,
+                });
+            };
+            ranges.push((t.offset, end, &t.name));
+        }
+        ranges.sort_unstable();
+        for pair in ranges.windows(2) {
+            if pair[1].0 < pair[0].1 {
+                return Err(FormatError::OverlappingTensors {
+                    first: pair[0].2.to_string(),
+                    second: pair[1].2.to_string(),
+                });
+            }
+        }
+        Ok(Self {
+            version,
+            metadata,
+            tensors,
+            alignment,
+            data,
+            data_len,
+        })
+    }
+}
+
+impl Header {
+    /// Reads the header (magic to the end of the tensor table) from the first bytes of a file
+    /// of `file_len` bytes.
+    fn read(bytes: &[u8], file_len: u64) -> Result<Self> {
+        let mut r = Reader {
+            bytes,
+            pos: 0,
+            file_len,
+        };
         let magic: [u8; 4] = r.array("magic")?;
         if magic != MAGIC {
             return Err(FormatError::BadMagic { found: magic });
@@ -295,7 +463,7 @@ impl<'a> Gguf<'a> {
         let n_kv = r.u64("metadata count")?;
         // A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor entry at
         // least 8 (name length) + 4 (n_dims) + 8 (one dim) + 4 (type) + 8 (offset).
-        let kv_limit = r.remaining() / 13;
+        let kv_limit = r.remaining_in_file() / 13;
         if n_kv > kv_limit {
             return Err(FormatError::TooLarge {
                 field: "metadata count".into(),
@@ -303,7 +471,7 @@ impl<'a> Gguf<'a> {
                 limit: kv_limit,
             });
         }
-        let tensor_limit = r.remaining() / 32;
+        let tensor_limit = r.remaining_in_file() / 32;
         if n_tensors > tensor_limit {
             return Err(FormatError::TooLarge {
                 field: "tensor count".into(),
@@ -413,41 +581,17 @@ impl<'a> Gguf<'a> {
 
         // The data section starts at the next multiple of the alignment.
         let data_start = (r.pos as u64).div_ceil(alignment).saturating_mul(alignment);
-        let data: &[u8] = match usize::try_from(data_start) {
-            Ok(start) if start <= bytes.len() => &bytes[start..],
-            _ => &[],
-        };
-        let data_len = data.len() as u64;
-        let mut ranges: Vec<(u64, u64, &str)> = Vec::with_capacity(tensors.len());
-        for t in &tensors {
-            let end = t.offset.checked_add(t.n_bytes).filter(|&e| e <= data_len);
-            let Some(end) = end else {
-                return Err(FormatError::TensorOutOfBounds {
-                    name: t.name.clone(),
-                    offset: t.offset,
-                    end: t.offset.saturating_add(t.n_bytes),
-                    data_len,
-                });
-            };
-            ranges.push((t.offset, end, &t.name));
-        }
-        ranges.sort_unstable();
-        for pair in ranges.windows(2) {
-            if pair[1].0 < pair[0].1 {
-                return Err(FormatError::OverlappingTensors {
-                    first: pair[0].2.to_string(),
-                    second: pair[1].2.to_string(),
-                });
-            }
-        }
         Ok(Self {
             version,
             metadata,
             tensors,
             alignment,
-            data,
+            data_start,
         })
     }
+}
+
+impl<'a> Gguf<'a> {
 
     /// A metadata value.
     pub fn get(&self, key: &str) -> Option<&Value> {
@@ -520,13 +664,77 @@ impl<'a> Gguf<'a> {
         self.tensors.iter().find(|t| t.name == name)
     }
 
-    /// A tensor's raw bytes (bounds were checked by [`Gguf::parse`]).
-    pub fn tensor_bytes(&self, info: &TensorInfo) -> &'a [u8] {
-        // parse() guaranteed offset + n_bytes ≤ data.len() for every table entry; an entry made
-        // by hand that breaks this gets an empty slice rather than a panic.
-        let start = usize::try_from(info.offset).unwrap_or(usize::MAX);
-        let end = usize::try_from(info.offset.saturating_add(info.n_bytes)).unwrap_or(usize::MAX);
-        self.data.get(start..end).unwrap_or(&[])
+    /// A tensor's raw bytes: borrowed from a file in memory, read from a [`ReadAt`] source.
+    ///
+    /// # Errors
+    /// As [`Gguf::tensor_range`].
+    pub fn tensor_bytes(&self, info: &TensorInfo) -> Result<Cow<'a, [u8]>> {
+        self.tensor_range(info, 0..info.n_bytes)
+    }
+
+    /// Bytes `within` a tensor's data (offsets relative to the tensor's start), for a loader
+    /// that takes a large tensor a part at a time. A source's bytes come back owned, in a
+    /// buffer with `extra` spare capacity (so that a caller can pad them without a copy).
+    ///
+    /// # Errors
+    /// [`FormatError::TensorOutOfBounds`] for a range outside the tensor or the data section,
+    /// [`FormatError::NoTensorData`] after [`Gguf::parse_header`], and the source's
+    /// [`FormatError::Read`].
+    pub fn tensor_range(&self, info: &TensorInfo, within: Range<u64>) -> Result<Cow<'a, [u8]>> {
+        self.tensor_range_with(info, within, 0)
+    }
+
+    /// As [`Gguf::tensor_range`], with `extra` bytes of spare capacity in an owned result.
+    ///
+    /// # Errors
+    /// As [`Gguf::tensor_range`].
+    pub fn tensor_range_with(
+        &self,
+        info: &TensorInfo,
+        within: Range<u64>,
+        extra: usize,
+    ) -> Result<Cow<'a, [u8]>> {
+        // parse() checked offset + n_bytes ≤ data_len for every table entry; an entry made by
+        // hand, or a range past the tensor, is refused here by name rather than panicking.
+        let out_of_bounds = || FormatError::TensorOutOfBounds {
+            name: info.name.clone(),
+            offset: info.offset.saturating_add(within.start),
+            end: info.offset.saturating_add(within.end),
+            data_len: self.data_len,
+        };
+        if within.start > within.end || within.end > info.n_bytes {
+            return Err(out_of_bounds());
+        }
+        let start = info.offset.checked_add(within.start).ok_or_else(out_of_bounds)?;
+        let end = info.offset.checked_add(within.end).ok_or_else(out_of_bounds)?;
+        if end > self.data_len {
+            return Err(out_of_bounds());
+        }
+        match self.data {
+            Data::Bytes(data) => {
+                let (Ok(s), Ok(e)) = (usize::try_from(start), usize::try_from(end)) else {
+                    return Err(out_of_bounds());
+                };
+                data.get(s..e).map(Cow::Borrowed).ok_or_else(out_of_bounds)
+            }
+            Data::Source { source, start: data_start } => {
+                let len = usize::try_from(end - start).map_err(|_| out_of_bounds())?;
+                let at = data_start.checked_add(start).ok_or_else(out_of_bounds)?;
+                let mut buf = Vec::new();
+                buf.try_reserve_exact(len.saturating_add(extra))
+                    .map_err(|_| FormatError::TooLarge {
+                        field: format!("{} bytes to read", info.name),
+                        value: len as u64,
+                        limit: isize::MAX as u64,
+                    })?;
+                buf.resize(len, 0);
+                source.read_at(at, &mut buf)?;
+                Ok(Cow::Owned(buf))
+            }
+            Data::Absent => Err(FormatError::NoTensorData {
+                name: info.name.clone(),
+            }),
+        }
     }
 
     /// A tensor dequantized to f32, in storage order (innermost dimension fastest).
@@ -540,7 +748,7 @@ impl<'a> Gguf<'a> {
                 name: name.to_string(),
             })?;
         info.dtype
-            .dequantize(self.tensor_bytes(info), info.n_elements)
+            .dequantize(&self.tensor_bytes(info)?, info.n_elements)
     }
 }
 
@@ -588,7 +796,7 @@ impl Gguf<'_> {
                 },
                 None => t.name.clone(),
             };
-            w.tensor(name, &t.dims, t.dtype, self.tensor_bytes(t).to_vec())?;
+            w.tensor(name, &t.dims, t.dtype, self.tensor_bytes(t)?.into_owned())?;
         }
         Ok(w.to_bytes())
     }

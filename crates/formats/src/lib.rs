@@ -20,7 +20,7 @@ pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message};
 pub use error::{FormatError, Result};
-pub use gguf::{Gguf, GgufWriter, TensorInfo, Value};
+pub use gguf::{Gguf, GgufWriter, ReadAt, TensorInfo, Value};
 pub use layers::{LayerSpec, check_layer_subset};
 pub use quant::GgmlType;
 pub use safetensors::SafetensorsFile;

@@ -117,6 +117,12 @@ impl GgmlType {
         }
     }
 
+    /// Whether [`GgmlType::dequantize`] reads this type (a loader refuses the others from the
+    /// tensor table, before reading any data).
+    pub fn can_dequantize(self) -> bool {
+        !matches!(self, Self::Q8_1 | Self::Q2K | Self::Q3K | Self::Q8K)
+    }
+
     /// Dequantizes `n` values from `bytes`.
     ///
     /// # Errors

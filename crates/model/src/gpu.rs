@@ -9,10 +9,17 @@ use burn::backend::Cube;
 use burn::backend::wgpu::CubeTensor;
 use burn::tensor::{DType, Device, Shape, Tensor};
 use burn_cubecl::kernel::into_contiguous;
-use mars_kernels::QMatrix;
-use mars_kernels::gpu::GpuMatrix;
+use mars_kernels::gpu::{GpuMatrix, PART_PAD};
+use mars_kernels::{QMatrix, WeightType};
 
 use crate::error::{ModelError, Result};
+use crate::weights::Weights;
+
+/// Largest part a matrix is uploaded in (and later multiplied as, one launch per part): a
+/// loader reading from a file not held in memory (the page's `Blob`) holds one part at a time,
+/// so this bounds the wasm heap a load needs beyond the tokenizer; the Qwen2.5 embedding
+/// (151,936 × 1,536 as Q6_K, 191 MB) goes in three parts.
+pub(crate) const LOAD_PART_BYTES: u64 = 64 << 20;
 
 /// A `[out, in]` matrix of GGUF blocks in GPU memory (split by output rows where it exceeds
 /// the adapter's largest binding).
@@ -68,6 +75,35 @@ impl GpuLinear {
         let (client, device) = (target.client.clone(), target.device.clone());
         let max = client.properties().memory.max_page_size;
         let matrix = GpuMatrix::upload(&client, w.ty(), w.rows(), w.cols(), w.blocks(), max)?;
+        Ok(Self {
+            matrix: Arc::new(matrix),
+            client,
+            device,
+        })
+    }
+
+    /// Uploads the stored `[rows, cols]` matrix `name` of `ty` from `g`, a part at a time (at
+    /// most [`LOAD_PART_BYTES`] each): only one part's bytes are on the host at once.
+    ///
+    /// # Errors
+    /// The source's error reading a part; the kernels' error for a row larger than a part.
+    pub(crate) fn upload_stored(
+        g: &dyn Weights,
+        name: &str,
+        ty: WeightType,
+        rows: usize,
+        cols: usize,
+        target: &GpuTarget,
+    ) -> Result<Self> {
+        let (client, device) = (target.client.clone(), target.device.clone());
+        let max = client
+            .properties()
+            .memory
+            .max_page_size
+            .min(LOAD_PART_BYTES);
+        let matrix = GpuMatrix::upload_with(&client, ty, rows, cols, max, |range| {
+            g.stored_bytes(name, range, PART_PAD)
+        })?;
         Ok(Self {
             matrix: Arc::new(matrix),
             client,

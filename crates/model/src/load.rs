@@ -74,20 +74,38 @@ fn stored_blocks(
     out_dim: usize,
     in_dim: usize,
 ) -> Result<Option<QMatrix>> {
-    let Some((shape, ty, bytes)) = g.stored(name)? else {
+    let Some(wt) = packable_stored(g, name, out_dim, in_dim)? else {
         return Ok(None);
     };
-    let Some(wt) = packable(ty) else {
+    let n_bytes = g.stored(name)?.map_or(0, |s| s.n_bytes);
+    let bytes = g.stored_bytes(name, 0..n_bytes, 0)?.into_owned();
+    Ok(Some(QMatrix::new(wt, out_dim, in_dim, bytes)?))
+}
+
+/// The kernels' type for `name` if the source stores it `[out, in]` in a type they take.
+///
+/// # Errors
+/// [`ModelError::TensorShape`] for a stored tensor of another shape.
+fn packable_stored(
+    g: &dyn Weights,
+    name: &str,
+    out_dim: usize,
+    in_dim: usize,
+) -> Result<Option<WeightType>> {
+    let Some(s) = g.stored(name)? else {
         return Ok(None);
     };
-    if shape != [out_dim, in_dim] {
+    let Some(wt) = packable(s.ty) else {
+        return Ok(None);
+    };
+    if s.shape != [out_dim, in_dim] {
         return Err(ModelError::TensorShape {
             name: name.to_string(),
-            found: shape,
+            found: s.shape,
             expected: vec![out_dim, in_dim],
         });
     }
-    Ok(Some(QMatrix::new(wt, out_dim, in_dim, bytes.to_vec())?))
+    Ok(Some(wt))
 }
 
 /// Reads one tensor, checks its shape (row-major, outermost first), and returns its values.
@@ -142,7 +160,7 @@ fn blocks(
     }
     let ty = g
         .stored(name)?
-        .map_or_else(|| "f32".to_string(), |(_, ty, _)| format!("{ty:?}"));
+        .map_or_else(|| "f32".to_string(), |s| format!("{:?}", s.ty));
     converted.push(format!("{name} ({ty})"));
     let values = read(g, name, &[out_dim, in_dim])?;
     Ok(Arc::new(QMatrix::quantize_q8_0(out_dim, in_dim, &values)?))
@@ -198,8 +216,7 @@ impl Llama {
         device: &Device,
         options: LoadOptions,
     ) -> Result<Self> {
-        c.validate()?;
-        check_memory(&c, g, options)?;
+        Self::check_weights(&c, g, options)?;
         let body = match options.cpu_threads {
             Some(threads) => Body::Host(host_model(&c, g, shared_kernels(threads)?)?),
             None => Body::Tensors(Box::new(tensor_model(&c, g, device, options.gpu_blocks)?)),
@@ -211,6 +228,96 @@ impl Llama {
             device: device.clone(),
         })
     }
+}
+
+impl Llama {
+    /// Everything [`Llama::from_gguf`] checks before it reads any tensor data: the
+    /// configuration, every tensor's presence, shape and type (from the table), and the
+    /// device's limits. Works on a header alone ([`Gguf::parse_header`]), so that a download
+    /// can be refused before it finishes.
+    ///
+    /// # Errors
+    /// As [`Llama::from_gguf`], short of errors reading the data itself.
+    pub fn check_gguf(g: &Gguf<'_>, options: LoadOptions) -> Result<LlamaConfig> {
+        let c = LlamaConfig::from_gguf(g)?;
+        Self::check_weights(&c, g, options)?;
+        Ok(c)
+    }
+
+    fn check_weights(c: &LlamaConfig, g: &dyn Weights, options: LoadOptions) -> Result<()> {
+        c.validate()?;
+        check_tensors(c, g)?;
+        check_memory(c, g, options)
+    }
+}
+
+/// Every tensor the model reads and the shape it must have (outermost first); `rope_freqs`
+/// is optional and checked where present.
+fn expected_tensors(c: &LlamaConfig) -> Vec<(String, Vec<usize>)> {
+    let (d, hd, ff, v) = (c.d_model, c.head_dim, c.d_ff, c.vocab_size);
+    let (q, kv) = (c.n_heads * hd, c.n_kv_heads * hd);
+    let mut out = vec![
+        ("token_embd.weight".to_string(), vec![v, d]),
+        ("output_norm.weight".to_string(), vec![d]),
+    ];
+    if !c.tied_embeddings {
+        out.push(("output.weight".into(), vec![v, d]));
+    }
+    for i in 0..c.n_layers {
+        let mut add = |s: &str, shape: Vec<usize>| out.push((format!("blk.{i}.{s}"), shape));
+        add("attn_norm.weight", vec![d]);
+        add("attn_q.weight", vec![q, d]);
+        add("attn_k.weight", vec![kv, d]);
+        add("attn_v.weight", vec![kv, d]);
+        add("attn_output.weight", vec![d, q]);
+        add("ffn_norm.weight", vec![d]);
+        add("ffn_gate.weight", vec![ff, d]);
+        add("ffn_up.weight", vec![ff, d]);
+        add("ffn_down.weight", vec![d, ff]);
+        if c.qkv_bias {
+            add("attn_q.bias", vec![q]);
+            add("attn_k.bias", vec![kv]);
+            add("attn_v.bias", vec![kv]);
+        }
+        if c.qk_norm {
+            add("attn_q_norm.weight", vec![hd]);
+            add("attn_k_norm.weight", vec![hd]);
+        }
+    }
+    out
+}
+
+/// Refuses, from the tensor table alone, a file that lacks a tensor, holds one of another
+/// shape, or stores one in a type this crate cannot read. Sources without a table
+/// (safetensors) are checked tensor by tensor as they load.
+fn check_tensors(c: &LlamaConfig, g: &dyn Weights) -> Result<()> {
+    if !g.lists_tensors() {
+        return Ok(());
+    }
+    let mut expected = expected_tensors(c);
+    if g.stored("rope_freqs.weight")?.is_some() {
+        expected.push(("rope_freqs.weight".into(), vec![c.head_dim / 2]));
+    }
+    for (name, shape) in expected {
+        let Some(s) = g.stored(&name)? else {
+            return Err(mars_formats::FormatError::MissingTensor { name }.into());
+        };
+        if s.shape != shape {
+            return Err(ModelError::TensorShape {
+                name,
+                found: s.shape,
+                expected: shape,
+            });
+        }
+        if !s.ty.can_dequantize() {
+            return Err(mars_formats::FormatError::BadTensorType {
+                name,
+                type_id: s.ty.id(),
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// The weights as burn tensors on `device`: f32, or with `gpu_blocks` the matrices and the
@@ -320,7 +427,6 @@ fn gpu_tables(
     target: &GpuTarget,
     converted: &mut Vec<String>,
 ) -> Result<(Embedding, Linear)> {
-    use crate::gpu::GpuLinear;
     let (d, v) = (c.d_model, c.vocab_size);
     let embedding = if is_f32(g, "token_embd.weight")? {
         Embedding::Dense(Tensor::from_data(
@@ -328,8 +434,14 @@ fn gpu_tables(
             device,
         ))
     } else {
-        let w = blocks(g, "token_embd.weight", v, d, converted)?;
-        Embedding::Blocks(Box::new(GpuLinear::upload(&w, target)?))
+        Embedding::Blocks(Box::new(gpu_blocks(
+            g,
+            "token_embd.weight",
+            v,
+            d,
+            target,
+            converted,
+        )?))
     };
     let lm_head = match (&embedding, c.tied_embeddings) {
         (Embedding::Blocks(table), true) => Linear::Blocks(table.clone()),
@@ -338,19 +450,43 @@ fn gpu_tables(
             TensorData::new(read(g, "output.weight", &[v, d])?, [1, v, d]),
             device,
         )),
-        (_, false) => {
-            let w = blocks(g, "output.weight", v, d, converted)?;
-            Linear::Blocks(Box::new(GpuLinear::upload(&w, target)?))
-        }
+        (_, false) => Linear::Blocks(Box::new(gpu_blocks(
+            g,
+            "output.weight",
+            v,
+            d,
+            target,
+            converted,
+        )?)),
     };
     Ok((embedding, lm_head))
+}
+
+/// A `[out, in]` matrix's blocks on the GPU: a type the kernels take is uploaded as stored, a
+/// part at a time (a source not in memory is read one part at a time); any other type is
+/// converted once to Q8_0 (noted in `converted`).
+#[cfg(any(feature = "wgpu", feature = "webgpu"))]
+fn gpu_blocks(
+    g: &dyn Weights,
+    name: &str,
+    out_dim: usize,
+    in_dim: usize,
+    target: &GpuTarget,
+    converted: &mut Vec<String>,
+) -> Result<crate::gpu::GpuLinear> {
+    use crate::gpu::GpuLinear;
+    if let Some(ty) = packable_stored(g, name, out_dim, in_dim)? {
+        return GpuLinear::upload_stored(g, name, ty, out_dim, in_dim, target);
+    }
+    let w = blocks(g, name, out_dim, in_dim, converted)?;
+    GpuLinear::upload(&w, target)
 }
 
 /// Whether the source holds `name` in f32 (or has no stored form, as safetensors): such a
 /// matrix stays f32 on the GPU, as the file keeps it, rather than being rounded to Q8_0.
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
 fn is_f32(g: &dyn Weights, name: &str) -> Result<bool> {
-    Ok(g.stored(name)?.is_none_or(|(_, ty, _)| ty == GgmlType::F32))
+    Ok(g.stored(name)?.is_none_or(|s| s.ty == GgmlType::F32))
 }
 
 /// A `[out, in]` matrix as GGUF blocks on the GPU (converted once to Q8_0 where no kernel
@@ -368,9 +504,8 @@ fn gpu_matrix(
     if is_f32(g, name)? {
         return matrix(g, name, out_dim, in_dim, device);
     }
-    let w = blocks(g, name, out_dim, in_dim, converted)?;
-    Ok(Linear::Blocks(Box::new(crate::gpu::GpuLinear::upload(
-        &w, target,
+    Ok(Linear::Blocks(Box::new(gpu_blocks(
+        g, name, out_dim, in_dim, target, converted,
     )?)))
 }
 
@@ -502,6 +637,9 @@ fn check_memory(c: &LlamaConfig, g: &dyn Weights, options: LoadOptions) -> Resul
             }
         }
     }
+    if let Some(limit) = options.max_buffer_bytes.filter(|_| options.gpu_blocks) {
+        check_block_buffers(c, g, limit)?;
+    }
     if let Some(limit) = options.max_total_bytes {
         let rope = 4u64
             .saturating_mul(c.context_length as u64)
@@ -515,6 +653,38 @@ fn check_memory(c: &LlamaConfig, g: &dyn Weights, options: LoadOptions) -> Resul
         if needed > limit {
             return Err(ModelError::TooBigForDevice {
                 what: what.into(),
+                needed,
+                limit,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// GGUF blocks on the GPU are split by output rows to fit a binding, so what must fit is one
+/// row of blocks (and, for a matrix the file keeps in F32, which stays a dense tensor, the
+/// whole matrix): refused here, before any upload, naming the tensor and the limit.
+fn check_block_buffers(c: &LlamaConfig, g: &dyn Weights, limit: u64) -> Result<()> {
+    for (name, shape) in expected_tensors(c) {
+        let [rows, cols] = shape[..] else {
+            continue;
+        };
+        let Some(s) = g.stored(&name)? else {
+            continue;
+        };
+        let (what, needed) = if s.ty == GgmlType::F32 {
+            (format!("{name} (F32, kept dense)"), s.n_bytes)
+        } else if packable(s.ty).is_some() {
+            let per_row = s.n_bytes / (rows.max(1) as u64);
+            (format!("a row of {name} ({cols} {} values)", s.ty), per_row)
+        } else {
+            // Converted to Q8_0: 34 bytes per 32 values.
+            (format!("a row of {name} as Q8_0"), (cols as u64).div_ceil(32) * 34)
+        };
+        // A part holds whole rows plus one padding word.
+        if needed.saturating_add(8) > limit {
+            return Err(ModelError::TooBigForDevice {
+                what,
                 needed,
                 limit,
             });
@@ -546,11 +716,11 @@ fn packed_bytes(c: &LlamaConfig, g: &dyn Weights) -> Result<u64> {
     }
     let mut total = 0u64;
     for name in &names {
-        if let Some((shape, ty, bytes)) = g.stored(name)? {
-            total = total.saturating_add(if packable(ty).is_some() {
-                bytes.len() as u64
+        if let Some(s) = g.stored(name)? {
+            total = total.saturating_add(if packable(s.ty).is_some() {
+                s.n_bytes
             } else {
-                let values = shape.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64));
+                let values = s.shape.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64));
                 values.saturating_mul(34) / 32
             });
         }

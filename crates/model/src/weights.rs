@@ -1,14 +1,26 @@
 //! Where weights come from: GGUF files or HF safetensors with `config.json`. The loader asks
 //! for tensors by their GGUF names; each source maps and re-lays them out.
 
-use mars_formats::{GgmlType, Gguf, SafetensorsFile};
+use std::borrow::Cow;
+use std::ops::Range;
+
+use mars_formats::{FormatError, GgmlType, Gguf, SafetensorsFile};
 use serde::Deserialize;
 
 use crate::config::{Architecture, LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
 
-/// A tensor as stored: shape (outermost first), type, and its bytes.
-pub type Stored<'a> = (Vec<usize>, GgmlType, &'a [u8]);
+/// A tensor as stored: shape (outermost first), type and size; its bytes come from
+/// [`Weights::stored_bytes`], so that a loader can check a whole file before reading any data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// Shape, outermost first.
+    pub shape: Vec<usize>,
+    /// Storage type.
+    pub ty: GgmlType,
+    /// Bytes of data.
+    pub n_bytes: u64,
+}
 
 /// A source of f32 weights, addressed by GGUF tensor names.
 pub trait Weights {
@@ -19,13 +31,33 @@ pub trait Weights {
     /// The format's error for unreadable data.
     fn f32_tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>>;
 
-    /// The tensor as stored: shape (outermost first), type and bytes, for loaders that keep
-    /// blocks packed; `None` where the source has no such form (safetensors here).
+    /// Whether [`Weights::stored`] lists every tensor of the source (a GGUF's table), so that a
+    /// loader can check names, shapes and types before reading any data.
+    fn lists_tensors(&self) -> bool {
+        false
+    }
+
+    /// The tensor as stored (shape, type, size), for loaders that keep blocks packed; `None`
+    /// where the source has no such form (safetensors here). Reads no tensor data.
     ///
     /// # Errors
-    /// The format's error for unreadable data.
-    fn stored(&self, _name: &str) -> Result<Option<Stored<'_>>> {
+    /// The format's error for an unreadable table.
+    fn stored(&self, _name: &str) -> Result<Option<Stored>> {
         Ok(None)
+    }
+
+    /// Bytes `range` of a stored tensor (relative to its start), with `extra` bytes of spare
+    /// capacity where they are read into a new buffer: a large tensor can be taken a part at a
+    /// time from a source that is not in memory.
+    ///
+    /// # Errors
+    /// [`FormatError::MissingTensor`] where the source has no stored form of `name`; the
+    /// format's error for unreadable data.
+    fn stored_bytes(&self, name: &str, _range: Range<u64>, _extra: usize) -> Result<Cow<'_, [u8]>> {
+        Err(FormatError::MissingTensor {
+            name: name.to_string(),
+        }
+        .into())
     }
 }
 
@@ -39,11 +71,25 @@ impl Weights for Gguf<'_> {
         Ok(Some((shape, self.tensor_f32(name)?)))
     }
 
-    fn stored(&self, name: &str) -> Result<Option<Stored<'_>>> {
-        Ok(self.tensor(name).map(|info| {
-            let shape = info.dims.iter().rev().map(|&d| d as usize).collect();
-            (shape, info.dtype, self.tensor_bytes(info))
+    fn lists_tensors(&self) -> bool {
+        true
+    }
+
+    fn stored(&self, name: &str) -> Result<Option<Stored>> {
+        Ok(self.tensor(name).map(|info| Stored {
+            shape: info.dims.iter().rev().map(|&d| d as usize).collect(),
+            ty: info.dtype,
+            n_bytes: info.n_bytes,
         }))
+    }
+
+    fn stored_bytes(&self, name: &str, range: Range<u64>, extra: usize) -> Result<Cow<'_, [u8]>> {
+        let info = self
+            .tensor(name)
+            .ok_or_else(|| FormatError::MissingTensor {
+                name: name.to_string(),
+            })?;
+        Ok(self.tensor_range_with(info, range, extra)?)
     }
 }
 

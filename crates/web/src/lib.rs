@@ -7,4 +7,4 @@
 #![warn(missing_docs)]
 
 mod worker;
-pub use worker::{ErrorKind, Event, Request, worker_main};
+pub use worker::{BlobSource, ErrorKind, Event, Request, wasm_bytes, worker_main};

@@ -2,6 +2,10 @@
 //! `postMessage`. The page sends [`Request`]s; the worker answers with [`Event`]s. Downloads and
 //! caching stay in the page's JavaScript; the worker owns the GPU device, the models and the
 //! loop. A lost GPU device is reported by `worker.js`, which watches `GPUDevice.lost`.
+//!
+//! Models arrive as `Blob`s (a local file, the Cache API's entry, or a download collected by the
+//! browser) and are read a slice at a time with `FileReaderSync`: the header, then each tensor
+//! (large ones a part at a time) as it is uploaded, so the wasm heap never holds the file.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -10,30 +14,42 @@ use mars_engine::{
     AnyDrafter, Backend, DEFAULTS, Decoder, Defaults, EngineError, Method, ModelInfo, RunSettings,
     RunSummary, StepRecord, Target,
 };
-use mars_formats::{FormatError, Gguf};
+use mars_formats::{FormatError, Gguf, ReadAt};
 use mars_model::{Llama, ModelError};
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
-use web_sys::{DedicatedWorkerGlobalScope, MessageEvent};
+use web_sys::{Blob, DedicatedWorkerGlobalScope, FileReaderSync, MessageEvent};
 
 /// Page → worker.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    /// A GGUF file's bytes: the target model.
+    /// A downloading file's first bytes: checked as the load will check it (header, tokenizer,
+    /// tensor table, the adapter's limits) so that a file that cannot load is refused before
+    /// its download finishes. Answered by [`Event::Checked`] or [`Event::CheckFailed`].
+    Check {
+        /// The file's first bytes (as many as have arrived).
+        #[serde(with = "serde_bytes")]
+        prefix: Vec<u8>,
+        /// The whole file's length (the download's `Content-Length`).
+        file_len: u64,
+        /// A draft model (checked against the loaded target's tokenizer) or a target.
+        draft: bool,
+    },
+    /// A GGUF file: the target model, read a slice at a time.
     Load {
         /// The file.
-        #[serde(with = "serde_bytes")]
-        bytes: Vec<u8>,
+        #[serde(with = "serde_wasm_bindgen::preserve")]
+        file: Blob,
     },
-    /// A separate draft model's bytes (its tokenizer must be the target's), named as the race
-    /// settings name it (`model:<name>`).
+    /// A separate draft model (its tokenizer must be the target's), named as the race settings
+    /// name it (`model:<name>`).
     LoadDraft {
         /// Where it came from (the URL or file name).
         name: String,
         /// The file.
-        #[serde(with = "serde_bytes")]
-        bytes: Vec<u8>,
+        #[serde(with = "serde_wasm_bindgen::preserve")]
+        file: Blob,
     },
     /// Decode one prompt with several methods, from one shared prefill.
     Race {
@@ -108,15 +124,36 @@ pub enum Event {
         /// The engine's one copy of the defaults.
         defaults: Defaults,
     },
+    /// A [`Request::Check`]'s answer: the header passed every check, or more of the file is
+    /// needed to read it.
+    Checked {
+        /// The request's `draft`.
+        draft: bool,
+        /// `Some(n)`: the header runs past the prefix; send again with at least `n` bytes.
+        need: Option<u64>,
+    },
+    /// A [`Request::Check`] refused the file: the download should stop.
+    CheckFailed {
+        /// The request's `draft`.
+        draft: bool,
+        /// What kind of failure.
+        kind: ErrorKind,
+        /// What is wrong, from the failing layer's typed error.
+        message: String,
+    },
     /// A model is loaded.
     Loaded {
         /// Its facts.
         info: ModelInfo,
+        /// The wasm heap's size after the load: it only grows, so this is the load's peak.
+        wasm_bytes: u64,
     },
     /// A draft model is loaded.
     DraftLoaded {
         /// The name it was loaded under.
         name: String,
+        /// The wasm heap's size after the load (its peak so far).
+        wasm_bytes: u64,
     },
     /// A pane's step.
     Step {
@@ -199,20 +236,131 @@ pub fn worker_main() {
     post(&Event::Ready { defaults: DEFAULTS });
 }
 
-/// Parses a GGUF and builds something from it on the page's WebGPU device.
+/// A `Blob` read a slice at a time (`FileReaderSync`, which workers have): the loader asks for
+/// the header, then for each tensor or part of one, so the wasm heap holds one part at a time.
+#[derive(Debug)]
+pub struct BlobSource {
+    blob: Blob,
+    reader: FileReaderSync,
+}
+
+impl BlobSource {
+    /// Wraps `blob`.
+    ///
+    /// # Errors
+    /// [`FormatError::Read`] where this scope has no `FileReaderSync` (the page's main thread).
+    pub fn new(blob: Blob) -> Result<Self, FormatError> {
+        let reader = FileReaderSync::new().map_err(|e| FormatError::Read {
+            offset: 0,
+            len: 0,
+            why: format!("no FileReaderSync here (not a worker?): {}", js_text(&e)),
+        })?;
+        Ok(Self { blob, reader })
+    }
+}
+
+fn js_text(e: &JsValue) -> String {
+    e.as_string().unwrap_or_else(|| {
+        e.dyn_ref::<js_sys::Error>()
+            .map_or_else(|| format!("{e:?}"), |e| e.to_string().into())
+    })
+}
+
+impl ReadAt for BlobSource {
+    fn len(&self) -> u64 {
+        // A Blob's size is an exact integer below 2^53.
+        self.blob.size() as u64
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), FormatError> {
+        let len = buf.len() as u64;
+        let failed = |why: String| FormatError::Read { offset, len, why };
+        let end = offset.checked_add(len).filter(|&e| e <= self.len()).ok_or_else(|| {
+            failed(format!("past the end of the {}-byte file", self.len()))
+        })?;
+        // Offsets below 2^53 are exact as f64.
+        let slice = self
+            .blob
+            .slice_with_f64_and_f64(offset as f64, end as f64)
+            .map_err(|e| failed(js_text(&e)))?;
+        let data = self
+            .reader
+            .read_as_array_buffer(&slice)
+            .map_err(|e| failed(js_text(&e)))?;
+        let data = js_sys::Uint8Array::new(&data);
+        if u64::from(data.length()) != len {
+            return Err(failed(format!("the file gave {} bytes", data.length())));
+        }
+        data.copy_to(buf);
+        Ok(())
+    }
+}
+
+/// The wasm heap's size in bytes (it never shrinks, so after a load it is the load's peak).
+pub fn wasm_bytes() -> u64 {
+    let memory: js_sys::WebAssembly::Memory = wasm_bindgen::memory().unchecked_into();
+    let buffer: js_sys::ArrayBuffer = memory.buffer().unchecked_into();
+    buffer.byte_length() as u64
+}
+
+/// Parses a GGUF `Blob` (read a slice at a time) and builds something from it on the page's
+/// WebGPU device.
 async fn on_webgpu<T>(
-    bytes: &[u8],
+    file: Blob,
     build: impl FnOnce(&Gguf<'_>, &mars_engine::OpenDevice) -> mars_engine::Result<T>,
 ) -> mars_engine::Result<T> {
     let open = Backend::Wgpu.open().await?;
-    let g = Gguf::parse(bytes)?;
+    let source = BlobSource::new(file)?;
+    let g = Gguf::parse_from(&source)?;
     build(&g, &open)
+}
+
+/// A download's first bytes checked as the load will check them; `Ok(Some(n))`: the header
+/// needs at least `n` bytes.
+async fn check(prefix: &[u8], file_len: u64, draft: bool) -> mars_engine::Result<Option<u64>> {
+    let g = match Gguf::parse_header(prefix, file_len) {
+        Ok(g) => g,
+        Err(FormatError::UnexpectedEof {
+            offset, needed, ..
+        }) if (prefix.len() as u64) < file_len => {
+            // At least the field that ran out; doubling keeps the round trips few.
+            let need = offset
+                .saturating_add(needed)
+                .max((prefix.len() as u64).saturating_mul(2))
+                .min(file_len);
+            return Ok(Some(need));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let open = Backend::Wgpu.open().await?;
+    if draft {
+        // A draft model is checked against the target it will race with, if one is loaded
+        // (else its load says so).
+        if let Some(target) = STATE.with(|s| s.borrow().target.clone()) {
+            target.check_draft(&g, open.limits)?;
+        }
+    } else {
+        Target::check_gguf(&g, open.limits)?;
+    }
+    Ok(None)
 }
 
 async fn handle(request: Request) {
     match request {
-        Request::Load { bytes } => {
-            match on_webgpu(&bytes, |g, open| {
+        Request::Check {
+            prefix,
+            file_len,
+            draft,
+        } => match check(&prefix, file_len, draft).await {
+            Ok(need) => post(&Event::Checked { draft, need }),
+            Err(e) => post(&Event::CheckFailed {
+                draft,
+                kind: ErrorKind::of(&e),
+                message: e.to_string(),
+            }),
+        },
+        Request::Load { file } => {
+            match on_webgpu(file, |g, open| {
                 Target::from_gguf(g, &open.device, open.limits)
             })
             .await
@@ -225,26 +373,32 @@ async fn handle(request: Request) {
                         // A draft model belongs to the previous target's tokenizer.
                         s.draft = None;
                     });
-                    post(&Event::Loaded { info });
+                    post(&Event::Loaded {
+                        info,
+                        wasm_bytes: wasm_bytes(),
+                    });
                 }
                 Err(e) => engine_error(&e),
             }
         }
-        Request::LoadDraft { name, bytes } => {
+        Request::LoadDraft { name, file } => {
             let Some(target) = STATE.with(|s| s.borrow().target.clone()) else {
                 return error(
                     ErrorKind::Request,
                     "load the target model before a draft model",
                 );
             };
-            let built = on_webgpu(&bytes, |g, open| {
+            let built = on_webgpu(file, |g, open| {
                 target.draft_model(g, &open.device, open.limits)
             })
             .await;
             match built {
                 Ok(model) => {
                     STATE.with(|s| s.borrow_mut().draft = Some((name.clone(), model)));
-                    post(&Event::DraftLoaded { name });
+                    post(&Event::DraftLoaded {
+                        name,
+                        wasm_bytes: wasm_bytes(),
+                    });
                 }
                 Err(e) => engine_error(&e),
             }

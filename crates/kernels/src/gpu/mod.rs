@@ -26,7 +26,9 @@
 //! ~`(n_in / 16 + 24) · 2⁻²⁴ · Σ|W·x|` per output, which the tests hold with a margin.
 
 use core::ops::Range;
+use std::borrow::Cow;
 
+use cubecl::bytes::Bytes;
 use cubecl::client::Client;
 use cubecl::ir::settings::Dim3;
 use cubecl::ir::{ElemType, UIntKind};
@@ -348,10 +350,14 @@ fn row_bytes(ty: WeightType, cols: usize) -> Result<usize> {
     Ok(cols / ty.block_values() * ty.block_bytes())
 }
 
+/// Spare bytes a part's buffer needs for [`padded_words`]' padding (up to 3 to a whole word,
+/// then one word).
+pub const PART_PAD: usize = 8;
+
 /// Block bytes as the kernels read them: the bytes, zero-padded to a whole number of u32 words
 /// plus one word (an unaligned read of a part's last bytes reads one word past them).
 pub fn padded_words(blocks: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(blocks.len() + 8);
+    let mut out = Vec::with_capacity(blocks.len() + PART_PAD);
     out.extend_from_slice(blocks);
     out.resize(blocks.len().div_ceil(4) * 4 + 4, 0);
     out
@@ -418,16 +424,57 @@ impl GpuMatrix {
                 found: blocks.len(),
             });
         }
-        let parts = split_rows(ty, rows, cols, max_binding)?
-            .into_iter()
-            .map(|range| GpuPart {
-                weights: client
-                    .create_from_slice(&padded_words(&blocks[range.start * rb..range.end * rb])),
+        Self::upload_with(client, ty, rows, cols, max_binding, |range| {
+            let (start, end) = (range.start as usize, range.end as usize);
+            Ok::<_, KernelError>(Cow::Borrowed(&blocks[start..end]))
+        })
+    }
+
+    /// As [`GpuMatrix::upload`], with each part's bytes asked of `read` (a byte range of the
+    /// whole matrix) only when that part is uploaded: a loader reading from a file not held in
+    /// memory holds one part at a time. Bytes handed over owned with [`PART_PAD`] bytes of spare
+    /// capacity are padded and uploaded with no copy on the host.
+    ///
+    /// # Errors
+    /// [`KernelError::RaggedRow`] or [`KernelError::TooLarge`] for the shape; `read`'s error;
+    /// [`KernelError::Shape`] for a part of the wrong size.
+    pub fn upload_with<'b, E: From<KernelError>>(
+        client: &Client,
+        ty: WeightType,
+        rows: usize,
+        cols: usize,
+        max_binding: u64,
+        mut read: impl FnMut(Range<u64>) -> std::result::Result<Cow<'b, [u8]>, E>,
+    ) -> std::result::Result<Self, E> {
+        let rb = row_bytes(ty, cols)?;
+        let mut parts = Vec::new();
+        for range in split_rows(ty, rows, cols, max_binding)? {
+            let bytes = (range.start as u64 * rb as u64)..(range.end as u64 * rb as u64);
+            let expected = range.len() * rb;
+            let data = read(bytes)?;
+            if data.len() != expected {
+                return Err(KernelError::Shape {
+                    what: "weight part bytes",
+                    expected,
+                    found: data.len(),
+                }
+                .into());
+            }
+            let padded = match data {
+                Cow::Owned(mut v) => {
+                    v.resize(expected.div_ceil(4) * 4 + 4, 0);
+                    v
+                }
+                Cow::Borrowed(b) => padded_words(b),
+            };
+            parts.push(GpuPart {
+                // `create` takes the buffer as is (`create_from_slice` would copy it twice).
+                weights: client.create(Bytes::from_bytes_vec(padded)),
                 first_launch: client
                     .create_from_slice(&u32_bytes(&matmul_params(&range, cols, rb, rows, 0))),
                 rows: range,
-            })
-            .collect();
+            });
+        }
         Ok(Self {
             ty,
             rows,
