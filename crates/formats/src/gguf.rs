@@ -592,7 +592,6 @@ impl Header {
 }
 
 impl<'a> Gguf<'a> {
-
     /// A metadata value.
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.metadata.get(key)
@@ -705,8 +704,14 @@ impl<'a> Gguf<'a> {
         if within.start > within.end || within.end > info.n_bytes {
             return Err(out_of_bounds());
         }
-        let start = info.offset.checked_add(within.start).ok_or_else(out_of_bounds)?;
-        let end = info.offset.checked_add(within.end).ok_or_else(out_of_bounds)?;
+        let start = info
+            .offset
+            .checked_add(within.start)
+            .ok_or_else(out_of_bounds)?;
+        let end = info
+            .offset
+            .checked_add(within.end)
+            .ok_or_else(out_of_bounds)?;
         if end > self.data_len {
             return Err(out_of_bounds());
         }
@@ -717,7 +722,10 @@ impl<'a> Gguf<'a> {
                 };
                 data.get(s..e).map(Cow::Borrowed).ok_or_else(out_of_bounds)
             }
-            Data::Source { source, start: data_start } => {
+            Data::Source {
+                source,
+                start: data_start,
+            } => {
                 let len = usize::try_from(end - start).map_err(|_| out_of_bounds())?;
                 let at = data_start.checked_add(start).ok_or_else(out_of_bounds)?;
                 let mut buf = Vec::new();

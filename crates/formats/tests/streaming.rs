@@ -32,7 +32,10 @@ impl ReadAt for Counted {
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> mars_formats::Result<()> {
         self.reads.borrow_mut().push((offset, buf.len()));
-        if self.fail_from.is_some_and(|f| offset + buf.len() as u64 > f) {
+        if self
+            .fail_from
+            .is_some_and(|f| offset + buf.len() as u64 > f)
+        {
             return Err(FormatError::Read {
                 offset,
                 len: buf.len() as u64,
@@ -78,7 +81,11 @@ fn a_file_read_on_demand_equals_the_file_in_memory() {
     let header_reads = source.reads.borrow().clone();
     assert!(header_reads.len() > 1, "{header_reads:?}");
     assert!(header_reads.iter().all(|&(offset, _)| offset == 0));
-    assert!(header_reads.iter().all(|&(_, len)| (len as u64) < bytes.len() as u64));
+    assert!(
+        header_reads
+            .iter()
+            .all(|&(_, len)| (len as u64) < bytes.len() as u64)
+    );
     let data_start = data_start(&whole, bytes.len());
     source.reads.borrow_mut().clear();
     for t in &g.tensors {
@@ -101,7 +108,12 @@ fn a_file_read_on_demand_equals_the_file_in_memory() {
 
 /// Where the data section starts: the writer puts no padding after the last tensor.
 fn data_start(g: &Gguf<'_>, file_len: usize) -> u64 {
-    let end = g.tensors.iter().map(|t| t.offset + t.n_bytes).max().unwrap();
+    let end = g
+        .tensors
+        .iter()
+        .map(|t| t.offset + t.n_bytes)
+        .max()
+        .unwrap();
     file_len as u64 - end
 }
 
@@ -118,7 +130,9 @@ fn a_tensor_is_read_a_part_at_a_time() {
     assert_eq!(&part[..], &all[34..136]);
     // Owned, with the spare capacity asked for (a GPU upload pads it in place), read in one
     // read of just that range.
-    assert!(matches!(part, std::borrow::Cow::Owned(ref v) if v.len() == 102 && v.capacity() >= 110));
+    assert!(
+        matches!(part, std::borrow::Cow::Owned(ref v) if v.len() == 102 && v.capacity() >= 110)
+    );
     let at = data_start(&whole, bytes.len()) + b.offset + 34;
     assert_eq!(source.reads.borrow().as_slice(), &[(at, 102)]);
     // In memory, the same range is borrowed from the file.
@@ -167,9 +181,7 @@ fn a_download_prefix_is_checked_or_says_how_much_more_it_needs() {
         assert!(rounds < 64, "the prefix never sufficed");
         match Gguf::parse_header(&bytes[..have], len) {
             Ok(g) => break g,
-            Err(FormatError::UnexpectedEof {
-                offset, needed, ..
-            }) => {
+            Err(FormatError::UnexpectedEof { offset, needed, .. }) => {
                 let need = usize::try_from(offset + needed).unwrap();
                 assert!(need > have, "asks for {need} with {have} in hand");
                 have = need.max(have * 2).min(bytes.len());

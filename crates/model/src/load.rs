@@ -679,7 +679,10 @@ fn check_block_buffers(c: &LlamaConfig, g: &dyn Weights, limit: u64) -> Result<(
             (format!("a row of {name} ({cols} {} values)", s.ty), per_row)
         } else {
             // Converted to Q8_0: 34 bytes per 32 values.
-            (format!("a row of {name} as Q8_0"), (cols as u64).div_ceil(32) * 34)
+            (
+                format!("a row of {name} as Q8_0"),
+                (cols as u64).div_ceil(32) * 34,
+            )
         };
         // A part holds whole rows plus one padding word.
         if needed.saturating_add(8) > limit {
@@ -720,7 +723,10 @@ fn packed_bytes(c: &LlamaConfig, g: &dyn Weights) -> Result<u64> {
             total = total.saturating_add(if packable(s.ty).is_some() {
                 s.n_bytes
             } else {
-                let values = s.shape.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64));
+                let values = s
+                    .shape
+                    .iter()
+                    .fold(1u64, |n, &d| n.saturating_mul(d as u64));
                 values.saturating_mul(34) / 32
             });
         }

@@ -194,3 +194,157 @@ fn too_big_for_the_device_is_refused_up_front() {
     )
     .unwrap();
 }
+
+/// A file behind `ReadAt` (as the page's `Blob` is), recording every read's length.
+struct Source {
+    bytes: Vec<u8>,
+    reads: std::cell::RefCell<Vec<usize>>,
+}
+
+impl mars_formats::ReadAt for Source {
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> mars_formats::Result<()> {
+        self.reads.borrow_mut().push(buf.len());
+        let start = usize::try_from(offset).unwrap();
+        buf.copy_from_slice(&self.bytes[start..start + buf.len()]);
+        Ok(())
+    }
+}
+
+fn run(model: &Llama, tokens: &[u32]) -> Vec<f32> {
+    let mut cache = model.new_cache(32).unwrap();
+    read_f32(model.forward(tokens, &mut cache).unwrap()).unwrap()
+}
+
+/// The browser's load: the file read a slice at a time (header, then each tensor once, as it
+/// is uploaded) gives the very model a file in memory gives, on wgpu blocks and on the CPU's
+/// packed path; no tensor is read twice and no read is larger than the largest tensor.
+#[test]
+fn a_model_read_a_slice_at_a_time_equals_one_held_in_memory() {
+    let bytes = tiny_gguf_quantized(7).unwrap();
+    let tokens = [72, 101, 108, 108, 111, 32, 119, 111];
+    let whole = Gguf::parse(&bytes).unwrap();
+    let data: usize = whole.tensors.iter().map(|t| t.n_bytes as usize).sum();
+    let largest = whole
+        .tensors
+        .iter()
+        .map(|t| t.n_bytes as usize)
+        .max()
+        .unwrap();
+    for (device, options) in [
+        (
+            wgpu(),
+            LoadOptions {
+                gpu_blocks: true,
+                ..LoadOptions::default()
+            },
+        ),
+        (
+            Device::flex(),
+            LoadOptions {
+                cpu_threads: Some(2),
+                ..LoadOptions::default()
+            },
+        ),
+    ] {
+        let expected = run(
+            &Llama::from_gguf(&whole, &device, options).unwrap(),
+            &tokens,
+        );
+        let source = Source {
+            bytes: bytes.clone(),
+            reads: Default::default(),
+        };
+        let g = Gguf::parse_from(&source).unwrap();
+        let header_reads = source.reads.borrow().len();
+        let model = Llama::from_gguf(&g, &device, options).unwrap();
+        assert_eq!(run(&model, &tokens), expected, "{options:?}");
+        let reads = source.reads.borrow();
+        let tensor_reads = &reads[header_reads..];
+        assert!(tensor_reads.iter().all(|&n| n <= largest), "{reads:?}");
+        assert_eq!(tensor_reads.iter().sum::<usize>(), data, "{options:?}");
+    }
+}
+
+/// A copy of the tiny quantized file with one tensor dropped or reshaped.
+fn edited(drop: &str, reshape: Option<(&str, Vec<u64>)>) -> Vec<u8> {
+    let bytes = tiny_gguf_quantized(7).unwrap();
+    let g = Gguf::parse(&bytes).unwrap();
+    let mut w = mars_formats::GgufWriter::new();
+    for (k, v) in &g.metadata {
+        w.meta(k.clone(), v.clone());
+    }
+    for t in g.tensors.iter().filter(|t| t.name != drop) {
+        let dims = match &reshape {
+            Some((name, dims)) if *name == t.name => dims.clone(),
+            _ => t.dims.clone(),
+        };
+        let n: u64 = dims.iter().product();
+        let len = (n / t.dtype.block_size() * t.dtype.type_size()) as usize;
+        let data = g.tensor_bytes(t).unwrap();
+        w.tensor(t.name.clone(), &dims, t.dtype, data[..len].to_vec())
+            .unwrap();
+    }
+    w.to_bytes()
+}
+
+/// What a download's first bytes can tell: the header alone passes the checks the load makes
+/// before reading data, and refuses, by name, a missing or mis-shaped tensor and a block row
+/// larger than the adapter binds (the page stops the download on these).
+#[test]
+fn a_header_alone_is_checked_as_the_load_checks_it() {
+    let blocks = |limit: Option<u64>| LoadOptions {
+        max_buffer_bytes: limit,
+        gpu_blocks: true,
+        ..LoadOptions::default()
+    };
+    let bytes = tiny_gguf_quantized(7).unwrap();
+    let whole = Gguf::parse(&bytes).unwrap();
+    let header_len = bytes.len()
+        - whole
+            .tensors
+            .iter()
+            .map(|t| t.n_bytes as usize)
+            .sum::<usize>();
+    let g = Gguf::parse_header(&bytes[..header_len], bytes.len() as u64).unwrap();
+    assert_eq!(Llama::check_gguf(&g, blocks(None)).unwrap(), tiny_config());
+    // The widest block row: the down projection's (d_ff values) or the others' (d_model).
+    let row = |t: &mars_formats::TensorInfo| t.n_bytes / t.dims[1];
+    let widest = whole
+        .tensors
+        .iter()
+        .filter(|t| t.dims.len() == 2)
+        .max_by_key(|t| row(t))
+        .unwrap();
+    let needed = row(widest);
+    Llama::check_gguf(&g, blocks(Some(needed + 8))).unwrap();
+    let err = Llama::check_gguf(&g, blocks(Some(needed + 7))).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("a row of") && message.contains(&needed.to_string()),
+        "{message}"
+    );
+    assert!(matches!(
+        err,
+        mars_model::ModelError::TooBigForDevice { .. }
+    ));
+
+    let missing = edited("blk.1.ffn_up.weight", None);
+    let g = Gguf::parse_header(&missing, missing.len() as u64).unwrap();
+    let err = Llama::check_gguf(&g, blocks(None)).unwrap_err().to_string();
+    assert!(err.contains("blk.1.ffn_up.weight"), "{err}");
+
+    let c = tiny_config();
+    let wrong = vec![c.d_model as u64, c.d_ff as u64 - 32];
+    let reshaped = edited("", Some(("blk.0.ffn_gate.weight", wrong)));
+    let g = Gguf::parse_header(&reshaped, reshaped.len() as u64).unwrap();
+    match Llama::check_gguf(&g, blocks(None)).unwrap_err() {
+        mars_model::ModelError::TensorShape { name, .. } => {
+            assert_eq!(name, "blk.0.ffn_gate.weight");
+        }
+        other => panic!("{other}"),
+    }
+}

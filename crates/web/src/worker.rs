@@ -275,9 +275,10 @@ impl ReadAt for BlobSource {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), FormatError> {
         let len = buf.len() as u64;
         let failed = |why: String| FormatError::Read { offset, len, why };
-        let end = offset.checked_add(len).filter(|&e| e <= self.len()).ok_or_else(|| {
-            failed(format!("past the end of the {}-byte file", self.len()))
-        })?;
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.len())
+            .ok_or_else(|| failed(format!("past the end of the {}-byte file", self.len())))?;
         // Offsets below 2^53 are exact as f64.
         let slice = self
             .blob
@@ -320,9 +321,9 @@ async fn on_webgpu<T>(
 async fn check(prefix: &[u8], file_len: u64, draft: bool) -> mars_engine::Result<Option<u64>> {
     let g = match Gguf::parse_header(prefix, file_len) {
         Ok(g) => g,
-        Err(FormatError::UnexpectedEof {
-            offset, needed, ..
-        }) if (prefix.len() as u64) < file_len => {
+        Err(FormatError::UnexpectedEof { offset, needed, .. })
+            if (prefix.len() as u64) < file_len =>
+        {
             // At least the field that ran out; doubling keeps the round trips few.
             let need = offset
                 .saturating_add(needed)
