@@ -391,7 +391,20 @@ async function fetchModel(url, draft = false, useCache = true) {
   const abort = new AbortController();
   const response = await fetch(url, { signal: abort.signal });
   if (!response.ok) throw new Error(`downloading ${url}: HTTP ${response.status}`);
-  const total = Number(response.headers.get("content-length")) || 0;
+  // A compressed body's Content-Length is not the file's: then the length is unknown.
+  const encoded = (response.headers.get("content-encoding") || "identity") !== "identity";
+  const total = encoded ? 0 : Number(response.headers.get("content-length")) || 0;
+  // A file larger than the storage left goes uncached (this visit only), rather than failing
+  // at the end of its download.
+  if (cache && total) {
+    try {
+      const { quota, usage } = await navigator.storage.estimate();
+      if (quota - usage < total) {
+        cache = null;
+        status(`The browser's storage has ${size(quota - usage)} free, less than ${url} (${size(total)}): it will not be kept for the next visit.`);
+      }
+    } catch (_) { /* no estimate: try the cache */ }
+  }
   let received = 0;
   // The header check: the first bytes are kept until the worker has its verdict.
   const head = [];
@@ -450,10 +463,11 @@ async function fetchModel(url, draft = false, useCache = true) {
       const stored = await cache.match(url);
       if (stored) return stored.blob();
     } catch (e) {
-      const quota = e && (e.name === "QuotaExceededError" || String(e).includes("quota"));
-      if (!quota || refused) throw failed(e);
-      // The body went to the cache that refused it: download again, kept only for this visit.
-      status("The browser's storage quota is full: downloading again without caching (the model will download again next visit).", true);
+      // A refusal, or a download that failed, says so; a cache that could not store a whole
+      // download (quota, a private window's in-memory storage) costs a second download, kept
+      // only for this visit.
+      if (refused || (total && received !== total)) throw failed(e);
+      status(`The browser could not keep ${url} (${(e && e.message) || e}): downloading it again, for this visit only.`);
       return fetchModel(url, draft, false);
     }
   }

@@ -3,7 +3,7 @@
 // DIST: the trunk build; MODELS: a folder with tiny.gguf (and optionally the 135M model);
 // MARS_BIN: the native CLI (for the cross-platform check); OUT_DIR: screenshots.
 import { execFileSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 import { serve } from "./serve.mjs";
@@ -116,8 +116,9 @@ await test("presets fill the fields, say their download size, and a copied link 
     const presets = await page.$$eval(".preset", (bs) => bs.map((b) => ({ id: b.dataset.preset, disabled: b.disabled, size: b.querySelector(".size").textContent })));
     assert(presets.length === 3, `presets ${JSON.stringify(presets)}`);
     for (const p of presets.filter((p) => !p.disabled)) assert(/\d+(\.\d+)? (MB|GB)/.test(p.size), `${p.id} shows no size: ${p.size}`);
+    // The pair loads a slice at a time now: offered, with its 1.6 GB download named.
     const qwen = presets.find((p) => p.id === "qwen-coder");
-    assert(qwen.disabled && /streaming load/.test(qwen.size), `the pair preset should say why it is off: ${JSON.stringify(qwen)}`);
+    assert(!qwen.disabled && /GB/.test(qwen.size), `the pair preset: ${JSON.stringify(qwen)}`);
     const field = (id) => page.inputValue("#" + id);
     const defaults = { k: await field("k"), theta: await field("mars-theta") };
     await page.click('[data-preset="smollm-lookup"]');
@@ -271,6 +272,69 @@ await test("a second visit loads the model from the browser cache, without the n
     assert(text.length > 0, "no text on the second visit");
   });
 });
+
+await test("a file its header refuses stops downloading at once, with the loader's reason", async () => {
+  // 256 MB that is not a GGUF (sparse on disk), served at 8 MB/s: 32 s to download whole.
+  const bogus = join(models, "not-a-model.gguf");
+  writeFileSync(bogus, "this is not a GGUF file");
+  truncateSync(bogus, 256 << 20);
+  await withPage(WEBGPU, async (page) => {
+    const t0 = Date.now();
+    await page.goto(url({ model: "models/tiny.gguf" }));
+    await page.waitForFunction(() => /model loaded/.test(document.querySelector("#status").textContent), null, { timeout: 240_000 });
+    await page.fill("#model-url", `/slow/not-a-model.gguf`);
+    const started = Date.now();
+    await page.click("#run");
+    await page.waitForFunction(() => document.querySelector("#status").classList.contains("error"), null, { timeout: 60_000 });
+    const shown = await page.textContent("#status");
+    assert(/not a GGUF file/.test(shown), shown);
+    // The server saw the download end long before its 256 MB went out.
+    const deadline = Date.now() + 10_000;
+    while (server.sent["not-a-model.gguf"] === undefined) {
+      assert(Date.now() < deadline, "the download was not stopped");
+      await page.waitForTimeout(100);
+    }
+    const sent = server.sent["not-a-model.gguf"];
+    console.log(`  refused after ${(sent / 1e6).toFixed(1)} of ${((256 << 20) / 1e6).toFixed(1)} MB, ${((Date.now() - started) / 1000).toFixed(1)} s (page up in ${((started - t0) / 1000).toFixed(1)} s)`);
+    assert(sent < 64 << 20, `${sent} bytes sent before the refusal`);
+    // Nothing of it stays in the cache.
+    const cached = await page.evaluate(async () => (await (await caches.open("mars-models-v1")).keys()).filter((r) => r.url.includes("not-a-model")).length);
+    assert(cached === 0, "the refused download was cached");
+  });
+});
+
+// The Qwen2.5-Coder pair, where tests/fetch-pair.sh fetched it: loaded a slice at a time, so
+// the wasm heap stays far below the file.
+const PEAK_WASM = 512 * 2 ** 20;
+const pair = ["Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf", "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"];
+if (pair.every((f) => existsSync(join(models, f)))) {
+  await test("Qwen2.5-Coder-1.5B (1.1 GB) loads with the wasm heap under 512 MiB", async () => {
+    await withPage(WEBGPU, async (page) => {
+      await page.goto(url({ model: `models/${pair[0]}` }));
+      await page.waitForFunction(() => /model loaded|error/.test(document.querySelector("#status").textContent + document.querySelector("#status").className), null, { timeout: 900_000 });
+      const shown = await page.textContent("#status");
+      assert(/model loaded/.test(shown), shown);
+      const wasm = Number(await page.getAttribute("body", "data-wasm-bytes"));
+      console.log(`  1.5B: ${shown}; peak wasm ${(wasm / 2 ** 20).toFixed(0)} MiB`);
+      assert(wasm > 0 && wasm <= PEAK_WASM, `wasm heap ${wasm} bytes`);
+    });
+  });
+  await test("Qwen2.5-Coder-0.5B races on SwiftShader: first tokens in every pane", async () => {
+    await withPage(WEBGPU, async (page) => {
+      const t0 = Date.now();
+      await page.goto(url({ model: `models/${pair[1]}`, draft: "ngram", prompt: "def add(a, b):", chat: "0", "max-tokens": "2", autorun: "1" }));
+      await page.waitForFunction(() => /model loaded/.test(document.querySelector("#status").textContent) || document.body.dataset.loadSeconds, null, { timeout: 600_000 });
+      const load = await page.getAttribute("body", "data-load-seconds");
+      const wasm = Number(await page.getAttribute("body", "data-wasm-bytes"));
+      for (const pane of PANES) await done(page, pane, 900_000);
+      const stats = await paneStats(page, "0.5B race");
+      console.log(`  0.5B: upload ${load} s, peak wasm ${(wasm / 2 ** 20).toFixed(0)} MiB, wall ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+      assert(PANES.every((p) => stats[p].tokens > 0), "a pane produced no tokens");
+      assert(await text(page, "strict") === await text(page, "target"), "strict's text differs from plain decoding's");
+      assert(wasm <= PEAK_WASM, `wasm heap ${wasm} bytes`);
+    });
+  });
+}
 
 const big = join(models, "SmolLM2-135M-Instruct.Q4_1.gguf");
 if (existsSync(big)) {

@@ -1,5 +1,7 @@
 // A static file server for the built page (dist/) and models (a second root, under /models/),
-// bound to 127.0.0.1. Usage: node serve.mjs DIST MODELS PORT
+// bound to 127.0.0.1. Under /slow/ the models come at 8 MB/s, and `server.sent` records how many
+// bytes each /slow/ response sent before it ended (for the tests of early refusal).
+// Usage: node serve.mjs DIST MODELS PORT
 import { createReadStream, statSync } from "node:fs";
 import { createServer } from "node:http";
 import { extname, join, normalize } from "node:path";
@@ -8,16 +10,30 @@ const [dist, models, port = "8080"] = process.argv.slice(2);
 const types = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm", ".css": "text/css", ".gguf": "application/octet-stream" };
 
 export function serve(distDir, modelDir, listenPort) {
+  const sent = {};
   const server = createServer((req, res) => {
     const path = decodeURIComponent(new URL(req.url, "http://x").pathname);
-    const [root, rel] = path.startsWith("/models/") ? [modelDir, path.slice(8)] : [distDir, path === "/" ? "index.html" : path.slice(1)];
+    const slow = path.startsWith("/slow/");
+    const [root, rel] = path.startsWith("/models/") ? [modelDir, path.slice(8)] : slow ? [modelDir, path.slice(6)] : [distDir, path === "/" ? "index.html" : path.slice(1)];
     const file = normalize(join(root, rel));
     if (!file.startsWith(normalize(root))) { res.writeHead(403).end(); return; }
     let size;
     try { size = statSync(file).size; } catch { res.writeHead(404).end("not found"); return; }
     res.writeHead(200, { "content-type": types[extname(file)] || "application/octet-stream", "content-length": size });
-    createReadStream(file).pipe(res);
+    if (req.method === "HEAD") { res.end(); return; }
+    if (!slow) { createReadStream(file).pipe(res); return; }
+    // 1 MiB every 125 ms, stopping when the client goes away.
+    const stream = createReadStream(file, { highWaterMark: 1 << 20 });
+    let bytes = 0;
+    let closed = false;
+    res.on("close", () => { closed = true; sent[rel] = bytes; stream.destroy(); });
+    stream.on("data", (chunk) => {
+      stream.pause();
+      res.write(chunk, () => { bytes += chunk.length; setTimeout(() => { if (!closed) stream.resume(); }, 125); });
+    });
+    stream.on("end", () => res.end());
   });
+  server.sent = sent;
   return new Promise((resolve) => server.listen(Number(listenPort), "127.0.0.1", () => resolve(server)));
 }
 

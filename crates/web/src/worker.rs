@@ -38,18 +38,19 @@ pub enum Request {
     },
     /// A GGUF file: the target model, read a slice at a time.
     Load {
-        /// The file.
-        #[serde(with = "serde_wasm_bindgen::preserve")]
-        file: Blob,
+        /// The file (the message's `file` field, a `Blob`: taken apart from serde, which cannot
+        /// carry a JS object through an internally tagged enum).
+        #[serde(skip)]
+        file: Option<Blob>,
     },
     /// A separate draft model (its tokenizer must be the target's), named as the race settings
     /// name it (`model:<name>`).
     LoadDraft {
         /// Where it came from (the URL or file name).
         name: String,
-        /// The file.
-        #[serde(with = "serde_wasm_bindgen::preserve")]
-        file: Blob,
+        /// The file (the message's `file` field, a `Blob`).
+        #[serde(skip)]
+        file: Option<Blob>,
     },
     /// Decode one prompt with several methods, from one shared prefill.
     Race {
@@ -224,7 +225,7 @@ pub fn worker_main() {
     console_error_panic_hook::set_once();
     let scope: DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
     let on_message = Closure::<dyn FnMut(MessageEvent)>::new(|event: MessageEvent| {
-        match serde_wasm_bindgen::from_value::<Request>(event.data()) {
+        match request_of(&event.data()) {
             Ok(Request::Stop) => STOP.with(|s| s.set(true)),
             Ok(request) => wasm_bindgen_futures::spawn_local(handle(request)),
             Err(e) => error(ErrorKind::Request, e),
@@ -304,12 +305,38 @@ pub fn wasm_bytes() -> u64 {
     buffer.byte_length() as u64
 }
 
+/// A message as a [`Request`]: a load's `file` (a `Blob`) is taken out by hand and the rest
+/// read by serde.
+fn request_of(data: &JsValue) -> Result<Request, String> {
+    let file = js_sys::Reflect::get(data, &"file".into())
+        .ok()
+        .and_then(|f| f.dyn_into::<Blob>().ok());
+    let Some(file) = file else {
+        return serde_wasm_bindgen::from_value::<Request>(data.clone()).map_err(|e| e.to_string());
+    };
+    let rest = js_sys::Object::assign(&js_sys::Object::new(), data.unchecked_ref());
+    js_sys::Reflect::delete_property(&rest, &"file".into()).map_err(|e| js_text(&e))?;
+    match serde_wasm_bindgen::from_value::<Request>(rest.into()).map_err(|e| e.to_string())? {
+        Request::Load { .. } => Ok(Request::Load { file: Some(file) }),
+        Request::LoadDraft { name, .. } => Ok(Request::LoadDraft {
+            name,
+            file: Some(file),
+        }),
+        _ => Err("only load and load_draft messages carry a file".into()),
+    }
+}
+
 /// Parses a GGUF `Blob` (read a slice at a time) and builds something from it on the page's
 /// WebGPU device.
 async fn on_webgpu<T>(
-    file: Blob,
+    file: Option<Blob>,
     build: impl FnOnce(&Gguf<'_>, &mars_engine::OpenDevice) -> mars_engine::Result<T>,
 ) -> mars_engine::Result<T> {
+    let file = file.ok_or_else(|| EngineError::Config {
+        field: "file",
+        value: "missing".into(),
+        why: "a load message carries the model as a Blob",
+    })?;
     let open = Backend::Wgpu.open().await?;
     let source = BlobSource::new(file)?;
     let g = Gguf::parse_from(&source)?;
