@@ -224,13 +224,14 @@ fn engine_error(e: &EngineError) {
 pub fn worker_main() {
     console_error_panic_hook::set_once();
     let scope: DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
-    let on_message = Closure::<dyn FnMut(MessageEvent)>::new(|event: MessageEvent| {
-        match request_of(&event.data()) {
-            Ok(Request::Stop) => STOP.with(|s| s.set(true)),
-            Ok(request) => wasm_bindgen_futures::spawn_local(handle(request)),
-            Err(e) => error(ErrorKind::Request, e),
-        }
-    });
+    let on_message =
+        Closure::<dyn FnMut(MessageEvent)>::new(|event: MessageEvent| {
+            match request_of(&event.data()) {
+                Ok(Request::Stop) => STOP.with(|s| s.set(true)),
+                Ok(request) => wasm_bindgen_futures::spawn_local(handle(request)),
+                Err(e) => error(ErrorKind::Request, e),
+            }
+        });
     scope.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     // The worker lives as long as the page keeps it; so does its handler.
     on_message.forget();
@@ -364,8 +365,11 @@ async fn check(prefix: &[u8], file_len: u64, draft: bool) -> mars_engine::Result
     if draft {
         // A draft model is checked against the target it will race with, if one is loaded
         // (else its load says so).
-        if let Some(target) = STATE.with(|s| s.borrow().target.clone()) {
-            target.check_draft(&g, open.limits)?;
+        match STATE.with(|s| s.borrow().target.clone()) {
+            Some(target) => target.check_draft(&g, open.limits)?,
+            None => {
+                Target::check_gguf(&g, open.limits)?;
+            }
         }
     } else {
         Target::check_gguf(&g, open.limits)?;
