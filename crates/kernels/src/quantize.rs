@@ -32,7 +32,7 @@ pub struct Forms {
     /// Per 256 values in natural order (`kq`, `kd`, `ks`): the K-quants on the scalar and
     /// AVX2 kernels.
     pub(crate) k: bool,
-    /// Per 256 values in lane order (`kl`, `kd`, `klf`): the K-quants on AVX-512.
+    /// Per 256 values in lane order, group-major (`kl`, `kld`, `klf`): the K-quants on AVX-512.
     pub(crate) lanes: bool,
     /// The f32 values (`x`): 16-bit float weights.
     pub(crate) float: bool,
@@ -84,10 +84,16 @@ pub struct QActs {
     pub(crate) ks: Vec<i16>, // [rows, cols / 16]: Σ kq over each 16 values, |Σ| ≤ 2032
     /// `kq` in lane order, for the AVX-512 K kernel: within each 256-value group, byte
     /// 64·r + 4·l + b holds value 16·l + 4·r + b (r < 4, l < 16, b < 4), so that 32-bit lane l
-    /// of each of the group's four 64-byte vectors holds 4 values of 16-value group l.
-    pub(crate) kl: Vec<i8>, // [rows, cols]
-    /// `ks` as f32 (exact: |Σ| ≤ 2032), a whole 16-lane vector per 256-value group.
-    pub(crate) klf: Vec<f32>, // [rows, cols / 16]
+    /// of each of the group's four 64-byte vectors holds 4 values of 16-value group l. Groups
+    /// are stored group-major (every row's group 0, then every row's group 1, …): a weight
+    /// super-block meets the rows' groups at fixed distances from one pointer, where row-major
+    /// storage needed a pointer per row, which the kernel spilled to the stack (~2 % of a 5-row
+    /// pass in reloads).
+    pub(crate) kl: Vec<i8>, // [cols / 256, rows, 256]
+    /// `ks` as f32 (exact: |Σ| ≤ 2032), a whole 16-lane vector per 256-value group, group-major.
+    pub(crate) klf: Vec<f32>, // [cols / 256, rows, 16]
+    /// `kd` group-major, for the lane-order kernel.
+    pub(crate) kld: Vec<f32>, // [cols / 256, rows]
     /// The values as given, `[rows, cols]`: what 16-bit float weights multiply.
     pub(crate) x: Vec<f32>,
 }
@@ -190,7 +196,9 @@ impl QActs {
         if lanes {
             self.kl.resize(len, 0);
             self.klf.resize(len / K_SUM, 0.0);
+            self.kld.resize(groups, 0.0);
         }
+        let per_row = self.cols / K_GROUP;
         let mut q = [0i8; K_GROUP];
         for (g, values) in x.chunks_exact(K_GROUP).enumerate() {
             self.kd[g] = quantize_group(values, &mut q);
@@ -206,13 +214,16 @@ impl QActs {
                 self.ks[SUMS * g..SUMS * (g + 1)].copy_from_slice(&sums);
             }
             if lanes {
-                let out = &mut self.kl[K_GROUP * g..K_GROUP * (g + 1)];
+                // Row g / per_row's group g % per_row, stored group-major.
+                let at = (g % per_row) * self.rows + g / per_row;
+                self.kld[at] = self.kd[g];
+                let out = &mut self.kl[K_GROUP * at..K_GROUP * (at + 1)];
                 for l in 0..SUMS {
                     for r in 0..4 {
                         out[64 * r + 4 * l..][..4].copy_from_slice(&q[16 * l + 4 * r..][..4]);
                     }
                 }
-                for (f, &s) in self.klf[SUMS * g..SUMS * (g + 1)].iter_mut().zip(&sums) {
+                for (f, &s) in self.klf[SUMS * at..SUMS * (at + 1)].iter_mut().zip(&sums) {
                     *f = f32::from(s);
                 }
             }

@@ -1129,12 +1129,12 @@ mod k512 {
                 && w_row.len() == nblk * bytes
                 && first + G <= x.rows
                 && x.kl.len() >= x.rows * x.cols
-                && x.kd.len() >= x.rows * nblk
+                && x.kld.len() >= x.rows * nblk
                 && x.klf.len() >= x.rows * nblk * sums
                 && out.len() == G
         );
         let mut acc = [_mm512_setzero_ps(); G];
-        let (q_ptr, s_ptr) = (x.kl.as_ptr(), x.klf.as_ptr());
+        let (q_ptr, s_ptr, d_ptr) = (x.kl.as_ptr(), x.klf.as_ptr(), x.kld.as_ptr());
         for (blk, block) in w_row.chunks_exact(bytes).enumerate() {
             let p = block.as_ptr();
             for line in 0..bytes.div_ceil(64) {
@@ -1144,12 +1144,15 @@ mod k512 {
             // SAFETY: `block` is one whole super-block; this function's target features
             // include what `unpack` needs.
             let (q, scale, factor) = unsafe { L::unpack(p) };
+            // The activations are group-major: this block's group of row `first`, then the
+            // next rows' at fixed distances.
+            let at = blk * x.rows + first;
             for (i, acc) in acc.iter_mut().enumerate() {
-                let at = (first + i) * nblk + blk;
-                // SAFETY: at < rows·nblk, so at·256 + 256 ≤ rows·cols ≤ x.kl.len() and
-                // at·16 + 16 ≤ x.klf.len() (asserted); loadu has no alignment requirement.
-                let (xv, group_sums) = unsafe {
-                    let base = q_ptr.add(at * K_GROUP);
+                // SAFETY: at + i < nblk·rows (first + G ≤ rows, blk < nblk), so
+                // (at + i)·256 + 256 ≤ rows·cols ≤ x.kl.len(), (at + i)·16 + 16 ≤ x.klf.len()
+                // and at + i < x.kld.len() (asserted); loadu has no alignment requirement.
+                let (xv, group_sums, xd) = unsafe {
+                    let base = q_ptr.add((at + i) * K_GROUP);
                     (
                         [
                             _mm512_loadu_si512(base.cast()),
@@ -1157,7 +1160,8 @@ mod k512 {
                             _mm512_loadu_si512(base.add(128).cast()),
                             _mm512_loadu_si512(base.add(192).cast()),
                         ],
-                        _mm512_loadu_ps(s_ptr.add(at * sums)),
+                        _mm512_loadu_ps(s_ptr.add((at + i) * sums)),
+                        *d_ptr.add(at + i),
                     )
                 };
                 // q ≤ 63 and |x| ≤ 127: a lane sums 16 products, |Σ| ≤ 128,016: exact in i32
@@ -1173,7 +1177,7 @@ mod k512 {
                     scale,
                     _mm512_mul_ps(group_sums, factor),
                 );
-                *acc = _mm512_fmadd_ps(v, _mm512_set1_ps(x.kd[at]), *acc);
+                *acc = _mm512_fmadd_ps(v, _mm512_set1_ps(xd), *acc);
             }
         }
         for (o, acc) in out.iter_mut().zip(acc) {
