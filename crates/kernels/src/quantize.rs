@@ -87,8 +87,8 @@ pub struct QActs {
     /// of each of the group's four 64-byte vectors holds 4 values of 16-value group l. Groups
     /// are stored group-major (every row's group 0, then every row's group 1, …): a weight
     /// super-block meets the rows' groups at fixed distances from one pointer, where row-major
-    /// storage needed a pointer per row, which the kernel spilled to the stack (~2 % of a 5-row
-    /// pass in reloads).
+    /// storage needed a pointer per row, which the kernel spilled to the stack and reloaded for
+    /// every row of every super-block.
     pub(crate) kl: Vec<i8>, // [cols / 256, rows, 256]
     /// `ks` as f32 (exact: |Σ| ≤ 2032), a whole 16-lane vector per 256-value group, group-major.
     pub(crate) klf: Vec<f32>, // [cols / 256, rows, 16]
