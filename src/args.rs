@@ -73,6 +73,17 @@ pub enum Matrices {
     F32,
 }
 
+impl Matrices {
+    /// The path as a journal records it: a name, and the threads on the packed CPU kernels.
+    pub fn record(self) -> (&'static str, Option<usize>) {
+        match self {
+            Self::CpuPacked(threads) => ("packed", Some(threads)),
+            Self::GpuBlocks => ("packed", None),
+            Self::F32 => ("f32", None),
+        }
+    }
+}
+
 impl KernelArgs {
     /// The matrix path on `backend`.
     ///

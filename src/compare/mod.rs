@@ -13,12 +13,12 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use mars_engine::{DEFAULTS, Method, Prefill, RunSettings, RunSummary, Target};
+use mars_engine::{Backend, DEFAULTS, Method, Prefill, RunSettings, RunSummary, Target};
 use mars_model::Llama;
 use mars_verify::{Mode, Sampling};
 use serde::Serialize;
 
-use crate::args::{self, DeviceArg, DrafterArgs, RuleArgs, SamplingArgs};
+use crate::args::{self, DeviceArg, DrafterArgs, Matrices, RuleArgs, SamplingArgs};
 use crate::load;
 use prompts::{Prompt, Selection};
 
@@ -153,6 +153,9 @@ pub(crate) struct Runner {
     pub(crate) target: Target,
     draft_model: Option<Llama>,
     pub(crate) run: RunSettings,
+    /// The device and matrix path the target runs on.
+    pub(crate) backend: Backend,
+    pub(crate) matrices: Matrices,
     settings: Settings,
 }
 
@@ -168,11 +171,8 @@ impl Runner {
             common.max_tokens,
             common.chat,
         )?;
-        let (target, open) = load::target(
-            &resolved.model,
-            resolved.backend,
-            common.kernels.matrices(resolved.backend)?,
-        )?;
+        let matrices = common.kernels.matrices(resolved.backend)?;
+        let (target, open) = load::target(&resolved.model, resolved.backend, matrices)?;
         let run = resolved.run;
         let draft_model = load::draft_model(&target, &run.drafter, &open)?;
         let settings = Settings {
@@ -189,6 +189,8 @@ impl Runner {
             target,
             draft_model,
             run,
+            backend: resolved.backend,
+            matrices,
             settings,
         })
     }

@@ -246,8 +246,14 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         methods.len(),
         sandbox.isolation().describe()
     );
+    let (matrices, threads) = runner.matrices.record();
+    // Everything a problem's figures depend on: a resumed run must match each of these, so
+    // that one table never mixes devices, matrix paths or thread counts.
     let settings = serde_json::json!({
         "model": model.display().to_string(),
+        "device": format!("{:?}", runner.backend).to_lowercase(),
+        "matrices": matrices,
+        "threads": threads,
         "drafter": runner.run.drafter_label(),
         "k": runner.run.k,
         "draft_vocab": args.draft_vocab,
@@ -678,6 +684,32 @@ mod tests {
                 summary: RunSummary::empty(Some("ngram".into())),
             }],
         }
+    }
+
+    #[test]
+    fn resume_refuses_a_journal_made_on_another_device_path_or_thread_count() {
+        let dir = std::env::temp_dir().join(format!("mars-resume-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let settings = |device: &str, matrices: &str, threads: Option<usize>| {
+            serde_json::json!({
+                "model": "m.gguf", "device": device, "matrices": matrices, "threads": threads,
+            })
+        };
+        let made = settings("cpu", "packed", Some(2));
+        std::fs::write(dir.join("settings.json"), made.to_string()).unwrap();
+        let line = serde_json::to_string(&record("HumanEval/0", Verdict::Passed)).unwrap();
+        std::fs::write(dir.join("records.jsonl"), format!("{line}\n")).unwrap();
+        // The same settings: the journal's problem is kept.
+        assert_eq!(resume(&dir, &made).unwrap().len(), 1);
+        for (other, key) in [
+            (settings("cpu", "packed", Some(4)), "threads"),
+            (settings("cpu", "f32", None), "matrices"),
+            (settings("wgpu", "packed", None), "device"),
+        ] {
+            let err = resume(&dir, &other).unwrap_err().to_string();
+            assert!(err.contains(&format!("this run has {key} =")), "{err}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
