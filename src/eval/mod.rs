@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use mars_engine::{DEFAULTS, Method, RunSettings, RunSummary};
+use mars_engine::{Backend, DEFAULTS, Method, RunSettings, RunSummary};
 use mars_verify::Mode;
 use serde::{Deserialize, Serialize};
 
-use crate::args::{self, DeviceArg, DrafterArgs, KernelArgs, RuleArgs, SamplingArgs};
+use crate::args::{self, DeviceArg, DrafterArgs, KernelArgs, Matrices, RuleArgs, SamplingArgs};
 use crate::compare::report::mode_label;
 use crate::compare::{CommonArgs, Runner};
 use code::Problem;
@@ -246,14 +246,8 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         methods.len(),
         sandbox.isolation().describe()
     );
-    let (matrices, threads) = runner.matrices.record();
-    // Everything a problem's figures depend on: a resumed run must match each of these, so
-    // that one table never mixes devices, matrix paths or thread counts.
-    let settings = serde_json::json!({
+    let mut settings = serde_json::json!({
         "model": model.display().to_string(),
-        "device": format!("{:?}", runner.backend).to_lowercase(),
-        "matrices": matrices,
-        "threads": threads,
         "drafter": runner.run.drafter_label(),
         "k": runner.run.k,
         "draft_vocab": args.draft_vocab,
@@ -264,6 +258,9 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         "methods": methods.iter().map(|(label, _, _)| label.clone()).collect::<Vec<_>>(),
         "timeout_s": args.timeout,
     });
+    if let Some(all) = settings.as_object_mut() {
+        all.extend(path_settings(runner.backend, runner.matrices));
+    }
     let (journal, done) = match &args.out {
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -345,6 +342,24 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         print!("{table}");
     }
     Ok(())
+}
+
+/// The device, matrix path and thread count as settings.json records them: a problem's speed
+/// figures depend on each, so a resumed run must match them all, and one table never mixes
+/// devices, matrix paths or thread counts.
+fn path_settings(
+    backend: Backend,
+    matrices: Matrices,
+) -> serde_json::Map<String, serde_json::Value> {
+    let (path, threads) = matrices.record();
+    let mut m = serde_json::Map::new();
+    m.insert(
+        "device".into(),
+        format!("{backend:?}").to_lowercase().into(),
+    );
+    m.insert("matrices".into(), path.into());
+    m.insert("threads".into(), threads.into());
+    m
 }
 
 /// The records journaled in `dir` by a run with these `settings` (an error naming the first
@@ -690,21 +705,23 @@ mod tests {
     fn resume_refuses_a_journal_made_on_another_device_path_or_thread_count() {
         let dir = std::env::temp_dir().join(format!("mars-resume-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let settings = |device: &str, matrices: &str, threads: Option<usize>| {
-            serde_json::json!({
-                "model": "m.gguf", "device": device, "matrices": matrices, "threads": threads,
-            })
+        // As run_eval builds them: the model and the path's settings.
+        let settings = |backend: Backend, matrices: Matrices| {
+            let mut all = serde_json::Map::new();
+            all.insert("model".into(), "m.gguf".into());
+            all.extend(path_settings(backend, matrices));
+            serde_json::Value::Object(all)
         };
-        let made = settings("cpu", "packed", Some(2));
+        let made = settings(Backend::Cpu, Matrices::CpuPacked(2));
         std::fs::write(dir.join("settings.json"), made.to_string()).unwrap();
         let line = serde_json::to_string(&record("HumanEval/0", Verdict::Passed)).unwrap();
         std::fs::write(dir.join("records.jsonl"), format!("{line}\n")).unwrap();
         // The same settings: the journal's problem is kept.
         assert_eq!(resume(&dir, &made).unwrap().len(), 1);
         for (other, key) in [
-            (settings("cpu", "packed", Some(4)), "threads"),
-            (settings("cpu", "f32", None), "matrices"),
-            (settings("wgpu", "packed", None), "device"),
+            (settings(Backend::Cpu, Matrices::CpuPacked(4)), "threads"),
+            (settings(Backend::Cpu, Matrices::F32), "matrices"),
+            (settings(Backend::Wgpu, Matrices::GpuBlocks), "device"),
         ] {
             let err = resume(&dir, &other).unwrap_err().to_string();
             assert!(err.contains(&format!("this run has {key} =")), "{err}");
