@@ -27,6 +27,7 @@
 use half::f16;
 
 use crate::error::{KernelError, Result};
+use crate::tiles;
 
 /// Values per block of every type here.
 pub const BLOCK: usize = 32;
@@ -371,14 +372,30 @@ pub(crate) fn float_at(ty: WeightType, row: &[u8], i: usize) -> f32 {
     }
 }
 
+/// How a matrix's blocks lie in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// As GGUF stores them: row after row, each the row's blocks in order.
+    Rows,
+    /// Q4_K repacked into tiles of 16 output rows for the AVX-512 tile kernel
+    /// ([`crate::Kernels::prepare`]; the layout is described in the `tiles` module). Every
+    /// other kernel, the embedding lookup and [`QMatrix::dequantize_row`] read the rows back
+    /// bit-identical to the file.
+    Tiles,
+}
+
 /// A weight matrix `W[rows, cols]` (rows = output features, cols = input features) kept as its
-/// GGUF blocks: row r is `cols / 32` consecutive blocks, exactly the bytes of the file.
+/// GGUF blocks: row r is `cols / 32` consecutive blocks, exactly the bytes of the file
+/// ([`Layout::Rows`]), or the same blocks repacked into tiles ([`Layout::Tiles`]).
 #[derive(Clone, PartialEq, Eq)]
 pub struct QMatrix {
     ty: WeightType,
     rows: usize,
     cols: usize,
-    data: Vec<u8>, // [rows, cols / 32, block_bytes]
+    layout: Layout,
+    // Rows: [rows, cols / block_values, block_bytes];
+    // Tiles: [rows / 16 (rounded up), cols / 256, tiles::TILE_BYTES].
+    data: Vec<u8>,
 }
 
 impl std::fmt::Debug for QMatrix {
@@ -388,6 +405,7 @@ impl std::fmt::Debug for QMatrix {
             .field("ty", &self.ty)
             .field("rows", &self.rows)
             .field("cols", &self.cols)
+            .field("layout", &self.layout)
             .field("bytes", &self.data.len())
             .finish()
     }
@@ -423,8 +441,31 @@ impl QMatrix {
             ty,
             rows,
             cols,
+            layout: Layout::Rows,
             data,
         })
+    }
+
+    /// This matrix in tiles of 16 output rows ([`Layout::Tiles`]) if it is Q4_K or Q6_K in
+    /// rows, else unchanged. Peak memory while tiling is the matrix twice.
+    pub fn into_tiles(self) -> Self {
+        if self.layout != Layout::Rows {
+            return self;
+        }
+        let blocks = self.cols / self.ty.block_values();
+        match tiles::tile(self.ty, &self.data, self.rows, blocks) {
+            Some(data) => Self {
+                layout: Layout::Tiles,
+                data,
+                ..self
+            },
+            None => self,
+        }
+    }
+
+    /// How the blocks lie in memory.
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     /// `values` (`[rows, cols]`, row-major) quantized to Q8_0 as llama.cpp does: per 32 values
@@ -489,23 +530,46 @@ impl QMatrix {
         self.cols / self.ty.block_values() * self.ty.block_bytes()
     }
 
-    /// Bytes of all blocks (what a matrix-vector product reads).
+    /// Bytes of all blocks (what a matrix-vector product reads; with tiles, the padding rows
+    /// of a last partial tile and the decoded scales included).
     pub fn bytes(&self) -> usize {
         self.data.len()
     }
 
-    /// The block data as stored, `[rows, cols / block_values, block_bytes]`.
+    /// The block data in the matrix's layout: for [`Layout::Rows`] the file's bytes,
+    /// `[rows, cols / block_values, block_bytes]`.
     pub fn blocks(&self) -> &[u8] {
         &self.data
     }
 
-    /// The blocks of row `r`, `[cols / block_values, block_bytes]`.
+    /// The GGUF blocks of row `r`, `[cols / block_values, block_bytes]`: borrowed in rows,
+    /// rebuilt from tiles.
     ///
     /// # Panics
     /// When `r >= rows` (an internal index, never input).
-    pub(crate) fn row(&self, r: usize) -> &[u8] {
+    pub(crate) fn row(&self, r: usize) -> std::borrow::Cow<'_, [u8]> {
         let n = self.row_bytes();
-        &self.data[r * n..(r + 1) * n]
+        match self.layout {
+            Layout::Rows => std::borrow::Cow::Borrowed(&self.data[r * n..(r + 1) * n]),
+            Layout::Tiles => {
+                let blocks = self.cols / self.ty.block_values();
+                let mut row = Vec::with_capacity(n);
+                for b in 0..blocks {
+                    tiles::push_gguf_block(self.ty, &self.data, blocks, (r, b), &mut row);
+                }
+                std::borrow::Cow::Owned(row)
+            }
+        }
+    }
+
+    /// Tile `t` of a [`Layout::Tiles`] matrix: its super-blocks, `[cols / 256, tile bytes]`.
+    ///
+    /// # Panics
+    /// When `t` is past the last tile (an internal index, never input).
+    pub(crate) fn tile(&self, t: usize) -> &[u8] {
+        let per = tiles::tile_bytes(self.ty).unwrap_or(0);
+        let n = self.cols / self.ty.block_values() * per;
+        &self.data[t * n..(t + 1) * n]
     }
 
     /// Row `r` dequantized into `out` (`[cols]`): an embedding lookup reads one row of blocks.
@@ -528,6 +592,7 @@ impl QMatrix {
             });
         }
         let row = self.row(r);
+        let row = &row[..];
         if self.ty.is_float() {
             for (i, v) in out.iter_mut().enumerate() {
                 *v = float_at(self.ty, row, i);

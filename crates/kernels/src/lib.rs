@@ -26,11 +26,12 @@ pub mod gpu;
 mod matmul;
 mod quantize;
 mod scalar;
+mod tiles;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 pub use attention::Heads;
-pub use block::{BLOCK, QMatrix, WeightType};
+pub use block::{BLOCK, Layout, QMatrix, WeightType};
 pub use error::{KernelError, Result};
 pub use matmul::{Isa, Kernels, MAX_ROWS};
 pub use quantize::{Forms, QActs};

@@ -10,10 +10,11 @@
 
 use rayon::prelude::*;
 
-use crate::block::{QMatrix, WeightType};
+use crate::block::{Layout, QMatrix, WeightType};
 use crate::error::{KernelError, Result};
 use crate::quantize::{Forms, QActs};
 use crate::scalar;
+use crate::tiles::TILE;
 
 /// Most activation rows one call takes (k + 1 for k ≤ 15).
 pub const MAX_ROWS: usize = 16;
@@ -129,16 +130,38 @@ impl Kernels {
         self.pool.as_ref()
     }
 
-    /// The activation forms the micro-kernel reads for a `ty` matrix: quantize with these
+    /// The activation forms the micro-kernel reads for `w`: quantize with these
     /// ([`QActs::quantize_for`]) to build nothing else.
-    pub fn forms(&self, ty: WeightType) -> Forms {
-        let k = matches!(ty, WeightType::Q4K | WeightType::Q5K | WeightType::Q6K);
+    pub fn forms(&self, w: &QMatrix) -> Forms {
+        let ty = w.ty();
+        let k = ty.is_k();
+        let tiles = self.runs_tiles(w);
         Forms {
             blocks: !k && !ty.is_float(),
             k: k && self.isa != Isa::Avx512,
-            lanes: k && self.isa == Isa::Avx512,
+            lanes: k && self.isa == Isa::Avx512 && !tiles,
+            tiles,
             float: ty.is_float(),
         }
+    }
+
+    /// `w` laid out for this kernel set: Q4_K and Q6_K in tiles of 16 output rows where the micro-kernel
+    /// is AVX-512 (the tile kernel: one output per lane, so that an activation row costs a
+    /// third of the vector operations per super-block of the lane-order kernel), else
+    /// unchanged. The results equal those of `w` as given within f32 accumulation order, and
+    /// a row's result still does not depend on the rows beside it.
+    pub fn prepare(&self, w: QMatrix) -> QMatrix {
+        if self.isa == Isa::Avx512 {
+            w.into_tiles()
+        } else {
+            w
+        }
+    }
+
+    /// Whether `w` runs on the tile kernel (tiled, on AVX-512); a tiled matrix on another
+    /// kernel is read back as rows.
+    fn runs_tiles(&self, w: &QMatrix) -> bool {
+        w.layout() == Layout::Tiles && self.isa == Isa::Avx512
     }
 
     /// `y = x · Wᵀ`: `x` quantized activations `[m, in]`, `w` `[out, in]`, `y` `[m, out]`.
@@ -180,7 +203,7 @@ impl Kernels {
                 found: x.cols(),
             });
         }
-        if !x.forms().covers(self.forms(w.ty())) {
+        if !x.forms().covers(self.forms(w)) {
             return Err(KernelError::MissingForm {
                 ty: w.ty(),
                 isa: self.isa,
@@ -200,6 +223,10 @@ impl Kernels {
             });
         }
         if m == 0 {
+            return Ok(());
+        }
+        if self.runs_tiles(w) {
+            self.matmul_tiles(w, rows, x, y);
             return Ok(());
         }
         // Output features in the order the kernel makes them: [out, m]. One row needs no
@@ -240,23 +267,80 @@ impl Kernels {
     }
 }
 
+impl Kernels {
+    /// [`Kernels::matmul_rows`] on the tile kernel, shapes checked by the caller: the tiles
+    /// that hold `rows` are computed whole (`[tiles, m, 16]`, split across the pool) and the
+    /// asked-for features copied out, so a feature's value does not depend on the range.
+    fn matmul_tiles(&self, w: &QMatrix, rows: std::ops::Range<usize>, x: &QActs, y: &mut [f32]) {
+        let (m, out) = (x.rows(), rows.len());
+        let (first_tile, end_tile) = (rows.start / TILE, rows.end.div_ceil(TILE));
+        let mut by_tile = vec![0f32; (end_tile - first_tile) * m * TILE]; // [tiles, m, 16]
+        let run = |first: usize, part: &mut [f32]| {
+            for (i, outs) in part.chunks_exact_mut(m * TILE).enumerate() {
+                tile_rows(w.ty(), w.tile(first_tile + first + i), x, outs);
+            }
+        };
+        match &self.pool {
+            None => run(0, &mut by_tile),
+            Some(pool) => {
+                let tiles = end_tile - first_tile;
+                let chunk = tiles.div_ceil(self.threads * 4).max(1);
+                pool.install(|| {
+                    by_tile
+                        .par_chunks_mut(chunk * m * TILE)
+                        .enumerate()
+                        .for_each(|(c, part)| run(c * chunk, part));
+                });
+            }
+        }
+        for (t, tile) in by_tile.chunks_exact(m * TILE).enumerate() {
+            // The features of this tile inside `rows`, as offsets into the tile and into y.
+            let start = ((first_tile + t) * TILE).max(rows.start);
+            let end = ((first_tile + t + 1) * TILE).min(rows.end);
+            let (from, to) = (start - (first_tile + t) * TILE, start - rows.start);
+            for r in 0..m {
+                y[r * out + to..][..end - start]
+                    .copy_from_slice(&tile[r * TILE + from..][..end - start]);
+            }
+        }
+    }
+}
+
+/// One tile of 16 weight rows of type `ty` against every activation row: `out` is `[m, 16]`.
+fn tile_rows(ty: WeightType, tile: &[u8], x: &QActs, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: only `matmul_tiles` calls this, and only where the kernels' isa is Avx512, which
+    // `Kernels::with_isa` admits only where `x86::avx512_available()` said the CPU has AVX2,
+    // FMA, F16C, AVX-512 F, BW and VNNI.
+    unsafe {
+        crate::x86::tile_rows_avx512(ty, tile, x, out);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // Never reached: tiles run only on the AVX-512 kernel.
+        let _ = (ty, tile, x, out);
+    }
+}
+
 /// One weight row against every activation row with the chosen micro-kernel.
 fn dot_rows(isa: Isa, w: &QMatrix, row: usize, x: &QActs, out: &mut [f32]) {
+    let (ty, row) = (w.ty(), w.row(row));
+    let row = &row[..];
     match isa {
-        Isa::Scalar => scalar::dot_rows(w.ty(), w.row(row), x, out),
+        Isa::Scalar => scalar::dot_rows(ty, row, x, out),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Kernels::with_isa` admits Avx2 only where `x86::available()` said the CPU
         // has AVX2, FMA and F16C.
-        Isa::Avx2 => unsafe { crate::x86::dot_rows(w.ty(), w.row(row), x, out) },
+        Isa::Avx2 => unsafe { crate::x86::dot_rows(ty, row, x, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Kernels::with_isa` admits AvxVnni only where `x86::vnni_available()` said
         // the CPU has AVX2, FMA, F16C and AVX-VNNI.
-        Isa::AvxVnni => unsafe { crate::x86::dot_rows_vnni(w.ty(), w.row(row), x, out) },
+        Isa::AvxVnni => unsafe { crate::x86::dot_rows_vnni(ty, row, x, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Kernels::with_isa` admits Avx512 only where `x86::avx512_available()` said
         // the CPU has AVX2, FMA, F16C, AVX-512 F, BW and VNNI.
-        Isa::Avx512 => unsafe { crate::x86::dot_rows_avx512(w.ty(), w.row(row), x, out) },
+        Isa::Avx512 => unsafe { crate::x86::dot_rows_avx512(ty, row, x, out) },
         #[cfg(not(target_arch = "x86_64"))]
-        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => scalar::dot_rows(w.ty(), w.row(row), x, out),
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => scalar::dot_rows(ty, row, x, out),
     }
 }

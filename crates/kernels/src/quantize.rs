@@ -34,6 +34,9 @@ pub struct Forms {
     pub(crate) k: bool,
     /// Per 256 values in lane order, group-major (`kl`, `kld`, `klf`): the K-quants on AVX-512.
     pub(crate) lanes: bool,
+    /// Per 256 values in natural order with the sums of each 32 and each 16 as f32 (`kq`,
+    /// `kd`, `k32`, `k16`): tiled Q4_K and Q6_K on AVX-512.
+    pub(crate) tiles: bool,
     /// The f32 values (`x`): 16-bit float weights.
     pub(crate) float: bool,
 }
@@ -44,6 +47,7 @@ impl Forms {
         blocks: true,
         k: true,
         lanes: true,
+        tiles: true,
         float: true,
     };
 
@@ -52,6 +56,7 @@ impl Forms {
         (self.blocks || !need.blocks)
             && (self.k || !need.k)
             && (self.lanes || !need.lanes)
+            && (self.tiles || !need.tiles)
             && (self.float || !need.float)
     }
 }
@@ -63,6 +68,7 @@ impl std::ops::BitOr for Forms {
             blocks: self.blocks || o.blocks,
             k: self.k || o.k,
             lanes: self.lanes || o.lanes,
+            tiles: self.tiles || o.tiles,
             float: self.float || o.float,
         }
     }
@@ -79,7 +85,7 @@ pub struct QActs {
     pub(crate) q: Vec<i8>,   // [rows, cols], per-32 scales
     pub(crate) d: Vec<f32>,  // [rows, cols / 32]
     pub(crate) s: Vec<f32>,  // [rows, cols / 32]: d · Σ q over the block
-    pub(crate) kq: Vec<i8>,  // [rows, cols], per-256 scales
+    pub(crate) kq: Vec<i8>,  // [rows, cols], per-256 scales (the `k` and `tiles` forms)
     pub(crate) kd: Vec<f32>, // [rows, cols / 256]
     pub(crate) ks: Vec<i16>, // [rows, cols / 16]: Σ kq over each 16 values, |Σ| ≤ 2032
     /// `kq` in lane order, for the AVX-512 K kernel: within each 256-value group, byte
@@ -94,6 +100,11 @@ pub struct QActs {
     pub(crate) klf: Vec<f32>, // [cols / 256, rows, 16]
     /// `kd` group-major, for the lane-order kernel.
     pub(crate) kld: Vec<f32>, // [cols / 256, rows]
+    /// Σ kq over each 32 values as f32 (exact: |Σ| ≤ 4064): what a tiled Q4_K sub-block's
+    /// minimum multiplies.
+    pub(crate) k32: Vec<f32>, // [rows, cols / 32]
+    /// Σ kq over each 16 values as f32: what a tiled Q6_K sub-block's offset of 32 multiplies.
+    pub(crate) k16: Vec<f32>, // [rows, cols / 16]
     /// The values as given, `[rows, cols]`: what 16-bit float weights multiply.
     pub(crate) x: Vec<f32>,
 }
@@ -155,6 +166,7 @@ impl QActs {
         self.forms = Forms {
             k: forms.k && whole_k,
             lanes: forms.lanes && whole_k,
+            tiles: forms.tiles && whole_k,
             ..forms
         };
         if forms.blocks {
@@ -176,7 +188,7 @@ impl QActs {
             self.x.clear();
             self.x.extend_from_slice(x);
         }
-        if self.forms.k || self.forms.lanes {
+        if self.forms.k || self.forms.lanes || self.forms.tiles {
             self.quantize_k(x, len);
         }
         Ok(())
@@ -185,13 +197,19 @@ impl QActs {
     /// The per-256 forms asked for in `self.forms`, from `x` (`len` values, a whole number of
     /// 256-value groups).
     fn quantize_k(&mut self, x: &[f32], len: usize) {
-        let (k, lanes) = (self.forms.k, self.forms.lanes);
+        let (k, lanes, tiles) = (self.forms.k, self.forms.lanes, self.forms.tiles);
         let groups = len / K_GROUP;
         const SUMS: usize = K_GROUP / K_SUM;
         self.kd.resize(groups, 0.0);
-        if k {
+        if k || tiles {
             self.kq.resize(len, 0);
+        }
+        if k {
             self.ks.resize(len / K_SUM, 0);
+        }
+        if tiles {
+            self.k32.resize(len / BLOCK, 0.0);
+            self.k16.resize(len / K_SUM, 0.0);
         }
         if lanes {
             self.kl.resize(len, 0);
@@ -209,9 +227,23 @@ impl QActs {
                     .map(|&v| i16::from(v))
                     .sum()
             });
-            if k {
+            if k || tiles {
                 self.kq[K_GROUP * g..K_GROUP * (g + 1)].copy_from_slice(&q);
+            }
+            if k {
                 self.ks[SUMS * g..SUMS * (g + 1)].copy_from_slice(&sums);
+            }
+            if tiles {
+                let per = K_GROUP / BLOCK;
+                for (s, pair) in self.k32[per * g..per * (g + 1)]
+                    .iter_mut()
+                    .zip(sums.chunks_exact(2))
+                {
+                    *s = f32::from(pair[0] + pair[1]);
+                }
+                for (f, &s) in self.k16[SUMS * g..SUMS * (g + 1)].iter_mut().zip(&sums) {
+                    *f = f32::from(s);
+                }
             }
             if lanes {
                 // Row g / per_row's group g % per_row, stored group-major.

@@ -818,6 +818,36 @@ pub(crate) fn dot_rows_avx512(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f3
     }
 }
 
+/// One tile of 16 tiled Q4_K or Q6_K weight rows ([`crate::tiles`]) against every activation
+/// row (`x.rows`), `out` `[rows, 16]`: rows in groups of at most eight. Calling it is unsafe
+/// unless [`avx512_available`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(crate) fn tile_rows_avx512(ty: WeightType, tile: &[u8], x: &QActs, out: &mut [f32]) {
+    use crate::tiles::TILE;
+    macro_rules! groups {
+        ($kernel:ident) => {
+            for (first, n) in row_groups(x.rows, 8) {
+                let out = &mut out[first * TILE..(first + n) * TILE];
+                match n {
+                    1 => k512::$kernel::<1>(tile, x, first, out),
+                    2 => k512::$kernel::<2>(tile, x, first, out),
+                    3 => k512::$kernel::<3>(tile, x, first, out),
+                    4 => k512::$kernel::<4>(tile, x, first, out),
+                    5 => k512::$kernel::<5>(tile, x, first, out),
+                    6 => k512::$kernel::<6>(tile, x, first, out),
+                    7 => k512::$kernel::<7>(tile, x, first, out),
+                    _ => k512::$kernel::<8>(tile, x, first, out),
+                }
+            }
+        };
+    }
+    if ty == WeightType::Q6K {
+        groups!(tile_group_q6k);
+    } else {
+        groups!(tile_group);
+    }
+}
+
 /// Two consecutive legacy blocks as the 512-bit kernel uses them.
 trait Pair: Layout {
     /// Blocks `b` and `b + 1` of the row at `row`: their 64 weights as bytes (block b in the
@@ -1182,6 +1212,217 @@ mod k512 {
         }
         for (o, acc) in out.iter_mut().zip(acc) {
             *o = _mm512_reduce_add_ps(acc);
+        }
+    }
+
+    /// One tile of 16 Q4_K weight rows against activation rows `first..first + G`, `out`
+    /// `[G, 16]`. Lane o of every vector is output o: per sub-block (32 values) and chunk j,
+    /// one 64-byte load holds 16 outputs × 8 nibbles, split into two vectors of 4 values per
+    /// lane; each row's 4 + 4 activation bytes are broadcast and meet them in two `vpdpbusd`
+    /// into the row's i32 sums for the sub-block; then one conversion and two FMAs per row
+    /// (the 16 outputs' d·sc, and dmin·mn against the row's 32-value sum), and once per
+    /// super-block the row's scale. A row's operations are the same whatever G and `first`.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+    pub(super) fn tile_group<const G: usize>(
+        tile: &[u8],
+        x: &QActs,
+        first: usize,
+        out: &mut [f32],
+    ) {
+        use crate::tiles::{MINS_AT, NIBBLES_AT, SCALES_AT, TILE, TILE_BYTES};
+        let nblk = x.cols / K_GROUP;
+        let per = K_GROUP / BLOCK;
+        // Everything the pointer arithmetic below relies on, checked once per call.
+        assert!(
+            x.forms.tiles
+                && tile.len() == nblk * TILE_BYTES
+                && first + G <= x.rows
+                && x.kq.len() >= x.rows * x.cols
+                && x.kd.len() >= x.rows * nblk
+                && x.k32.len() >= x.rows * nblk * per
+                && out.len() == G * TILE
+        );
+        let mut acc = [_mm512_setzero_ps(); G];
+        let (q_ptr, d_ptr, s_ptr) = (x.kq.as_ptr(), x.kd.as_ptr(), x.k32.as_ptr());
+        let low_nibbles = _mm512_set1_epi8(0x0F);
+        for blk in 0..nblk {
+            let p = tile.as_ptr().wrapping_add(blk * TILE_BYTES);
+            // SAFETY: p..p + TILE_BYTES is super-block blk of the tile (its length is
+            // asserted); the features are this function's.
+            let (d, dmin) = unsafe {
+                (
+                    _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())),
+                    _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast())),
+                )
+            };
+            let mut sums = [_mm512_setzero_ps(); G];
+            for s in 0..per {
+                // SAFETY: the 16 scale and 16 minimum bytes of sub-block s lie inside the
+                // super-block (SCALES_AT + 16s + 16 ≤ MINS_AT, MINS_AT + 16s + 16 ≤
+                // NIBBLES_AT).
+                let (scale, min) = unsafe {
+                    (
+                        _mm512_mul_ps(
+                            _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                                p.add(SCALES_AT + 16 * s).cast(),
+                            ))),
+                            d,
+                        ),
+                        _mm512_mul_ps(
+                            _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                                p.add(MINS_AT + 16 * s).cast(),
+                            ))),
+                            dmin,
+                        ),
+                    )
+                };
+                let mut dots = [_mm512_setzero_si512(); G];
+                for j in 0..4 {
+                    let at = NIBBLES_AT + 64 * (4 * s + j);
+                    // A hint: never faults, whatever the address.
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at + PREFETCH).cast());
+                    // SAFETY: at + 64 ≤ TILE_BYTES (s < 8, j < 4).
+                    let w = unsafe { _mm512_loadu_si512(p.add(at).cast()) };
+                    let low = _mm512_and_si512(w, low_nibbles);
+                    let high = _mm512_and_si512(_mm512_srli_epi16(w, 4), low_nibbles);
+                    for (i, dot) in dots.iter_mut().enumerate() {
+                        let v = (first + i) * x.cols + blk * K_GROUP + BLOCK * s + 4 * j;
+                        // SAFETY: v + 16 + 4 ≤ (first + i + 1)·cols ≤ rows·cols ≤ kq.len()
+                        // (asserted); read_unaligned has no alignment requirement.
+                        let (a, b) = unsafe {
+                            (
+                                q_ptr.add(v).cast::<i32>().read_unaligned(),
+                                q_ptr.add(v + 16).cast::<i32>().read_unaligned(),
+                            )
+                        };
+                        // q ≤ 15 and |x| ≤ 127: a lane sums 32 products, |Σ| ≤ 60,960.
+                        *dot = _mm512_dpbusd_epi32(*dot, low, _mm512_set1_epi32(a));
+                        *dot = _mm512_dpbusd_epi32(*dot, high, _mm512_set1_epi32(b));
+                    }
+                }
+                for (i, (sum, dot)) in sums.iter_mut().zip(dots).enumerate() {
+                    // SAFETY: (first + i)·nblk·per + blk·per + s < rows·nblk·per ≤ k32.len()
+                    // (asserted).
+                    let row_sum = unsafe { *s_ptr.add(((first + i) * nblk + blk) * per + s) };
+                    *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
+                    *sum = _mm512_fnmadd_ps(min, _mm512_set1_ps(row_sum), *sum);
+                }
+            }
+            for (i, (acc, sum)) in acc.iter_mut().zip(sums).enumerate() {
+                // SAFETY: (first + i)·nblk + blk < rows·nblk ≤ kd.len() (asserted).
+                let xd = unsafe { *d_ptr.add((first + i) * nblk + blk) };
+                *acc = _mm512_fmadd_ps(sum, _mm512_set1_ps(xd), *acc);
+            }
+        }
+        for (o, acc) in out.chunks_exact_mut(TILE).zip(acc) {
+            // SAFETY: `o` is 16 writable f32s; storeu has no alignment requirement.
+            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
+        }
+    }
+
+    /// One tile of 16 Q6_K weight rows against activation rows `first..first + G`, `out`
+    /// `[G, 16]`, as [`tile_group`] for Q4_K: per 16-value sub-block, three 64-byte loads give
+    /// four vectors of 4 unsigned 6-bit values per lane (the offset of 32 left out), each
+    /// row's four broadcast activation words meet them in four `vpdpbusd`, then one conversion
+    /// and two FMAs per row: the 16 outputs' d·sc, and −32·d·sc against the row's 16-value sum.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+    pub(super) fn tile_group_q6k<const G: usize>(
+        tile: &[u8],
+        x: &QActs,
+        first: usize,
+        out: &mut [f32],
+    ) {
+        use crate::tiles::{Q6K_QUANTS_AT, Q6K_SCALES_AT, Q6K_TILE_BYTES, TILE};
+        let nblk = x.cols / K_GROUP;
+        let per = K_GROUP / K_SUM;
+        // Everything the pointer arithmetic below relies on, checked once per call.
+        assert!(
+            x.forms.tiles
+                && tile.len() == nblk * Q6K_TILE_BYTES
+                && first + G <= x.rows
+                && x.kq.len() >= x.rows * x.cols
+                && x.kd.len() >= x.rows * nblk
+                && x.k16.len() >= x.rows * nblk * per
+                && out.len() == G * TILE
+        );
+        let mut acc = [_mm512_setzero_ps(); G];
+        let (q_ptr, d_ptr, s_ptr) = (x.kq.as_ptr(), x.kd.as_ptr(), x.k16.as_ptr());
+        let (low4, top2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+        for blk in 0..nblk {
+            let p = tile.as_ptr().wrapping_add(blk * Q6K_TILE_BYTES);
+            // SAFETY: p..p + Q6K_TILE_BYTES is super-block blk of the tile (its length is
+            // asserted); the features are this function's.
+            let d = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) };
+            let mut sums = [_mm512_setzero_ps(); G];
+            for s in 0..per {
+                let at = Q6K_QUANTS_AT + 192 * s;
+                for line in 0..3 {
+                    // A hint: never faults, whatever the address.
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at + 64 * line + PREFETCH).cast());
+                }
+                // SAFETY: the 16 scale bytes of sub-block s lie at Q6K_SCALES_AT + 16s <
+                // Q6K_QUANTS_AT, its 192 quant bytes at at..at + 192 ≤ Q6K_TILE_BYTES.
+                let (scale, l0, l1, h) = unsafe {
+                    (
+                        _mm512_mul_ps(
+                            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                p.add(Q6K_SCALES_AT + 16 * s).cast(),
+                            ))),
+                            d,
+                        ),
+                        _mm512_loadu_si512(p.add(at).cast()),
+                        _mm512_loadu_si512(p.add(at + 64).cast()),
+                        _mm512_loadu_si512(p.add(at + 128).cast()),
+                    )
+                };
+                let offset = _mm512_mul_ps(scale, _mm512_set1_ps(32.0));
+                // Chunk j: its low four bits from l0 / l1 (nibble j / 2), its top two from bits
+                // 2j, 2j + 1 of h, moved to bits 4–5 (16-bit shifts: what crosses into the
+                // neighbouring byte is masked off).
+                let q = [
+                    _mm512_or_si512(
+                        _mm512_and_si512(l0, low4),
+                        _mm512_and_si512(_mm512_slli_epi16(h, 4), top2),
+                    ),
+                    _mm512_or_si512(
+                        _mm512_and_si512(l1, low4),
+                        _mm512_and_si512(_mm512_slli_epi16(h, 2), top2),
+                    ),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16(l0, 4), low4),
+                        _mm512_and_si512(h, top2),
+                    ),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16(l1, 4), low4),
+                        _mm512_and_si512(_mm512_srli_epi16(h, 2), top2),
+                    ),
+                ];
+                for (i, sum) in sums.iter_mut().enumerate() {
+                    let v = (first + i) * x.cols + blk * K_GROUP + K_SUM * s;
+                    let mut dot = _mm512_setzero_si512();
+                    for (j, q) in q.iter().enumerate() {
+                        // SAFETY: v + 4j + 4 ≤ v + 16 ≤ (first + i + 1)·cols ≤ kq.len()
+                        // (asserted); read_unaligned has no alignment requirement.
+                        let a = unsafe { q_ptr.add(v + 4 * j).cast::<i32>().read_unaligned() };
+                        // q ≤ 63 and |x| ≤ 127: a lane sums 16 products, |Σ| ≤ 128,016.
+                        dot = _mm512_dpbusd_epi32(dot, *q, _mm512_set1_epi32(a));
+                    }
+                    // SAFETY: ((first + i)·nblk + blk)·per + s < rows·nblk·per ≤ k16.len()
+                    // (asserted).
+                    let row_sum = unsafe { *s_ptr.add(((first + i) * nblk + blk) * per + s) };
+                    *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
+                    *sum = _mm512_fnmadd_ps(offset, _mm512_set1_ps(row_sum), *sum);
+                }
+            }
+            for (i, (acc, sum)) in acc.iter_mut().zip(sums).enumerate() {
+                // SAFETY: (first + i)·nblk + blk < rows·nblk ≤ kd.len() (asserted).
+                let xd = unsafe { *d_ptr.add((first + i) * nblk + blk) };
+                *acc = _mm512_fmadd_ps(sum, _mm512_set1_ps(xd), *acc);
+            }
+        }
+        for (o, acc) in out.chunks_exact_mut(TILE).zip(acc) {
+            // SAFETY: `o` is 16 writable f32s; storeu has no alignment requirement.
+            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
         }
     }
 

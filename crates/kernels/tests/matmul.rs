@@ -4,7 +4,7 @@
 //! beside it and of the thread count, bit for bit; bad shapes refused.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use mars_kernels::{BLOCK, Isa, KernelError, Kernels, QActs, QMatrix, WeightType};
+use mars_kernels::{BLOCK, Isa, KernelError, Kernels, Layout, QActs, QMatrix, WeightType};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 
@@ -51,6 +51,17 @@ fn exact_and_bound(
     (exact, bound)
 }
 
+/// `w` in every layout it has: as stored, and (Q4_K) in tiles, which the AVX-512 kernel runs
+/// with its tile kernel and every other kernel reads back as rows.
+fn layouts(w: &QMatrix) -> Vec<QMatrix> {
+    let tiled = w.clone().into_tiles();
+    if tiled.layout() == Layout::Rows {
+        vec![w.clone()]
+    } else {
+        vec![w.clone(), tiled]
+    }
+}
+
 #[test]
 fn dequantize_row_equals_the_formats_dequantization_bit_for_bit() {
     let mut rng = ChaCha8Rng::seed_from_u64(1);
@@ -59,12 +70,19 @@ fn dequantize_row_equals_the_formats_dequantization_bit_for_bit() {
         let w = random_matrix(ty, 3, cols, &mut rng);
         let n = w.row_bytes();
         for r in 0..3 {
-            let mut row = vec![0f32; cols];
-            w.dequantize_row(r, &mut row).unwrap();
             let reference = ggml(ty)
                 .dequantize(&w.blocks()[r * n..(r + 1) * n], cols as u64)
                 .unwrap();
-            assert_eq!(bits(&row), bits(&reference), "{ty:?} row {r}");
+            for w in layouts(&w) {
+                let mut row = vec![0f32; cols];
+                w.dequantize_row(r, &mut row).unwrap();
+                assert_eq!(
+                    bits(&row),
+                    bits(&reference),
+                    "{ty:?} {:?} row {r}",
+                    w.layout()
+                );
+            }
         }
     }
 }
@@ -84,11 +102,15 @@ fn every_kernel_type_and_row_count_is_within_the_activation_rounding_bound() {
                 let (exact, bound) = exact_and_bound(&wd, &x, (m, out, cols), ty.act_group());
                 let mut acts = QActs::default();
                 acts.quantize(&x, m, cols).unwrap();
-                for isa in Isa::available() {
+                for (isa, w) in Isa::available()
+                    .into_iter()
+                    .flat_map(|isa| layouts(&w).into_iter().map(move |w| (isa, w)))
+                {
                     for threads in [1, 2] {
                         let k = Kernels::with_isa(isa, threads).unwrap();
                         let mut y = vec![0f32; m * out];
                         k.matmul(&w, &acts, &mut y).unwrap();
+                        let isa = (isa, w.layout());
                         let mut nmse = (0f64, 0f64);
                         for i in 0..m * out {
                             let err = (f64::from(y[i]) - exact[i]).abs();
@@ -123,9 +145,13 @@ fn a_rows_result_does_not_depend_on_the_rows_beside_it_or_the_threads() {
         let (out, cols) = (77, cols_for(ty, 128));
         let w = random_matrix(ty, out, cols, &mut rng);
         let x = random_x(16, cols, &mut rng);
-        for isa in Isa::available() {
+        for (isa, w) in Isa::available()
+            .into_iter()
+            .flat_map(|isa| layouts(&w).into_iter().map(move |w| (isa, w)))
+        {
             let one_thread = Kernels::with_isa(isa, 1).unwrap();
             let two_threads = Kernels::with_isa(isa, 2).unwrap();
+            let isa = (isa, w.layout());
             let mut acts = QActs::default();
             acts.quantize(&x, 16, cols).unwrap();
             let mut y16 = vec![0f32; 16 * out];
@@ -169,12 +195,16 @@ fn simd_and_scalar_agree_within_f32_accumulation() {
             .unwrap()
             .matmul(&w, &acts, &mut reference)
             .unwrap();
-        for isa in Isa::available() {
+        for (isa, w) in Isa::available()
+            .into_iter()
+            .flat_map(|isa| layouts(&w).into_iter().map(move |w| (isa, w)))
+        {
             let mut y = vec![0f32; 5 * out];
             Kernels::with_isa(isa, 1)
                 .unwrap()
                 .matmul(&w, &acts, &mut y)
                 .unwrap();
+            let isa = (isa, w.layout());
             // Both sum the same exact integer block products; only the f32 order differs.
             let scale = reference.iter().fold(0f32, |a, v| a.max(v.abs()));
             for (a, b) in y.iter().zip(&reference) {
@@ -182,6 +212,47 @@ fn simd_and_scalar_agree_within_f32_accumulation() {
                     (a - b).abs() <= 1e-5 * scale,
                     "{isa:?} {ty:?}: {a} vs scalar {b}"
                 );
+            }
+        }
+    }
+}
+
+/// Every kernel but AVX-512's reads a tiled matrix back as the file's rows, so it gives exactly
+/// what it gives for the rows; AVX-512's tile kernel sums the same integer products in another
+/// f32 order (the bound test holds it to the exact product).
+#[test]
+fn a_tiled_matrix_gives_the_rows_results() {
+    let mut rng = ChaCha8Rng::seed_from_u64(29);
+    for (ty, (out, cols)) in [WeightType::Q4K, WeightType::Q6K]
+        .into_iter()
+        .flat_map(|ty| [(ty, (16, 256)), (ty, (37, 512))])
+    {
+        let w = random_matrix(ty, out, cols, &mut rng);
+        let tiled = w.clone().into_tiles();
+        assert_eq!(tiled.layout(), Layout::Tiles);
+        assert!(
+            tiled.bytes() >= w.bytes()
+                && tiled.bytes() <= out.next_multiple_of(16) * (ty.block_bytes() + 4) * cols / 256
+        );
+        for m in [1, 5, 16] {
+            let x = random_x(m, cols, &mut rng);
+            let mut acts = QActs::default();
+            acts.quantize(&x, m, cols).unwrap();
+            for isa in Isa::available() {
+                let k = Kernels::with_isa(isa, 2).unwrap();
+                let (mut a, mut b) = (vec![0f32; m * out], vec![0f32; m * out]);
+                k.matmul(&w, &acts, &mut a).unwrap();
+                k.matmul(&tiled, &acts, &mut b).unwrap();
+                if isa == Isa::Avx512 {
+                    let scale = a.iter().fold(0f32, |s, v| s.max(v.abs()));
+                    for (p, q) in a.iter().zip(&b) {
+                        assert!((p - q).abs() <= 1e-5 * scale, "{ty:?} m={m}: {p} vs {q}");
+                    }
+                    assert_eq!(k.prepare(w.clone()), tiled);
+                } else {
+                    assert_eq!(bits(&a), bits(&b), "{isa:?} {ty:?} m={m}");
+                    assert_eq!(k.prepare(w.clone()), w);
+                }
             }
         }
     }
@@ -268,15 +339,24 @@ fn the_vnni_kernels_equal_the_avx2_kernels_bit_for_bit() {
 #[test]
 fn a_range_of_weight_rows_equals_those_features_of_a_full_call() {
     let mut rng = ChaCha8Rng::seed_from_u64(19);
-    for ty in [WeightType::Q8_0, WeightType::Q6K, WeightType::Q4_1] {
+    for ty in [
+        WeightType::Q8_0,
+        WeightType::Q6K,
+        WeightType::Q4_1,
+        WeightType::Q4K,
+    ] {
         let (out, cols) = (53, cols_for(ty, 256));
         let w = random_matrix(ty, out, cols, &mut rng);
         for m in [1, 5] {
             let x = random_x(m, cols, &mut rng);
             let mut acts = QActs::default();
             acts.quantize(&x, m, cols).unwrap();
-            for isa in Isa::available() {
+            for (isa, w) in Isa::available()
+                .into_iter()
+                .flat_map(|isa| layouts(&w).into_iter().map(move |w| (isa, w)))
+            {
                 let k = Kernels::with_isa(isa, 2).unwrap();
+                let isa = (isa, w.layout());
                 let mut full = vec![0f32; m * out];
                 k.matmul(&w, &acts, &mut full).unwrap();
                 for rows in [0..out, 0..17, 9..10, 40..out] {
@@ -319,9 +399,12 @@ fn only_the_forms_a_kernel_needs_give_the_same_results_and_a_missing_one_is_refu
         let x = random_x(m, cols, &mut rng);
         let mut all = QActs::default();
         all.quantize(&x, m, cols).unwrap();
-        for isa in Isa::available() {
+        for (isa, w) in Isa::available()
+            .into_iter()
+            .flat_map(|isa| layouts(&w).into_iter().map(move |w| (isa, w)))
+        {
             let k = Kernels::with_isa(isa, 2).unwrap();
-            let need = k.forms(ty);
+            let need = k.forms(&w);
             let mut some = QActs::default();
             some.quantize_for(&x, m, cols, need).unwrap();
             assert_eq!(some.forms(), need, "{isa:?} {ty:?}");
@@ -330,13 +413,14 @@ fn only_the_forms_a_kernel_needs_give_the_same_results_and_a_missing_one_is_refu
             k.matmul(&w, &some, &mut b).unwrap();
             assert_eq!(bits(&a), bits(&b), "{isa:?} {ty:?}");
             // The forms of another type's kernel (a legacy type for a K-quant and back).
-            let other = if need == k.forms(WeightType::Q8_0) {
-                WeightType::Q6K
+            let q8 = random_matrix(WeightType::Q8_0, 1, cols, &mut rng);
+            let other = if need == k.forms(&q8) {
+                random_matrix(WeightType::Q6K, 1, cols, &mut rng)
             } else {
-                WeightType::Q8_0
+                q8
             };
             let mut wrong = QActs::default();
-            wrong.quantize_for(&x, m, cols, k.forms(other)).unwrap();
+            wrong.quantize_for(&x, m, cols, k.forms(&other)).unwrap();
             assert_eq!(
                 k.matmul(&w, &wrong, &mut b),
                 Err(KernelError::MissingForm { ty, isa }),

@@ -207,7 +207,7 @@ impl HostModel {
         let t = x.len() / din;
         let forms = outs
             .iter()
-            .fold(Forms::default(), |f, (w, _)| f | self.kernels.forms(w.ty()));
+            .fold(Forms::default(), |f, (w, _)| f | self.kernels.forms(w));
         for (chunk, xs) in x.chunks(MAX_ROWS * din).enumerate() {
             let rows = xs.len() / din;
             s.acts.quantize_for(xs, rows, din, forms)?;

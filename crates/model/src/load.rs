@@ -561,11 +561,15 @@ fn host_model(c: &LlamaConfig, g: &dyn Weights, kernels: Arc<Kernels>) -> Result
     let (d, hd, ff, v) = (c.d_model, c.head_dim, c.d_ff, c.vocab_size);
     let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
     let mut converted = Vec::new();
-    let embedding = blocks(g, "token_embd.weight", v, d, &mut converted)?;
+    // Matrices in the layout the kernels read fastest (Q4_K in 16-row tiles on AVX-512); the
+    // embedding lookup reads a tiled matrix's rows back as the file's blocks.
+    let prepare = |w: Arc<QMatrix>| Arc::new(kernels.prepare(Arc::unwrap_or_clone(w)));
+    let mut embedding = blocks(g, "token_embd.weight", v, d, &mut converted)?;
     let lm_head = if c.tied_embeddings {
+        embedding = prepare(embedding);
         embedding.clone()
     } else {
-        blocks(g, "output.weight", v, d, &mut converted)?
+        prepare(blocks(g, "output.weight", v, d, &mut converted)?)
     };
     let mut layers = Vec::with_capacity(c.n_layers);
     for i in 0..c.n_layers {
@@ -578,7 +582,7 @@ fn host_model(c: &LlamaConfig, g: &dyn Weights, kernels: Arc<Kernels>) -> Result
             }
         };
         let mut m = |s: &str, out_dim: usize, in_dim: usize| {
-            blocks(g, &n(s), out_dim, in_dim, &mut converted)
+            blocks(g, &n(s), out_dim, in_dim, &mut converted).map(prepare)
         };
         layers.push(Arc::new(HostBlock {
             wq: m("attn_q.weight", q_dim, d)?,

@@ -1,0 +1,262 @@
+//! Q4_K and Q6_K weights repacked at load into tiles of 16 output rows, for the AVX-512 kernel
+//! that puts one output row in each 32-bit lane.
+//!
+//! Why: in the lane-order kernel each lane holds one 16-value group of one weight row, so every
+//! activation row pays a conversion and three float operations per super-block for 256 values
+//! of *one* output, and reloads 256 activation bytes that only that output uses: a 5-row
+//! verification pass cost ~2× a one-row pass on the 1.5B. Here lane o of every vector is output
+//! row o of the tile: an activation's four bytes are broadcast to all lanes and meet 16 outputs
+//! in one `vpdpbusd`, the scales of 16 outputs sit in one vector, and the float work per
+//! activation row and 32 values is one conversion and two FMAs for 16 outputs instead of one.
+//! llama.cpp's repacked CPU kernels interleave 8 rows the same way.
+//!
+//! Layout of tile t (output rows 16t … 16t + 15; rows past the matrix are zero blocks, whose
+//! scales are 0) and super-block b, [`TILE_BYTES`] bytes at `(t · blocks + b) · TILE_BYTES`:
+//! - `0..32`: d of each output (f16, output o at 2o); `32..64`: dmin;
+//! - `64..192`: the 6-bit scale of sub-block s of output o at `64 + 16s + o` (a byte each);
+//! - `192..320`: the 6-bit minimums, likewise;
+//! - `320..2368`: the nibbles, 64 bytes per (sub-block s, chunk j < 4) at `320 + 64·(4s + j)`:
+//!   byte `4o + i` (i < 4) holds value `32s + 4j + i` of output o in its low nibble and value
+//!   `32s + 16 + 4j + i` in its high nibble.
+//!
+//! 148 bytes per output and super-block against GGUF's 144 (the scales decoded to a byte
+//! each).
+//!
+//! Q6_K, [`Q6K_TILE_BYTES`] per tile and super-block (210 per output, as in GGUF):
+//! - `0..32`: d of each output (f16);
+//! - `32..288`: the i8 scale of 16-value sub-block s of output o at `32 + 16s + o`;
+//! - `288..3360`: 192 bytes per sub-block s at `288 + 192s`, three 64-byte vectors whose byte
+//!   `4o + i` holds value `16s + 4j + i` (chunk j < 4) of output o: the low four bits of
+//!   chunk 0 (low nibble) and 2 (high nibble) in the first, of chunks 1 and 3 in the second,
+//!   and the top two bits of chunk j at bits 2j, 2j + 1 of the third.
+//!
+//! The repacking is a bijection: [`gguf_block`] rebuilds the file's exact bytes (the embedding
+//! lookup, the other kernels and the tests read them so).
+
+use crate::block::{BLOCK, WeightType, scales_mins_k4};
+
+/// Output rows per tile: one per 32-bit lane of a 512-bit vector.
+pub(crate) const TILE: usize = 16;
+/// Bytes of one Q4_K tile's super-block (16 outputs × 256 values).
+pub(crate) const TILE_BYTES: usize = 2368;
+/// Bytes of one Q6_K tile's super-block.
+pub(crate) const Q6K_TILE_BYTES: usize = 3360;
+/// Where a Q6_K tile's scales start.
+pub(crate) const Q6K_SCALES_AT: usize = 32;
+/// Where a Q6_K tile's quants start.
+pub(crate) const Q6K_QUANTS_AT: usize = 288;
+/// Bytes of one Q6_K super-block in GGUF.
+const Q6K_BYTES: usize = 210;
+/// Where the minimums start in a tile's super-block.
+pub(crate) const MINS_AT: usize = 192;
+/// Where the scales start.
+pub(crate) const SCALES_AT: usize = 64;
+/// Where the nibbles start.
+pub(crate) const NIBBLES_AT: usize = 320;
+/// Bytes of one Q4_K super-block in GGUF.
+const Q4K_BYTES: usize = 144;
+/// Values per super-block.
+const SUPER: usize = 256;
+
+/// Value `i` (< 256) of a GGUF Q4_K super-block's nibbles (`qs`, 128 bytes): sub-block
+/// s = 2c + h is nibble h of bytes 32c … 32c + 31.
+fn nibble(qs: &[u8], i: usize) -> u8 {
+    let (s, v) = (i / BLOCK, i % BLOCK);
+    (qs[32 * (s / 2) + v] >> (4 * (s % 2))) & 0x0F
+}
+
+/// The types that tile, and the bytes of a tile's super-block.
+pub(crate) fn tile_bytes(ty: WeightType) -> Option<usize> {
+    match ty {
+        WeightType::Q4K => Some(TILE_BYTES),
+        WeightType::Q6K => Some(Q6K_TILE_BYTES),
+        _ => None,
+    }
+}
+
+/// `data` (`rows × blocks` GGUF super-blocks of `ty`, row-major) as tiles: `rows.div_ceil(16)`
+/// tiles of `blocks` super-blocks each; `None` for a type that does not tile.
+pub(crate) fn tile(ty: WeightType, data: &[u8], rows: usize, blocks: usize) -> Option<Vec<u8>> {
+    match ty {
+        WeightType::Q4K => Some(tile_q4k(data, rows, blocks)),
+        WeightType::Q6K => Some(tile_q6k(data, rows, blocks)),
+        _ => None,
+    }
+}
+
+/// The GGUF bytes of super-block `b` of row `r` of a tiled matrix of `ty` with `blocks`
+/// super-blocks per row, appended to `out`, bit-identical to the file's.
+pub(crate) fn push_gguf_block(
+    ty: WeightType,
+    tiles: &[u8],
+    blocks: usize,
+    (r, b): (usize, usize),
+    out: &mut Vec<u8>,
+) {
+    match ty {
+        WeightType::Q4K => out.extend_from_slice(&gguf_block(tiles, blocks, r, b)),
+        _ => out.extend_from_slice(&gguf_block_q6k(tiles, blocks, r, b)),
+    }
+}
+
+/// Where value `i` (< 256) of a GGUF Q6_K super-block lives: (byte of `ql`, shift of its
+/// nibble, byte of `qh`, shift of its two bits). Halves n of 128 values: value 128n + 32k + l
+/// (k < 4, l < 32) takes nibble k / 2 of ql[64n + 32(k % 2) + l] and bits 2k, 2k + 1 of
+/// qh[32n + l].
+fn q6k_place(i: usize) -> (usize, u32, usize, u32) {
+    let (n, k, l) = (i / 128, (i % 128) / 32, i % 32);
+    (
+        64 * n + 32 * (k % 2) + l,
+        4 * (k as u32 / 2),
+        32 * n + l,
+        2 * k as u32,
+    )
+}
+
+/// Q6_K as tiles (see the module docs).
+fn tile_q6k(data: &[u8], rows: usize, blocks: usize) -> Vec<u8> {
+    let tiles = rows.div_ceil(TILE);
+    let mut out = vec![0u8; tiles * blocks * Q6K_TILE_BYTES];
+    for r in 0..rows {
+        let (t, o) = (r / TILE, r % TILE);
+        for b in 0..blocks {
+            let src = &data[(r * blocks + b) * Q6K_BYTES..][..Q6K_BYTES];
+            let dst = &mut out[(t * blocks + b) * Q6K_TILE_BYTES..][..Q6K_TILE_BYTES];
+            dst[2 * o..2 * o + 2].copy_from_slice(&src[208..210]);
+            for s in 0..16 {
+                dst[Q6K_SCALES_AT + 16 * s + o] = src[192 + s];
+            }
+            for i in 0..SUPER {
+                let (ql, nib, qh, bits) = q6k_place(i);
+                let low = (src[ql] >> nib) & 0x0F;
+                let high = (src[128 + qh] >> bits) & 3;
+                let (s, j, k) = (i / 16, (i % 16) / 4, i % 4);
+                let at = Q6K_QUANTS_AT + 192 * s + 4 * o + k;
+                dst[at + 64 * (j % 2)] |= low << (4 * (j / 2));
+                dst[at + 128] |= high << (2 * j);
+            }
+        }
+    }
+    out
+}
+
+/// The GGUF bytes of super-block `b` of row `r` of a tiled Q6_K matrix.
+fn gguf_block_q6k(tiles: &[u8], blocks: usize, r: usize, b: usize) -> [u8; Q6K_BYTES] {
+    let (t, o) = (r / TILE, r % TILE);
+    let src = &tiles[(t * blocks + b) * Q6K_TILE_BYTES..][..Q6K_TILE_BYTES];
+    let mut dst = [0u8; Q6K_BYTES];
+    dst[208..210].copy_from_slice(&src[2 * o..2 * o + 2]);
+    for s in 0..16 {
+        dst[192 + s] = src[Q6K_SCALES_AT + 16 * s + o];
+    }
+    for i in 0..SUPER {
+        let (s, j, k) = (i / 16, (i % 16) / 4, i % 4);
+        let at = Q6K_QUANTS_AT + 192 * s + 4 * o + k;
+        let low = (src[at + 64 * (j % 2)] >> (4 * (j / 2))) & 0x0F;
+        let high = (src[at + 128] >> (2 * j)) & 3;
+        let (ql, nib, qh, bits) = q6k_place(i);
+        dst[ql] |= low << nib;
+        dst[128 + qh] |= high << bits;
+    }
+    dst
+}
+
+/// `data` (`rows × blocks` GGUF Q4_K super-blocks, row-major) as tiles: `rows.div_ceil(16)`
+/// tiles of `blocks` super-blocks each.
+fn tile_q4k(data: &[u8], rows: usize, blocks: usize) -> Vec<u8> {
+    let tiles = rows.div_ceil(TILE);
+    let mut out = vec![0u8; tiles * blocks * TILE_BYTES];
+    for r in 0..rows {
+        let (t, o) = (r / TILE, r % TILE);
+        for b in 0..blocks {
+            let src = &data[(r * blocks + b) * Q4K_BYTES..][..Q4K_BYTES];
+            let dst = &mut out[(t * blocks + b) * TILE_BYTES..][..TILE_BYTES];
+            dst[2 * o..2 * o + 2].copy_from_slice(&src[0..2]);
+            dst[32 + 2 * o..32 + 2 * o + 2].copy_from_slice(&src[2..4]);
+            let both = scales_mins_k4(&src[4..16]);
+            for s in 0..8 {
+                dst[SCALES_AT + 16 * s + o] = both[s];
+                dst[MINS_AT + 16 * s + o] = both[8 + s];
+            }
+            let qs = &src[16..];
+            for s in 0..8 {
+                for j in 0..4 {
+                    for i in 0..4 {
+                        let low = nibble(qs, 32 * s + 4 * j + i);
+                        let high = nibble(qs, 32 * s + 16 + 4 * j + i);
+                        dst[NIBBLES_AT + 64 * (4 * s + j) + 4 * o + i] = low | (high << 4);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The GGUF bytes of super-block `b` of row `r` of a tiled Q4_K matrix with `blocks`
+/// super-blocks per row, bit-identical to the file's.
+fn gguf_block(tiles: &[u8], blocks: usize, r: usize, b: usize) -> [u8; Q4K_BYTES] {
+    let (t, o) = (r / TILE, r % TILE);
+    let src = &tiles[(t * blocks + b) * TILE_BYTES..][..TILE_BYTES];
+    let mut dst = [0u8; Q4K_BYTES];
+    dst[0..2].copy_from_slice(&src[2 * o..2 * o + 2]);
+    dst[2..4].copy_from_slice(&src[32 + 2 * o..32 + 2 * o + 2]);
+    let sc = |s: usize| src[SCALES_AT + 16 * s + o];
+    let mn = |s: usize| src[MINS_AT + 16 * s + o];
+    // The inverse of `scale_min_k4`: sub-blocks 0–3 keep six bits in bytes 0–3 (scales) and
+    // 4–7 (minimums); sub-blocks 4–7 keep their low four bits in bytes 8–11 and their top two
+    // in the top two bits of bytes 0–7.
+    for j in 0..4 {
+        dst[4 + j] = (sc(j) & 63) | ((sc(j + 4) >> 4) << 6);
+        dst[4 + j + 4] = (mn(j) & 63) | ((mn(j + 4) >> 4) << 6);
+        dst[4 + j + 8] = (sc(j + 4) & 0x0F) | ((mn(j + 4) & 0x0F) << 4);
+    }
+    for i in 0..SUPER {
+        let (s, v) = (i / BLOCK, i % BLOCK);
+        let (j, half, k) = ((v % 16) / 4, v / 16, v % 4);
+        let byte = src[NIBBLES_AT + 64 * (4 * s + j) + 4 * o + k];
+        let q = (byte >> (4 * half)) & 0x0F;
+        dst[16 + 32 * (s / 2) + v] |= q << (4 * (s % 2));
+    }
+    dst
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiling_is_undone_bit_for_bit_for_every_row_and_block() {
+        for (ty, bytes) in [(WeightType::Q4K, Q4K_BYTES), (WeightType::Q6K, Q6K_BYTES)] {
+            // Random bytes (every scale and bit pattern), 37 rows: a partial last tile.
+            let (rows, blocks) = (37, 3);
+            let mut state = 0x1234_5678u32;
+            let data: Vec<u8> = (0..rows * blocks * bytes)
+                .map(|_| {
+                    state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (state >> 24) as u8
+                })
+                .collect();
+            let tiles = tile(ty, &data, rows, blocks).unwrap();
+            let per = tile_bytes(ty).unwrap();
+            assert_eq!(tiles.len(), 3 * blocks * per);
+            for r in 0..rows {
+                for b in 0..blocks {
+                    let want = &data[(r * blocks + b) * bytes..][..bytes];
+                    let mut got = Vec::new();
+                    push_gguf_block(ty, &tiles, blocks, (r, b), &mut got);
+                    assert_eq!(got, want, "{ty:?} row {r} block {b}");
+                }
+            }
+            // The padding rows are zero: d (and Q4_K's dmin) = 0, so they contribute nothing.
+            let last = &tiles[(2 * blocks) * per..][..per];
+            for o in (rows % TILE)..TILE {
+                assert_eq!(&last[2 * o..2 * o + 2], &[0, 0], "{ty:?}");
+                if ty == WeightType::Q4K {
+                    assert_eq!(&last[32 + 2 * o..32 + 2 * o + 2], &[0, 0], "{ty:?}");
+                }
+            }
+        }
+        assert_eq!(tile(WeightType::Q8_0, &[0; 34], 1, 1), None);
+    }
+}
