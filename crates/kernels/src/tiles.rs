@@ -33,6 +33,8 @@
 //! The repacking is a bijection: [`gguf_block`] rebuilds the file's exact bytes (the embedding
 //! lookup, the other kernels and the tests read them so).
 
+use rayon::prelude::*;
+
 use crate::block::{BLOCK, WeightType, scales_mins_k4};
 
 /// Output rows per tile: one per 32-bit lane of a 512-bit vector.
@@ -117,26 +119,29 @@ fn q6k_place(i: usize) -> (usize, u32, usize, u32) {
 fn tile_q6k(data: &[u8], rows: usize, blocks: usize) -> Vec<u8> {
     let tiles = rows.div_ceil(TILE);
     let mut out = vec![0u8; tiles * blocks * Q6K_TILE_BYTES];
-    for r in 0..rows {
-        let (t, o) = (r / TILE, r % TILE);
-        for b in 0..blocks {
-            let src = &data[(r * blocks + b) * Q6K_BYTES..][..Q6K_BYTES];
-            let dst = &mut out[(t * blocks + b) * Q6K_TILE_BYTES..][..Q6K_TILE_BYTES];
-            dst[2 * o..2 * o + 2].copy_from_slice(&src[208..210]);
-            for s in 0..16 {
-                dst[Q6K_SCALES_AT + 16 * s + o] = src[192 + s];
+    out.par_chunks_mut(blocks * Q6K_TILE_BYTES)
+        .enumerate()
+        .for_each(|(t, tile)| {
+            for (o, r) in (t * TILE..rows.min((t + 1) * TILE)).enumerate() {
+                for b in 0..blocks {
+                    let src = &data[(r * blocks + b) * Q6K_BYTES..][..Q6K_BYTES];
+                    let dst = &mut tile[b * Q6K_TILE_BYTES..][..Q6K_TILE_BYTES];
+                    dst[2 * o..2 * o + 2].copy_from_slice(&src[208..210]);
+                    for s in 0..16 {
+                        dst[Q6K_SCALES_AT + 16 * s + o] = src[192 + s];
+                    }
+                    for i in 0..SUPER {
+                        let (ql, nib, qh, bits) = q6k_place(i);
+                        let low = (src[ql] >> nib) & 0x0F;
+                        let high = (src[128 + qh] >> bits) & 3;
+                        let (s, j, k) = (i / 16, (i % 16) / 4, i % 4);
+                        let at = Q6K_QUANTS_AT + 192 * s + 4 * o + k;
+                        dst[at + 64 * (j % 2)] |= low << (4 * (j / 2));
+                        dst[at + 128] |= high << (2 * j);
+                    }
+                }
             }
-            for i in 0..SUPER {
-                let (ql, nib, qh, bits) = q6k_place(i);
-                let low = (src[ql] >> nib) & 0x0F;
-                let high = (src[128 + qh] >> bits) & 3;
-                let (s, j, k) = (i / 16, (i % 16) / 4, i % 4);
-                let at = Q6K_QUANTS_AT + 192 * s + 4 * o + k;
-                dst[at + 64 * (j % 2)] |= low << (4 * (j / 2));
-                dst[at + 128] |= high << (2 * j);
-            }
-        }
-    }
+        });
     out
 }
 
@@ -166,30 +171,33 @@ fn gguf_block_q6k(tiles: &[u8], blocks: usize, r: usize, b: usize) -> [u8; Q6K_B
 fn tile_q4k(data: &[u8], rows: usize, blocks: usize) -> Vec<u8> {
     let tiles = rows.div_ceil(TILE);
     let mut out = vec![0u8; tiles * blocks * TILE_BYTES];
-    for r in 0..rows {
-        let (t, o) = (r / TILE, r % TILE);
-        for b in 0..blocks {
-            let src = &data[(r * blocks + b) * Q4K_BYTES..][..Q4K_BYTES];
-            let dst = &mut out[(t * blocks + b) * TILE_BYTES..][..TILE_BYTES];
-            dst[2 * o..2 * o + 2].copy_from_slice(&src[0..2]);
-            dst[32 + 2 * o..32 + 2 * o + 2].copy_from_slice(&src[2..4]);
-            let both = scales_mins_k4(&src[4..16]);
-            for s in 0..8 {
-                dst[SCALES_AT + 16 * s + o] = both[s];
-                dst[MINS_AT + 16 * s + o] = both[8 + s];
-            }
-            let qs = &src[16..];
-            for s in 0..8 {
-                for j in 0..4 {
-                    for i in 0..4 {
-                        let low = nibble(qs, 32 * s + 4 * j + i);
-                        let high = nibble(qs, 32 * s + 16 + 4 * j + i);
-                        dst[NIBBLES_AT + 64 * (4 * s + j) + 4 * o + i] = low | (high << 4);
+    out.par_chunks_mut(blocks * TILE_BYTES)
+        .enumerate()
+        .for_each(|(t, tile)| {
+            for (o, r) in (t * TILE..rows.min((t + 1) * TILE)).enumerate() {
+                for b in 0..blocks {
+                    let src = &data[(r * blocks + b) * Q4K_BYTES..][..Q4K_BYTES];
+                    let dst = &mut tile[b * TILE_BYTES..][..TILE_BYTES];
+                    dst[2 * o..2 * o + 2].copy_from_slice(&src[0..2]);
+                    dst[32 + 2 * o..32 + 2 * o + 2].copy_from_slice(&src[2..4]);
+                    let both = scales_mins_k4(&src[4..16]);
+                    for s in 0..8 {
+                        dst[SCALES_AT + 16 * s + o] = both[s];
+                        dst[MINS_AT + 16 * s + o] = both[8 + s];
+                    }
+                    let qs = &src[16..];
+                    for s in 0..8 {
+                        for j in 0..4 {
+                            for i in 0..4 {
+                                let low = nibble(qs, 32 * s + 4 * j + i);
+                                let high = nibble(qs, 32 * s + 16 + 4 * j + i);
+                                dst[NIBBLES_AT + 64 * (4 * s + j) + 4 * o + i] = low | (high << 4);
+                            }
+                        }
                     }
                 }
             }
-        }
-    }
+        });
     out
 }
 
