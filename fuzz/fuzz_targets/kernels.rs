@@ -2,7 +2,8 @@
 //! typed error, and an accepted matrix multiplies on every kernel this CPU runs without a panic,
 //! each activation row's result bit-identical whether it is multiplied alone or among all m
 //! rows (the property that keeps greedy strict speculation equal to target-only decoding; any
-//! NaN equals any NaN).
+//! NaN equals any NaN), for the matrix as given and as the kernel set prepares it (Q4_K / Q6_K
+//! in 16-row tiles on AVX-512).
 //!
 //! Layout of an input: byte 0 picks the type, byte 1 the output rows (1–64), byte 2 the input
 //! width in 32-value blocks (1–24), byte 3 the activation rows (1–16); then the weight bytes
@@ -47,7 +48,10 @@ fuzz_target!(|data: &[u8]| {
     let x: Vec<f32> = floats.iter().copied().cycle().take(m * cols).collect();
     let mut all = QActs::default();
     all.quantize(&x, m, cols).unwrap();
-    for isa in Isa::available() {
+    for (isa, w) in Isa::available().into_iter().flat_map(|isa| {
+        let k = Kernels::with_isa(isa, 1).unwrap();
+        [(isa, w.clone()), (isa, k.prepare(w.clone()))]
+    }) {
         let k = Kernels::with_isa(isa, 1).unwrap();
         let mut y = vec![0f32; m * out];
         k.matmul(&w, &all, &mut y).unwrap();
@@ -64,7 +68,8 @@ fuzz_target!(|data: &[u8]| {
                 .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
             assert!(
                 same,
-                "{isa:?} {ty:?}: row {r} alone differs from it among {m} rows: {yr:?} vs {:?}",
+                "{isa:?} {ty:?} {:?}: row {r} alone differs from it among {m} rows: {yr:?} vs {:?}",
+                w.layout(),
                 &y[r * out..(r + 1) * out]
             );
         }

@@ -5,7 +5,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use half::f16;
-use mars_kernels::{Isa, Kernels, QActs, QMatrix, WeightType};
+use mars_kernels::{Isa, Kernels, Layout, QActs, QMatrix, WeightType};
 
 fn matrix(ty: WeightType, rows: usize, cols: usize) -> QMatrix {
     let nb = rows * cols / ty.block_values();
@@ -31,18 +31,32 @@ fn bench(c: &mut Criterion) {
             let w = matrix(ty, rows, cols);
             for isa in Isa::available() {
                 let k = Kernels::with_isa(isa, threads).unwrap();
-                for m in [1, 2, 5, 8, 16] {
-                    let x: Vec<f32> = (0..m * cols)
-                        .map(|i| ((i % 13) as f32 - 6.0) * 0.1)
-                        .collect();
-                    let mut acts = QActs::default();
-                    let mut y = vec![0f32; m * rows];
-                    c.bench_function(&format!("{name} {ty:?} {isa:?} m={m}"), |b| {
-                        b.iter(|| {
-                            acts.quantize(&x, m, cols).unwrap();
-                            k.matmul(&w, &acts, &mut y).unwrap();
+                // As the model loads it: Q4_K / Q6_K in 16-row tiles on AVX-512 ("tiles"), the
+                // file's rows otherwise; on AVX-512 the rows too, for the comparison.
+                let prepared = k.prepare(w.clone());
+                let mut layouts = vec![(prepared.layout(), prepared)];
+                if layouts[0].0 != w.layout() {
+                    layouts.push((w.layout(), w.clone()));
+                }
+                for (layout, w) in &layouts {
+                    for m in [1, 2, 5, 8, 16] {
+                        let x: Vec<f32> = (0..m * cols)
+                            .map(|i| ((i % 13) as f32 - 6.0) * 0.1)
+                            .collect();
+                        let mut acts = QActs::default();
+                        let mut y = vec![0f32; m * rows];
+                        let label = if *layout == Layout::Tiles {
+                            " tiles"
+                        } else {
+                            ""
+                        };
+                        c.bench_function(&format!("{name} {ty:?} {isa:?}{label} m={m}"), |b| {
+                            b.iter(|| {
+                                acts.quantize_for(&x, m, cols, k.forms(w)).unwrap();
+                                k.matmul(w, &acts, &mut y).unwrap();
+                            });
                         });
-                    });
+                    }
                 }
             }
         }
