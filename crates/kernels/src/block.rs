@@ -446,7 +446,7 @@ impl QMatrix {
         })
     }
 
-    /// This matrix in tiles of 16 output rows ([`Layout::Tiles`]) if it is Q4_K or Q6_K in
+    /// This matrix in tiles of 16 output rows ([`Layout::Tiles`]) if its type tiles (all but Q5_K and the 16-bit floats) and it is in
     /// rows, else unchanged. Peak memory while tiling is the matrix twice.
     pub fn into_tiles(self) -> Self {
         if self.layout != Layout::Rows {

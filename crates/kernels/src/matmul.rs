@@ -140,12 +140,12 @@ impl Kernels {
             blocks: !k && !ty.is_float(),
             k: k && self.isa != Isa::Avx512,
             lanes: k && self.isa == Isa::Avx512 && !tiles,
-            tiles,
+            tiles: k && tiles,
             float: ty.is_float(),
         }
     }
 
-    /// `w` laid out for this kernel set: Q4_K and Q6_K in tiles of 16 output rows where the micro-kernel
+    /// `w` laid out for this kernel set: every block type but Q5_K in tiles of 16 output rows where the micro-kernel
     /// is AVX-512 (the tile kernel: one output per lane, so that an activation row costs a
     /// third of the vector operations per super-block of the lane-order kernel), else
     /// unchanged. The results equal those of `w` as given within f32 accumulation order, and

@@ -1,5 +1,5 @@
-//! Q4_K and Q6_K weights repacked at load into tiles of 16 output rows, for the AVX-512 kernel
-//! that puts one output row in each 32-bit lane.
+//! Weights repacked at load into tiles of 16 output rows, for the AVX-512 kernels that put one
+//! output row in each 32-bit lane: the K-quants Q4_K and Q6_K, and the legacy 32-value types.
 //!
 //! Why: in the lane-order kernel each lane holds one 16-value group of one weight row, so every
 //! activation row pays a conversion and three float operations per super-block for 256 values
@@ -29,6 +29,17 @@
 //!   `4o + i` holds value `16s + 4j + i` (chunk j < 4) of output o: the low four bits of
 //!   chunk 0 (low nibble) and 2 (high nibble) in the first, of chunks 1 and 3 in the second,
 //!   and the top two bits of chunk j at bits 2j, 2j + 1 of the third.
+//!
+//! The legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), [`legacy_tile_bytes`] per tile and 32-value
+//! block (16 × the GGUF block):
+//! - `0..32`: d of each output (f16); Q4_1 / Q5_1: `32..64` the minimum m of each output;
+//! - the quants, from 32 (64 with a minimum), unsigned: Q8_0's i8 values with the sign bit
+//!   flipped (q + 128, the kernel subtracts 128·d·Σx), 4-bit types as four 64-byte vectors whose
+//!   byte `4o + i` holds value `4j + i` of output o (vector j < 4) in its low nibble and value
+//!   `16 + 4j + i` in its high nibble; Q8_0 as eight vectors, byte `4o + i` of vector c holding
+//!   value `4c + i`;
+//! - Q5_0 / Q5_1: then one 64-byte vector whose byte `4o + i` holds the fifth bit of value
+//!   `4c + i` at bit c (c < 8).
 //!
 //! The repacking is a bijection: [`gguf_block`] rebuilds the file's exact bytes (the embedding
 //! lookup, the other kernels and the tests read them so).
@@ -67,12 +78,144 @@ fn nibble(qs: &[u8], i: usize) -> u8 {
     (qs[32 * (s / 2) + v] >> (4 * (s % 2))) & 0x0F
 }
 
-/// The types that tile, and the bytes of a tile's super-block.
+/// The types that tile, and the bytes of a tile's block (super-block for K-quants).
 pub(crate) fn tile_bytes(ty: WeightType) -> Option<usize> {
     match ty {
         WeightType::Q4K => Some(TILE_BYTES),
         WeightType::Q6K => Some(Q6K_TILE_BYTES),
-        _ => None,
+        WeightType::F16 | WeightType::BF16 | WeightType::Q5K => None,
+        _ => Some(legacy_tile_bytes(ty)),
+    }
+}
+
+/// Bytes of a legacy type's tile block: 16 GGUF blocks' worth.
+pub(crate) const fn legacy_tile_bytes(ty: WeightType) -> usize {
+    TILE * ty.block_bytes()
+}
+
+/// Where a legacy GGUF block keeps its parts: (minimum, fifth bits, quants), as byte offsets.
+fn legacy_parts(ty: WeightType) -> (Option<usize>, Option<usize>, usize) {
+    match ty {
+        WeightType::Q4_1 => (Some(2), None, 4),
+        WeightType::Q5_0 => (None, Some(2), 6),
+        WeightType::Q5_1 => (Some(2), Some(4), 8),
+        // Q8_0, Q4_0.
+        _ => (None, None, 2),
+    }
+}
+
+/// Where a legacy tile block keeps its quants (after d and the minimum) and its fifth bits.
+pub(crate) const fn legacy_tile_parts(ty: WeightType) -> (usize, usize) {
+    let quants = if matches!(ty, WeightType::Q4_1 | WeightType::Q5_1) {
+        64
+    } else {
+        32
+    };
+    (quants, quants + 256)
+}
+
+/// One value of a legacy GGUF block (`src`, `block_bytes` long) as the tile stores it
+/// (unsigned, up to 8 bits; Q8_0 with the sign bit flipped), or back: `q` into `dst`.
+fn legacy_value(ty: WeightType, src: &[u8], i: usize) -> u8 {
+    let (_, fifth, qs) = legacy_parts(ty);
+    if ty == WeightType::Q8_0 {
+        return src[qs + i] ^ 0x80;
+    }
+    let nibble = (src[qs + i % 16] >> (4 * (i / 16))) & 0x0F;
+    match fifth {
+        Some(at) => nibble | (((src[at + i / 8] >> (i % 8)) & 1) << 4),
+        None => nibble,
+    }
+}
+
+/// Sets value `i` of a legacy GGUF block `dst` (zeroed beforehand) to `q` (as the tile stores
+/// it): the inverse of [`legacy_value`].
+fn set_legacy_value(ty: WeightType, dst: &mut [u8], i: usize, q: u8) {
+    let (_, fifth, qs) = legacy_parts(ty);
+    if ty == WeightType::Q8_0 {
+        dst[qs + i] = q ^ 0x80;
+        return;
+    }
+    dst[qs + i % 16] |= (q & 0x0F) << (4 * (i / 16));
+    if let Some(at) = fifth {
+        dst[at + i / 8] |= ((q >> 4) & 1) << (i % 8);
+    }
+}
+
+/// Byte (offset into the tile block) and shift of value i's low bits (4-bit and 5-bit types:
+/// the nibble; Q8_0: the byte, shift 0) for output o.
+fn legacy_tile_place(ty: WeightType, o: usize, i: usize) -> (usize, u32) {
+    let (quants, _) = legacy_tile_parts(ty);
+    let (c, k) = (i / 4, i % 4);
+    if ty == WeightType::Q8_0 {
+        (quants + 64 * c + 4 * o + k, 0)
+    } else {
+        (quants + 64 * (c % 4) + 4 * o + k, 4 * (c / 4) as u32)
+    }
+}
+
+/// A legacy matrix as tiles (see the module docs).
+fn tile_legacy(ty: WeightType, data: &[u8], rows: usize, blocks: usize) -> Vec<u8> {
+    let (bb, tb) = (ty.block_bytes(), legacy_tile_bytes(ty));
+    let (min, fifth, _) = legacy_parts(ty);
+    let (_, fifth_at) = legacy_tile_parts(ty);
+    let tiles = rows.div_ceil(TILE);
+    let mut out = vec![0u8; tiles * blocks * tb];
+    out.par_chunks_mut(blocks * tb)
+        .enumerate()
+        .for_each(|(t, tile)| {
+            for (o, r) in (t * TILE..rows.min((t + 1) * TILE)).enumerate() {
+                for b in 0..blocks {
+                    let src = &data[(r * blocks + b) * bb..][..bb];
+                    let dst = &mut tile[b * tb..][..tb];
+                    dst[2 * o..2 * o + 2].copy_from_slice(&src[0..2]);
+                    if let Some(at) = min {
+                        dst[32 + 2 * o..32 + 2 * o + 2].copy_from_slice(&src[at..at + 2]);
+                    }
+                    for i in 0..BLOCK {
+                        let q = legacy_value(ty, src, i);
+                        let (at, shift) = legacy_tile_place(ty, o, i);
+                        dst[at] |= (q & if ty == WeightType::Q8_0 { 0xFF } else { 0x0F }) << shift;
+                        if fifth.is_some() {
+                            dst[fifth_at + 4 * o + i % 4] |= ((q >> 4) & 1) << (i / 4);
+                        }
+                    }
+                }
+            }
+        });
+    out
+}
+
+/// The GGUF bytes of block `b` of row `r` of a tiled legacy matrix, appended to `out`.
+fn push_gguf_block_legacy(
+    ty: WeightType,
+    tiles: &[u8],
+    blocks: usize,
+    (r, b): (usize, usize),
+    out: &mut Vec<u8>,
+) {
+    let (bb, tb) = (ty.block_bytes(), legacy_tile_bytes(ty));
+    let (min, fifth, _) = legacy_parts(ty);
+    let (_, fifth_at) = legacy_tile_parts(ty);
+    let (t, o) = (r / TILE, r % TILE);
+    let src = &tiles[(t * blocks + b) * tb..][..tb];
+    let start = out.len();
+    out.resize(start + bb, 0);
+    let dst = &mut out[start..];
+    dst[0..2].copy_from_slice(&src[2 * o..2 * o + 2]);
+    if let Some(at) = min {
+        dst[at..at + 2].copy_from_slice(&src[32 + 2 * o..32 + 2 * o + 2]);
+    }
+    for i in 0..BLOCK {
+        let (at, shift) = legacy_tile_place(ty, o, i);
+        let mut q = src[at] >> shift;
+        if ty != WeightType::Q8_0 {
+            q &= 0x0F;
+        }
+        if fifth.is_some() {
+            q |= ((src[fifth_at + 4 * o + i % 4] >> (i / 4)) & 1) << 4;
+        }
+        set_legacy_value(ty, dst, i, q);
     }
 }
 
@@ -82,7 +225,8 @@ pub(crate) fn tile(ty: WeightType, data: &[u8], rows: usize, blocks: usize) -> O
     match ty {
         WeightType::Q4K => Some(tile_q4k(data, rows, blocks)),
         WeightType::Q6K => Some(tile_q6k(data, rows, blocks)),
-        _ => None,
+        WeightType::F16 | WeightType::BF16 | WeightType::Q5K => None,
+        _ => Some(tile_legacy(ty, data, rows, blocks)),
     }
 }
 
@@ -97,7 +241,8 @@ pub(crate) fn push_gguf_block(
 ) {
     match ty {
         WeightType::Q4K => out.extend_from_slice(&gguf_block(tiles, blocks, r, b)),
-        _ => out.extend_from_slice(&gguf_block_q6k(tiles, blocks, r, b)),
+        WeightType::Q6K => out.extend_from_slice(&gguf_block_q6k(tiles, blocks, r, b)),
+        _ => push_gguf_block_legacy(ty, tiles, blocks, (r, b), out),
     }
 }
 
@@ -235,7 +380,11 @@ mod tests {
 
     #[test]
     fn tiling_is_undone_bit_for_bit_for_every_row_and_block() {
-        for (ty, bytes) in [(WeightType::Q4K, Q4K_BYTES), (WeightType::Q6K, Q6K_BYTES)] {
+        for ty in WeightType::ALL {
+            let Some(per) = tile_bytes(ty) else {
+                continue;
+            };
+            let bytes = ty.block_bytes();
             // Random bytes (every scale and bit pattern), 37 rows: a partial last tile.
             let (rows, blocks) = (37, 3);
             let mut state = 0x1234_5678u32;
@@ -246,7 +395,6 @@ mod tests {
                 })
                 .collect();
             let tiles = tile(ty, &data, rows, blocks).unwrap();
-            let per = tile_bytes(ty).unwrap();
             assert_eq!(tiles.len(), 3 * blocks * per);
             for r in 0..rows {
                 for b in 0..blocks {
@@ -260,11 +408,11 @@ mod tests {
             let last = &tiles[(2 * blocks) * per..][..per];
             for o in (rows % TILE)..TILE {
                 assert_eq!(&last[2 * o..2 * o + 2], &[0, 0], "{ty:?}");
-                if ty == WeightType::Q4K {
+                if matches!(ty, WeightType::Q4K | WeightType::Q4_1 | WeightType::Q5_1) {
                     assert_eq!(&last[32 + 2 * o..32 + 2 * o + 2], &[0, 0], "{ty:?}");
                 }
             }
         }
-        assert_eq!(tile(WeightType::Q8_0, &[0; 34], 1, 1), None);
+        assert_eq!(tile(WeightType::F16, &[0; 64], 1, 1), None);
     }
 }

@@ -818,7 +818,7 @@ pub(crate) fn dot_rows_avx512(ty: WeightType, w: &[u8], x: &QActs, out: &mut [f3
     }
 }
 
-/// One tile of 16 tiled Q4_K or Q6_K weight rows ([`crate::tiles`]) against every activation
+/// One tile of 16 tiled weight rows ([`crate::tiles`]) against every activation
 /// row (`x.rows`), `out` `[rows, 16]`: rows in groups of at most eight. Calling it is unsafe
 /// unless [`avx512_available`].
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
@@ -841,10 +841,16 @@ pub(crate) fn tile_rows_avx512(ty: WeightType, tile: &[u8], x: &QActs, out: &mut
             }
         };
     }
-    if ty == WeightType::Q6K {
-        groups!(tile_group_q6k);
-    } else {
-        groups!(tile_group);
+    match ty {
+        WeightType::Q4K => groups!(tile_group),
+        WeightType::Q6K => groups!(tile_group_q6k),
+        WeightType::Q8_0 => groups!(legacy_tile_q80),
+        WeightType::Q4_0 => groups!(legacy_tile_q40),
+        WeightType::Q4_1 => groups!(legacy_tile_q41),
+        WeightType::Q5_0 => groups!(legacy_tile_q50),
+        WeightType::Q5_1 => groups!(legacy_tile_q51),
+        // Never tiled (`tiles::tile_bytes`).
+        WeightType::Q5K | WeightType::F16 | WeightType::BF16 => {}
     }
 }
 
@@ -1022,7 +1028,7 @@ impl Pair for Q51 {
 mod k512 {
     use std::arch::x86_64::*;
 
-    use super::{PREFETCH, Pair, Q4K, Q5K, Q6K};
+    use super::{PREFETCH, Pair, Q4K, Q5K, Q6K, Q40, Q41, Q50, Q51, Q80};
     use crate::block::{BLOCK, WeightType, scales_mins_k4};
     use crate::quantize::{K_GROUP, K_SUM, QActs};
 
@@ -1423,6 +1429,256 @@ mod k512 {
         for (o, acc) in out.chunks_exact_mut(TILE).zip(acc) {
             // SAFETY: `o` is 16 writable f32s; storeu has no alignment requirement.
             unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
+        }
+    }
+
+    /// One tile of 16 weight rows of a legacy type against activation rows `first..first +
+    /// G`, `out` `[G, 16]`. Per 32-value block the tile's quants unpack to eight vectors of 4
+    /// unsigned values per lane (lane o: output o), each row's eight broadcast activation words
+    /// meet them in eight `vpdpbusd`, then one conversion and three float operations per row:
+    /// d_w·d_x, and the minimum (Q4_1 / Q5_1's m, or −8·d, −16·d, −128·d for the offsets of
+    /// Q4_0, Q5_0 and Q8_0 stored unsigned) against the row's d_x·Σq.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+    fn legacy_tile_group<L: LegacyTile, const G: usize>(
+        tile: &[u8],
+        x: &QActs,
+        first: usize,
+        out: &mut [f32],
+    ) {
+        use crate::tiles::{TILE, legacy_tile_bytes};
+        let tb = legacy_tile_bytes(L::TYPE);
+        let nb = x.cols / BLOCK;
+        // Everything the pointer arithmetic below relies on, checked once per call.
+        assert!(
+            x.forms.blocks
+                && tile.len() == nb * tb
+                && first + G <= x.rows
+                && x.q.len() >= x.rows * x.cols
+                && x.d.len() >= x.rows * nb
+                && x.s.len() >= x.rows * nb
+                && out.len() == G * TILE
+        );
+        let mut acc = [_mm512_setzero_ps(); G];
+        let (q_ptr, d_ptr, s_ptr) = (x.q.as_ptr(), x.d.as_ptr(), x.s.as_ptr());
+        for blk in 0..nb {
+            let p = tile.as_ptr().wrapping_add(blk * tb);
+            for line in 0..tb.div_ceil(64) {
+                // A hint: never faults, whatever the address.
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64 * line).cast());
+            }
+            // SAFETY: p..p + tb is block blk of the tile (its length is asserted); the
+            // features are this function's.
+            let ((dw, min), q) = unsafe { (L::scales(p), L::unpack(p)) };
+            for (i, acc) in acc.iter_mut().enumerate() {
+                let at = (first + i) * nb + blk;
+                let mut dot = _mm512_setzero_si512();
+                for (c, q) in q.iter().enumerate() {
+                    // SAFETY: at·32 + 4c + 4 ≤ (at + 1)·32 ≤ rows·cols ≤ q.len() (asserted);
+                    // read_unaligned has no alignment requirement.
+                    let a = unsafe { q_ptr.add(at * BLOCK + 4 * c).cast::<i32>().read_unaligned() };
+                    // q ≤ 255 and |x| ≤ 127: a lane sums 32 products, |Σ| ≤ 1,036,320.
+                    dot = _mm512_dpbusd_epi32(dot, *q, _mm512_set1_epi32(a));
+                }
+                // SAFETY: at < rows·nb ≤ d.len(), s.len() (asserted).
+                let (xd, xs) = unsafe { (*d_ptr.add(at), *s_ptr.add(at)) };
+                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(xd));
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *acc);
+                *acc = _mm512_fmadd_ps(min, _mm512_set1_ps(xs), *acc);
+            }
+        }
+        for (o, acc) in out.chunks_exact_mut(TILE).zip(acc) {
+            // SAFETY: `o` is 16 writable f32s; storeu has no alignment requirement.
+            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
+        }
+    }
+
+    /// [`legacy_tile_group`] per type, as the tile dispatch names them.
+    macro_rules! legacy_tiles {
+        ($($name:ident: $ty:ty),+) => {
+            $(
+                #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+                pub(super) fn $name<const G: usize>(
+                    tile: &[u8],
+                    x: &QActs,
+                    first: usize,
+                    out: &mut [f32],
+                ) {
+                    legacy_tile_group::<$ty, G>(tile, x, first, out)
+                }
+            )+
+        };
+    }
+    legacy_tiles!(legacy_tile_q80: Q80, legacy_tile_q40: Q40, legacy_tile_q41: Q41,
+        legacy_tile_q50: Q50, legacy_tile_q51: Q51);
+
+    /// A legacy type as its tile kernel reads it ([`crate::tiles`]).
+    pub(super) trait LegacyTile {
+        /// The type.
+        const TYPE: WeightType;
+        /// The 16 outputs' d and minimum (m, or −offset·d).
+        ///
+        /// # Safety
+        /// `p` points at one whole tile block, and the CPU has F16C and AVX-512 F.
+        unsafe fn scales(p: *const u8) -> (__m512, __m512);
+        /// The block's 32 values of 16 outputs as eight vectors: vector c's lane o holds
+        /// values 4c … 4c + 3 of output o, unsigned.
+        ///
+        /// # Safety
+        /// As [`LegacyTile::scales`], and the CPU has AVX-512 BW.
+        unsafe fn unpack(p: *const u8) -> [__m512i; 8];
+    }
+
+    /// d of the 16 outputs, and `offset`·d or the f16 minimums at 32.
+    ///
+    /// # Safety
+    /// `p` points at 64 readable bytes (32 without `stored_min`), the CPU has F16C and AVX-512 F.
+    #[inline(always)]
+    unsafe fn legacy_scales(p: *const u8, offset: f32, stored_min: bool) -> (__m512, __m512) {
+        // SAFETY: the caller guarantees the bytes and the features.
+        unsafe {
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
+            let min = if stored_min {
+                _mm512_cvtph_ps(_mm256_loadu_si256(p.add(32).cast()))
+            } else {
+                _mm512_mul_ps(d, _mm512_set1_ps(-offset))
+            };
+            (d, min)
+        }
+    }
+
+    /// Four 64-byte vectors of nibbles at `p` as eight chunks (low nibbles the first four).
+    ///
+    /// # Safety
+    /// `p` points at 256 readable bytes, and the CPU has AVX-512 F and BW.
+    #[inline(always)]
+    unsafe fn legacy_nibbles(p: *const u8) -> [__m512i; 8] {
+        // SAFETY: the loads read p..p + 256 (caller); AVX-512 F and BW are guaranteed by the
+        // caller.
+        unsafe {
+            let low4 = _mm512_set1_epi8(0x0F);
+            let mut q = [_mm512_setzero_si512(); 8];
+            for j in 0..4 {
+                let v = _mm512_loadu_si512(p.add(64 * j).cast());
+                q[j] = _mm512_and_si512(v, low4);
+                q[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+            }
+            q
+        }
+    }
+
+    /// The fifth bits at `p` (bit c of byte 4o + i: value 4c + i of output o) moved to bit 4
+    /// of each chunk's bytes (16-bit shifts: what crosses into the neighbouring byte is masked
+    /// off).
+    ///
+    /// # Safety
+    /// `p` points at 64 readable bytes, and the CPU has AVX-512 F and BW.
+    #[inline(always)]
+    unsafe fn legacy_fifth(p: *const u8, q: &mut [__m512i; 8]) {
+        // SAFETY: the load reads p..p + 64 (caller); AVX-512 F and BW are guaranteed by the
+        // caller.
+        unsafe {
+            let bit4 = _mm512_set1_epi8(0x10);
+            let h = _mm512_loadu_si512(p.cast());
+            let moved = [
+                _mm512_slli_epi16(h, 4),
+                _mm512_slli_epi16(h, 3),
+                _mm512_slli_epi16(h, 2),
+                _mm512_slli_epi16(h, 1),
+                h,
+                _mm512_srli_epi16(h, 1),
+                _mm512_srli_epi16(h, 2),
+                _mm512_srli_epi16(h, 3),
+            ];
+            for (q, m) in q.iter_mut().zip(moved) {
+                *q = _mm512_or_si512(*q, _mm512_and_si512(m, bit4));
+            }
+        }
+    }
+
+    impl LegacyTile for Q80 {
+        const TYPE: WeightType = WeightType::Q8_0;
+        #[inline(always)]
+        unsafe fn scales(p: *const u8) -> (__m512, __m512) {
+            // SAFETY: as the trait's contract.
+            unsafe { legacy_scales(p, 128.0, false) }
+        }
+        #[inline(always)]
+        unsafe fn unpack(p: *const u8) -> [__m512i; 8] {
+            // SAFETY: the quants lie at 32..544 of the 544-byte block (caller); AVX-512 F is
+            // guaranteed by the caller.
+            unsafe {
+                let mut q = [_mm512_setzero_si512(); 8];
+                for (c, q) in q.iter_mut().enumerate() {
+                    *q = _mm512_loadu_si512(p.add(32 + 64 * c).cast());
+                }
+                q
+            }
+        }
+    }
+
+    impl LegacyTile for Q40 {
+        const TYPE: WeightType = WeightType::Q4_0;
+        #[inline(always)]
+        unsafe fn scales(p: *const u8) -> (__m512, __m512) {
+            // SAFETY: as the trait's contract.
+            unsafe { legacy_scales(p, 8.0, false) }
+        }
+        #[inline(always)]
+        unsafe fn unpack(p: *const u8) -> [__m512i; 8] {
+            // SAFETY: the nibbles lie at 32..288 of the 288-byte block (caller).
+            unsafe { legacy_nibbles(p.add(32)) }
+        }
+    }
+
+    impl LegacyTile for Q41 {
+        const TYPE: WeightType = WeightType::Q4_1;
+        #[inline(always)]
+        unsafe fn scales(p: *const u8) -> (__m512, __m512) {
+            // SAFETY: as the trait's contract.
+            unsafe { legacy_scales(p, 0.0, true) }
+        }
+        #[inline(always)]
+        unsafe fn unpack(p: *const u8) -> [__m512i; 8] {
+            // SAFETY: the nibbles lie at 64..320 of the 320-byte block (caller).
+            unsafe { legacy_nibbles(p.add(64)) }
+        }
+    }
+
+    impl LegacyTile for Q50 {
+        const TYPE: WeightType = WeightType::Q5_0;
+        #[inline(always)]
+        unsafe fn scales(p: *const u8) -> (__m512, __m512) {
+            // SAFETY: as the trait's contract.
+            unsafe { legacy_scales(p, 16.0, false) }
+        }
+        #[inline(always)]
+        unsafe fn unpack(p: *const u8) -> [__m512i; 8] {
+            // SAFETY: the nibbles lie at 32..288, the fifth bits at 288..352 of the 352-byte
+            // block (caller).
+            unsafe {
+                let mut q = legacy_nibbles(p.add(32));
+                legacy_fifth(p.add(288), &mut q);
+                q
+            }
+        }
+    }
+
+    impl LegacyTile for Q51 {
+        const TYPE: WeightType = WeightType::Q5_1;
+        #[inline(always)]
+        unsafe fn scales(p: *const u8) -> (__m512, __m512) {
+            // SAFETY: as the trait's contract.
+            unsafe { legacy_scales(p, 0.0, true) }
+        }
+        #[inline(always)]
+        unsafe fn unpack(p: *const u8) -> [__m512i; 8] {
+            // SAFETY: the nibbles lie at 64..320, the fifth bits at 320..384 of the 384-byte
+            // block (caller).
+            unsafe {
+                let mut q = legacy_nibbles(p.add(64));
+                legacy_fifth(p.add(320), &mut q);
+                q
+            }
         }
     }
 
