@@ -159,6 +159,25 @@ impl Kernels {
         }
     }
 
+    /// The file's blocks `data` of a `[rows, cols]` matrix of `ty` as [`Kernels::prepare`]
+    /// lays them out, tiled straight from the borrowed bytes where it tiles.
+    ///
+    /// # Errors
+    /// As [`QMatrix::new`].
+    pub fn prepare_bytes(
+        &self,
+        ty: WeightType,
+        rows: usize,
+        cols: usize,
+        data: std::borrow::Cow<'_, [u8]>,
+    ) -> Result<QMatrix> {
+        if self.isa == Isa::Avx512 {
+            self.run(|| QMatrix::tiled_from(ty, rows, cols, &data))
+        } else {
+            QMatrix::new(ty, rows, cols, data.into_owned())
+        }
+    }
+
     /// Whether `w` runs on the tile kernel (tiled, on AVX-512); a tiled matrix on another
     /// kernel is read back as rows.
     fn runs_tiles(&self, w: &QMatrix) -> bool {

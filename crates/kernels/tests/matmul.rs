@@ -232,6 +232,15 @@ fn a_tiled_matrix_gives_the_rows_results() {
         let w = random_matrix(ty, out, cols, &mut rng);
         let tiled = w.clone().into_tiles();
         assert_eq!(tiled.layout(), Layout::Tiles);
+        // Straight from the file's bytes: the same tiles; one byte short refused.
+        assert_eq!(
+            QMatrix::tiled_from(ty, out, cols, w.blocks()).unwrap(),
+            tiled
+        );
+        assert!(matches!(
+            QMatrix::tiled_from(ty, out, cols, &w.blocks()[1..]),
+            Err(KernelError::Shape { .. })
+        ));
         // Padding rows of the last tile, and Q4_K's decoded scales (148 bytes for 144).
         assert!(
             tiled.bytes() >= w.bytes()

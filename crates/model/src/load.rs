@@ -67,19 +67,24 @@ fn packable(ty: GgmlType) -> Option<WeightType> {
     }
 }
 
-/// `name` as packed blocks `[out, in]` if the source stores it in a type the kernels take.
+/// `name` as packed blocks `[out, in]` if the source stores it in a type the kernels take:
+/// laid out for `kernels` (tiled from the file's bytes where they tile), or as stored.
 fn stored_blocks(
     g: &dyn Weights,
     name: &str,
     out_dim: usize,
     in_dim: usize,
+    kernels: Option<&Kernels>,
 ) -> Result<Option<QMatrix>> {
     let Some(wt) = packable_stored(g, name, out_dim, in_dim)? else {
         return Ok(None);
     };
     let n_bytes = g.stored(name)?.map_or(0, |s| s.n_bytes);
-    let bytes = g.stored_bytes(name, 0..n_bytes, 0)?.into_owned();
-    Ok(Some(QMatrix::new(wt, out_dim, in_dim, bytes)?))
+    let bytes = g.stored_bytes(name, 0..n_bytes, 0)?;
+    Ok(Some(match kernels {
+        Some(k) => k.prepare_bytes(wt, out_dim, in_dim, bytes)?,
+        None => QMatrix::new(wt, out_dim, in_dim, bytes.into_owned())?,
+    }))
 }
 
 /// The kernels' type for `name` if the source stores it `[out, in]` in a type they take.
@@ -147,15 +152,16 @@ fn matrix(
 }
 
 /// A `[out, in]` matrix as blocks for the kernels: as stored where the kernels take the type,
-/// else dequantized and converted once to Q8_0 (noted in `converted`).
+/// else dequantized and converted once to Q8_0 (noted in `converted`); laid out for `kernels`
+/// where given ([`Kernels::prepare`]).
 fn blocks(
     g: &dyn Weights,
     name: &str,
-    out_dim: usize,
-    in_dim: usize,
+    (out_dim, in_dim): (usize, usize),
+    kernels: Option<&Kernels>,
     converted: &mut Vec<String>,
 ) -> Result<Arc<QMatrix>> {
-    if let Some(blocks) = stored_blocks(g, name, out_dim, in_dim)? {
+    if let Some(blocks) = stored_blocks(g, name, out_dim, in_dim, kernels)? {
         return Ok(Arc::new(blocks));
     }
     let ty = g
@@ -163,7 +169,11 @@ fn blocks(
         .map_or_else(|| "f32".to_string(), |s| format!("{:?}", s.ty));
     converted.push(format!("{name} ({ty})"));
     let values = read(g, name, &[out_dim, in_dim])?;
-    Ok(Arc::new(QMatrix::quantize_q8_0(out_dim, in_dim, &values)?))
+    let w = QMatrix::quantize_q8_0(out_dim, in_dim, &values)?;
+    Ok(Arc::new(match kernels {
+        Some(k) => k.prepare(w),
+        None => w,
+    }))
 }
 
 fn vector(g: &dyn Weights, name: &str, len: usize, device: &Device) -> Result<Tensor<3>> {
@@ -478,7 +488,7 @@ fn gpu_blocks(
     if let Some(ty) = packable_stored(g, name, out_dim, in_dim)? {
         return GpuLinear::upload_stored(g, name, ty, out_dim, in_dim, target);
     }
-    let w = blocks(g, name, out_dim, in_dim, converted)?;
+    let w = blocks(g, name, (out_dim, in_dim), None, converted)?;
     GpuLinear::upload(&w, target)
 }
 
@@ -561,15 +571,22 @@ fn host_model(c: &LlamaConfig, g: &dyn Weights, kernels: Arc<Kernels>) -> Result
     let (d, hd, ff, v) = (c.d_model, c.head_dim, c.d_ff, c.vocab_size);
     let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
     let mut converted = Vec::new();
-    // Matrices in the layout the kernels read fastest (Q4_K in 16-row tiles on AVX-512); the
-    // embedding lookup reads a tiled matrix's rows back as the file's blocks.
-    let prepare = |w: Arc<QMatrix>| Arc::new(kernels.prepare(Arc::unwrap_or_clone(w)));
-    let mut embedding = blocks(g, "token_embd.weight", v, d, &mut converted)?;
-    let lm_head = if c.tied_embeddings {
-        embedding = prepare(embedding);
+    // Matrices in the layout the kernels read fastest (16-row tiles on AVX-512), the embedding
+    // too when it is the output head: its lookup reads a tiled matrix's rows back as the file's
+    // blocks.
+    let k = Some(&*kernels);
+    let tied = c.tied_embeddings;
+    let embedding = blocks(
+        g,
+        "token_embd.weight",
+        (v, d),
+        k.filter(|_| tied),
+        &mut converted,
+    )?;
+    let lm_head = if tied {
         embedding.clone()
     } else {
-        prepare(blocks(g, "output.weight", v, d, &mut converted)?)
+        blocks(g, "output.weight", (v, d), k, &mut converted)?
     };
     let mut layers = Vec::with_capacity(c.n_layers);
     for i in 0..c.n_layers {
@@ -582,7 +599,7 @@ fn host_model(c: &LlamaConfig, g: &dyn Weights, kernels: Arc<Kernels>) -> Result
             }
         };
         let mut m = |s: &str, out_dim: usize, in_dim: usize| {
-            blocks(g, &n(s), out_dim, in_dim, &mut converted).map(prepare)
+            blocks(g, &n(s), (out_dim, in_dim), k, &mut converted)
         };
         layers.push(Arc::new(HostBlock {
             wq: m("attn_q.weight", q_dim, d)?,
