@@ -127,7 +127,8 @@ fn default_compare() -> compare::CompareArgs {
         args: compare::CompareArgs,
     }
     // On the real draft/target pair when it is in the cache, else on the default model with
-    // its layer-skip drafter.
+    // its layer-skip drafter. On the pair, the k and draft vocabulary its benchmark measured
+    // fastest (README, `tests/bench/pair.sh`: k = 3, ids below 32768).
     if let Some((target, draft)) = args::pair_in_cache() {
         eprintln!(
             "comparing on the pair in the cache: target {}, draft {}",
@@ -136,8 +137,19 @@ fn default_compare() -> compare::CompareArgs {
         );
         let draft = format!("model:{}", draft.display());
         let target = target.display().to_string();
-        return Defaults::parse_from(["mars", "--chat", "--model", &target, "--draft", &draft])
-            .args;
+        return Defaults::parse_from([
+            "mars",
+            "--chat",
+            "--model",
+            &target,
+            "--draft",
+            &draft,
+            "--k",
+            "3",
+            "--draft-vocab",
+            "32768",
+        ])
+        .args;
     }
     Defaults::parse_from(["mars", "--chat"]).args
 }
