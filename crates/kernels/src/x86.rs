@@ -1221,6 +1221,56 @@ mod k512 {
         }
     }
 
+    /// A sub-block's integer sums `dot` of one row into its super-block sum: `sum` +
+    /// cvt(dot)·`scale` − `min`·`row_sum` (the 16 outputs' scale and minimum or offset term,
+    /// the row's activation sum over the sub-block).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F.
+    #[inline(always)]
+    unsafe fn add_sub_block(
+        sum: __m512,
+        dot: __m512i,
+        (scale, min): (__m512, __m512),
+        row_sum: f32,
+    ) -> __m512 {
+        // SAFETY: AVX-512 F is guaranteed by the caller.
+        unsafe {
+            let sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, sum);
+            _mm512_fnmadd_ps(min, _mm512_set1_ps(row_sum), sum)
+        }
+    }
+
+    /// Each row's super-block sum times the row's activation scale, into its accumulator:
+    /// `xd(i)` is row `first + i`'s scale for this super-block.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F.
+    #[inline(always)]
+    unsafe fn add_scaled_rows<const G: usize>(
+        acc: &mut [__m512; G],
+        sums: [__m512; G],
+        xd: impl Fn(usize) -> f32,
+    ) {
+        for (i, (acc, sum)) in acc.iter_mut().zip(sums).enumerate() {
+            // SAFETY: AVX-512 F is guaranteed by the caller.
+            *acc = unsafe { _mm512_fmadd_ps(sum, _mm512_set1_ps(xd(i)), *acc) };
+        }
+    }
+
+    /// The rows' accumulators into `out` (`[G, 16]`).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F.
+    #[inline(always)]
+    unsafe fn store_rows<const G: usize>(out: &mut [f32], acc: [__m512; G]) {
+        for (o, acc) in out.chunks_exact_mut(crate::tiles::TILE).zip(acc) {
+            // SAFETY: `o` is 16 writable f32s; storeu has no alignment requirement; AVX-512 F
+            // is guaranteed by the caller.
+            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
+        }
+    }
+
     /// One tile of 16 Q4_K weight rows against activation rows `first..first + G`, `out`
     /// `[G, 16]`. Lane o of every vector is output o: per sub-block (32 values) and chunk j,
     /// one 64-byte load holds 16 outputs × 8 nibbles, split into two vectors of 4 values per
@@ -1308,22 +1358,19 @@ mod k512 {
                 }
                 for (i, (sum, dot)) in sums.iter_mut().zip(dots).enumerate() {
                     // SAFETY: (first + i)·nblk·per + blk·per + s < rows·nblk·per ≤ k32.len()
-                    // (asserted).
-                    let row_sum = unsafe { *s_ptr.add(((first + i) * nblk + blk) * per + s) };
-                    *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
-                    *sum = _mm512_fnmadd_ps(min, _mm512_set1_ps(row_sum), *sum);
+                    // (asserted); the features are this function's.
+                    *sum = unsafe {
+                        let row_sum = *s_ptr.add(((first + i) * nblk + blk) * per + s);
+                        add_sub_block(*sum, dot, (scale, min), row_sum)
+                    };
                 }
             }
-            for (i, (acc, sum)) in acc.iter_mut().zip(sums).enumerate() {
-                // SAFETY: (first + i)·nblk + blk < rows·nblk ≤ kd.len() (asserted).
-                let xd = unsafe { *d_ptr.add((first + i) * nblk + blk) };
-                *acc = _mm512_fmadd_ps(sum, _mm512_set1_ps(xd), *acc);
-            }
+            // SAFETY: (first + i)·nblk + blk < rows·nblk ≤ kd.len() (asserted); the features
+            // are this function's.
+            unsafe { add_scaled_rows(&mut acc, sums, |i| *d_ptr.add((first + i) * nblk + blk)) };
         }
-        for (o, acc) in out.chunks_exact_mut(TILE).zip(acc) {
-            // SAFETY: `o` is 16 writable f32s; storeu has no alignment requirement.
-            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
-        }
+        // SAFETY: out is [G, 16] (asserted); the features are this function's.
+        unsafe { store_rows(out, acc) };
     }
 
     /// One tile of 16 Q6_K weight rows against activation rows `first..first + G`, `out`
@@ -1414,22 +1461,19 @@ mod k512 {
                         dot = _mm512_dpbusd_epi32(dot, *q, _mm512_set1_epi32(a));
                     }
                     // SAFETY: ((first + i)·nblk + blk)·per + s < rows·nblk·per ≤ k16.len()
-                    // (asserted).
-                    let row_sum = unsafe { *s_ptr.add(((first + i) * nblk + blk) * per + s) };
-                    *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *sum);
-                    *sum = _mm512_fnmadd_ps(offset, _mm512_set1_ps(row_sum), *sum);
+                    // (asserted); the features are this function's.
+                    *sum = unsafe {
+                        let row_sum = *s_ptr.add(((first + i) * nblk + blk) * per + s);
+                        add_sub_block(*sum, dot, (scale, offset), row_sum)
+                    };
                 }
             }
-            for (i, (acc, sum)) in acc.iter_mut().zip(sums).enumerate() {
-                // SAFETY: (first + i)·nblk + blk < rows·nblk ≤ kd.len() (asserted).
-                let xd = unsafe { *d_ptr.add((first + i) * nblk + blk) };
-                *acc = _mm512_fmadd_ps(sum, _mm512_set1_ps(xd), *acc);
-            }
+            // SAFETY: (first + i)·nblk + blk < rows·nblk ≤ kd.len() (asserted); the features
+            // are this function's.
+            unsafe { add_scaled_rows(&mut acc, sums, |i| *d_ptr.add((first + i) * nblk + blk)) };
         }
-        for (o, acc) in out.chunks_exact_mut(TILE).zip(acc) {
-            // SAFETY: `o` is 16 writable f32s; storeu has no alignment requirement.
-            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
-        }
+        // SAFETY: out is [G, 16] (asserted); the features are this function's.
+        unsafe { store_rows(out, acc) };
     }
 
     /// One tile of 16 weight rows of a legacy type against activation rows `first..first +
@@ -1486,10 +1530,8 @@ mod k512 {
                 *acc = _mm512_fmadd_ps(min, _mm512_set1_ps(xs), *acc);
             }
         }
-        for (o, acc) in out.chunks_exact_mut(TILE).zip(acc) {
-            // SAFETY: `o` is 16 writable f32s; storeu has no alignment requirement.
-            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
-        }
+        // SAFETY: out is [G, 16] (asserted); the features are this function's.
+        unsafe { store_rows(out, acc) };
     }
 
     /// [`legacy_tile_group`] per type, as the tile dispatch names them.
