@@ -377,10 +377,10 @@ pub(crate) fn float_at(ty: WeightType, row: &[u8], i: usize) -> f32 {
 pub enum Layout {
     /// As GGUF stores them: row after row, each the row's blocks in order.
     Rows,
-    /// Q4_K repacked into tiles of 16 output rows for the AVX-512 tile kernel
-    /// ([`crate::Kernels::prepare`]; the layout is described in the `tiles` module). Every
-    /// other kernel, the embedding lookup and [`QMatrix::dequantize_row`] read the rows back
-    /// bit-identical to the file.
+    /// Repacked into tiles of 16 output rows for the AVX-512 tile kernels (every type but
+    /// Q5_K and the 16-bit floats; [`crate::Kernels::prepare`]; the layout is described in the
+    /// `tiles` module). Every other kernel, the embedding lookup and
+    /// [`QMatrix::dequantize_row`] read the rows back bit-identical to the file.
     Tiles,
 }
 
@@ -394,7 +394,7 @@ pub struct QMatrix {
     cols: usize,
     layout: Layout,
     // Rows: [rows, cols / block_values, block_bytes];
-    // Tiles: [rows / 16 (rounded up), cols / 256, tiles::TILE_BYTES].
+    // Tiles: [rows / 16 (rounded up), cols / block_values, the type's tile block bytes].
     data: Vec<u8>,
 }
 
@@ -480,21 +480,15 @@ impl QMatrix {
         Ok(())
     }
 
-    /// This matrix in tiles of 16 output rows ([`Layout::Tiles`]) if its type tiles (all but Q5_K and the 16-bit floats) and it is in
-    /// rows, else unchanged. Peak memory while tiling is the matrix twice.
+    /// This matrix in tiles of 16 output rows ([`Layout::Tiles`]) if its type tiles (all but
+    /// Q5_K and the 16-bit floats) and it is in rows, else unchanged. Peak memory while tiling
+    /// is the matrix twice ([`QMatrix::tiled_from`] tiles from borrowed bytes).
     pub fn into_tiles(self) -> Self {
-        if self.layout != Layout::Rows {
+        if self.layout != Layout::Rows || tiles::tile_bytes(self.ty).is_none() {
             return self;
         }
-        let blocks = self.cols / self.ty.block_values();
-        match tiles::tile(self.ty, &self.data, self.rows, blocks) {
-            Some(data) => Self {
-                layout: Layout::Tiles,
-                data,
-                ..self
-            },
-            None => self,
-        }
+        // The shape was checked when `self` was made.
+        Self::tiled_from(self.ty, self.rows, self.cols, &self.data).unwrap_or(self)
     }
 
     /// How the blocks lie in memory.
@@ -596,7 +590,8 @@ impl QMatrix {
         }
     }
 
-    /// Tile `t` of a [`Layout::Tiles`] matrix: its super-blocks, `[cols / 256, tile bytes]`.
+    /// Tile `t` of a [`Layout::Tiles`] matrix: its blocks, `[cols / block_values, tile block
+    /// bytes]`.
     ///
     /// # Panics
     /// When `t` is past the last tile (an internal index, never input).

@@ -145,10 +145,10 @@ impl Kernels {
         }
     }
 
-    /// `w` laid out for this kernel set: every block type but Q5_K in tiles of 16 output rows where the micro-kernel
-    /// is AVX-512 (the tile kernel: one output per lane, so that an activation row costs a
-    /// third of the vector operations per super-block of the lane-order kernel), else
-    /// unchanged. The results equal those of `w` as given within f32 accumulation order, and
+    /// `w` laid out for this kernel set: every block type but Q5_K and the 16-bit floats in
+    /// tiles of 16 output rows where the micro-kernel is AVX-512 (the tile kernels: one output
+    /// per lane, so that an activation row costs about a third of the vector operations of the
+    /// row-at-a-time kernels), else unchanged. The results equal those of `w` as given within f32 accumulation order, and
     /// a row's result still does not depend on the rows beside it.
     pub fn prepare(&self, w: QMatrix) -> QMatrix {
         if self.isa == Isa::Avx512 {
