@@ -33,5 +33,5 @@ mod x86;
 pub use attention::Heads;
 pub use block::{BLOCK, Layout, QMatrix, WeightType};
 pub use error::{KernelError, Result};
-pub use matmul::{Isa, Kernels, MAX_ROWS};
+pub use matmul::{Isa, Kernels, MAX_ROWS, Product};
 pub use quantize::{Forms, QActs};

@@ -208,6 +208,138 @@ impl Kernels {
         x: &QActs,
         y: &mut [f32],
     ) -> Result<()> {
+        self.matmul_batch(x, &mut [Product { w, rows, y }])
+    }
+
+    /// Several products of one activation `x` (a layer's q/k/v, its gate and up) in one
+    /// parallel region: the threads meet once for all of them, not once per matrix — a
+    /// one-row decode step of a 1.5B model makes ~200 matrix calls of 10–300 µs each, and
+    /// each meeting costs the threads a hand-off. Each value is bit-identical to the same
+    /// product's [`Kernels::matmul_rows`] alone.
+    ///
+    /// # Errors
+    /// As [`Kernels::matmul_rows`], for each product.
+    pub fn matmul_batch(&self, x: &QActs, products: &mut [Product<'_>]) -> Result<()> {
+        let m = x.rows();
+        for p in products.iter() {
+            self.check(p, x)?;
+        }
+        if m == 0 {
+            return Ok(());
+        }
+        let plans: Vec<Plan<'_>> = products.iter().map(|p| self.plan(p, m)).collect();
+        // Buffers for the products whose units cannot be written into y in place:
+        // [units, m, unit] each.
+        let mut buffers: Vec<Vec<f32>> = plans
+            .iter()
+            .map(|plan| {
+                if plan.direct {
+                    Vec::new()
+                } else {
+                    vec![0f32; plan.units() * m * plan.unit]
+                }
+            })
+            .collect();
+        // Several tasks per thread so that a slow core does not hold the call up, sized by
+        // weight rows across all products.
+        let total_rows: usize = plans.iter().map(|p| p.units() * p.unit).sum();
+        let chunk_rows = total_rows.div_ceil(self.threads * 4).max(1);
+        let mut tasks = Vec::new();
+        for (i, ((p, plan), buffer)) in products
+            .iter_mut()
+            .zip(&plans)
+            .zip(&mut buffers)
+            .enumerate()
+        {
+            let units_per_task = (chunk_rows / plan.unit).max(1);
+            let (target, width) = if plan.direct {
+                (&mut *p.y, plan.unit)
+            } else {
+                (&mut buffer[..], m * plan.unit)
+            };
+            for (c, out) in target.chunks_mut(units_per_task * width).enumerate() {
+                tasks.push(Task {
+                    product: i,
+                    first_unit: plan.first_unit + c * units_per_task,
+                    out,
+                });
+            }
+        }
+        let run = |task: Task<'_>| self.run_task(&plans[task.product], task, x);
+        match &self.pool {
+            Some(pool) if tasks.len() > 1 => {
+                pool.install(|| tasks.into_par_iter().for_each(run));
+            }
+            _ => tasks.into_iter().for_each(run),
+        }
+        for ((p, plan), buffer) in products.iter_mut().zip(&plans).zip(&buffers) {
+            if !plan.direct {
+                plan.scatter(buffer, m, p);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One product of a [`Kernels::matmul_batch`] call: the weight rows (output features) `rows` of
+/// `w` against the call's activations, into `y` (`[m, rows.len()]`).
+#[derive(Debug)]
+pub struct Product<'a> {
+    /// The weight, `[out, in]`.
+    pub w: &'a QMatrix,
+    /// The output features to compute.
+    pub rows: std::ops::Range<usize>,
+    /// The result, `[m, rows.len()]`.
+    pub y: &'a mut [f32],
+}
+
+/// How one product is computed: in units of `unit` weight rows (a 16-row tile on the tile
+/// kernel, one row otherwise), each always whole, so that a feature's value does not depend
+/// on the range asked for.
+struct Plan<'a> {
+    w: &'a QMatrix,
+    tiles: bool,
+    unit: usize,
+    first_unit: usize,
+    end_unit: usize,
+    /// Units written straight into y: one activation row and a range that starts on a unit
+    /// (y is then the units' outputs back to back; a partial last unit goes through a copy).
+    direct: bool,
+}
+
+impl Plan<'_> {
+    fn units(&self) -> usize {
+        self.end_unit - self.first_unit
+    }
+
+    /// Copies the asked-for features out of `buffer` (`[units, m, unit]`) into `p.y`.
+    fn scatter(&self, buffer: &[f32], m: usize, p: &mut Product<'_>) {
+        let (rows, out) = (&p.rows, p.rows.len());
+        for (i, unit) in buffer.chunks_exact(m * self.unit).enumerate() {
+            // The features of this unit inside `rows`, as offsets into the unit and into y.
+            let base = (self.first_unit + i) * self.unit;
+            let (start, end) = (base.max(rows.start), (base + self.unit).min(rows.end));
+            let (from, to) = (start - base, start - rows.start);
+            for r in 0..m {
+                p.y[r * out + to..][..end - start]
+                    .copy_from_slice(&unit[r * self.unit + from..][..end - start]);
+            }
+        }
+    }
+}
+
+/// A run of consecutive units of one product: `out` is `[units, unit]` of y (direct) or
+/// `[units, m, unit]` of the product's buffer.
+struct Task<'a> {
+    product: usize,
+    first_unit: usize,
+    out: &'a mut [f32],
+}
+
+impl Kernels {
+    /// The checks of [`Kernels::matmul_rows`] for one product.
+    fn check(&self, p: &Product<'_>, x: &QActs) -> Result<()> {
+        let (w, rows, m) = (p.w, &p.rows, x.rows());
         if rows.start >= rows.end || rows.end > w.rows() {
             return Err(KernelError::Shape {
                 what: "weight rows asked for (end; at most the weight's rows, after the start)",
@@ -215,7 +347,6 @@ impl Kernels {
                 found: rows.end,
             });
         }
-        let (m, out, first_row) = (x.rows(), rows.len(), rows.start);
         if x.cols() != w.cols() {
             return Err(KernelError::Shape {
                 what: "activation columns (the weight's input features)",
@@ -235,92 +366,53 @@ impl Kernels {
                 max: MAX_ROWS,
             });
         }
-        if y.len() != m * out {
+        if p.y.len() != m * rows.len() {
             return Err(KernelError::Shape {
                 what: "output values (rows × out)",
-                expected: m * out,
-                found: y.len(),
+                expected: m * rows.len(),
+                found: p.y.len(),
             });
-        }
-        if m == 0 {
-            return Ok(());
-        }
-        if self.runs_tiles(w) {
-            self.matmul_tiles(w, rows, x, y);
-            return Ok(());
-        }
-        // Output features in the order the kernel makes them: [out, m]. One row needs no
-        // transpose, which keeps the decode path free of a copy.
-        let mut by_feature = if m == 1 {
-            Vec::new()
-        } else {
-            vec![0f32; m * out]
-        };
-        let target: &mut [f32] = if m == 1 { y } else { &mut by_feature };
-        let isa = self.isa;
-        let run = |first: usize, part: &mut [f32]| {
-            for (i, outs) in part.chunks_exact_mut(m).enumerate() {
-                dot_rows(isa, w, first_row + first + i, x, outs);
-            }
-        };
-        match &self.pool {
-            None => run(0, target),
-            Some(pool) => {
-                // Several chunks per thread so that a slow core does not hold the call up.
-                let chunk = out.div_ceil(self.threads * 4).max(1);
-                pool.install(|| {
-                    target
-                        .par_chunks_mut(chunk * m)
-                        .enumerate()
-                        .for_each(|(c, part)| run(c * chunk, part));
-                });
-            }
-        }
-        if m > 1 {
-            for (o, outs) in by_feature.chunks_exact(m).enumerate() {
-                for (r, &v) in outs.iter().enumerate() {
-                    y[r * out + o] = v;
-                }
-            }
         }
         Ok(())
     }
-}
 
-impl Kernels {
-    /// [`Kernels::matmul_rows`] on the tile kernel, shapes checked by the caller: the tiles
-    /// that hold `rows` are computed whole (`[tiles, m, 16]`, split across the pool) and the
-    /// asked-for features copied out, so a feature's value does not depend on the range.
-    fn matmul_tiles(&self, w: &QMatrix, rows: std::ops::Range<usize>, x: &QActs, y: &mut [f32]) {
-        let (m, out) = (x.rows(), rows.len());
-        let (first_tile, end_tile) = (rows.start / TILE, rows.end.div_ceil(TILE));
-        let mut by_tile = vec![0f32; (end_tile - first_tile) * m * TILE]; // [tiles, m, 16]
-        let run = |first: usize, part: &mut [f32]| {
-            for (i, outs) in part.chunks_exact_mut(m * TILE).enumerate() {
-                tile_rows(w.ty(), w.tile(first_tile + first + i), x, outs);
+    fn plan<'a>(&self, p: &Product<'a>, m: usize) -> Plan<'a> {
+        let tiles = self.runs_tiles(p.w);
+        let unit = if tiles { TILE } else { 1 };
+        Plan {
+            w: p.w,
+            tiles,
+            unit,
+            first_unit: p.rows.start / unit,
+            end_unit: p.rows.end.div_ceil(unit),
+            direct: m == 1 && p.rows.start.is_multiple_of(unit),
+        }
+    }
+
+    /// Computes a task's units: a tile of 16 weight rows (`[m, 16]` out) or one weight row
+    /// (`[m]` out) each.
+    fn run_task(&self, plan: &Plan<'_>, task: Task<'_>, x: &QActs) {
+        let unit = |u: usize, out: &mut [f32]| {
+            if plan.tiles {
+                tile_rows(plan.w.ty(), plan.w.tile(u), x, out);
+            } else {
+                dot_rows(self.isa, plan.w, u, x, out);
             }
         };
-        match &self.pool {
-            None => run(0, &mut by_tile),
-            Some(pool) => {
-                let tiles = end_tile - first_tile;
-                let chunk = tiles.div_ceil(self.threads * 4).max(1);
-                pool.install(|| {
-                    by_tile
-                        .par_chunks_mut(chunk * m * TILE)
-                        .enumerate()
-                        .for_each(|(c, part)| run(c * chunk, part));
-                });
+        if plan.direct {
+            for (i, out) in task.out.chunks_mut(plan.unit).enumerate() {
+                if out.len() == plan.unit {
+                    unit(task.first_unit + i, out);
+                } else {
+                    // The last unit reaches past the range: whole into a copy.
+                    let mut whole = [0f32; TILE];
+                    unit(task.first_unit + i, &mut whole[..plan.unit]);
+                    out.copy_from_slice(&whole[..out.len()]);
+                }
             }
-        }
-        for (t, tile) in by_tile.chunks_exact(m * TILE).enumerate() {
-            // The features of this tile inside `rows`, as offsets into the tile and into y.
-            let start = ((first_tile + t) * TILE).max(rows.start);
-            let end = ((first_tile + t + 1) * TILE).min(rows.end);
-            let (from, to) = (start - (first_tile + t) * TILE, start - rows.start);
-            for r in 0..m {
-                y[r * out + to..][..end - start]
-                    .copy_from_slice(&tile[r * TILE + from..][..end - start]);
+        } else {
+            for (i, out) in task.out.chunks_exact_mut(x.rows() * plan.unit).enumerate() {
+                unit(task.first_unit + i, out);
             }
         }
     }
@@ -329,9 +421,9 @@ impl Kernels {
 /// One tile of 16 weight rows of type `ty` against every activation row: `out` is `[m, 16]`.
 fn tile_rows(ty: WeightType, tile: &[u8], x: &QActs, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: only `matmul_tiles` calls this, and only where the kernels' isa is Avx512, which
-    // `Kernels::with_isa` admits only where `x86::avx512_available()` said the CPU has AVX2,
-    // FMA, F16C, AVX-512 F, BW and VNNI.
+    // SAFETY: only `run_task` calls this, for a plan on the tile kernel, which runs only where
+    // the kernels' isa is Avx512 (`runs_tiles`); `Kernels::with_isa` admits that only where
+    // `x86::avx512_available()` said the CPU has AVX2, FMA, F16C, AVX-512 F, BW and VNNI.
     unsafe {
         crate::x86::tile_rows_avx512(ty, tile, x, out);
     }

@@ -4,7 +4,7 @@
 //! beside it and of the thread count, bit for bit; bad shapes refused.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use mars_kernels::{BLOCK, Isa, KernelError, Kernels, Layout, QActs, QMatrix, WeightType};
+use mars_kernels::{BLOCK, Isa, KernelError, Kernels, Layout, Product, QActs, QMatrix, WeightType};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 
@@ -395,6 +395,80 @@ fn a_range_of_weight_rows_equals_those_features_of_a_full_call() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// Several products of one activation in one `matmul_batch` call (one parallel region: a
+/// layer's q/k/v, its gate and up) give each product's `matmul_rows` result bit for bit,
+/// whatever their types, layouts and ranges; one bad product fails the call by name.
+#[test]
+fn a_batch_of_products_equals_each_product_alone() {
+    let mut rng = ChaCha8Rng::seed_from_u64(23);
+    let cols = 256;
+    // Tiled and untiled types (Q5_K stays rows), sizes on and off the 16-row tile.
+    let shapes = [
+        (WeightType::Q4K, 96),
+        (WeightType::Q6K, 21),
+        (WeightType::Q5K, 40),
+        (WeightType::Q8_0, 16),
+        (WeightType::Q4_1, 35),
+    ];
+    let weights: Vec<QMatrix> = shapes
+        .iter()
+        .map(|&(ty, out)| random_matrix(ty, out, cols, &mut rng))
+        .collect();
+    let ranges = [0..96, 3..21, 0..40, 0..16, 16..35];
+    for (isa, threads) in Isa::available().into_iter().flat_map(|i| [(i, 1), (i, 2)]) {
+        let k = Kernels::with_isa(isa, threads).unwrap();
+        let prepared: Vec<QMatrix> = weights.iter().map(|w| k.prepare(w.clone())).collect();
+        for m in [1, 5, 16] {
+            let x = random_x(m, cols, &mut rng);
+            let mut acts = QActs::default();
+            acts.quantize(&x, m, cols).unwrap();
+            let alone: Vec<Vec<f32>> = prepared
+                .iter()
+                .zip(&ranges)
+                .map(|(w, rows)| {
+                    let mut y = vec![0f32; m * rows.len()];
+                    k.matmul_rows(w, rows.clone(), &acts, &mut y).unwrap();
+                    y
+                })
+                .collect();
+            let mut ys: Vec<Vec<f32>> = ranges.iter().map(|r| vec![0f32; m * r.len()]).collect();
+            let mut products: Vec<Product<'_>> = prepared
+                .iter()
+                .zip(&ranges)
+                .zip(&mut ys)
+                .map(|((w, rows), y)| Product {
+                    w,
+                    rows: rows.clone(),
+                    y,
+                })
+                .collect();
+            k.matmul_batch(&acts, &mut products).unwrap();
+            for ((y, a), (ty, _)) in ys.iter().zip(&alone).zip(shapes) {
+                assert_eq!(bits(y), bits(a), "{isa:?} threads={threads} m={m} {ty:?}");
+            }
+            // A product whose output has the wrong length fails the batch.
+            let mut short = vec![0f32; m * 20];
+            let mut fine = vec![0f32; m * 96];
+            let mut bad = [
+                Product {
+                    w: &prepared[0],
+                    rows: 0..96,
+                    y: &mut fine,
+                },
+                Product {
+                    w: &prepared[1],
+                    rows: 0..21,
+                    y: &mut short,
+                },
+            ];
+            assert!(matches!(
+                k.matmul_batch(&acts, &mut bad),
+                Err(KernelError::Shape { .. })
+            ));
         }
     }
 }

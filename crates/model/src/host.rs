@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use mars_kernels::{Forms, Heads, Kernels, MAX_ROWS, QActs, QMatrix};
+use mars_kernels::{Forms, Heads, Kernels, MAX_ROWS, Product, QActs, QMatrix};
 
 use crate::config::{LlamaConfig, RopeStyle};
 use crate::error::Result;
@@ -211,11 +211,16 @@ impl HostModel {
         for (chunk, xs) in x.chunks(MAX_ROWS * din).enumerate() {
             let rows = xs.len() / din;
             s.acts.quantize_for(xs, rows, din, forms)?;
-            for (w, y) in &mut outs {
+            // One parallel region for all the matrices of this input.
+            let mut products = outs.each_mut().map(|(w, y)| {
                 let dout = y.len() / t;
-                let ys = &mut y[chunk * MAX_ROWS * dout..][..rows * dout];
-                self.kernels.matmul_rows(w, 0..dout, &s.acts, ys)?;
-            }
+                Product {
+                    w,
+                    rows: 0..dout,
+                    y: &mut y[chunk * MAX_ROWS * dout..][..rows * dout],
+                }
+            });
+            self.kernels.matmul_batch(&s.acts, &mut products)?;
         }
         Ok(())
     }
