@@ -20,6 +20,11 @@ use mars_verify::{DraftProbs, Mode, Verdict, Verifier, VerifyConfig, VerifyInput
 use rand_core::SeedableRng;
 use serde::Deserialize;
 
+/// See the dependency's comment in Cargo.toml: resident memory after loading.
+#[cfg(all(unix, not(target_arch = "wasm32")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "mars",
