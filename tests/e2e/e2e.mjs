@@ -40,6 +40,83 @@ async function test(name, fn) {
 
 function assert(cond, msg) { if (!cond) throw new Error(msg); }
 
+// tiny.gguf rewritten as a model too large for SwiftShader's 1 GiB storage bindings: its FFN
+// width becomes 5,242,880, blk.0.ffn_gate.weight stays F32 (a dense [64, 5,242,880] matrix,
+// 1,342,177,280 bytes, which must fit one binding) and the other FFN matrices become Q4_0 (a
+// 2.9 MB row each, which fits). Only the header is written; the rest of the 2.3 GB file is a
+// hole (sparse on disk, zeros when served), so the test costs no disk. Every other tensor keeps
+// its type and shape; all data offsets are recomputed.
+function writeTooLarge(tinyBytes, path) {
+  const D_FF = 5 * (1 << 20);
+  const v = new DataView(tinyBytes.buffer, tinyBytes.byteOffset, tinyBytes.byteLength);
+  let at = 0;
+  const u32 = () => { const x = v.getUint32(at, true); at += 4; return x; };
+  const u64 = () => { const x = Number(v.getBigUint64(at, true)); at += 8; return x; };
+  const str = () => { const n = u64(); const s = new TextDecoder().decode(tinyBytes.subarray(at, at + n)); at += n; return s; };
+  const sizes = { 0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8 };
+  const skip = (type) => {
+    if (type === 8) { str(); return; }
+    if (type === 9) { const item = u32(); const n = u64(); for (let i = 0; i < n; i++) skip(item); return; }
+    at += sizes[type];
+  };
+  assert(u32() === 0x46554747, "tiny.gguf is not GGUF");
+  u32(); // version
+  const nTensors = u64();
+  const nKv = u64();
+  let alignment = 32;
+  let ffAt = -1;
+  for (let i = 0; i < nKv; i++) {
+    const key = str();
+    const type = u32();
+    if (key === "llama.feed_forward_length") ffAt = at;
+    if (key === "general.alignment") alignment = v.getUint32(at, true);
+    skip(type);
+  }
+  assert(ffAt > 0, "tiny.gguf has no llama.feed_forward_length");
+  const kvEnd = at;
+  // Tensor infos, rewritten: [name, dims, type] in file order.
+  const infos = [];
+  for (let i = 0; i < nTensors; i++) {
+    const name = str();
+    const dims = Array.from({ length: u32() }, u64);
+    const type = u32();
+    u64(); // offset, recomputed below
+    if (/ffn_(gate|up|down)/.test(name)) {
+      const big = dims.map((d) => (d === 128 ? D_FF : d));
+      infos.push([name, big, name === "blk.0.ffn_gate.weight" ? 0 : 2]);
+    } else {
+      infos.push([name, dims, type]);
+    }
+  }
+  // Bytes per value-block: F32 4 / 1, F16 2 / 1, Q4_0 18 / 32, Q8_0 34 / 32, Q4_1 20 / 32, Q5_0 22 / 32.
+  const blockBytes = { 0: [4, 1], 1: [2, 1], 2: [18, 32], 6: [22, 32], 3: [20, 32], 8: [34, 32] };
+  const out = [];
+  const head = Buffer.from(tinyBytes.subarray(0, kvEnd));
+  head.writeUInt32LE(D_FF, ffAt);
+  out.push(head);
+  let offset = 0;
+  for (const [name, dims, type] of infos) {
+    const n = Buffer.from(name);
+    const b = Buffer.alloc(8 + n.length + 4 + 8 * dims.length + 4 + 8);
+    let p = 0;
+    b.writeBigUInt64LE(BigInt(n.length), p); p += 8;
+    n.copy(b, p); p += n.length;
+    b.writeUInt32LE(dims.length, p); p += 4;
+    for (const d of dims) { b.writeBigUInt64LE(BigInt(d), p); p += 8; }
+    b.writeUInt32LE(type, p); p += 4;
+    b.writeBigUInt64LE(BigInt(offset), p);
+    out.push(b);
+    const [bytes, values] = blockBytes[type];
+    assert(bytes, `tensor type ${type} of ${name} not known to this test`);
+    offset += Math.ceil((dims.reduce((a, d) => a * d, 1) / values) * bytes / alignment) * alignment;
+  }
+  const header = Buffer.concat(out);
+  const dataStart = Math.ceil(header.length / alignment) * alignment;
+  writeFileSync(path, header);
+  truncateSync(path, dataStart + offset);
+  return dataStart + offset;
+}
+
 const PANES = ["target", "strict", "mars"];
 const STATS = { target: ["tokens_per_second", "tokens"], strict: ["tokens_per_second", "tau", "tokens", "speedup"], mars: ["tokens_per_second", "tau", "relaxed", "tokens", "speedup"] };
 // Every pane's figures at full precision (data-value), asserting each is a number, printed so
@@ -302,6 +379,35 @@ await test("a file its header refuses stops downloading at once, with the loader
     // Nothing of it stays in the cache.
     const cached = await page.evaluate(async () => (await (await caches.open("mars-models-v1")).keys()).filter((r) => r.url.includes("not-a-model")).length);
     assert(cached === 0, "the refused download was cached");
+  });
+});
+
+await test("a model too large for the adapter stops downloading at once, naming the limit and the size", async () => {
+  const file = join(models, "too-large.gguf");
+  const total = writeTooLarge(readFileSync(join(models, "tiny.gguf")), file);
+  await withPage(WEBGPU, async (page) => {
+    await page.goto(url({ model: "models/tiny.gguf" }));
+    await page.waitForFunction(() => /model loaded/.test(document.querySelector("#status").textContent), null, { timeout: 240_000 });
+    const limit = await page.evaluate(async () => {
+      const a = await navigator.gpu.requestAdapter();
+      return Math.min(a.limits.maxStorageBufferBindingSize, a.limits.maxBufferSize);
+    });
+    await page.fill("#model-url", "/slow/too-large.gguf");
+    await page.click("#run");
+    await page.waitForFunction(() => document.querySelector("#status").classList.contains("error"), null, { timeout: 60_000 });
+    const shown = await page.textContent("#status");
+    // The loader's reason: the tensor, its size and the adapter's limit, in bytes.
+    assert(/blk\.0\.ffn_gate\.weight/.test(shown), shown);
+    assert(shown.includes("1342177280") && shown.includes(String(limit)), `${shown} (limit ${limit})`);
+    assert(/limits/.test(shown), shown);
+    const deadline = Date.now() + 10_000;
+    while (server.sent["too-large.gguf"] === undefined) {
+      assert(Date.now() < deadline, "the download was not stopped");
+      await page.waitForTimeout(100);
+    }
+    const sent = server.sent["too-large.gguf"];
+    console.log(`  refused after ${(sent / 1e6).toFixed(1)} of ${(total / 1e6).toFixed(1)} MB: ${shown.trim().split("\n")[0]}`);
+    assert(sent < 64 << 20, `${sent} bytes sent before the refusal`);
   });
 });
 
