@@ -24,7 +24,8 @@ for r in $(seq 1 "$rounds"); do
   # -r 2: llama-bench's repetitions; -p/-n as separate tests (prefill only, decode only).
   LD_LIBRARY_PATH="$bin" "$bin/llama-bench" -m "$model" -t "$threads" -p "$pp" -n 0 -r 2 -o json \
     >"$out/pp.$r.json" 2>"$out/llama-bench.log"
-  LD_LIBRARY_PATH="$bin" "$bin/llama-bench" -m "$model" -t "$threads" -p 0 -n "$tg" -r 2 -o json \
+  # -d: decode from the same depth as mars speed does (after its PROMPT_TOKENS-token prompt).
+  LD_LIBRARY_PATH="$bin" "$bin/llama-bench" -m "$model" -t "$threads" -p 0 -n "$tg" -d "$pp" -r 2 -o json \
     >"$out/tg.$r.json" 2>>"$out/llama-bench.log"
 done
 python3 - "$model" "$threads" "$out" "$rounds" <<'PY'
