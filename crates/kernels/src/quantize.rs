@@ -109,16 +109,45 @@ pub struct QActs {
     pub(crate) x: Vec<f32>,
 }
 
-/// `q[i] = round(x[i] / d)` with d = max|x| / 127 over `x`, returning d. Rounds half to even
-/// with the 1.5·2²³ trick, which vectorizes (`f32::round` is a library call on baseline
-/// x86-64); |x / d| ≤ 127 up to rounding, and the cast saturates and maps NaN to 0.
+/// `q[i] = round(x[i] / d)` with d = max|x| / 127 over `x` (NaN values left out of the
+/// maximum, and quantized to 0), returning d. Written so that it compiles to vector code in
+/// every step (a scalar version cost ~1.2 ns a value, more than the SiLU): the magnitude as
+/// the integer maximum of the values' bits without their sign (for non-negative floats the
+/// same order as the floats', and no NaN handling on the chain), NaN bits mapped to 0 first;
+/// the rounding half to even with the 1.5·2²³ trick and the integer read from the sum's low
+/// mantissa bits (a float's cast to an integer saturates lane by lane, with branches). The
+/// scaled value is clamped to ±127 first: only an infinite 1/d (d subnormal) can leave the
+/// range.
+#[inline(always)]
 fn quantize_group(x: &[f32], q: &mut [i8]) -> f32 {
     const MAGIC: f32 = 12_582_912.0;
-    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    const INF_BITS: u32 = 0x7F80_0000;
+    let magnitude = |v: &f32| {
+        let b = v.to_bits() & 0x7FFF_FFFF;
+        if b > INF_BITS { 0 } else { b }
+    };
+    let mut lanes = [0u32; 16];
+    let chunks = x.chunks_exact(16);
+    let tail = chunks.remainder().iter().map(magnitude).max().unwrap_or(0);
+    for c in chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l = (*l).max(magnitude(v));
+        }
+    }
+    let amax = f32::from_bits(lanes.into_iter().fold(tail, u32::max));
     let d = amax / 127.0;
     let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
     for (qi, &v) in q.iter_mut().zip(x) {
-        *qi = ((v * inv + MAGIC) - MAGIC) as i8;
+        let r = v * inv;
+        let r = if r.is_nan() {
+            0.0
+        } else {
+            r.clamp(-127.0, 127.0)
+        };
+        // r + MAGIC has the exponent of 2²³·1.5, so its low mantissa bits hold round(r)
+        // offset by MAGIC's own.
+        let n = (r + MAGIC).to_bits().wrapping_sub(MAGIC.to_bits()) as i32;
+        *qi = n as i8;
     }
     d
 }
@@ -160,6 +189,28 @@ impl QActs {
                 found: x.len(),
             });
         }
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512 F, the only feature `fill_avx512` is compiled for.
+            unsafe { self.fill_avx512(x, rows, cols, forms) };
+            return Ok(());
+        }
+        self.fill(x, rows, cols, forms);
+        Ok(())
+    }
+
+    /// [`QActs::fill`] compiled for AVX-512 (16 values per instruction where the baseline has
+    /// 4); no fused multiply-add is formed, so the values are the same (tested).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    fn fill_avx512(&mut self, x: &[f32], rows: usize, cols: usize, forms: Forms) {
+        self.fill(x, rows, cols, forms);
+    }
+
+    /// The quantization of [`QActs::quantize_for`], its arguments checked.
+    #[inline(always)]
+    pub(crate) fn fill(&mut self, x: &[f32], rows: usize, cols: usize, forms: Forms) {
+        let len = rows * cols;
         self.rows = rows;
         self.cols = cols;
         let whole_k = cols.is_multiple_of(K_GROUP);
@@ -191,11 +242,11 @@ impl QActs {
         if self.forms.k || self.forms.lanes || self.forms.tiles {
             self.quantize_k(x, len);
         }
-        Ok(())
     }
 
     /// The per-256 forms asked for in `self.forms`, from `x` (`len` values, a whole number of
     /// 256-value groups).
+    #[inline(always)]
     fn quantize_k(&mut self, x: &[f32], len: usize) {
         let (k, lanes, tiles) = (self.forms.k, self.forms.lanes, self.forms.tiles);
         let groups = len / K_GROUP;
@@ -220,13 +271,12 @@ impl QActs {
         let mut q = [0i8; K_GROUP];
         for (g, values) in x.chunks_exact(K_GROUP).enumerate() {
             self.kd[g] = quantize_group(values, &mut q);
-            // 16 values of at most 127 in magnitude: |Σ| ≤ 2032.
-            let sums: [i16; SUMS] = std::array::from_fn(|l| {
-                q[K_SUM * l..K_SUM * (l + 1)]
-                    .iter()
-                    .map(|&v| i16::from(v))
-                    .sum()
-            });
+            // 16 values of at most 127 in magnitude: |Σ| ≤ 2032. Summed as i32 (a vector
+            // reduction per 16 bytes; the i16 sums compiled to a chain of scalar adds).
+            let mut sums = [0i16; SUMS];
+            for (sum, part) in sums.iter_mut().zip(q.chunks_exact(K_SUM)) {
+                *sum = part.iter().map(|&v| i32::from(v)).sum::<i32>() as i16;
+            }
             if k || tiles {
                 self.kq[K_GROUP * g..K_GROUP * (g + 1)].copy_from_slice(&q);
             }
@@ -275,5 +325,100 @@ impl QActs {
     /// Values per row.
     pub fn cols(&self) -> usize {
         self.cols
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain statement of [`quantize_group`].
+    fn quantize_group_reference(x: &[f32], q: &mut [i8]) -> f32 {
+        let amax = x
+            .iter()
+            .filter(|v| !v.is_nan())
+            .fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+        for (qi, &v) in q.iter_mut().zip(x) {
+            let r = v * inv;
+            *qi = if r.is_nan() {
+                0
+            } else {
+                r.round_ties_even().clamp(-127.0, 127.0) as i8
+            };
+        }
+        d
+    }
+
+    #[test]
+    fn a_group_quantizes_as_its_plain_statement_says() {
+        let specials = [
+            0.0,
+            -0.0,
+            1e-42,
+            -1e-42,
+            1e-38,
+            f32::NAN,
+            f32::INFINITY,
+            -f32::INFINITY,
+        ];
+        for len in [32usize, 256, 48] {
+            for case in 0..40u32 {
+                let x: Vec<f32> = (0..len)
+                    .map(|i| {
+                        let i = i as u32;
+                        match (i * 31 + case * 17) % 101 {
+                            k if k < 3 && case.is_multiple_of(4) => {
+                                specials[(case as usize / 4) % 8]
+                            }
+                            // Ties: k + 0.5 steps of the scale.
+                            k if k < 10 && case.is_multiple_of(3) => (k as f32 + 0.5) * 0.25,
+                            _ => ((i * 7919 + case * 104_729) % 20_011) as f32 * 1e-3 - 10.0,
+                        }
+                        .copysign(if (i + case).is_multiple_of(5) {
+                            -1.0
+                        } else {
+                            1.0
+                        })
+                    })
+                    .collect();
+                let (mut got, mut want) = (vec![0i8; len], vec![0i8; len]);
+                let (dg, dw) = (
+                    quantize_group(&x, &mut got),
+                    quantize_group_reference(&x, &mut want),
+                );
+                assert_eq!(
+                    (dg.to_bits(), &got),
+                    (dw.to_bits(), &want),
+                    "len {len}, case {case}"
+                );
+            }
+        }
+        // A subnormal maximum makes 1/d infinite: the values still land in ±127.
+        let x = [1e-44f32, -1e-44, 5e-45, 0.0];
+        let mut q = [0i8; 4];
+        quantize_group(&x, &mut q);
+        assert!(q.iter().all(|v| (-127..=127).contains(v)), "{q:?}");
+    }
+
+    #[test]
+    fn the_wide_build_quantizes_to_the_same_values() {
+        for (rows, cols) in [(1, 32), (3, 96), (1, 256), (5, 1536), (16, 768), (2, 8960)] {
+            let x: Vec<f32> = (0..rows * cols)
+                .map(|i| match i % 97 {
+                    0 => 0.0,
+                    1 => -0.0,
+                    2 => 1e-30,
+                    3 => -3e4,
+                    _ => ((i * 7919 % 2003) as f32 - 1001.0) * 0.013,
+                })
+                .collect();
+            let mut plain = QActs::default();
+            plain.fill(&x, rows, cols, Forms::ALL);
+            let mut dispatched = QActs::default();
+            dispatched.quantize(&x, rows, cols).unwrap();
+            assert_eq!(plain, dispatched, "{rows} x {cols}");
+        }
     }
 }

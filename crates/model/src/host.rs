@@ -164,9 +164,7 @@ impl HostModel {
                 &h,
                 &mut scratch,
             )?;
-            for (g, u) in gate.iter_mut().zip(&up) {
-                *g = *g / (1.0 + (-*g).exp()) * u; // SiLU(gate) · up
-            }
+            self.kernels.silu_mul(&mut gate, &up)?; // SiLU(gate) · up
             self.linear(&block.w_down, &gate, &mut delta, &mut scratch)?;
             add(&mut x, &delta);
         }
