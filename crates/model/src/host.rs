@@ -10,7 +10,7 @@
 //! bit-identical whether it is decoded alone or verified with k others — greedy strict
 //! speculation equals target-only decoding exactly.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use mars_kernels::{Forms, Heads, Kernels, MAX_ROWS, Product, QActs, QMatrix};
 
@@ -62,6 +62,9 @@ pub(crate) struct HostModel {
     pub(crate) rope_cos: Arc<Vec<f32>>, // [context_length, head_dim / 2]
     pub(crate) rope_sin: Arc<Vec<f32>>, // [context_length, head_dim / 2]
     pub(crate) kernels: Arc<Kernels>,
+    /// A forward pass's buffers, kept for the next (a model clone — a layer-skip drafter —
+    /// shares them; a pass that finds them in use makes its own).
+    pub(crate) scratch: Arc<Mutex<Scratch>>,
     /// Tensors converted to Q8_0 at load (their type had no kernel), as "name (type)".
     pub(crate) converted: Arc<Vec<String>>,
 }
@@ -111,19 +114,42 @@ impl HostModel {
             kv_heads: c.n_kv_heads,
             head_dim: hd,
         };
-        let mut scratch = Scratch::default();
-        let mut x = vec![0f32; t * d]; // [t, d_model]
+        let mut own = None;
+        let mut held = self.scratch.try_lock();
+        let scratch: &mut Scratch = match held.as_deref_mut() {
+            Ok(s) => s,
+            Err(_) => own.insert(Scratch::default()),
+        };
+        let mut b = std::mem::take(&mut scratch.buffers);
+        for (buffer, len) in [
+            (&mut b.x, t * d),
+            (&mut b.h, t * d),
+            (&mut b.q, t * q_dim),
+            (&mut b.k, t * kv_dim),
+            (&mut b.v, t * kv_dim),
+            (&mut b.attn, t * q_dim),
+            (&mut b.gate, t * c.d_ff),
+            (&mut b.up, t * c.d_ff),
+            (&mut b.delta, t * d),
+        ] {
+            buffer.clear();
+            buffer.resize(len, 0.0);
+        }
+        let Buffers {
+            mut x,     // [t, d_model]
+            mut h,     // [t, d_model]
+            mut q,     // [t, n_heads * head_dim]
+            mut k,     // [t, n_kv_heads * head_dim]
+            mut v,     // [t, n_kv_heads * head_dim]
+            mut attn,  // [t, n_heads * head_dim]
+            mut gate,  // [t, d_ff]
+            mut up,    // [t, d_ff]
+            mut delta, // [t, d_model]
+        } = b;
         for (&id, row) in tokens.iter().zip(x.chunks_exact_mut(d)) {
             self.embedding.dequantize_row(id as usize, row)?;
         }
-        let mut h = vec![0f32; t * d]; // [t, d_model]
-        let mut q = vec![0f32; t * q_dim]; // [t, n_heads * head_dim]
-        let mut k = vec![0f32; t * kv_dim]; // [t, n_kv_heads * head_dim]
-        let mut v = vec![0f32; t * kv_dim]; // [t, n_kv_heads * head_dim]
-        let mut attn = vec![0f32; t * q_dim]; // [t, n_heads * head_dim]
-        let mut gate = vec![0f32; t * c.d_ff]; // [t, d_ff]
-        let mut up = vec![0f32; t * c.d_ff]; // [t, d_ff]
-        let mut delta = vec![0f32; t * d]; // [t, d_model]
+        let acts = &mut scratch.acts;
         let end = start + t;
         for (block, layer) in self.blocks.iter().zip(cache.iter_mut()) {
             rms_norm(&x, &block.attn_norm, c.rms_eps, &mut h);
@@ -134,7 +160,7 @@ impl HostModel {
                     (&*block.wv, &mut v),
                 ],
                 &h,
-                &mut scratch,
+                acts,
             )?;
             for (y, b) in [
                 (&mut q, &block.bq),
@@ -156,40 +182,56 @@ impl HostModel {
             layer.values[start * kv_dim..end * kv_dim].copy_from_slice(&v);
             self.kernels
                 .attention(heads, start, &q, &layer.keys, &layer.values, &mut attn)?;
-            self.linear(&block.wo, &attn, &mut delta, &mut scratch)?;
+            self.linear(&block.wo, &attn, &mut delta, acts)?;
             add(&mut x, &delta);
             rms_norm(&x, &block.ffn_norm, c.rms_eps, &mut h);
             self.linears(
                 [(&*block.w_gate, &mut gate), (&*block.w_up, &mut up)],
                 &h,
-                &mut scratch,
+                acts,
             )?;
             self.kernels.silu_mul(&mut gate, &up)?; // SiLU(gate) · up
-            self.linear(&block.w_down, &gate, &mut delta, &mut scratch)?;
+            self.linear(&block.w_down, &gate, &mut delta, acts)?;
             add(&mut x, &delta);
         }
         let tail = &x[(t - logit_rows) * d..]; // [logit_rows, d_model]
-        let h = &mut h[..logit_rows * d]; // [logit_rows, d_model]
-        rms_norm(tail, &self.out_norm, c.rms_eps, h);
-        let v = c.vocab_size;
-        let mut logits = vec![0f32; logit_rows * v]; // [logit_rows, vocab]
-        if logit_ids >= v {
-            self.linear(&self.lm_head, h, &mut logits, &mut scratch)?;
+        let hl = &mut h[..logit_rows * d]; // [logit_rows, d_model]
+        rms_norm(tail, &self.out_norm, c.rms_eps, hl);
+        let vocab = c.vocab_size;
+        let mut logits = vec![0f32; logit_rows * vocab]; // [logit_rows, vocab]
+        if logit_ids >= vocab {
+            self.linear(&self.lm_head, hl, &mut logits, acts)?;
         } else {
             // The head's first logit_ids rows.
             let mut kept = vec![0f32; logit_rows * logit_ids]; // [logit_rows, logit_ids]
-            self.linear(&self.lm_head, h, &mut kept, &mut scratch)?;
-            for (row, part) in logits.chunks_exact_mut(v).zip(kept.chunks_exact(logit_ids)) {
+            self.linear(&self.lm_head, hl, &mut kept, acts)?;
+            for (row, part) in logits
+                .chunks_exact_mut(vocab)
+                .zip(kept.chunks_exact(logit_ids))
+            {
                 row[..logit_ids].copy_from_slice(part);
                 row[logit_ids..].fill(f32::NEG_INFINITY);
             }
+        }
+        if let Ok(s) = held.as_deref_mut() {
+            s.buffers = Buffers {
+                x,
+                h,
+                q,
+                k,
+                v,
+                attn,
+                gate,
+                up,
+                delta,
+            };
         }
         Ok(logits)
     }
 
     /// `y [t, out] = x [t, in] · Wᵀ`, 16 rows per kernel call; `out` is y's width, the first
     /// `out` rows of W (all of them but for a vocabulary-limited head).
-    fn linear(&self, w: &QMatrix, x: &[f32], y: &mut [f32], s: &mut Scratch) -> Result<()> {
+    fn linear(&self, w: &QMatrix, x: &[f32], y: &mut [f32], s: &mut QActs) -> Result<()> {
         self.linears([(w, y)], x, s)
     }
 
@@ -199,7 +241,7 @@ impl HostModel {
         &self,
         mut outs: [(&QMatrix, &mut [f32]); N],
         x: &[f32],
-        s: &mut Scratch,
+        s: &mut QActs,
     ) -> Result<()> {
         let din = outs[0].0.cols();
         let t = x.len() / din;
@@ -208,7 +250,7 @@ impl HostModel {
             .fold(Forms::default(), |f, (w, _)| f | self.kernels.forms(w));
         for (chunk, xs) in x.chunks(MAX_ROWS * din).enumerate() {
             let rows = xs.len() / din;
-            s.acts.quantize_for(xs, rows, din, forms)?;
+            s.quantize_for(xs, rows, din, forms)?;
             // One parallel region for all the matrices of this input.
             let mut products = outs.each_mut().map(|(w, y)| {
                 let dout = y.len() / t;
@@ -218,7 +260,7 @@ impl HostModel {
                     y: &mut y[chunk * MAX_ROWS * dout..][..rows * dout],
                 }
             });
-            self.kernels.matmul_batch(&s.acts, &mut products)?;
+            self.kernels.matmul_batch(s, &mut products)?;
         }
         Ok(())
     }
@@ -244,10 +286,25 @@ impl HostModel {
     }
 }
 
-/// Reused buffers of one forward pass.
-#[derive(Default)]
-struct Scratch {
+/// A forward pass's buffers.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
     acts: QActs,
+    buffers: Buffers,
+}
+
+/// The activations of a forward pass, reused from one pass to the next.
+#[derive(Debug, Default)]
+struct Buffers {
+    x: Vec<f32>,     // [t, d_model]
+    h: Vec<f32>,     // [t, d_model]
+    q: Vec<f32>,     // [t, n_heads * head_dim]
+    k: Vec<f32>,     // [t, n_kv_heads * head_dim]
+    v: Vec<f32>,     // [t, n_kv_heads * head_dim]
+    attn: Vec<f32>,  // [t, n_heads * head_dim]
+    gate: Vec<f32>,  // [t, d_ff]
+    up: Vec<f32>,    // [t, d_ff]
+    delta: Vec<f32>, // [t, d_model]
 }
 
 /// RMSNorm of each `w.len()`-long row of `x` into `out`: x / sqrt(mean(x²) + eps) · w.

@@ -627,6 +627,7 @@ fn host_model(c: &LlamaConfig, g: &dyn Weights, kernels: Arc<Kernels>) -> Result
         rope_cos: Arc::new(cos),
         rope_sin: Arc::new(sin),
         kernels,
+        scratch: Arc::default(),
         converted: Arc::new(converted),
     })
 }
