@@ -5,7 +5,9 @@
 //! does not depend on how many rows share the call.
 
 use crate::error::{KernelError, Result};
-use crate::matmul::{Isa, Kernels};
+#[cfg(target_arch = "x86_64")]
+use crate::matmul::Isa;
+use crate::matmul::Kernels;
 
 /// e^y for −87 ≤ y ≤ 88, relative error below 2·10⁻⁷ (checked against f64 in the tests).
 ///
@@ -76,17 +78,18 @@ fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
 impl Kernels {
     /// [`silu_mul_serial`] in the widest instruction set of this kernel set's ISA.
     fn silu_mul_wide(&self, gate: &mut [f32], up: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
         match self.isa() {
-            #[cfg(target_arch = "x86_64")]
             // SAFETY: `Kernels::with_isa` admits Avx512 only where `x86::avx512_available()`
             // said the CPU has AVX-512 F (and more).
             Isa::Avx512 => unsafe { silu_mul_avx512(gate, up) },
-            #[cfg(target_arch = "x86_64")]
             // SAFETY: `Kernels::with_isa` admits Avx2 and AvxVnni only where
             // `x86::available()` said the CPU has AVX2 (and more).
             Isa::Avx2 | Isa::AvxVnni => unsafe { silu_mul_avx2(gate, up) },
-            _ => silu_mul_serial(gate, up),
+            Isa::Scalar => silu_mul_serial(gate, up),
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        silu_mul_serial(gate, up);
     }
 }
 
@@ -115,6 +118,7 @@ impl Kernels {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::matmul::Isa;
 
     #[test]
     fn exp_is_within_two_ten_millionths_of_f64_over_its_range() {
