@@ -44,7 +44,7 @@ pub struct Defaults {
 /// The one copy of the defaults.
 pub const DEFAULTS: Defaults = Defaults {
     k: 4,
-    mars: Mode::PAPER,
+    mars: Mode::DEFAULT,
     drafter: "layers:first:24",
     max_tokens: 64,
     generate_max_tokens: 128,

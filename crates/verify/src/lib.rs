@@ -58,7 +58,7 @@ mod error;
 mod sample;
 mod verify;
 
-pub use config::{DEFAULT_RHO, DEFAULT_THETA, Mode, Sampling, VerifyConfig};
+pub use config::{DEFAULT_RHO, DEFAULT_THETA, Mode, PAPER_THETA, Sampling, VerifyConfig};
 pub use error::{Result, VerifyError};
 pub use sample::Sampler;
 pub use verify::{
