@@ -16,7 +16,7 @@ use crate::matmul::Kernels;
 /// bits. ln 2 is split in two so that n·ln2_hi is exact. Everything is straight-line float and
 /// integer arithmetic, which the compiler turns into vector instructions over a slice.
 #[inline(always)]
-fn exp(y: f32) -> f32 {
+pub(crate) fn exp(y: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4; // 355/512: n · LN2_HI is exact for |n| ≤ 128
     const LN2_LO: f32 = -2.121_944_4e-4; // ln 2 − LN2_HI

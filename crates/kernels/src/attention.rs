@@ -8,10 +8,20 @@
 //! from target-only decoding (rows one at a time). Here every (row, head) pair is computed by the
 //! same loop whatever the batch: scores in position order, a max-subtracted softmax, the
 //! weighted sum of values in position order. Pairs run in parallel; the split changes nothing.
+//!
+//! The loop is plain Rust shaped for vectors — dot products in 16 lanes folded as a tree, four
+//! keys scored together, the exponential of `activation`, 16 to 64 output values summed in
+//! registers across the positions — and compiled again for AVX2 and AVX-512. Rust never fuses
+//! a multiply and an add, so every build gives the same bits (tested). Against the earlier
+//! loop (8-lane dot products one key at a time, libm's `expf`, the output summed in memory):
+//! 2.0× faster at 16 rows on one thread, 2.2× on two (1.5B shape, 64 positions:
+//! `cargo run --release -p mars-kernels --example attention_cost 2`, both builds in one run).
 
 use rayon::prelude::*;
 
 use crate::error::{KernelError, Result};
+#[cfg(target_arch = "x86_64")]
+use crate::matmul::Isa;
 use crate::matmul::Kernels;
 
 /// The attention's head layout.
@@ -101,27 +111,14 @@ impl Kernels {
         let scale = 1.0 / (hd as f32).sqrt();
         let one = |pair: usize, o: &mut [f32], scores: &mut Vec<f32>| {
             let (r, h) = (pair / heads.heads, pair % heads.heads);
-            let len = start + r + 1;
-            let kv = (h / group) * hd;
-            let qv = &q[pair * hd..(pair + 1) * hd];
-            scores.clear();
-            scores.extend((0..len).map(|j| dot(qv, &keys[j * kv_row + kv..][..hd]) * scale));
-            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-            let mut sum = 0f32;
-            for s in scores.iter_mut() {
-                *s = (*s - max).exp();
-                sum += *s;
-            }
-            o.fill(0.0);
-            for (j, &p) in scores.iter().enumerate() {
-                for (oi, &vi) in o.iter_mut().zip(&values[j * kv_row + kv..][..hd]) {
-                    *oi += p * vi;
-                }
-            }
-            let inv = 1.0 / sum;
-            for oi in o.iter_mut() {
-                *oi *= inv;
-            }
+            let cache = Cache {
+                keys,
+                values,
+                row: kv_row,
+                at: (h / group) * hd,
+                len: start + r + 1,
+            };
+            self.pair_wide(&q[pair * hd..(pair + 1) * hd], &cache, scale, scores, o);
         };
         let work = t * heads.heads * end * hd;
         match self.pool() {
@@ -142,21 +139,166 @@ impl Kernels {
     }
 }
 
-/// Σ a·b with eight independent lanes (which the compiler vectorizes) folded in a fixed order:
-/// the same inputs give the same bits on every call.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ac
-        .remainder()
-        .iter()
-        .zip(bc.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ac.zip(bc) {
-        for i in 0..8 {
-            lanes[i] += x[i] * y[i];
+/// The cached keys and values one (row, head) pair attends to: position j's `hd` values start
+/// at `j · row + at` in each, for j < `len`.
+struct Cache<'a> {
+    keys: &'a [f32],
+    values: &'a [f32],
+    row: usize,
+    at: usize,
+    len: usize,
+}
+
+impl Cache<'_> {
+    fn key(&self, j: usize, hd: usize) -> &[f32] {
+        &self.keys[j * self.row + self.at..][..hd]
+    }
+
+    fn value(&self, j: usize, hd: usize) -> &[f32] {
+        &self.values[j * self.row + self.at..][..hd]
+    }
+}
+
+/// Lanes of a dot product's or a sum's partial sums. The same in every build, so every build
+/// adds in one order.
+const LANES: usize = 16;
+
+/// Keys scored together: their sums are independent, so the compiler interleaves them (one
+/// key's dot product alone is a chain of dependent additions).
+const KEYS: usize = 4;
+
+/// `LANES` partial sums folded as a tree (lane l with lane l + 8, then + 4, + 2, + 1).
+#[inline(always)]
+fn fold(mut w: [f32; LANES]) -> f32 {
+    let mut n = LANES;
+    while n > 1 {
+        n /= 2;
+        for l in 0..n {
+            w[l] += w[l + n];
         }
     }
-    lanes.iter().sum::<f32>() + tail
+    w[0]
+}
+
+/// q · k for `K` keys at once: per key, lane l sums the products of values l, l + 16, … in
+/// order, the lanes fold as a tree, and the values past the last whole 16 are added after it
+/// in order. Each key's steps are the same whatever `K` and the keys beside it.
+#[inline(always)]
+fn dots<const K: usize>(q: &[f32], k: [&[f32]; K]) -> [f32; K] {
+    let whole = q.len() / LANES * LANES;
+    let mut acc = [[0f32; LANES]; K];
+    for c in (0..whole).step_by(LANES) {
+        let qc = &q[c..c + LANES];
+        for (acc, k) in acc.iter_mut().zip(&k) {
+            let kc = &k[c..c + LANES];
+            for l in 0..LANES {
+                acc[l] += qc[l] * kc[l];
+            }
+        }
+    }
+    let mut out = [0f32; K];
+    for ((out, acc), k) in out.iter_mut().zip(acc).zip(&k) {
+        let tail: f32 = q[whole..]
+            .iter()
+            .zip(&k[whole..])
+            .fold(0.0, |s, (a, b)| s + a * b);
+        *out = fold(acc) + tail;
+    }
+    out
+}
+
+/// Σ of `x` in `LANES` partial sums (value i into lane i mod 16, in order), folded as a tree.
+#[inline(always)]
+fn sum(x: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail: f32 = chunks.remainder().iter().fold(0.0, |s, v| s + v);
+    for c in chunks {
+        for l in 0..LANES {
+            acc[l] += c[l];
+        }
+    }
+    fold(acc) + tail
+}
+
+/// One (row, head) pair: `o = Σ_j softmax_j(q · k_j · scale) · v_j` over the cache's
+/// positions. `CH` output values are summed at a time (kept in registers across the
+/// positions); every value's sum runs over the positions in order whatever `CH` is, so the
+/// builds below, with their different `CH`, give the same bits.
+#[inline(always)]
+fn pair<const CH: usize>(q: &[f32], c: &Cache<'_>, scale: f32, s: &mut Vec<f32>, o: &mut [f32]) {
+    let hd = q.len();
+    s.clear();
+    let mut j = 0;
+    while j + KEYS <= c.len {
+        let k: [&[f32]; KEYS] = std::array::from_fn(|i| c.key(j + i, hd));
+        s.extend(dots(q, k).map(|d| d * scale));
+        j += KEYS;
+    }
+    for j in j..c.len {
+        s.push(dots(q, [c.key(j, hd)])[0] * scale);
+    }
+    let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    for v in s.iter_mut() {
+        // e^(v − max) ≤ 1; below e^−87 (~10⁻³⁸) it is 0 to f32 beside the largest term, 1. A
+        // NaN stays NaN (the comparison is false).
+        let d = *v - max;
+        *v = crate::activation::exp(if d < -87.0 { -87.0 } else { d });
+    }
+    let inv = 1.0 / sum(s);
+    for (ci, oc) in o.chunks_mut(CH).enumerate() {
+        let from = ci * CH;
+        let mut acc = [0f32; CH];
+        if oc.len() == CH {
+            for (j, &p) in s.iter().enumerate() {
+                let v = &c.value(j, hd)[from..from + CH];
+                for l in 0..CH {
+                    acc[l] += p * v[l];
+                }
+            }
+        } else {
+            for (j, &p) in s.iter().enumerate() {
+                let v = &c.value(j, hd)[from..];
+                for (a, &v) in acc.iter_mut().zip(v) {
+                    *a += p * v;
+                }
+            }
+        }
+        for (o, a) in oc.iter_mut().zip(acc) {
+            *o = a * inv;
+        }
+    }
+}
+
+/// [`pair`] compiled for AVX-512 (64 output values in four registers). No fused multiply-add
+/// is formed (Rust never contracts `a * b + c`), so the bits are the baseline's (tested).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn pair_avx512(q: &[f32], c: &Cache<'_>, scale: f32, s: &mut Vec<f32>, o: &mut [f32]) {
+    pair::<64>(q, c, scale, s, o);
+}
+
+/// [`pair`] compiled for AVX2 (32 output values in four registers), bit-identical to it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn pair_avx2(q: &[f32], c: &Cache<'_>, scale: f32, s: &mut Vec<f32>, o: &mut [f32]) {
+    pair::<32>(q, c, scale, s, o);
+}
+
+impl Kernels {
+    /// [`pair`] in the widest instruction set of this kernel set's ISA.
+    fn pair_wide(&self, q: &[f32], c: &Cache<'_>, scale: f32, s: &mut Vec<f32>, o: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        match self.isa() {
+            // SAFETY: `Kernels::with_isa` admits Avx512 only where `x86::avx512_available()`
+            // said the CPU has AVX-512 F (and more).
+            Isa::Avx512 => unsafe { pair_avx512(q, c, scale, s, o) },
+            // SAFETY: `Kernels::with_isa` admits Avx2 and AvxVnni only where
+            // `x86::available()` said the CPU has AVX2 (and more).
+            Isa::Avx2 | Isa::AvxVnni => unsafe { pair_avx2(q, c, scale, s, o) },
+            Isa::Scalar => pair::<16>(q, c, scale, s, o),
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        pair::<16>(q, c, scale, s, o);
+    }
 }

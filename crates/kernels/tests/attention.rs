@@ -3,7 +3,7 @@
 //! Also the Q8_0 conversion of weights of other types.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use mars_kernels::{BLOCK, Heads, KernelError, Kernels, QMatrix, WeightType};
+use mars_kernels::{BLOCK, Heads, Isa, KernelError, Kernels, QMatrix, WeightType};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
@@ -118,6 +118,36 @@ fn a_rows_result_does_not_depend_on_the_rows_beside_it_or_the_threads() {
             )
             .unwrap();
             assert_eq!(five, batch[r * row..(r + 5) * row], "rows {r}..{}", r + 5);
+        }
+    }
+}
+
+#[test]
+fn every_instruction_set_gives_the_same_bits() {
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    // A head size of whole 64-value chunks (the widest build's), and one with a tail for every
+    // build (20: 16 + 4 in the dot products, a part chunk in the weighted sum).
+    for (head_dim, start, t) in [(128, 70, 5), (20, 3, 3)] {
+        let heads = Heads {
+            heads: 4,
+            kv_heads: 2,
+            head_dim,
+        };
+        let kv = (start + t) * heads.kv_heads * head_dim;
+        let q = values(t * heads.heads * head_dim, 3.0, &mut rng);
+        let k = values(kv, 3.0, &mut rng);
+        let v = values(kv, 1.0, &mut rng);
+        let run = |isa: Isa| {
+            let mut out = vec![0f32; q.len()];
+            Kernels::with_isa(isa, 1)
+                .unwrap()
+                .attention(heads, start, &q, &k, &v, &mut out)
+                .unwrap();
+            out.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        };
+        let scalar = run(Isa::Scalar);
+        for isa in Isa::available() {
+            assert_eq!(run(isa), scalar, "{isa:?}, head_dim {head_dim}");
         }
     }
 }
