@@ -14,7 +14,7 @@
 //! registers across the positions — and compiled again for AVX2 and AVX-512. Rust never fuses
 //! a multiply and an add, so every build gives the same bits (tested). Against the earlier
 //! loop (8-lane dot products one key at a time, libm's `expf`, the output summed in memory):
-//! 2.0× faster at 16 rows on one thread, 2.2× on two (1.5B shape, 64 positions:
+//! 1.9× faster at 16 rows on one thread, 2.2× on two (1.5B shape, 64 positions:
 //! `cargo run --release -p mars-kernels --example attention_cost 2`, both builds in one run).
 
 use rayon::prelude::*;
