@@ -8,8 +8,6 @@
 //! bit-identical outputs for the same row (tested). That keeps greedy strict speculation equal
 //! to target-only decoding.
 
-use std::sync::{Mutex, PoisonError};
-
 use rayon::prelude::*;
 
 use crate::block::{Layout, QMatrix, WeightType};
@@ -70,15 +68,7 @@ pub struct Kernels {
     isa: Isa,
     threads: usize,
     pool: Option<rayon::ThreadPool>,
-    /// Tile-result buffers of earlier calls, kept for the next ones: a 16-row pass through a
-    /// 1.5B model's output head needs 9.7 MB of them, and an allocator that returns freed
-    /// pages at once (the CLI's) made every pass fault them in again (~1.5 ms of a 5-row
-    /// pass in page clearing).
-    spare: Mutex<Vec<Vec<f32>>>,
 }
-
-/// Most buffers [`Kernels`] keeps for reuse (a call needs one per product: q/k/v is three).
-const SPARE_BUFFERS: usize = 4;
 
 impl Kernels {
     /// Kernels on `threads` threads with the fastest micro-kernel this CPU runs.
@@ -111,12 +101,7 @@ impl Kernels {
         } else {
             None
         };
-        Ok(Self {
-            isa,
-            threads,
-            pool,
-            spare: Mutex::new(Vec::new()),
-        })
+        Ok(Self { isa, threads, pool })
     }
 
     /// The micro-kernel in use.
@@ -242,58 +227,43 @@ impl Kernels {
         if m == 0 {
             return Ok(());
         }
-        let plans: Vec<Plan<'_>> = products.iter().map(|p| self.plan(p, m)).collect();
-        // Buffers for the products whose units cannot be written into y in place:
-        // [units, m, unit] each. Every value is written by its unit before it is read, so a
-        // reused buffer's old contents never show.
-        let mut buffers: Vec<Vec<f32>> = {
-            let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
-            plans
-                .iter()
-                .map(|plan| {
-                    if plan.direct {
-                        return Vec::new();
-                    }
-                    let len = plan.units() * m * plan.unit;
-                    // The smallest spare buffer that holds len values, else any (grown).
-                    let fit = (0..spare.len())
-                        .filter(|&i| spare[i].capacity() >= len)
-                        .min_by_key(|&i| spare[i].capacity());
-                    let mut buffer = match fit {
-                        Some(i) => spare.swap_remove(i),
-                        None => spare.pop().unwrap_or_default(),
-                    };
-                    if buffer.capacity() < len {
-                        buffer.clear(); // nothing to copy when it grows
-                    }
-                    buffer.resize(len, 0.0);
-                    buffer
-                })
-                .collect()
-        };
+        let plans: Vec<Plan<'_>> = products.iter().map(|p| self.plan(p)).collect();
         // Several tasks per thread so that a slow core does not hold the call up, sized by
         // weight rows across all products.
         let total_rows: usize = plans.iter().map(|p| p.units() * p.unit).sum();
         let chunk_rows = total_rows.div_ceil(self.threads * 4).max(1);
         let mut tasks = Vec::new();
-        for (i, ((p, plan), buffer)) in products
-            .iter_mut()
-            .zip(&plans)
-            .zip(&mut buffers)
-            .enumerate()
-        {
+        for (i, (p, plan)) in products.iter_mut().zip(&plans).enumerate() {
             let units_per_task = (chunk_rows / plan.unit).max(1);
-            let (target, width) = if plan.direct {
-                (&mut *p.y, plan.unit)
-            } else {
-                (&mut buffer[..], m * plan.unit)
-            };
-            for (c, out) in target.chunks_mut(units_per_task * width).enumerate() {
+            let out = p.rows.len();
+            // Each task writes its own columns of every row of y: the rows are cut at the
+            // tasks' column boundaries, so the tasks hold disjoint slices.
+            // (Arrays, not vectors: a decode step makes ~1,500 tasks.)
+            let mut rows: [&mut [f32]; MAX_ROWS] = Default::default();
+            for (slot, row) in rows.iter_mut().zip(p.y.chunks_exact_mut(out)) {
+                *slot = row;
+            }
+            let mut first_unit = plan.first_unit;
+            while first_unit < plan.end_unit {
+                let end_unit = (first_unit + units_per_task).min(plan.end_unit);
+                let cols = plan.columns(first_unit, end_unit);
+                let pieces = std::array::from_fn(|r| {
+                    let row = std::mem::take(&mut rows[r]);
+                    if row.is_empty() {
+                        return row; // past the m rows
+                    }
+                    let (piece, rest) = row.split_at_mut(cols.len());
+                    rows[r] = rest;
+                    piece
+                });
                 tasks.push(Task {
                     product: i,
-                    first_unit: plan.first_unit + c * units_per_task,
-                    out,
+                    first_unit,
+                    end_unit,
+                    first_col: cols.start,
+                    pieces,
                 });
+                first_unit = end_unit;
             }
         }
         let run = |task: Task<'_>| self.run_task(&plans[task.product], task, x);
@@ -302,17 +272,6 @@ impl Kernels {
                 pool.install(|| tasks.into_par_iter().for_each(run));
             }
             _ => tasks.into_iter().for_each(run),
-        }
-        for ((p, plan), buffer) in products.iter_mut().zip(&plans).zip(&buffers) {
-            if !plan.direct {
-                plan.scatter(buffer, m, p);
-            }
-        }
-        let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
-        for buffer in buffers {
-            if buffer.capacity() > 0 && spare.len() < SPARE_BUFFERS {
-                spare.push(buffer);
-            }
         }
         Ok(())
     }
@@ -337,11 +296,10 @@ struct Plan<'a> {
     w: &'a QMatrix,
     tiles: bool,
     unit: usize,
+    /// The features asked for.
+    rows: std::ops::Range<usize>,
     first_unit: usize,
     end_unit: usize,
-    /// Units written straight into y: one activation row and a range that starts on a unit
-    /// (y is then the units' outputs back to back; a partial last unit goes through a copy).
-    direct: bool,
 }
 
 impl Plan<'_> {
@@ -349,28 +307,25 @@ impl Plan<'_> {
         self.end_unit - self.first_unit
     }
 
-    /// Copies the asked-for features out of `buffer` (`[units, m, unit]`) into `p.y`.
-    fn scatter(&self, buffer: &[f32], m: usize, p: &mut Product<'_>) {
-        let (rows, out) = (&p.rows, p.rows.len());
-        for (i, unit) in buffer.chunks_exact(m * self.unit).enumerate() {
-            // The features of this unit inside `rows`, as offsets into the unit and into y.
-            let base = (self.first_unit + i) * self.unit;
-            let (start, end) = (base.max(rows.start), (base + self.unit).min(rows.end));
-            let (from, to) = (start - base, start - rows.start);
-            for r in 0..m {
-                p.y[r * out + to..][..end - start]
-                    .copy_from_slice(&unit[r * self.unit + from..][..end - start]);
-            }
-        }
+    /// The features of units `first_unit..end_unit` inside the range asked for, as columns
+    /// of y.
+    fn columns(&self, first_unit: usize, end_unit: usize) -> std::ops::Range<usize> {
+        let start = (first_unit * self.unit).max(self.rows.start);
+        let end = (end_unit * self.unit).min(self.rows.end);
+        start - self.rows.start..end - self.rows.start
     }
 }
 
-/// A run of consecutive units of one product: `out` is `[units, unit]` of y (direct) or
-/// `[units, m, unit]` of the product's buffer.
+/// A run of consecutive units of one product, and where their results go: `pieces[r]` is
+/// row r of y from column `first_col` on, as many columns as the units have inside the
+/// product's range.
 struct Task<'a> {
     product: usize,
     first_unit: usize,
-    out: &'a mut [f32],
+    end_unit: usize,
+    first_col: usize,
+    /// Rows past m are empty.
+    pieces: [&'a mut [f32]; MAX_ROWS],
 }
 
 impl Kernels {
@@ -413,22 +368,25 @@ impl Kernels {
         Ok(())
     }
 
-    fn plan<'a>(&self, p: &Product<'a>, m: usize) -> Plan<'a> {
+    fn plan<'a>(&self, p: &Product<'a>) -> Plan<'a> {
         let tiles = self.runs_tiles(p.w);
         let unit = if tiles { TILE } else { 1 };
         Plan {
             w: p.w,
             tiles,
             unit,
+            rows: p.rows.clone(),
             first_unit: p.rows.start / unit,
             end_unit: p.rows.end.div_ceil(unit),
-            direct: m == 1 && p.rows.start.is_multiple_of(unit),
         }
     }
 
-    /// Computes a task's units: a tile of 16 weight rows (`[m, 16]` out) or one weight row
-    /// (`[m]` out) each.
-    fn run_task(&self, plan: &Plan<'_>, task: Task<'_>, x: &QActs) {
+    /// Computes a task's units, a tile of 16 weight rows (`[m, 16]` results) or one weight
+    /// row (`[m]`) each, and copies each unit's results into its columns of the rows of y
+    /// while they are in cache: one row writes straight into y where the unit lies whole in
+    /// it.
+    fn run_task(&self, plan: &Plan<'_>, mut task: Task<'_>, x: &QActs) {
+        let m = x.rows();
         let unit = |u: usize, out: &mut [f32]| {
             if plan.tiles {
                 tile_rows(plan.w.ty(), plan.w.tile(u), x, out);
@@ -436,20 +394,22 @@ impl Kernels {
                 dot_rows(self.isa, plan.w, u, x, out);
             }
         };
-        if plan.direct {
-            for (i, out) in task.out.chunks_mut(plan.unit).enumerate() {
-                if out.len() == plan.unit {
-                    unit(task.first_unit + i, out);
-                } else {
-                    // The last unit reaches past the range: whole into a copy.
-                    let mut whole = [0f32; TILE];
-                    unit(task.first_unit + i, &mut whole[..plan.unit]);
-                    out.copy_from_slice(&whole[..out.len()]);
+        // [m, unit] results of one unit.
+        let mut whole = [0f32; MAX_ROWS * TILE];
+        for u in task.first_unit..task.end_unit {
+            // This unit's features inside the range asked for: columns `cols` of y, values
+            // `from..from + cols.len()` of the unit.
+            let cols = plan.columns(u, u + 1);
+            let from = plan.rows.start + cols.start - u * plan.unit;
+            let at = cols.start - task.first_col..cols.end - task.first_col;
+            if m == 1 && cols.len() == plan.unit {
+                unit(u, &mut task.pieces[0][at]);
+            } else {
+                let whole = &mut whole[..m * plan.unit];
+                unit(u, whole);
+                for (r, piece) in task.pieces[..m].iter_mut().enumerate() {
+                    piece[at.clone()].copy_from_slice(&whole[r * plan.unit + from..][..at.len()]);
                 }
-            }
-        } else {
-            for (i, out) in task.out.chunks_exact_mut(x.rows() * plan.unit).enumerate() {
-                unit(task.first_unit + i, out);
             }
         }
     }

@@ -516,29 +516,3 @@ fn only_the_forms_a_kernel_needs_give_the_same_results_and_a_missing_one_is_refu
         }
     }
 }
-
-#[test]
-fn buffers_kept_from_earlier_calls_change_no_result() {
-    let mut rng = ChaCha8Rng::seed_from_u64(29);
-    let cols = 256;
-    for isa in Isa::available() {
-        let used = Kernels::with_isa(isa, 2).unwrap();
-        let w_big = used.prepare(random_matrix(WeightType::Q4K, 80, cols, &mut rng));
-        let w = used.prepare(random_matrix(WeightType::Q6K, 37, cols, &mut rng));
-        // A 16-row call leaves its buffer behind, full of its results.
-        let x16 = random_x(16, cols, &mut rng);
-        let mut acts = QActs::default();
-        acts.quantize(&x16, 16, cols).unwrap();
-        let mut y16 = vec![0f32; 16 * 80];
-        used.matmul(&w_big, &acts, &mut y16).unwrap();
-        for m in [5, 2] {
-            let x = random_x(m, cols, &mut rng);
-            acts.quantize(&x, m, cols).unwrap();
-            let (mut y, mut want) = (vec![0f32; m * 37], vec![0f32; m * 37]);
-            used.matmul(&w, &acts, &mut y).unwrap();
-            let fresh = Kernels::with_isa(isa, 2).unwrap();
-            fresh.matmul(&w, &acts, &mut want).unwrap();
-            assert_eq!(bits(&y), bits(&want), "{isa:?} m={m}");
-        }
-    }
-}
