@@ -71,6 +71,7 @@ fn open_cpu() -> Result<OpenDevice> {
             max_total_bytes: available_memory(),
             cpu_threads: None,
             gpu_blocks: false,
+            gpu_subgroups: None,
         },
         adapter: None,
     })
@@ -143,6 +144,7 @@ async fn open_wgpu() -> Result<OpenDevice> {
             cpu_threads: None,
             // GGUF blocks in GPU buffers by default; `with_f32_weights` for the reference.
             gpu_blocks: true,
+            gpu_subgroups: mars_model::subgroup_lanes(&setup.adapter),
         },
         adapter: Some(format!("{} ({:?})", info.name, info.backend)),
     })

@@ -62,13 +62,16 @@ fn greedy_strict_speculation_equals_target_only_on_the_f32_path_up_to_near_ties(
 #[cfg(feature = "wgpu")]
 #[test]
 fn greedy_strict_speculation_equals_target_only_on_wgpu_blocks_up_to_near_ties() {
-    let device = Device::wgpu_options()
-        .init()
+    // As the CLI opens it: the kernels' sums meet through subgroups where the adapter has
+    // them (lavapipe: 8 lanes).
+    let (device, setup) = Device::wgpu_options()
+        .init_with_setup()
         .expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
     check(
         &device,
         LoadOptions {
             gpu_blocks: true,
+            gpu_subgroups: mars_model::subgroup_lanes(&setup.adapter),
             ..LoadOptions::default()
         },
         NEAR_TIE,

@@ -1,18 +1,27 @@
 //! The WGSL matmul alone on wgpu (lavapipe without a GPU): milliseconds per call for m = 1, 2,
 //! 5, 8, 16 rows on SmolLM2-135M's and Qwen2.5-1.5B's shapes, and each m against one row —
-//! what a verification pass of m rows costs in the kernel, without the rest of the forward pass.
+//! what a verification pass of m rows costs in the kernel, without the rest of the forward pass;
+//! once with the partial sums meeting through workgroup memory and once through subgroup
+//! shuffles as wide as the device's smallest subgroup (forced where `Reduce::detect` would not
+//! pick it, as on lavapipe).
 //!   cargo run --release -p mars-kernels --features gpu --example gpu_cost
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
 
 use cubecl::wgpu::WgpuDevice;
-use mars_kernels::gpu::GpuMatrix;
+use mars_kernels::gpu::{GpuMatrix, Reduce};
 use mars_kernels::{QMatrix, WeightType};
 
 fn main() {
     let client = cubecl::Device::Wgpu(WgpuDevice::default()).client();
     let max = client.properties().memory.max_page_size;
+    let lanes = client.properties().hardware.plane_size_min.min(16);
+    println!(
+        "detected: {:?}; subgroups of at least {lanes}",
+        Reduce::detect(&client)
+    );
+    let forms = [Reduce::Workgroup, Reduce::Subgroup { lanes }];
     // (name, type, out, in)
     let shapes = [
         ("SmolLM2 FFN up, Q4_1", WeightType::Q4_1, 1536, 576),
@@ -26,33 +35,36 @@ fn main() {
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 & 0x3b)
             .collect();
         let w = QMatrix::new(ty, out, cols, bytes).unwrap();
-        let gw = GpuMatrix::upload(&client, ty, out, cols, w.blocks(), max).unwrap();
-        let mut one = 0.0;
-        let mut line = format!("{name} [{out} x {cols}]:");
-        for m in [1usize, 2, 5, 8, 16] {
-            let x: Vec<u8> = (0..m * cols)
-                .flat_map(|i| ((i % 7) as f32 * 0.1).to_le_bytes())
-                .collect();
-            let xh = client.create_from_slice(&x);
-            let y = client.empty(m * out * 4);
-            // Warm-up (compiles the shader), then the median of 9 timed calls.
-            gw.matmul(&client, &xh, &y, m).unwrap();
-            client.read_one(y.clone()).unwrap();
-            let mut times: Vec<f64> = (0..9)
-                .map(|_| {
-                    let t = Instant::now();
-                    gw.matmul(&client, &xh, &y, m).unwrap();
-                    client.read_one(y.clone()).unwrap();
-                    t.elapsed().as_secs_f64() * 1e3
-                })
-                .collect();
-            times.sort_by(f64::total_cmp);
-            let ms = times[4];
-            if m == 1 {
-                one = ms;
+        let mut gw = GpuMatrix::upload(&client, ty, out, cols, w.blocks(), max).unwrap();
+        for reduce in forms {
+            gw.set_reduce(reduce).unwrap();
+            let mut one = 0.0;
+            let mut line = format!("{name} [{out} x {cols}], {reduce:?}:");
+            for m in [1usize, 2, 5, 8, 16] {
+                let x: Vec<u8> = (0..m * cols)
+                    .flat_map(|i| ((i % 7) as f32 * 0.1).to_le_bytes())
+                    .collect();
+                let xh = client.create_from_slice(&x);
+                let y = client.empty(m * out * 4);
+                // Warm-up (compiles the shader), then the median of 9 timed calls.
+                gw.matmul(&client, &xh, &y, m).unwrap();
+                client.read_one(y.clone()).unwrap();
+                let mut times: Vec<f64> = (0..9)
+                    .map(|_| {
+                        let t = Instant::now();
+                        gw.matmul(&client, &xh, &y, m).unwrap();
+                        client.read_one(y.clone()).unwrap();
+                        t.elapsed().as_secs_f64() * 1e3
+                    })
+                    .collect();
+                times.sort_by(f64::total_cmp);
+                let ms = times[4];
+                if m == 1 {
+                    one = ms;
+                }
+                line += &format!("  m={m}: {ms:.2} ms ({:.2}x)", ms / one);
             }
-            line += &format!("  m={m}: {ms:.2} ms ({:.2}x)", ms / one);
+            println!("{line}");
         }
-        println!("{line}");
     }
 }

@@ -2,7 +2,8 @@
 //! 16} against an exact f64 product over the project's dequantization, within the f32 rounding
 //! bound (activations stay f32 on the GPU); a row's result independent of the rows beside it,
 //! bit for bit, also across the 16-row launches of a longer call; a matrix split into parts equal to the whole; the embedding lookup equal to the
-//! dequantized rows; bad calls refused.
+//! dequantized rows; the subgroup reduction equal to the workgroup one bit for bit; bad calls
+//! refused.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -11,7 +12,7 @@ use common::{bits, cols_for, dequantized, random_matrix, random_x};
 use cubecl::client::Client;
 use cubecl::server::Handle;
 use cubecl::wgpu::WgpuDevice;
-use mars_kernels::gpu::GpuMatrix;
+use mars_kernels::gpu::{GpuMatrix, Reduce};
 use mars_kernels::{KernelError, QMatrix, WeightType};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -136,6 +137,50 @@ fn a_rows_result_does_not_depend_on_the_rows_beside_it() {
             bits(&alone),
             bits(&all[3 * 21..4 * 21]),
             "{ty:?}: row 3 alone"
+        );
+    }
+}
+
+/// The team reduction through subgroup shuffles gives the workgroup-memory reduction's bits,
+/// for m ∈ {1, 5, 16}, with the narrowest shuffles (three halvings in workgroup memory) and the
+/// widest the device's subgroups allow (the reduction follows the per-type decoding, so three
+/// types stand for all: each pipeline costs ~1 s to compile on lavapipe; lavapipe: subgroups of 8, which CubeCL leaves off on CPU adapters, so `detect` picks
+/// workgroup memory there and the test forces the subgroup form; the device has the feature,
+/// as CubeCL asks for every feature the adapter offers).
+#[test]
+fn the_subgroup_reduction_equals_the_workgroup_reduction_bit_for_bit() {
+    let client = client();
+    let max = max_binding(&client);
+    let smallest = client.properties().hardware.plane_size_min;
+    assert!(
+        smallest >= 2 && smallest.is_power_of_two(),
+        "this device reports subgroups of {smallest}: nothing to test"
+    );
+    let widths = [2, smallest.min(16)];
+    let mut rng = ChaCha8Rng::seed_from_u64(15);
+    for ty in [WeightType::Q8_0, WeightType::Q4K, WeightType::Q6K] {
+        // Enough groups that every lane of a team holds a partial sum, and an odd output count.
+        let cols = cols_for(ty, 1024);
+        let w = random_matrix(ty, 37, cols, &mut rng);
+        let mut gw = upload(&client, &w, max);
+        for m in [1, 5, 16] {
+            let x = random_x(m, cols, &mut rng);
+            gw.set_reduce(Reduce::Workgroup).unwrap();
+            let want = matmul(&client, &gw, &x, m);
+            for &lanes in &widths {
+                gw.set_reduce(Reduce::Subgroup { lanes }).unwrap();
+                let got = matmul(&client, &gw, &x, m);
+                assert_eq!(bits(&got), bits(&want), "{ty:?} m={m} lanes={lanes}");
+            }
+        }
+    }
+    // Lanes that are not a power of two in 2…16 are refused.
+    let w = random_matrix(WeightType::Q8_0, 4, 64, &mut rng);
+    let mut gw = upload(&client, &w, max);
+    for lanes in [0, 1, 3, 32] {
+        assert!(
+            gw.set_reduce(Reduce::Subgroup { lanes }).is_err(),
+            "{lanes}"
         );
     }
 }

@@ -9,7 +9,7 @@ use burn::backend::Cube;
 use burn::backend::wgpu::CubeTensor;
 use burn::tensor::{DType, Device, Shape, Tensor};
 use burn_cubecl::kernel::into_contiguous;
-use mars_kernels::gpu::{GpuMatrix, PART_PAD};
+use mars_kernels::gpu::{GpuMatrix, PART_PAD, Reduce};
 use mars_kernels::{QMatrix, WeightType};
 
 use crate::error::{ModelError, Result};
@@ -44,17 +44,43 @@ impl std::fmt::Debug for GpuLinear {
 pub(crate) struct GpuTarget {
     client: cubecl::client::Client,
     device: burn_cubecl::CubeDevice,
+    /// How the kernels' partial sums meet on this device.
+    reduce: Reduce,
 }
 
 impl GpuTarget {
-    /// Read off a one-value tensor: the one handle burn gives to its runtime.
+    /// Read off a one-value tensor: the one handle burn gives to its runtime. `subgroups`: the
+    /// adapter's smallest subgroup where it offers subgroups ([`LoadOptions::gpu_subgroups`]).
     ///
     /// # Errors
     /// [`ModelError::Unsupported`] for a device that is not wgpu.
-    pub(crate) fn of(device: &Device) -> Result<Self> {
+    ///
+    /// [`LoadOptions::gpu_subgroups`]: crate::LoadOptions::gpu_subgroups
+    pub(crate) fn of(device: &Device, subgroups: Option<u32>) -> Result<Self> {
         let (client, device) = client_of(device)?;
-        Ok(Self { client, device })
+        let reduce = match subgroups {
+            Some(lanes) if lanes >= 2 && lanes.is_power_of_two() => Reduce::Subgroup {
+                lanes: lanes.min(16),
+            },
+            _ => Reduce::detect(&client),
+        };
+        Ok(Self {
+            client,
+            device,
+            reduce,
+        })
     }
+}
+
+/// The adapter's smallest subgroup where it offers subgroups (wgpu's `SUBGROUP`, reported by
+/// Vulkan, Metal and D3D12 adapters, lavapipe's included; wgpu's WebGPU backend reports none),
+/// for [`LoadOptions::gpu_subgroups`](crate::LoadOptions::gpu_subgroups); `None` without them
+/// or with a size the kernels cannot use (not a power of two of at least 2).
+pub fn subgroup_lanes(adapter: &burn::backend::wgpu::wgpu::Adapter) -> Option<u32> {
+    use burn::backend::wgpu::wgpu::Features;
+    let min = adapter.get_info().subgroup_min_size;
+    (adapter.features().contains(Features::SUBGROUP) && min >= 2 && min.is_power_of_two())
+        .then_some(min)
 }
 
 fn client_of(device: &Device) -> Result<(cubecl::client::Client, burn_cubecl::CubeDevice)> {
@@ -74,7 +100,8 @@ impl GpuLinear {
     pub(crate) fn upload(w: &QMatrix, target: &GpuTarget) -> Result<Self> {
         let (client, device) = (target.client.clone(), target.device.clone());
         let max = client.properties().memory.max_page_size;
-        let matrix = GpuMatrix::upload(&client, w.ty(), w.rows(), w.cols(), w.blocks(), max)?;
+        let mut matrix = GpuMatrix::upload(&client, w.ty(), w.rows(), w.cols(), w.blocks(), max)?;
+        matrix.set_reduce(target.reduce)?;
         Ok(Self {
             matrix: Arc::new(matrix),
             client,
@@ -101,9 +128,10 @@ impl GpuLinear {
             .memory
             .max_page_size
             .min(LOAD_PART_BYTES);
-        let matrix = GpuMatrix::upload_with(&client, ty, rows, cols, max, |range| {
+        let mut matrix = GpuMatrix::upload_with(&client, ty, rows, cols, max, |range| {
             g.stored_bytes(name, range, PART_PAD)
         })?;
+        matrix.set_reduce(target.reduce)?;
         Ok(Self {
             matrix: Arc::new(matrix),
             client,

@@ -26,6 +26,8 @@ pub use burn::tensor::{Device, Tensor};
 pub use cache::KvCache;
 pub use config::{Architecture, LlamaConfig, RopeStyle};
 pub use error::{ModelError, Result};
+#[cfg(any(feature = "wgpu", feature = "webgpu"))]
+pub use gpu::subgroup_lanes;
 pub use llama::Llama;
 pub use load::LoadOptions;
 

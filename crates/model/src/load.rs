@@ -32,6 +32,11 @@ pub struct LoadOptions {
     /// are converted once to Q8_0); `false` uploads every weight as f32 (the reference path).
     /// Ignored where `cpu_threads` is set.
     pub gpu_blocks: bool,
+    /// With `gpu_blocks`: the adapter's smallest subgroup where it offers subgroups (wgpu's
+    /// `SUBGROUP` feature), so that the kernels' partial sums meet through subgroup shuffles
+    /// (the same bits as through workgroup memory, fewer barriers). `None`: as
+    /// `mars_kernels::gpu::Reduce::detect` finds.
+    pub gpu_subgroups: Option<u32>,
 }
 
 /// The kernels for `threads` threads, one pool per count for the whole process: a target and
@@ -229,7 +234,13 @@ impl Llama {
         Self::check_weights(&c, g, options)?;
         let body = match options.cpu_threads {
             Some(threads) => Body::Host(host_model(&c, g, shared_kernels(threads)?)?),
-            None => Body::Tensors(Box::new(tensor_model(&c, g, device, options.gpu_blocks)?)),
+            None => Body::Tensors(Box::new(tensor_model(
+                &c,
+                g,
+                device,
+                options.gpu_blocks,
+                options.gpu_subgroups,
+            )?)),
         };
         Ok(Self {
             logit_ids: c.vocab_size,
@@ -337,13 +348,14 @@ fn tensor_model(
     g: &dyn Weights,
     device: &Device,
     gpu_blocks: bool,
+    subgroups: Option<u32>,
 ) -> Result<TensorModel> {
     let (d, hd, ff, v) = (c.d_model, c.head_dim, c.d_ff, c.vocab_size);
     let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
     let mut converted = Vec::new();
     // The GPU's client, found once for every upload.
     let target = if gpu_blocks {
-        Some(gpu_target(device)?)
+        Some(gpu_target(device, subgroups)?)
     } else {
         None
     };
@@ -523,8 +535,8 @@ fn gpu_matrix(
 use crate::gpu::GpuTarget;
 
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-fn gpu_target(device: &Device) -> Result<GpuTarget> {
-    GpuTarget::of(device)
+fn gpu_target(device: &Device, subgroups: Option<u32>) -> Result<GpuTarget> {
+    GpuTarget::of(device, subgroups)
 }
 
 /// Without a wgpu backend there is no GPU to hold blocks.
@@ -532,7 +544,7 @@ fn gpu_target(device: &Device) -> Result<GpuTarget> {
 struct GpuTarget;
 
 #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
-fn gpu_target(_: &Device) -> Result<GpuTarget> {
+fn gpu_target(_: &Device, _: Option<u32>) -> Result<GpuTarget> {
     Err(ModelError::Unsupported(
         "GGUF blocks on the GPU: this build has no wgpu backend".into(),
     ))

@@ -59,12 +59,18 @@ fn flex_and_wgpu_agree() {
 
 /// The wgpu device, initialised once per process (burn's runtime allows one).
 fn wgpu() -> Device {
-    static DEVICE: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    wgpu_and_subgroups().0
+}
+
+/// The wgpu device and its adapter's smallest subgroup, where it has subgroups.
+fn wgpu_and_subgroups() -> (Device, Option<u32>) {
+    static DEVICE: std::sync::OnceLock<(Device, Option<u32>)> = std::sync::OnceLock::new();
     DEVICE
         .get_or_init(|| {
-            Device::wgpu_options()
-                .init()
-                .expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)")
+            let (device, setup) = Device::wgpu_options()
+                .init_with_setup()
+                .expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+            (device, mars_model::subgroup_lanes(&setup.adapter))
         })
         .clone()
 }
@@ -93,6 +99,24 @@ fn wgpu_blocks_agree_with_flex_over_the_dequantized_weights() {
     let worst = max_diff(&cpu, &gpu);
     eprintln!("flex f32 vs wgpu blocks: max |Δ logit| = {worst:.2e}");
     assert!(worst < TOLERANCE, "{worst}");
+    // The kernels' partial sums meeting through subgroup shuffles, where the adapter has
+    // subgroups (lavapipe: 8 lanes), give the same logits bit for bit.
+    let (device, subgroups) = wgpu_and_subgroups();
+    let lanes = subgroups.expect("lavapipe and GPU adapters report subgroups");
+    let shuffled = logits_with(
+        &device,
+        &bytes,
+        &tokens,
+        LoadOptions {
+            gpu_subgroups: Some(lanes),
+            ..options
+        },
+    );
+    assert_eq!(
+        gpu.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        shuffled.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        "subgroups of {lanes}"
+    );
     // The same file on the f32 path of wgpu agrees too (the blocks are the file's values).
     let f32_gpu = logits(&wgpu(), &bytes, &tokens);
     assert!(max_diff(&cpu, &f32_gpu) < TOLERANCE);
@@ -158,6 +182,7 @@ fn too_big_for_the_device_is_refused_up_front() {
             max_total_bytes: None,
             cpu_threads: None,
             gpu_blocks: false,
+            gpu_subgroups: None,
         },
     )
     .unwrap_err();
@@ -176,6 +201,7 @@ fn too_big_for_the_device_is_refused_up_front() {
             max_total_bytes: Some(c.weight_bytes()),
             cpu_threads: None,
             gpu_blocks: false,
+            gpu_subgroups: None,
         },
     )
     .unwrap_err();
@@ -190,6 +216,7 @@ fn too_big_for_the_device_is_refused_up_front() {
             max_total_bytes: Some(c.weight_bytes() + rope),
             cpu_threads: None,
             gpu_blocks: false,
+            gpu_subgroups: None,
         },
     )
     .unwrap();

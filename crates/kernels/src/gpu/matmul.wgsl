@@ -4,8 +4,15 @@
 // weight row, thread t taking groups t, t + 16, … of 32 values, each decoded once and applied to
 // all ROWS rows. Each row's sum is taken in the same order whatever ROWS is (the team's partials
 // meet in a fixed tree), so a row's result does not depend on how many rows share the call.
+//
+// The tree halves the team 8, 4, 2, 1 lanes at a time: lane t < step adds lane t + step. Halvings
+// of at least LANES lanes go through workgroup memory, a barrier each; the smaller ones, where
+// the adapter has subgroups of at least LANES invocations, through `subgroupShuffleXor` (lane
+// t's partner t ^ step is t + step for t < step: the same sums in the same order, so the same
+// bits). LANES = 1: workgroup memory only, every adapter.
 
 const ROWS: u32 = {{rows}}u;
+const LANES: u32 = {{lanes}}u;
 const TEAM: u32 = 16u;
 const TEAMS: u32 = 4u;
 
@@ -56,21 +63,27 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             }
         }
     }
-    for (var r = 0u; r < ROWS; r++) {
-        partial[r * 64u + lid] = acc[r];
-    }
-    workgroupBarrier();
-    for (var step = 8u; step > 0u; step >>= 1u) {
-        if t < step {
-            for (var r = 0u; r < ROWS; r++) {
-                partial[r * 64u + lid] += partial[r * 64u + lid + step];
-            }
+    if LANES <= 8u {
+        for (var r = 0u; r < ROWS; r++) {
+            partial[r * 64u + lid] = acc[r];
         }
         workgroupBarrier();
+        for (var step = 8u; step >= LANES; step >>= 1u) {
+            if t < step {
+                for (var r = 0u; r < ROWS; r++) {
+                    partial[r * 64u + lid] += partial[r * 64u + lid + step];
+                }
+            }
+            workgroupBarrier();
+        }
+        for (var r = 0u; r < ROWS; r++) {
+            acc[r] = partial[r * 64u + lid];
+        }
     }
+{{shuffles}}
     if t == 0u && o < out_rows {
         for (var r = 0u; r < ROWS; r++) {
-            y[(row0 + r) * y_stride + y_offset + o] = partial[r * 64u + lid];
+            y[(row0 + r) * y_stride + y_offset + o] = acc[r];
         }
     }
 }

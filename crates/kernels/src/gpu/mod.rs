@@ -211,11 +211,69 @@ fn common(ty: WeightType) -> String {
     COMMON.replace("{{load_group}}", load_group(ty))
 }
 
-/// The WGSL of [`Matmul`] for `ty` and `rows` activation rows.
-pub fn matmul_source(ty: WeightType, rows: usize) -> String {
+/// How the 16 partial sums of a [`Matmul`] team meet (see matmul.wgsl): both give the same
+/// sums in the same order, so the same bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reduce {
+    /// Through workgroup memory, a barrier per halving: every adapter.
+    Workgroup,
+    /// Halvings of fewer than `lanes` (a power of two, 2…16: the adapter's smallest subgroup,
+    /// at most the team) through subgroup shuffles, the rest through workgroup memory. Needs
+    /// a device with subgroups of at least `lanes` invocations laid out along the workgroup's
+    /// invocation index (as Vulkan, Metal and D3D12 drivers do for a one-dimensional
+    /// workgroup).
+    Subgroup {
+        /// Lanes a shuffle may span.
+        lanes: u32,
+    },
+}
+
+impl Reduce {
+    /// The faster form `client`'s device runs: subgroups where CubeCL found them (native
+    /// GPUs: wgpu's WebGPU backend has no subgroups, and CubeCL leaves them off on CPU
+    /// adapters), else workgroup memory.
+    pub fn detect(client: &Client) -> Self {
+        let props = client.properties();
+        let min = props.hardware.plane_size_min;
+        if props
+            .features
+            .plane
+            .contains(cubecl::ir::features::Plane::Ops)
+            && min >= 2
+            && min.is_power_of_two()
+        {
+            Self::Subgroup { lanes: min.min(16) }
+        } else {
+            Self::Workgroup
+        }
+    }
+
+    /// `lanes` as the shader takes it: 1 for workgroup memory only.
+    fn lanes(self) -> u32 {
+        match self {
+            Self::Workgroup => 1,
+            Self::Subgroup { lanes } => lanes,
+        }
+    }
+}
+
+/// The WGSL of [`Matmul`] for `ty`, `rows` activation rows and `reduce`.
+pub fn matmul_source(ty: WeightType, rows: usize, reduce: Reduce) -> String {
+    let lanes = reduce.lanes();
+    let shuffles = if lanes > 1 {
+        "    for (var step = LANES / 2u; step > 0u; step >>= 1u) {
+        for (var r = 0u; r < ROWS; r++) {
+            acc[r] += subgroupShuffleXor(acc[r], step);
+        }
+    }"
+    } else {
+        ""
+    };
     MATMUL
         .replace("{{common}}", &common(ty))
         .replace("{{rows}}", &rows.to_string())
+        .replace("{{lanes}}", &lanes.to_string())
+        .replace("{{shuffles}}", shuffles)
 }
 
 /// The WGSL of [`Embed`] for `ty`.
@@ -255,11 +313,12 @@ fn definition() -> cubecl::prelude::KernelDefinition {
 pub struct Matmul {
     ty: WeightType,
     rows: usize,
+    reduce: Reduce,
 }
 
 impl cubecl::prelude::KernelMetadata for Matmul {
     fn id(&self) -> KernelId {
-        KernelId::new::<Self>().info((type_code(self.ty), self.rows))
+        KernelId::new::<Self>().info((type_code(self.ty), self.rows, self.reduce.lanes()))
     }
 
     fn address_type(&self) -> ElemType {
@@ -274,7 +333,7 @@ impl CubeKernel for Matmul {
 
     fn source(&self) -> Option<PrecompiledSource> {
         Some(PrecompiledSource {
-            source: matmul_source(self.ty, self.rows),
+            source: matmul_source(self.ty, self.rows, self.reduce),
             entrypoint_name: "main".to_string(),
             lang: "wgsl",
         })
@@ -395,6 +454,7 @@ pub struct GpuMatrix {
     rows: usize,
     cols: usize,
     parts: Vec<GpuPart>,
+    reduce: Reduce,
 }
 
 impl GpuMatrix {
@@ -480,7 +540,32 @@ impl GpuMatrix {
             rows,
             cols,
             parts,
+            reduce: Reduce::detect(client),
         })
+    }
+
+    /// How the kernel's partial sums meet: [`Reduce::detect`] at upload.
+    pub fn reduce(&self) -> Reduce {
+        self.reduce
+    }
+
+    /// This matrix launched with `reduce` instead (tests and benchmarks compare the forms; a
+    /// subgroup form on a device without subgroups fails to compile).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for subgroup lanes that are not a power of two in 2…16.
+    pub fn set_reduce(&mut self, reduce: Reduce) -> Result<()> {
+        if let Reduce::Subgroup { lanes } = reduce
+            && !(lanes.is_power_of_two() && (2..=16).contains(&lanes))
+        {
+            return Err(KernelError::Shape {
+                what: "subgroup lanes of a reduction (a power of two, 2 to 16)",
+                expected: 16,
+                found: lanes as usize,
+            });
+        }
+        self.reduce = reduce;
+        Ok(())
     }
 
     /// The block type.
@@ -540,6 +625,7 @@ impl GpuMatrix {
                     Box::new(Matmul {
                         ty: self.ty,
                         rows: m,
+                        reduce: self.reduce,
                     }),
                     CubeCount::Static(gx as u32, gy as u32, 1),
                     KernelArguments::new()
