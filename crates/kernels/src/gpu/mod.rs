@@ -4,12 +4,13 @@
 //! The kernels are WGSL, launched through CubeCL's runtime (the one burn-wgpu runs on), so the
 //! same text runs natively and in the browser, and the burn model hands its buffers straight to
 //! them. Why WGSL rather than `#[cube]` kernels: the browser path must avoid `shader-f16` (f16
-//! block scales are decoded with core WGSL's `unpack2x16float`) and subgroups (partial sums meet
-//! through workgroup memory), and the byte-level reads of 18-, 22- and 210-byte blocks are
+//! block scales are decoded with core WGSL's `unpack2x16float`) and must not need subgroups
+//! (partial sums meet through workgroup memory, or through subgroup shuffles where the adapter
+//! has them: [`Reduce`], the same bits either way), and the byte-level reads of 18-, 22- and 210-byte blocks are
 //! plain shifts here; written by hand, what runs on SwiftShader is exactly what was reviewed.
 //!
 //! Two kernels:
-//! - [`Matmul`]: `y[m, out] = x[m, in] · W[out, in]ᵀ` for m = 1 … [`MAX_ROWS`](crate::MAX_ROWS)
+//! - [`Matmul`]: `y[m, out] = x[m, in] · W[out, in]ᵀ` for m = 1 … [`MAX_ROWS`]
 //!   rows a launch (decode and verification; a prefill takes 16 rows a launch), one shader per
 //!   (type, m). Each 32-value group of a weight row is decoded once to f32 and met by all m
 //!   rows (8 dot products each), so a verification pass reads and decodes the weights once.
