@@ -220,6 +220,9 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         "packed": target.model().is_packed(),
         "gpu_blocks": target.model().is_gpu_blocks(),
         "adapter": open.adapter,
+        // The adapter's smallest subgroup, where the GPU kernels' partial sums meet through
+        // subgroup shuffles (null: workgroup memory, or the CPU).
+        "gpu_subgroups": open.limits.gpu_subgroups.filter(|_| target.model().is_gpu_blocks()),
         "threads": open.limits.cpu_threads,
         "resident_bytes": status_bytes("VmRSS:"),
         "anonymous_resident_bytes": status_bytes("RssAnon:"),

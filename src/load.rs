@@ -69,7 +69,13 @@ pub fn target(path: &Path, backend: Backend, matrices: Matrices) -> Result<(Targ
         Matrices::F32 => open = open.with_f32_weights(),
     }
     if let Some(adapter) = &open.adapter {
-        eprintln!("wgpu adapter: {adapter}");
+        match open.limits.gpu_subgroups {
+            Some(lanes) if open.limits.gpu_blocks => eprintln!(
+                "wgpu adapter: {adapter}; subgroups of at least {lanes} (the kernels' partial \
+                 sums meet through shuffles)"
+            ),
+            _ => eprintln!("wgpu adapter: {adapter}"),
+        }
     }
     let target = with_gguf(path, |g| {
         Ok(Target::from_gguf(g, &open.device, open.limits)?)
