@@ -143,10 +143,11 @@ fn a_rows_result_does_not_depend_on_the_rows_beside_it() {
 
 /// The team reduction through subgroup shuffles gives the workgroup-memory reduction's bits,
 /// for m ∈ {1, 5, 16}, with the narrowest shuffles (three halvings in workgroup memory) and the
-/// widest the device's subgroups allow (the reduction follows the per-type decoding, so three
-/// types stand for all: each pipeline costs ~1 s to compile on lavapipe; lavapipe: subgroups of 8, which CubeCL leaves off on CPU adapters, so `detect` picks
-/// workgroup memory there and the test forces the subgroup form; the device has the feature,
-/// as CubeCL asks for every feature the adapter offers).
+/// widest the device's subgroups allow. The reduction follows the per-type decoding, so three
+/// types stand for all (each pipeline takes ~1 s to compile on lavapipe). lavapipe has
+/// subgroups of 8, which CubeCL leaves off on CPU adapters, so `detect` picks workgroup memory
+/// there and the test forces the subgroup form; the device has the feature, as CubeCL asks for
+/// every feature the adapter offers.
 #[test]
 fn the_subgroup_reduction_equals_the_workgroup_reduction_bit_for_bit() {
     let client = client();

@@ -59,10 +59,8 @@ impl GpuTarget {
     pub(crate) fn of(device: &Device, subgroups: Option<u32>) -> Result<Self> {
         let (client, device) = client_of(device)?;
         let reduce = match subgroups {
-            Some(lanes) if lanes >= 2 && lanes.is_power_of_two() => Reduce::Subgroup {
-                lanes: lanes.min(16),
-            },
-            _ => Reduce::detect(&client),
+            Some(_) => Reduce::for_subgroups(subgroups),
+            None => Reduce::detect(&client),
         };
         Ok(Self {
             client,
@@ -79,8 +77,8 @@ impl GpuTarget {
 pub fn subgroup_lanes(adapter: &burn::backend::wgpu::wgpu::Adapter) -> Option<u32> {
     use burn::backend::wgpu::wgpu::Features;
     let min = adapter.get_info().subgroup_min_size;
-    (adapter.features().contains(Features::SUBGROUP) && min >= 2 && min.is_power_of_two())
-        .then_some(min)
+    let usable = Reduce::for_subgroups(Some(min)) != Reduce::Workgroup;
+    (adapter.features().contains(Features::SUBGROUP) && usable).then_some(min)
 }
 
 fn client_of(device: &Device) -> Result<(cubecl::client::Client, burn_cubecl::CubeDevice)> {

@@ -235,17 +235,20 @@ impl Reduce {
     /// adapters), else workgroup memory.
     pub fn detect(client: &Client) -> Self {
         let props = client.properties();
-        let min = props.hardware.plane_size_min;
-        if props
+        let ops = props
             .features
             .plane
-            .contains(cubecl::ir::features::Plane::Ops)
-            && min >= 2
-            && min.is_power_of_two()
-        {
-            Self::Subgroup { lanes: min.min(16) }
-        } else {
-            Self::Workgroup
+            .contains(cubecl::ir::features::Plane::Ops);
+        Self::for_subgroups(ops.then_some(props.hardware.plane_size_min))
+    }
+
+    /// The form for a device whose smallest subgroup has `smallest` invocations (`None`: no
+    /// subgroups): shuffles at most 16 lanes wide (the team), workgroup memory where the size
+    /// is not a power of two of at least 2.
+    pub fn for_subgroups(smallest: Option<u32>) -> Self {
+        match smallest {
+            Some(n) if n >= 2 && n.is_power_of_two() => Self::Subgroup { lanes: n.min(16) },
+            _ => Self::Workgroup,
         }
     }
 
@@ -724,6 +727,21 @@ mod tests {
         assert_eq!(grid(10), (10, 1));
         let (x, y) = grid(200_000);
         assert!(x <= MAX_GROUPS_PER_DIM && x * y >= 200_000);
+    }
+
+    #[test]
+    fn subgroup_sizes_pick_a_reduction() {
+        assert_eq!(Reduce::for_subgroups(None), Reduce::Workgroup);
+        for n in [0, 1, 3, 6, 24] {
+            assert_eq!(Reduce::for_subgroups(Some(n)), Reduce::Workgroup, "{n}");
+        }
+        for (n, lanes) in [(2, 2), (8, 8), (16, 16), (32, 16), (64, 16)] {
+            assert_eq!(
+                Reduce::for_subgroups(Some(n)),
+                Reduce::Subgroup { lanes },
+                "{n}"
+            );
+        }
     }
 
     #[test]
