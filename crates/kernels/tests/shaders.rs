@@ -1,0 +1,144 @@
+//! Every WGSL kernel as wgpu turns it into each native backend's language, without a GPU: parsed
+//! and validated by naga (the translator inside wgpu, same version), then written as SPIR-V
+//! (Vulkan), MSL (Metal) and HLSL (D3D12) with the settings wgpu uses. lavapipe only runs the
+//! SPIR-V path, so this is what keeps a kernel that Metal or D3D12 would refuse at pipeline
+//! creation from landing unseen.
+//!
+//! The workgroup-memory form must validate with nothing beyond [`BASELINE`] (it is what an
+//! adapter without subgroups, and the browser, runs) and translate for D3D12's oldest shader model that
+//! wgpu targets (5.1, FXC) and Metal's MSL 1.2; the subgroup form needs only the `SUBGROUP`
+//! capability besides, shader model 6.0 (the first with wave intrinsics; wgpu offers subgroups on D3D12
+//! only there) and MSL 2.1 (the first with SIMD-group shuffles). A mutated kernel (an
+//! undeclared identifier; a subgroup call validated without the capability) is refused, so the
+//! check can fail.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use mars_kernels::gpu::{Reduce, embed_source, matmul_source};
+use mars_kernels::{MAX_ROWS, WeightType};
+use naga::back::{hlsl, msl, spv};
+use naga::valid::{Capabilities, ModuleInfo, ValidationFlags, Validator};
+
+/// What wgpu grants every device: `unpack2x16float` (core WGSL, which the kernels decode f16
+/// block scales with) is naga's `SHADER_FLOAT16_IN_FLOAT32`, granted from the downlevel flag
+/// `SHADER_F16_IN_F32`, which wgpu 30 sets on every backend, withdrawing it only on llvmpipe
+/// without `SHADER_F16` (lavapipe here has it).
+const BASELINE: Capabilities = Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+
+/// Parses and validates `source` with `caps`, naming `what` in any error.
+fn validate(
+    what: &str,
+    source: &str,
+    caps: Capabilities,
+) -> Result<(naga::Module, ModuleInfo), String> {
+    let module = naga::front::wgsl::parse_str(source)
+        .map_err(|e| format!("{what}: WGSL parse: {}", e.emit_to_string(source)))?;
+    let info = Validator::new(ValidationFlags::all(), caps)
+        .validate(&module)
+        .map_err(|e| format!("{what}: validation: {}", e.emit_to_string(source)))?;
+    Ok((module, info))
+}
+
+/// Writes `module` for Vulkan, Metal and D3D12 at the given MSL version and shader model.
+fn translate(
+    what: &str,
+    module: &naga::Module,
+    info: &ModuleInfo,
+    msl_version: (u8, u8),
+    shader_model: hlsl::ShaderModel,
+) -> Result<(), String> {
+    let entry = (naga::ShaderStage::Compute, "main".to_string());
+    let words = spv::write_vec(
+        module,
+        info,
+        &spv::Options::default(),
+        Some(&spv::PipelineOptions {
+            shader_stage: naga::ShaderStage::Compute,
+            entry_point: "main".to_string(),
+        }),
+    )
+    .map_err(|e| format!("{what}: SPIR-V: {e}"))?;
+    assert_eq!(
+        words.first(),
+        Some(&0x0723_0203),
+        "{what}: SPIR-V magic number"
+    );
+
+    let options = msl::Options {
+        lang_version: msl_version,
+        ..msl::Options::default()
+    };
+    let pipeline = msl::PipelineOptions {
+        entry_point: Some(entry.clone()),
+        ..msl::PipelineOptions::default()
+    };
+    let (text, _) = msl::write_string(module, info, &options, &pipeline)
+        .map_err(|e| format!("{what}: MSL {msl_version:?}: {e}"))?;
+    assert!(
+        text.contains("kernel void"),
+        "{what}: no MSL kernel in\n{text}"
+    );
+
+    let options = hlsl::Options {
+        shader_model,
+        ..hlsl::Options::default()
+    };
+    let pipeline = hlsl::PipelineOptions {
+        entry_point: Some(entry),
+    };
+    let mut text = String::new();
+    hlsl::Writer::new(&mut text, &options, &pipeline)
+        .write(module, info, None)
+        .map_err(|e| format!("{what}: HLSL {shader_model:?}: {e}"))?;
+    assert!(
+        text.contains("[numthreads(64, 1, 1)]"),
+        "{what}: no HLSL entry in\n{text}"
+    );
+    Ok(())
+}
+
+#[test]
+fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
+    let mut checked = 0;
+    for ty in WeightType::ALL {
+        let source = embed_source(ty);
+        let what = format!("embed {ty:?}");
+        let (module, info) = validate(&what, &source, BASELINE).unwrap();
+        translate(&what, &module, &info, (1, 2), hlsl::ShaderModel::V5_1).unwrap();
+        checked += 1;
+        for rows in 1..=MAX_ROWS {
+            let source = matmul_source(ty, rows, Reduce::Workgroup);
+            let what = format!("matmul {ty:?} x {rows} rows, workgroup memory");
+            let (module, info) = validate(&what, &source, BASELINE).unwrap();
+            translate(&what, &module, &info, (1, 2), hlsl::ShaderModel::V5_1).unwrap();
+            checked += 1;
+            for lanes in [2, 4, 8, 16] {
+                let source = matmul_source(ty, rows, Reduce::Subgroup { lanes });
+                let what = format!("matmul {ty:?} x {rows} rows, subgroups of {lanes}");
+                let (module, info) =
+                    validate(&what, &source, BASELINE | Capabilities::SUBGROUP).unwrap();
+                translate(&what, &module, &info, (2, 1), hlsl::ShaderModel::V6_0).unwrap();
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, WeightType::ALL.len() * (1 + MAX_ROWS * 5));
+}
+
+#[test]
+fn a_broken_kernel_is_refused() {
+    let good = matmul_source(WeightType::Q4K, 5, Reduce::Workgroup);
+    assert!(validate("good", &good, BASELINE).is_ok());
+    // An identifier the kernel never declares.
+    let broken = good.replacen("acc[r] += sum;", "acc[r] += summ;", 1);
+    assert_ne!(broken, good);
+    let err = validate("broken", &broken, BASELINE).unwrap_err();
+    assert!(err.contains("summ"), "{err}");
+    // The subgroup form on a device without subgroups: what an adapter without the feature
+    // would refuse, and why the engine picks the form from the adapter.
+    let shuffles = matmul_source(WeightType::Q4K, 5, Reduce::Subgroup { lanes: 8 });
+    let err = validate("shuffles", &shuffles, BASELINE).unwrap_err();
+    assert!(err.to_lowercase().contains("subgroup"), "{err}");
+    // And f16 unpacking where a device lacks it (llvmpipe without `SHADER_F16`).
+    let err = validate("unpacking", &good, Capabilities::empty()).unwrap_err();
+    assert!(err.contains("SHADER_FLOAT16_IN_FLOAT32"), "{err}");
+}
