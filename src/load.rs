@@ -77,6 +77,9 @@ pub fn target(path: &Path, backend: Backend, matrices: Matrices) -> Result<(Targ
             _ => eprintln!("wgpu adapter: {adapter}"),
         }
     }
+    if let Some(note) = &open.note {
+        eprintln!("{note}");
+    }
     let target = with_gguf(path, |g| {
         Ok(Target::from_gguf(g, &open.device, open.limits)?)
     })?;

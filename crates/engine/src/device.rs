@@ -27,6 +27,9 @@ pub struct OpenDevice {
     pub limits: LoadOptions,
     /// The GPU adapter's name, for reports (`None` on the CPU).
     pub adapter: Option<String>,
+    /// What the front end should tell the user about the device (the block kernels unavailable
+    /// on this adapter), if anything.
+    pub note: Option<String>,
 }
 
 thread_local! {
@@ -74,6 +77,7 @@ fn open_cpu() -> Result<OpenDevice> {
             gpu_subgroups: None,
         },
         adapter: None,
+        note: None,
     })
 }
 
@@ -132,6 +136,7 @@ async fn open_wgpu() -> Result<OpenDevice> {
         .map_err(|e| EngineError::Device(e.to_string()))?;
     let limits = setup.adapter.limits();
     let info = setup.adapter.get_info();
+    let unsupported = mars_model::blocks_unsupported(&setup.adapter);
     Ok(OpenDevice {
         device,
         limits: LoadOptions {
@@ -142,11 +147,13 @@ async fn open_wgpu() -> Result<OpenDevice> {
             ),
             max_total_bytes: None,
             cpu_threads: None,
-            // GGUF blocks in GPU buffers by default; `with_f32_weights` for the reference.
-            gpu_blocks: true,
+            // GGUF blocks in GPU buffers by default (where the adapter can run the kernels);
+            // `with_f32_weights` for the reference.
+            gpu_blocks: unsupported.is_none(),
             gpu_subgroups: mars_model::subgroup_lanes(&setup.adapter),
         },
         adapter: Some(format!("{} ({:?})", info.name, info.backend)),
+        note: unsupported.map(|why| format!("note: {why}")),
     })
 }
 

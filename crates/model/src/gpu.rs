@@ -81,6 +81,19 @@ pub fn subgroup_lanes(adapter: &burn::backend::wgpu::wgpu::Adapter) -> Option<u3
     (adapter.features().contains(Features::SUBGROUP) && usable).then_some(min)
 }
 
+/// Why the block kernels cannot run on `adapter`, or `None` where they can. They decode f16
+/// block scales with `unpack2x16float` (core WGSL), which wgpu grants through the downlevel flag
+/// `SHADER_F16_IN_F32`: every backend sets it (the browser's included), but wgpu withdraws it on
+/// llvmpipe without `shader-f16`, where creating the kernels' pipelines would fail.
+pub fn blocks_unsupported(adapter: &burn::backend::wgpu::wgpu::Adapter) -> Option<&'static str> {
+    use burn::backend::wgpu::wgpu::DownlevelFlags;
+    let flags = adapter.get_downlevel_capabilities().flags;
+    (!flags.contains(DownlevelFlags::SHADER_F16_IN_F32)).then_some(
+        "the adapter cannot unpack f16 values in shaders (wgpu's SHADER_F16_IN_F32: llvmpipe \
+         without shader-f16), so the GGUF block kernels cannot run: weights go to it as f32",
+    )
+}
+
 fn client_of(device: &Device) -> Result<(cubecl::client::Client, burn_cubecl::CubeDevice)> {
     let probe = Tensor::<1>::zeros([1], device)
         .try_into_primitive::<Cube>()

@@ -27,7 +27,7 @@ pub use cache::KvCache;
 pub use config::{Architecture, LlamaConfig, RopeStyle};
 pub use error::{ModelError, Result};
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-pub use gpu::subgroup_lanes;
+pub use gpu::{blocks_unsupported, subgroup_lanes};
 pub use llama::Llama;
 pub use load::LoadOptions;
 
