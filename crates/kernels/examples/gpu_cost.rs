@@ -5,6 +5,11 @@
 //! shuffles as wide as the device's smallest subgroup (forced where `Reduce::detect` would not
 //! pick it, as on lavapipe).
 //!   cargo run --release -p mars-kernels --features gpu --example gpu_cost
+//!
+//! With arguments `SHAPE M CALLS` (SHAPE 0, 1 or 2 in the order below; the subgroup form) it
+//! only makes `CALLS` calls of `M` rows after one warm-up call, timing nothing: for counting
+//! instructions under valgrind, where the difference between two call counts is the kernel's own
+//! (tests/bench/gpu-instructions.sh).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
@@ -22,13 +27,23 @@ fn main() {
         Reduce::detect(&client)
     );
     let forms = [Reduce::Workgroup, Reduce::Subgroup { lanes }];
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("SHAPE M CALLS: numbers"))
+        .collect();
     // (name, type, out, in)
     let shapes = [
         ("SmolLM2 FFN up, Q4_1", WeightType::Q4_1, 1536, 576),
         ("SmolLM2 head, Q8_0", WeightType::Q8_0, 49_152, 576),
         ("Qwen2.5-1.5B FFN up, Q4_K", WeightType::Q4K, 8960, 1536),
     ];
-    for (name, ty, out, cols) in shapes {
+    for (index, (name, ty, out, cols)) in shapes.into_iter().enumerate() {
+        if let [shape, m, calls] = args[..]
+            && shape != index
+        {
+            let _ = (m, calls);
+            continue;
+        }
         // Blocks of varied bytes with small f16 scales (the values do not matter for speed).
         let n = out * cols / ty.block_values() * ty.block_bytes();
         let bytes: Vec<u8> = (0..n)
@@ -36,6 +51,20 @@ fn main() {
             .collect();
         let w = QMatrix::new(ty, out, cols, bytes).unwrap();
         let mut gw = GpuMatrix::upload(&client, ty, out, cols, w.blocks(), max).unwrap();
+        if let [_, m, calls] = args[..] {
+            gw.set_reduce(Reduce::Subgroup { lanes }).unwrap();
+            let x: Vec<u8> = (0..m * cols)
+                .flat_map(|i| ((i % 7) as f32 * 0.1).to_le_bytes())
+                .collect();
+            let xh = client.create_from_slice(&x);
+            let y = client.empty(m * out * 4);
+            for _ in 0..=calls {
+                gw.matmul(&client, &xh, &y, m).unwrap();
+                client.read_one(y.clone()).unwrap();
+            }
+            println!("{name}: {calls} calls of {m} rows after a warm-up");
+            continue;
+        }
         for reduce in forms {
             gw.set_reduce(reduce).unwrap();
             let mut one = 0.0;
