@@ -38,10 +38,9 @@ fn main() {
         ("Qwen2.5-1.5B FFN up, Q4_K", WeightType::Q4K, 8960, 1536),
     ];
     for (index, (name, ty, out, cols)) in shapes.into_iter().enumerate() {
-        if let [shape, m, calls] = args[..]
+        if let [shape, _, _] = args[..]
             && shape != index
         {
-            let _ = (m, calls);
             continue;
         }
         // Blocks of varied bytes with small f16 scales (the values do not matter for speed).
