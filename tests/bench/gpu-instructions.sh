@@ -4,8 +4,8 @@
 # instruction the process runs, and the shader code lavapipe's LLVM compiled is the part with no
 # object file (callgrind's "???"), so its count over N + 1 is one call's, the same from run to
 # run whatever else the machine does (the process total is not: lavapipe caches compiled shaders
-# on disk, and waiting threads poll). Then each m against one row. For the claim that on a CPU-emulated GPU
-# the kernel is bound by arithmetic per row (a count, where wall-clock times move ~1.5x).
+# on disk, and waiting threads poll). Then each m against one row: what a row adds on a
+# CPU-emulated GPU, as a count where wall-clock times move ~1.5x.
 # A benchmark command, not a CI step (~10 minutes: valgrind runs ~50x slower).
 #   usage: bash tests/bench/gpu-instructions.sh [SHAPES] [ROWS] [N]
 #   SHAPES: indices into gpu_cost's shapes (0 SmolLM2 FFN Q4_1, 1 SmolLM2 head Q8_0,

@@ -7,9 +7,9 @@
 //!   cargo run --release -p mars-kernels --features gpu --example gpu_cost
 //!
 //! With arguments `SHAPE M CALLS` (SHAPE 0, 1 or 2 in the order below; the subgroup form) it
-//! only makes `CALLS` calls of `M` rows after one warm-up call, timing nothing: for counting
-//! instructions under valgrind, where the difference between two call counts is the kernel's own
-//! (tests/bench/gpu-instructions.sh).
+//! only makes `CALLS` calls of `M` rows after one warm-up call, timing nothing: for counting the
+//! shader's instructions under valgrind (tests/bench/gpu-instructions.sh divides them by
+//! `CALLS + 1`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
@@ -27,10 +27,20 @@ fn main() {
         Reduce::detect(&client)
     );
     let forms = [Reduce::Workgroup, Reduce::Subgroup { lanes }];
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().expect("SHAPE M CALLS: numbers"))
-        .collect();
+    let args: Vec<usize> = match std::env::args().skip(1).map(|a| a.parse()).collect() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("usage: gpu_cost [SHAPE M CALLS] (whole numbers): {e}");
+            std::process::exit(2);
+        }
+    };
+    if !matches!(args.len(), 0 | 3)
+        || args.first().is_some_and(|&shape| shape > 2)
+        || args.get(1).is_some_and(|&m| !(1..=16).contains(&m))
+    {
+        eprintln!("usage: gpu_cost [SHAPE M CALLS] with SHAPE 0-2 and M 1-16");
+        std::process::exit(2);
+    }
     // (name, type, out, in)
     let shapes = [
         ("SmolLM2 FFN up, Q4_1", WeightType::Q4_1, 1536, 576),

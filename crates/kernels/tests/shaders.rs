@@ -5,11 +5,13 @@
 //! creation from landing unseen.
 //!
 //! The workgroup-memory form must validate with nothing beyond [`BASELINE`] (it is what an
-//! adapter without subgroups, and the browser, runs) and translate for D3D12's oldest shader model that
-//! wgpu targets (5.1, FXC) and Metal's MSL 1.2; the subgroup form needs only the `SUBGROUP`
-//! capability besides, shader model 6.0 (the first with wave intrinsics; wgpu offers subgroups on D3D12
-//! only there) and MSL 2.1 (the first with SIMD-group shuffles). A mutated kernel (an
-//! undeclared identifier; a subgroup call validated without the capability) is refused, so the
+//! adapter without subgroups, and the browser, runs) and translate for D3D12's oldest shader
+//! model that wgpu targets (5.1, FXC) and MSL 1.2; the subgroup form must validate with only the
+//! `SUBGROUP` capability besides, and translate for shader model 6.0 (wgpu offers subgroups on
+//! D3D12 only from there) and MSL 2.1 (wgpu offers them on Metal by GPU family, Mac2 / Apple7,
+//! whose systems have newer MSL). Translation is naga's part; the platform compilers (DXC, FXC,
+//! Metal's) do not run here. A mutated kernel (an undeclared identifier; a subgroup call
+//! validated without the capability; f16 unpacking without its capability) is refused, so the
 //! check can fail.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
