@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use anyhow::{Result, ensure};
-use mars_engine::{DEFAULTS, Method, RunSettings, StopReason, Target};
+use mars_engine::{DEFAULTS, Method, MethodOutput, RunSettings, StopReason, Target};
 use serde::Serialize;
 
 use crate::args::{ModelArgs, SamplingArgs};
@@ -103,23 +103,29 @@ fn target_only(sampling: &SamplingArgs, max_tokens: usize, chat: bool) -> Result
     Ok(run)
 }
 
-/// Decodes `ids` target-only, calling `on_text` with each step's text; returns the generated
-/// ids, the run's totals and the prefill's milliseconds.
+/// Decodes `ids` target-only through the engine's [`Race`](mars_engine::Race), calling
+/// `on_text` with each step's text; returns the run and the prefill's milliseconds.
 fn decode(
     target: &Target,
     run: &RunSettings,
-    ids: &[u32],
+    ids: Vec<u32>,
     mut on_text: impl FnMut(&str) -> Result<()>,
-) -> Result<(Vec<u32>, mars_engine::RunSummary, f64)> {
-    let capacity = target.capacity(ids.len(), run.max_tokens);
+) -> Result<(MethodOutput, f64)> {
     pollster::block_on(async {
-        let prefill = target.prefill(ids, capacity).await?;
-        let prefill_ms = prefill.ms();
-        let mut dec = target.decoder(run, Method::Target, prefill, None).await?;
-        while let Some(step) = dec.step().await? {
-            on_text(&step.text)?;
+        let race = target.race_ids(ids, run.max_tokens, None).await?;
+        // The first failed write ends the streaming; the run finishes and the error is returned.
+        let mut failed = None;
+        let out = race
+            .run(run, Method::Target, |step| {
+                if failed.is_none() {
+                    failed = on_text(&step.text).err();
+                }
+            })
+            .await?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok((out, race.prefill_ms())),
         }
-        Ok((dec.generated().to_vec(), dec.summary(), prefill_ms))
     })
 }
 
@@ -131,26 +137,22 @@ pub fn run_generate(args: &GenerateArgs) -> Result<()> {
         args.model.kernels.matrices(args.model.device.into())?,
     )?;
     let ids = target.prompt_ids(&args.prompt, args.chat)?;
+    let prompt_tokens = ids.len();
     let mut out = std::io::stdout().lock();
-    let (tokens, summary, prefill_ms) = decode(&target, &run, &ids, |text| {
+    let (output, prefill_ms) = decode(&target, &run, ids, |text| {
         if !args.json {
             write!(out, "{text}")?;
             out.flush()?;
         }
         Ok(())
     })?;
-    let stop_ids = &target.tokenizer().stop_ids;
-    let visible: Vec<u32> = tokens
-        .iter()
-        .copied()
-        .filter(|t| !stop_ids.contains(t))
-        .collect();
+    let summary = output.summary;
     // The first step feeds the prompt's last token, so the prefill ran the others.
-    let prefilled = ids.len().saturating_sub(1);
+    let prefilled = prompt_tokens.saturating_sub(1);
     let report = GenerateReport {
-        prompt_tokens: ids.len(),
-        text: target.tokenizer().decode(&visible)?,
-        tokens,
+        prompt_tokens,
+        text: output.text,
+        tokens: output.ids,
         tokens_per_second: summary.tokens_per_second,
         prefill_tokens_per_second: prefilled as f64 / (prefill_ms / 1e3).max(1e-9),
         stop_reason: match summary.stop {
@@ -205,8 +207,9 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         max_tokens: 2,
         ..run.clone()
     };
-    decode(&target, &warm_up, &ids[..2], |_| Ok(()))?;
-    let (_, summary, prefill_ms) = decode(&target, &run, &ids, |_| Ok(()))?;
+    decode(&target, &warm_up, ids[..2].to_vec(), |_| Ok(()))?;
+    let (output, prefill_ms) = decode(&target, &run, ids.clone(), |_| Ok(()))?;
+    let summary = output.summary;
     let rows = rows_cost(&target, &ids)?;
     let report = serde_json::json!({
         "prompt_tokens": args.prompt_tokens,

@@ -1,52 +1,98 @@
-//! Loading models from files for the CLI: the file read with a progress bar, then the engine's
-//! session layer ([`Target`], [`Backend::open`]) does the rest, as it does for the page.
+//! Loading models from files for the CLI: the file read a slice at a time through the same
+//! `Gguf::parse_from` / [`ReadAt`] path as the page, with a progress bar; the engine's session
+//! layer ([`Target`], [`Backend::open`]) does the rest, as it does for the page.
 
-use std::io::Read;
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use mars_engine::{Backend, DrafterSpec, OpenDevice, Target};
-use mars_formats::Gguf;
+use mars_formats::{FormatError, Gguf, ReadAt};
 use mars_model::Llama;
 
 use crate::args::Matrices;
 
-/// Reads the file with a progress bar: a 100 MB model takes a visible moment on a slow disk.
-fn read_with_progress(path: &Path) -> Result<Vec<u8>> {
-    let mut file =
-        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let bar = ProgressBar::new(len).with_style(
-        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar.set_message("reading model");
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-    let mut chunk = vec![0u8; 1 << 22];
-    loop {
-        let n = file
-            .read(&mut chunk)
-            .with_context(|| format!("reading {}", path.display()))?;
-        if n == 0 {
-            break;
-        }
-        bytes.extend_from_slice(&chunk[..n]);
-        bar.inc(n as u64);
-    }
-    bar.finish_and_clear();
-    Ok(bytes)
+/// A model file on disk read a slice at a time, as the page reads a `Blob`: the loader pulls the
+/// header, then each tensor once, so the file is never held whole in memory (peak resident
+/// memory is the loaded model plus the largest tensor, not twice the file). The progress bar
+/// counts the bytes read.
+struct FileSource {
+    file: std::fs::File,
+    len: u64,
+    bar: ProgressBar,
 }
 
-/// Parses `path` and hands the GGUF to `build` under a spinner (uploading weights takes a while).
+impl FileSource {
+    fn open(path: &Path) -> Result<Self> {
+        let file =
+            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let len = file
+            .metadata()
+            .with_context(|| format!("reading the size of {}", path.display()))?
+            .len();
+        let bar = ProgressBar::new(len).with_style(
+            ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message("loading model");
+        Ok(Self { file, len, bar })
+    }
+}
+
+impl ReadAt for FileSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), FormatError> {
+        let read = {
+            #[cfg(unix)]
+            {
+                std::os::unix::fs::FileExt::read_exact_at(&self.file, buf, offset)
+            }
+            #[cfg(windows)]
+            {
+                read_exact_at_windows(&self.file, buf, offset)
+            }
+        };
+        read.map_err(|e| FormatError::Read {
+            offset,
+            len: buf.len() as u64,
+            why: e.to_string(),
+        })?;
+        self.bar.inc(buf.len() as u64);
+        Ok(())
+    }
+}
+
+/// Windows has positioned reads that may return short: loop until `buf` is full.
+#[cfg(windows)]
+fn read_exact_at_windows(
+    file: &std::fs::File,
+    mut buf: &mut [u8],
+    mut offset: u64,
+) -> std::io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !buf.is_empty() {
+        match file.seek_read(buf, offset)? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Parses `path` a slice at a time and hands the GGUF to `build`, which reads each tensor as it
+/// loads it (the progress bar follows the bytes read).
 fn with_gguf<T>(path: &Path, build: impl FnOnce(&Gguf<'_>) -> Result<T>) -> Result<T> {
-    let bytes = read_with_progress(path)?;
-    let g = Gguf::parse(&bytes).with_context(|| format!("parsing {}", path.display()))?;
-    let spinner = ProgressBar::new_spinner().with_message("loading weights");
-    spinner.enable_steady_tick(Duration::from_millis(120));
-    let built = build(&g);
-    spinner.finish_and_clear();
+    let source = FileSource::open(path)?;
+    let built = Gguf::parse_from(&source)
+        .with_context(|| format!("parsing {}", path.display()))
+        .and_then(|g| build(&g));
+    source.bar.finish_and_clear();
     built.with_context(|| format!("loading {}", path.display()))
 }
 

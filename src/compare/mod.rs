@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use mars_engine::{Backend, DEFAULTS, Method, Prefill, RunSettings, RunSummary, Target};
+use mars_engine::{Backend, DEFAULTS, Method, MethodOutput, Race, RunSettings, RunSummary, Target};
 use mars_model::Llama;
 use mars_verify::{Mode, Sampling};
 use serde::Serialize;
@@ -87,15 +87,14 @@ pub struct BenchArgs {
     pub out: PathBuf,
 }
 
-/// One method's output on one prompt: the ids, the visible text, and the run's totals.
+/// One method's output on one prompt (the ids, the visible text, the run's totals) and how
+/// much of it equals target-only's.
 #[derive(Debug, Clone, Serialize)]
 pub struct MethodRun {
-    ids: Vec<u32>,
-    text: String,
+    #[serde(flatten)]
+    output: MethodOutput,
     /// Share of positions equal to target-only's output.
     agreement: f64,
-    #[serde(flatten)]
-    summary: RunSummary,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -195,51 +194,31 @@ impl Runner {
         })
     }
 
-    pub(crate) fn run_method(
-        &self,
-        run: &RunSettings,
-        prefill: &Prefill,
-        method: Method,
-    ) -> Result<(Vec<u32>, RunSummary)> {
-        pollster::block_on(async {
-            let mut dec = self
-                .target
-                .decoder(run, method, prefill.clone(), self.draft_model.as_ref())
-                .await?;
-            let summary = dec.run(|_| {}).await?;
-            Ok((dec.generated().to_vec(), summary))
-        })
+    /// The prompt's prefill, from which every method runs ([`Race::run`]).
+    pub(crate) fn race(&self, prompt: &str) -> Result<Race<'_>> {
+        Ok(pollster::block_on(self.target.race(
+            prompt,
+            &self.run,
+            self.draft_model.as_ref(),
+        ))?)
     }
 
     fn run_prompt(&self, prompt: &Prompt) -> Result<PromptResult> {
-        let ids = self.target.prompt_ids(&prompt.text, self.run.chat)?;
-        let capacity = self.target.capacity(ids.len(), self.run.max_tokens);
-        let prefill = pollster::block_on(self.target.prefill(&ids, capacity))?;
-        let stop_ids = &self.target.tokenizer().stop_ids;
-        let mut runs = Vec::with_capacity(3);
+        let race = self.race(&prompt.text)?;
+        let mut runs: Vec<MethodRun> = Vec::with_capacity(3);
         for method in [Method::Target, Method::Strict, Method::Mars] {
-            let (ids, summary) = self.run_method(&self.run, &prefill, method)?;
-            let visible: Vec<u32> = ids
-                .iter()
-                .copied()
-                .filter(|t| !stop_ids.contains(t))
-                .collect();
+            let output = pollster::block_on(race.run(&self.run, method, |_| {}))?;
             let agreement = runs
                 .first()
-                .map_or(1.0, |target: &MethodRun| agreement(&target.ids, &ids));
-            runs.push(MethodRun {
-                text: self.target.tokenizer().decode(&visible)?,
-                ids,
-                agreement,
-                summary,
-            });
+                .map_or(1.0, |target| agreement(&target.output.ids, &output.ids));
+            runs.push(MethodRun { output, agreement });
         }
         let [target, strict, mars] = <[MethodRun; 3]>::try_from(runs)
             .map_err(|_| anyhow::anyhow!("internal: three runs expected"))?;
         Ok(PromptResult {
             prompt: prompt.text.clone(),
             category: prompt.category.clone(),
-            prompt_tokens: ids.len(),
+            prompt_tokens: race.prompt_ids().len(),
             target,
             strict,
             mars,
@@ -249,12 +228,12 @@ impl Runner {
     /// A short untimed run so that first-use allocation is not charged to the first method.
     pub(crate) fn warm_up(&self) -> Result<()> {
         let ids = self.target.tokenizer().encode("Hello", false)?;
+        let race = pollster::block_on(self.target.race_ids(ids, 8, self.draft_model.as_ref()))?;
         let run = RunSettings {
             max_tokens: 8,
             ..self.run.clone()
         };
-        let prefill = pollster::block_on(self.target.prefill(&ids, ids.len() + run.max_tokens))?;
-        self.run_method(&run, &prefill, Method::Strict)?;
+        pollster::block_on(race.run(&run, Method::Strict, |_| {}))?;
         Ok(())
     }
 
@@ -284,12 +263,12 @@ fn totals(results: &[PromptResult]) -> Totals {
         let mut summary = RunSummary::empty(None);
         let mut agreement = 0.0;
         for r in results {
-            summary.merge(&pick(r).summary);
+            summary.merge(&pick(r).output.summary);
             agreement += pick(r).agreement / results.len().max(1) as f64;
         }
         summary.drafter = results
             .first()
-            .and_then(|r| pick(r).summary.drafter.clone());
+            .and_then(|r| pick(r).output.summary.drafter.clone());
         MethodTotal {
             summary,
             speedup: 0.0,

@@ -123,7 +123,7 @@ pub fn side_by_side(r: &PromptResult, mars: Mode) -> String {
         ("strict".to_string(), &r.strict),
         (mode_label(mars), &r.mars),
     ];
-    let wrapped: Vec<Vec<String>> = cols.iter().map(|(_, m)| wrap(&m.text, W)).collect();
+    let wrapped: Vec<Vec<String>> = cols.iter().map(|(_, m)| wrap(&m.output.text, W)).collect();
     let rows = wrapped.iter().map(Vec::len).max().unwrap_or(0);
     let mut out = String::new();
     let _ = writeln!(out, "prompt: {}", r.prompt.replace('\n', " "));
@@ -132,7 +132,7 @@ pub fn side_by_side(r: &PromptResult, mars: Mode) -> String {
         .map(|(name, m)| {
             format!(
                 "{name} · {:.1} tok/s · τ {:.2} · {} relaxed",
-                m.summary.tokens_per_second, m.summary.tau, m.summary.relaxed
+                m.output.summary.tokens_per_second, m.output.summary.tau, m.output.summary.relaxed
             )
         })
         .collect();

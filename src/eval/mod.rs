@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use mars_engine::{Backend, DEFAULTS, Method, RunSettings, RunSummary};
+use mars_engine::{Backend, DEFAULTS, Method, MethodOutput, RunSettings, RunSummary};
 use mars_verify::Mode;
 use serde::{Deserialize, Serialize};
 
@@ -449,13 +449,9 @@ fn run_problems(
         ),
         None => None,
     };
-    let target = &runner.target;
-    let stop_ids = &target.tokenizer().stop_ids;
     let mut records = Vec::with_capacity(problems.len());
     for p in problems {
-        let ids = target.prompt_ids(&code::instruction(p), true)?;
-        let capacity = target.capacity(ids.len(), runner.run.max_tokens);
-        let prefill = pollster::block_on(target.prefill(&ids, capacity))?;
+        let race = runner.race(&code::instruction(p))?;
         let mut attempts = Vec::with_capacity(methods.len());
         for (label, method, mode) in methods {
             bar.set_message(format!("{} {label}", p.task_id));
@@ -463,13 +459,8 @@ fn run_problems(
                 mars: *mode,
                 ..runner.run.clone()
             };
-            let (out, summary) = runner.run_method(&run, &prefill, *method)?;
-            let visible: Vec<u32> = out
-                .iter()
-                .copied()
-                .filter(|t| !stop_ids.contains(t))
-                .collect();
-            let text = target.tokenizer().decode(&visible)?;
+            let MethodOutput { text, summary, .. } =
+                pollster::block_on(race.run(&run, *method, |_| {}))?;
             let code = code::extract(&text, &p.entry_point);
             let program = code::program(p, &code);
             let outcome = sandbox.run(&program)?;
@@ -495,7 +486,7 @@ fn run_problems(
         }
         let record = ProblemRecord {
             task_id: p.task_id.clone(),
-            prompt_tokens: ids.len(),
+            prompt_tokens: race.prompt_ids().len(),
             attempts,
         };
         if let Some(file) = journal.as_mut() {

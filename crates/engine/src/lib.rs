@@ -7,7 +7,8 @@
 //!
 //! Front ends (the CLI, the browser worker) go through the session layer: [`Backend::open`]
 //! for the device, [`Target`] for a loaded model, [`RunSettings`] for resolved settings
-//! (defaults in [`DEFAULTS`], drafters in [`DrafterSpec`] syntax), then [`Target::decoder`].
+//! (defaults in [`DEFAULTS`], drafters in [`DrafterSpec`] syntax), then [`Target::race`]: one
+//! prompt's prefill, from which each method runs ([`Race::run`], [`Race::decoder`]).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -15,6 +16,7 @@ mod decoder;
 mod device;
 mod drafter;
 mod error;
+mod race;
 mod session;
 
 pub use decoder::{
@@ -24,4 +26,5 @@ pub use device::{Backend, OpenDevice, cores};
 pub use drafter::{AnyDrafter, Draft, Drafter, ModelDrafter, NgramDrafter, check_same_tokenizer};
 pub use error::{EngineError, Result};
 pub use mars_formats::LayerSpec;
+pub use race::{MethodOutput, Race};
 pub use session::{DEFAULTS, Defaults, DrafterSpec, Method, ModelInfo, RunSettings, Target};

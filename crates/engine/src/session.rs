@@ -416,15 +416,6 @@ impl Target {
             .min(self.info.context_length)
     }
 
-    /// Runs the prompt through the target once; decoders of every method start from clones of
-    /// the result.
-    ///
-    /// # Errors
-    /// As [`Prefill::new`].
-    pub async fn prefill(&self, ids: &[u32], capacity: usize) -> Result<Prefill> {
-        Prefill::new(&self.model, ids, capacity).await
-    }
-
     /// A fresh drafter for one run (its cache starts empty). `draft_model` is the loaded model a
     /// [`DrafterSpec::Model`] names: front ends load files their own way (a path with a
     /// progress bar, bytes in the browser) and pass the result.
@@ -463,11 +454,12 @@ impl Target {
         )?)))
     }
 
-    /// A decoder for `method` that starts from `prefill` (cloned per method by the caller).
+    /// A decoder for `method` that starts from `prefill` (front ends go through
+    /// [`crate::Race::decoder`], which clones one prefill per method).
     ///
     /// # Errors
     /// As [`Target::drafter`] and [`Decoder::from_prefill`].
-    pub async fn decoder(
+    pub(crate) async fn decoder(
         &self,
         settings: &RunSettings,
         method: Method,

@@ -479,17 +479,11 @@ async fn race(
     methods: &[Method],
     together: bool,
 ) -> mars_engine::Result<bool> {
-    settings.validate()?;
-    let ids = target.prompt_ids(prompt, settings.chat)?;
-    let capacity = target.capacity(ids.len(), settings.max_tokens);
-    let prefill = target.prefill(&ids, capacity).await?;
     let draft_model = draft_model_for(settings);
+    let race = target.race(prompt, settings, draft_model.as_ref()).await?;
     let mut panes: Vec<(Method, Decoder<AnyDrafter>)> = Vec::with_capacity(methods.len());
     for &method in methods {
-        let dec = target
-            .decoder(settings, method, prefill.clone(), draft_model.as_ref())
-            .await?;
-        panes.push((method, dec));
+        panes.push((method, race.decoder(settings, method).await?));
     }
     let mut live = vec![true; panes.len()];
     while let Some(first_live) = live.iter().position(|&l| l) {
