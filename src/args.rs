@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use mars_engine::{Backend, DEFAULTS, DrafterSpec, RunSettings};
+use mars_engine::{Backend, DEFAULTS, DrafterSpec, RunSettings, WeightChoice};
 use mars_verify::{Mode, Sampling};
 
 /// Which burn backend runs the model.
@@ -62,42 +62,12 @@ pub struct KernelArgs {
     pub threads: Option<usize>,
 }
 
-/// The matrix path resolved for a device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Matrices {
-    /// Packed blocks on the CPU kernels, on this many threads.
-    CpuPacked(usize),
-    /// GGUF blocks in GPU buffers.
-    GpuBlocks,
-    /// f32 weights (either device).
-    F32,
-}
-
-impl Matrices {
-    /// The path as a journal records it: a name, and the threads on the packed CPU kernels.
-    pub fn record(self) -> (&'static str, Option<usize>) {
-        match self {
-            Self::CpuPacked(threads) => ("packed", Some(threads)),
-            Self::GpuBlocks => ("packed", None),
-            Self::F32 => ("f32", None),
-        }
-    }
-}
-
 impl KernelArgs {
-    /// The matrix path on `backend`.
-    ///
-    /// # Errors
-    /// `--threads` anywhere but the packed CPU kernels.
-    pub fn matrices(&self, backend: Backend) -> Result<Matrices> {
-        let kernels = self.kernels.unwrap_or(KernelChoice::Packed);
-        match (kernels, backend, self.threads) {
-            (KernelChoice::Packed, Backend::Cpu, t) => {
-                Ok(Matrices::CpuPacked(t.unwrap_or_else(mars_engine::cores)))
-            }
-            (_, _, Some(t)) => bail!("--threads {t} applies to the packed CPU kernels only"),
-            (KernelChoice::Packed, Backend::Wgpu, None) => Ok(Matrices::GpuBlocks),
-            (KernelChoice::F32, _, None) => Ok(Matrices::F32),
+    /// The user's choice, resolved for a device by [`mars_engine::OpenDevice::weights`].
+    pub fn choice(&self) -> WeightChoice {
+        match self.kernels.unwrap_or(KernelChoice::Packed) {
+            KernelChoice::Packed => WeightChoice::Packed,
+            KernelChoice::F32 => WeightChoice::F32,
         }
     }
 }

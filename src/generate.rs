@@ -131,10 +131,10 @@ fn decode(
 
 pub fn run_generate(args: &GenerateArgs) -> Result<()> {
     let run = target_only(&args.sampling, args.max_tokens, args.chat)?;
-    let (target, _) = load::target(
+    let (target, _, _) = load::target(
         &args.model.model,
         args.model.device.into(),
-        args.model.kernels.matrices(args.model.device.into())?,
+        &args.model.kernels,
     )?;
     let ids = target.prompt_ids(&args.prompt, args.chat)?;
     let prompt_tokens = ids.len();
@@ -183,8 +183,11 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         "--prompt-tokens must be at least 16 (the rows-cost measurement reuses the prompt) and \
          --decode-tokens at least 1"
     );
-    let matrices = args.model.kernels.matrices(args.model.device.into())?;
-    let (target, open) = load::target(&args.model.model, args.model.device.into(), matrices)?;
+    let (target, open, weights) = load::target(
+        &args.model.model,
+        args.model.device.into(),
+        &args.model.kernels,
+    )?;
     // Greedy (the defaults), no chat template.
     let run = RunSettings {
         max_tokens: args.decode_tokens,
@@ -220,13 +223,15 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         "matrix_bytes_per_forward": target.model().matrix_bytes(),
         // Decode is bound by reading every weight once per token: the bandwidth it achieved.
         "decode_weight_gb_per_second": target.model().matrix_bytes() as f64 * summary.tokens_per_second / 1e9,
-        "packed": target.model().is_packed(),
-        "gpu_blocks": target.model().is_gpu_blocks(),
+        "weights": weights.name(),
         "adapter": open.adapter,
         // The adapter's smallest subgroup, where the GPU kernels' partial sums meet through
         // subgroup shuffles (null: workgroup memory, or the CPU).
-        "gpu_subgroups": open.limits.gpu_subgroups.filter(|_| target.model().is_gpu_blocks()),
-        "threads": open.limits.cpu_threads,
+        "gpu_subgroups": match weights {
+            mars_model::WeightPath::GpuBlocks { subgroups } => subgroups,
+            _ => None,
+        },
+        "threads": weights.threads(),
         "resident_bytes": status_bytes("VmRSS:"),
         "anonymous_resident_bytes": status_bytes("RssAnon:"),
         // The decode's cache: prompt + generated tokens (+ the loop's one spare).

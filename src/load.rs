@@ -8,9 +8,9 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use mars_engine::{Backend, DrafterSpec, OpenDevice, Target};
 use mars_formats::{FormatError, Gguf, ReadAt};
-use mars_model::Llama;
+use mars_model::{Llama, WeightPath};
 
-use crate::args::Matrices;
+use crate::args::KernelArgs;
 
 /// A model file on disk read a slice at a time, as the page reads a `Blob`: the loader pulls the
 /// header, then each tensor once, so the file is never held whole in memory (peak resident
@@ -96,41 +96,36 @@ fn with_gguf<T>(path: &Path, build: impl FnOnce(&Gguf<'_>) -> Result<T>) -> Resu
     built.with_context(|| format!("loading {}", path.display()))
 }
 
-/// Opens the backend with the matrix path `matrices` and loads the target model from `path`
-/// onto it.
+/// Opens the backend, resolves the user's matrix choice on it (the engine's
+/// [`OpenDevice::weights`], its notes on stderr) and loads the target model from `path`.
 ///
 /// # Errors
-/// The device, the file or the model, with the path named; 0 threads.
-pub fn target(path: &Path, backend: Backend, matrices: Matrices) -> Result<(Target, OpenDevice)> {
-    let mut open = pollster::block_on(backend.open())?;
-    match matrices {
-        Matrices::CpuPacked(threads) => {
-            let (with, note) = open.with_packed_kernels(threads)?;
-            open = with;
-            if let Some(note) = note {
-                eprintln!("{note}");
-            }
-        }
-        Matrices::GpuBlocks => {}
-        Matrices::F32 => open = open.with_f32_weights(),
+/// The device, the file or the model, with the path named; a thread count the path refuses.
+pub fn target(
+    path: &Path,
+    backend: Backend,
+    kernels: &KernelArgs,
+) -> Result<(Target, OpenDevice, WeightPath)> {
+    let open = pollster::block_on(backend.open())?;
+    let weights = open.weights(kernels.choice(), kernels.threads)?;
+    for note in &weights.notes {
+        eprintln!("{note}");
     }
     if let Some(adapter) = &open.adapter {
-        match open.limits.gpu_subgroups {
-            Some(lanes) if open.limits.gpu_blocks => eprintln!(
+        match weights.path {
+            WeightPath::GpuBlocks {
+                subgroups: Some(lanes),
+            } => eprintln!(
                 "wgpu adapter: {adapter}; subgroups of at least {lanes} (the kernels' partial \
                  sums meet through shuffles)"
             ),
             _ => eprintln!("wgpu adapter: {adapter}"),
         }
     }
-    if let Some(note) = &open.note {
-        eprintln!("{note}");
-    }
-    let target = with_gguf(path, |g| {
-        Ok(Target::from_gguf(g, &open.device, open.limits)?)
-    })?;
+    let options = open.options(weights.path);
+    let target = with_gguf(path, |g| Ok(Target::from_gguf(g, &open.device, options)?))?;
     note_converted(target.model());
-    Ok((target, open))
+    Ok((target, open, weights.path))
 }
 
 /// Says on stderr which weights the packed path converted to Q8_0 (types it has no kernel for).
@@ -155,11 +150,13 @@ pub fn draft_model(
     spec: &DrafterSpec,
     open: &OpenDevice,
 ) -> Result<Option<Llama>> {
+    // The draft model runs on the target's path (one kernel pool, one device).
+    let options = open.options(target.model().weight_path());
     let DrafterSpec::Model(path) = spec else {
         return Ok(None);
     };
     let model = with_gguf(Path::new(path), |g| {
-        Ok(target.draft_model(g, &open.device, open.limits)?)
+        Ok(target.draft_model(g, &open.device, options)?)
     })?;
     note_converted(&model);
     Ok(Some(model))

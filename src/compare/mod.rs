@@ -14,11 +14,11 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use mars_engine::{Backend, DEFAULTS, Method, MethodOutput, Race, RunSettings, RunSummary, Target};
-use mars_model::Llama;
+use mars_model::{Llama, WeightPath};
 use mars_verify::{Mode, Sampling};
 use serde::Serialize;
 
-use crate::args::{self, DeviceArg, DrafterArgs, Matrices, RuleArgs, SamplingArgs};
+use crate::args::{self, DeviceArg, DrafterArgs, RuleArgs, SamplingArgs};
 use crate::load;
 use prompts::{Prompt, Selection};
 
@@ -154,7 +154,7 @@ pub(crate) struct Runner {
     pub(crate) run: RunSettings,
     /// The device and matrix path the target runs on.
     pub(crate) backend: Backend,
-    pub(crate) matrices: Matrices,
+    pub(crate) weights: WeightPath,
     settings: Settings,
 }
 
@@ -170,8 +170,8 @@ impl Runner {
             common.max_tokens,
             common.chat,
         )?;
-        let matrices = common.kernels.matrices(resolved.backend)?;
-        let (target, open) = load::target(&resolved.model, resolved.backend, matrices)?;
+        let (target, open, weights) =
+            load::target(&resolved.model, resolved.backend, &common.kernels)?;
         let run = resolved.run;
         let draft_model = load::draft_model(&target, &run.drafter, &open)?;
         let settings = Settings {
@@ -189,7 +189,7 @@ impl Runner {
             draft_model,
             run,
             backend: resolved.backend,
-            matrices,
+            weights,
             settings,
         })
     }

@@ -13,10 +13,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use mars_engine::{Backend, DEFAULTS, Method, MethodOutput, RunSettings, RunSummary};
+use mars_model::WeightPath;
 use mars_verify::Mode;
 use serde::{Deserialize, Serialize};
 
-use crate::args::{self, DeviceArg, DrafterArgs, KernelArgs, Matrices, RuleArgs, SamplingArgs};
+use crate::args::{self, DeviceArg, DrafterArgs, KernelArgs, RuleArgs, SamplingArgs};
 use crate::compare::report::mode_label;
 use crate::compare::{CommonArgs, Runner};
 use code::Problem;
@@ -259,7 +260,7 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         "timeout_s": args.timeout,
     });
     if let Some(all) = settings.as_object_mut() {
-        all.extend(path_settings(runner.backend, runner.matrices));
+        all.extend(path_settings(runner.backend, runner.weights));
     }
     let (journal, done) = match &args.out {
         Some(dir) => {
@@ -349,9 +350,9 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
 /// devices, matrix paths or thread counts.
 fn path_settings(
     backend: Backend,
-    matrices: Matrices,
+    weights: WeightPath,
 ) -> serde_json::Map<String, serde_json::Value> {
-    let (path, threads) = matrices.record();
+    let (path, threads) = (weights.name(), weights.threads());
     let mut m = serde_json::Map::new();
     m.insert(
         "device".into(),
@@ -740,22 +741,28 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("mars-resume-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         // As run_eval builds them: the model and the path's settings.
-        let settings = |backend: Backend, matrices: Matrices| {
+        let settings = |backend: Backend, weights: WeightPath| {
             let mut all = serde_json::Map::new();
             all.insert("model".into(), "m.gguf".into());
-            all.extend(path_settings(backend, matrices));
+            all.extend(path_settings(backend, weights));
             serde_json::Value::Object(all)
         };
-        let made = settings(Backend::Cpu, Matrices::CpuPacked(2));
+        let made = settings(Backend::Cpu, WeightPath::CpuPacked { threads: 2 });
         std::fs::write(dir.join("settings.json"), made.to_string()).unwrap();
         let line = serde_json::to_string(&record("HumanEval/0", Verdict::Passed)).unwrap();
         std::fs::write(dir.join("records.jsonl"), format!("{line}\n")).unwrap();
         // The same settings: the journal's problem is kept.
         assert_eq!(resume(&dir, &made).unwrap().len(), 1);
         for (other, key) in [
-            (settings(Backend::Cpu, Matrices::CpuPacked(4)), "threads"),
-            (settings(Backend::Cpu, Matrices::F32), "matrices"),
-            (settings(Backend::Wgpu, Matrices::GpuBlocks), "device"),
+            (
+                settings(Backend::Cpu, WeightPath::CpuPacked { threads: 4 }),
+                "threads",
+            ),
+            (settings(Backend::Cpu, WeightPath::F32), "matrices"),
+            (
+                settings(Backend::Wgpu, WeightPath::GpuBlocks { subgroups: None }),
+                "device",
+            ),
         ] {
             let err = resume(&dir, &other).unwrap_err().to_string();
             assert!(err.contains(&format!("this run has {key} =")), "{err}");

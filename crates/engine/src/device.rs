@@ -4,7 +4,7 @@
 
 use std::cell::RefCell;
 
-use mars_model::{Device, LoadOptions};
+use mars_model::{Device, DeviceLimits, LoadOptions, WeightPath};
 
 use crate::error::{EngineError, Result};
 
@@ -18,18 +18,37 @@ pub enum Backend {
     Wgpu,
 }
 
+/// The user's choice of matrix path; [`OpenDevice::weights`] resolves it for the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightChoice {
+    /// GGUF blocks kept as stored (the default): the packed kernels on the CPU, the WGSL block
+    /// kernels on a GPU.
+    #[default]
+    Packed,
+    /// Every weight dequantized to f32 (the reference path).
+    F32,
+}
+
+/// What a GPU adapter offers the block kernels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuCaps {
+    /// Why the block kernels cannot run on this adapter (`None`: they can).
+    pub blocks_unsupported: Option<String>,
+    /// The adapter's smallest subgroup where it offers subgroups.
+    pub subgroups: Option<u32>,
+}
+
 /// An opened device and what the loader may use of it.
 #[derive(Debug, Clone)]
 pub struct OpenDevice {
     /// The burn device.
     pub device: Device,
     /// Limits checked before weights are allocated.
-    pub limits: LoadOptions,
+    pub limits: DeviceLimits,
     /// The GPU adapter's name, for reports (`None` on the CPU).
     pub adapter: Option<String>,
-    /// What the front end should tell the user about the device (the block kernels unavailable
-    /// on this adapter), if anything.
-    pub note: Option<String>,
+    /// What the GPU adapter offers (`None` on the CPU).
+    pub gpu: Option<GpuCaps>,
 }
 
 thread_local! {
@@ -61,23 +80,17 @@ impl Backend {
     }
 }
 
-/// On the CPU, weights are f32 unless the front end asks for the packed kernels
-/// ([`OpenDevice::with_packed_kernels`]): packed logits are not yet independent of the batch
-/// (flex's attention sums in another order for another shape, and 8-bit activation rounding
-/// amplifies that), so greedy strict speculation would not equal target-only decoding there.
+/// The CPU: burn's flex device (the f32 reference path's), with the packed kernels beside it.
 #[cfg(feature = "flex")]
 fn open_cpu() -> Result<OpenDevice> {
     Ok(OpenDevice {
         device: Device::flex(),
-        limits: LoadOptions {
+        limits: DeviceLimits {
             max_buffer_bytes: None,
             max_total_bytes: available_memory(),
-            cpu_threads: None,
-            gpu_blocks: false,
-            gpu_subgroups: None,
         },
         adapter: None,
-        note: None,
+        gpu: None,
     })
 }
 
@@ -87,39 +100,82 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }
 
-impl OpenDevice {
-    /// On the CPU, keeps quantized GGUF matrices packed and runs them on mars-kernels with
-    /// `threads` threads (no effect on a GPU): 0 is an error; more than [`cores`] is clamped to
-    /// the core count (more threads than cores only take turns), and the returned note says so.
-    ///
-    /// # Errors
-    /// [`EngineError::Config`] for 0.
-    pub fn with_packed_kernels(mut self, threads: usize) -> Result<(Self, Option<String>)> {
-        if threads == 0 {
-            return Err(EngineError::Config {
-                field: "threads",
-                value: "0".into(),
-                why: "at least 1 thread",
-            });
-        }
-        let cores = cores();
-        let note = (threads > cores)
-            .then(|| format!("threads = {threads} is more than the {cores} cores: using {cores}"));
-        if self.adapter.is_none() {
-            self.limits.cpu_threads = Some(threads.min(cores));
-        }
-        Ok((self, note))
-    }
+/// A resolved weight path and what the front end should tell the user about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Weights {
+    /// The path.
+    pub path: WeightPath,
+    /// Said to the user where the choice was adjusted (threads clamped to the cores, the block
+    /// kernels unavailable on this adapter).
+    pub notes: Vec<String>,
 }
 
 impl OpenDevice {
-    /// On a GPU, uploads every weight as f32 instead of GGUF blocks: the reference path the
-    /// block kernels are measured against (no effect on the CPU, where `with_packed_kernels`
-    /// decides).
-    #[must_use]
-    pub fn with_f32_weights(mut self) -> Self {
-        self.limits.gpu_blocks = false;
-        self
+    /// The one place a user's matrix choice becomes a [`WeightPath`] on this device: packed
+    /// blocks on the CPU kernels with `threads` threads (default: one per core; more than
+    /// [`cores`] is clamped, with a note), GGUF blocks on a GPU (f32 with a note where the
+    /// adapter cannot run the block kernels, with its subgroups where it has them), or f32.
+    ///
+    /// # Errors
+    /// [`EngineError::Config`] for 0 threads, or threads on any path but the packed CPU one.
+    pub fn weights(&self, choice: WeightChoice, threads: Option<usize>) -> Result<Weights> {
+        let mut notes = Vec::new();
+        let path = match (choice, &self.gpu, threads) {
+            (_, _, Some(0)) => {
+                return Err(EngineError::Config {
+                    field: "threads",
+                    value: "0".into(),
+                    why: "at least 1 thread",
+                });
+            }
+            (WeightChoice::Packed, None, t) => {
+                let cores = cores();
+                let wanted = t.unwrap_or(cores);
+                if wanted > cores {
+                    notes.push(format!(
+                        "threads = {wanted} is more than the {cores} cores: using {cores}"
+                    ));
+                }
+                WeightPath::CpuPacked {
+                    threads: wanted.min(cores),
+                }
+            }
+            (_, _, Some(t)) => {
+                return Err(EngineError::Config {
+                    field: "threads",
+                    value: t.to_string(),
+                    why: "threads apply to the packed CPU kernels only",
+                });
+            }
+            (WeightChoice::Packed, Some(gpu), None) => match &gpu.blocks_unsupported {
+                Some(why) => {
+                    notes.push(format!("note: {why}"));
+                    WeightPath::F32
+                }
+                None => WeightPath::GpuBlocks {
+                    subgroups: gpu.subgroups,
+                },
+            },
+            (WeightChoice::F32, _, None) => WeightPath::F32,
+        };
+        Ok(Weights { path, notes })
+    }
+
+    /// The loader's options for `path` on this device.
+    pub fn options(&self, path: WeightPath) -> LoadOptions {
+        LoadOptions {
+            weights: path,
+            limits: self.limits,
+        }
+    }
+
+    /// The loader's options for the default choice (packed blocks, threads per core): what the
+    /// page uses.
+    pub fn default_options(&self) -> LoadOptions {
+        let path = self
+            .weights(WeightChoice::Packed, None)
+            .map_or(WeightPath::F32, |w| w.path);
+        self.options(path)
     }
 }
 
@@ -136,24 +192,21 @@ async fn open_wgpu() -> Result<OpenDevice> {
         .map_err(|e| EngineError::Device(e.to_string()))?;
     let limits = setup.adapter.limits();
     let info = setup.adapter.get_info();
-    let unsupported = mars_model::blocks_unsupported(&setup.adapter);
     Ok(OpenDevice {
         device,
-        limits: LoadOptions {
+        limits: DeviceLimits {
             max_buffer_bytes: Some(
                 limits
                     .max_storage_buffer_binding_size
                     .min(limits.max_buffer_size),
             ),
             max_total_bytes: None,
-            cpu_threads: None,
-            // GGUF blocks in GPU buffers by default (where the adapter can run the kernels);
-            // `with_f32_weights` for the reference.
-            gpu_blocks: unsupported.is_none(),
-            gpu_subgroups: mars_model::subgroup_lanes(&setup.adapter),
         },
         adapter: Some(format!("{} ({:?})", info.name, info.backend)),
-        note: unsupported.map(|why| format!("note: {why}")),
+        gpu: Some(GpuCaps {
+            blocks_unsupported: mars_model::blocks_unsupported(&setup.adapter).map(str::to_string),
+            subgroups: mars_model::subgroup_lanes(&setup.adapter),
+        }),
     })
 }
 

@@ -22,7 +22,7 @@ mod session;
 pub use decoder::{
     DecodeConfig, Decoder, Prefill, RunSummary, StepRecord, StopReason, TokenKind, TokenRecord,
 };
-pub use device::{Backend, OpenDevice, cores};
+pub use device::{Backend, GpuCaps, OpenDevice, WeightChoice, Weights, cores};
 pub use drafter::{AnyDrafter, Draft, Drafter, ModelDrafter, NgramDrafter, check_same_tokenizer};
 pub use error::{EngineError, Result};
 pub use mars_formats::LayerSpec;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use mars_engine::{AnyDrafter, DecodeConfig, ModelDrafter, TokenKind, check_same_tokenizer};
 use mars_formats::{ChatTemplate, Gguf, Message, Tokenizer};
-use mars_model::{Device, Llama, LoadOptions};
+use mars_model::{Device, Llama, LoadOptions, WeightPath};
 use mars_verify::{Mode, Sampling, VerifyConfig};
 
 mod common;
@@ -38,14 +38,11 @@ fn greedy_strict_speculation_with_the_draft_model_equals_target_only() {
     let Some(draft_bytes) = bytes("Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf") else {
         return;
     };
-    let options = LoadOptions {
-        cpu_threads: Some(2),
-        ..LoadOptions::default()
-    };
+    let options = LoadOptions::with_weights(WeightPath::CpuPacked { threads: 2 });
     let device = Device::flex();
     let g = Gguf::parse(&target_bytes).unwrap();
     let target = Llama::from_gguf(&g, &device, options).unwrap();
-    assert!(target.is_packed());
+    assert_eq!(target.weight_path(), options.weights);
     assert!(target.converted().is_empty(), "{:?}", target.converted());
     let tokenizer = Arc::new(Tokenizer::from_gguf(&g).unwrap());
     let template = ChatTemplate::new(

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use mars_engine::{AnyDrafter, DecodeConfig, ModelDrafter, NgramDrafter, StopReason, TokenKind};
 use mars_formats::{ChatTemplate, Gguf, Message, Tokenizer};
-use mars_model::{Device, Llama, LoadOptions};
+use mars_model::{Device, Llama, LoadOptions, WeightPath};
 use mars_verify::{Mode, Sampling, VerifyConfig};
 
 mod common;
@@ -41,10 +41,7 @@ fn model_bytes() -> Option<Vec<u8>> {
 fn greedy_strict_speculation_equals_target_only_exactly_on_the_packed_path() {
     check(
         &Device::flex(),
-        LoadOptions {
-            cpu_threads: Some(2),
-            ..LoadOptions::default()
-        },
+        LoadOptions::with_weights(WeightPath::CpuPacked { threads: 2 }),
         0.0,
         false,
     );
@@ -69,11 +66,9 @@ fn greedy_strict_speculation_equals_target_only_on_wgpu_blocks_up_to_near_ties()
         .expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
     check(
         &device,
-        LoadOptions {
-            gpu_blocks: true,
-            gpu_subgroups: mars_model::subgroup_lanes(&setup.adapter),
-            ..LoadOptions::default()
-        },
+        LoadOptions::with_weights(WeightPath::GpuBlocks {
+            subgroups: mars_model::subgroup_lanes(&setup.adapter),
+        }),
         NEAR_TIE,
         true,
     );
@@ -87,8 +82,7 @@ fn check(device: &Device, options: LoadOptions, near_tie: f32, quick: bool) {
     let g = Gguf::parse(&bytes).unwrap();
     let device = device.clone();
     let model = Llama::from_gguf(&g, &device, options).unwrap();
-    assert_eq!(model.is_packed(), options.cpu_threads.is_some());
-    assert_eq!(model.is_gpu_blocks(), options.gpu_blocks);
+    assert_eq!(model.weight_path(), options.weights);
     let tokenizer = Arc::new(Tokenizer::from_gguf(&g).unwrap());
     let template =
         ChatTemplate::new(g.get_str("tokenizer.chat_template").unwrap(), "", "").unwrap();

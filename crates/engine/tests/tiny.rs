@@ -12,7 +12,7 @@ use mars_engine::{
 };
 use mars_formats::{Gguf, GgufWriter, Tokenizer, Value};
 use mars_model::tiny::tiny_gguf;
-use mars_model::{Device, Llama, LoadOptions, read_f32};
+use mars_model::{Device, Llama, LoadOptions, WeightPath, read_f32};
 use mars_verify::{Mode, Sampler, Sampling, VerifyConfig};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
 
@@ -32,11 +32,10 @@ fn tiny() -> Tiny {
 /// The tiny model on the packed CPU path: its f32 weights converted to Q8_0 at load, its F16
 /// embedding kept as stored.
 fn tiny_packed() -> Tiny {
-    let t = tiny_with(LoadOptions {
-        cpu_threads: Some(2),
-        ..LoadOptions::default()
-    });
-    assert!(t.model.is_packed());
+    let t = tiny_with(LoadOptions::with_weights(WeightPath::CpuPacked {
+        threads: 2,
+    }));
+    assert!(t.model.weight_path().threads().is_some());
     assert_eq!(
         t.model.converted().len(),
         2 * 7 + 1,

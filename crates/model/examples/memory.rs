@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use mars_formats::{Gguf, Tokenizer};
-use mars_model::{Device, Llama, LoadOptions, read_f32};
+use mars_model::{Device, Llama, LoadOptions, WeightPath, read_f32};
 
 fn rss_anon() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -27,10 +27,7 @@ fn main() {
     say("parsed");
     let tokenizer = Tokenizer::from_gguf(&g).unwrap();
     say("tokenizer");
-    let options = LoadOptions {
-        cpu_threads: Some(threads),
-        ..LoadOptions::default()
-    };
+    let options = LoadOptions::with_weights(WeightPath::CpuPacked { threads });
     let model = Llama::from_gguf(&g, &Device::flex(), options).unwrap();
     say("model");
     drop(g);

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use mars_formats::Gguf;
-use mars_model::{Device, Llama, LoadOptions, read_f32};
+use mars_model::{Device, Llama, LoadOptions, WeightPath, read_f32};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -24,10 +24,11 @@ fn main() {
         |_| std::thread::available_parallelism().map_or(1, usize::from),
         |t| t.parse().expect("STEP_THREADS"),
     );
-    let options = LoadOptions {
-        cpu_threads: (threads > 0).then_some(threads),
-        ..LoadOptions::default()
-    };
+    let options = LoadOptions::with_weights(if threads > 0 {
+        WeightPath::CpuPacked { threads }
+    } else {
+        WeightPath::F32
+    });
     let model = Llama::from_gguf(&g, &Device::flex(), options).unwrap();
     let prompt: Vec<u32> = (0..64).map(|i| 100 + i * 7).collect();
     let mut cache = model.new_cache(512).unwrap();

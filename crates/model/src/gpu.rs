@@ -50,12 +50,12 @@ pub(crate) struct GpuTarget {
 
 impl GpuTarget {
     /// Read off a one-value tensor: the one handle burn gives to its runtime. `subgroups`: the
-    /// adapter's smallest subgroup where it offers subgroups ([`LoadOptions::gpu_subgroups`]).
+    /// adapter's smallest subgroup where it offers subgroups ([`WeightPath::GpuBlocks`]).
     ///
     /// # Errors
     /// [`ModelError::Unsupported`] for a device that is not wgpu.
     ///
-    /// [`LoadOptions::gpu_subgroups`]: crate::LoadOptions::gpu_subgroups
+    /// [`WeightPath::GpuBlocks`]: crate::WeightPath::GpuBlocks
     pub(crate) fn of(device: &Device, subgroups: Option<u32>) -> Result<Self> {
         let (client, device) = client_of(device)?;
         let reduce = match subgroups {
@@ -72,7 +72,7 @@ impl GpuTarget {
 
 /// The adapter's smallest subgroup where it offers subgroups (wgpu's `SUBGROUP`, reported by
 /// Vulkan, Metal and D3D12 adapters, lavapipe's included; wgpu's WebGPU backend reports none),
-/// for [`LoadOptions::gpu_subgroups`](crate::LoadOptions::gpu_subgroups); `None` without them
+/// for [`WeightPath::GpuBlocks`](crate::WeightPath::GpuBlocks); `None` without them
 /// or with a size the kernels cannot use (not a power of two of at least 2).
 pub fn subgroup_lanes(adapter: &burn::backend::wgpu::wgpu::Adapter) -> Option<u32> {
     use burn::backend::wgpu::wgpu::Features;

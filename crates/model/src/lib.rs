@@ -2,11 +2,11 @@
 //! native GPUs (wgpu on Vulkan/Metal/DX12) and the browser (WebGPU).
 //!
 //! - [`LlamaConfig`]: hyper-parameters with `validate()`.
-//! - [`Llama`]: on the CPU, matrices kept as packed GGUF blocks run by mars-kernels with a
-//!   row-independent forward pass ([`LoadOptions::cpu_threads`]); on wgpu / WebGPU, matrices
-//!   kept as GGUF blocks in GPU buffers run by mars-kernels' WGSL kernels, the rest burn ops
-//!   ([`LoadOptions::gpu_blocks`]); otherwise every weight dequantized to f32 burn tensors (the
-//!   reference path). `forward` returns logits at every position.
+//! - [`Llama`]: on one [`WeightPath`]: on the CPU, matrices kept as packed GGUF blocks run by
+//!   mars-kernels with a row-independent forward pass ([`WeightPath::CpuPacked`]); on wgpu /
+//!   WebGPU, matrices kept as GGUF blocks in GPU buffers run by mars-kernels' WGSL kernels, the
+//!   rest burn ops ([`WeightPath::GpuBlocks`]); or every weight dequantized to f32 burn tensors
+//!   (the reference path, [`WeightPath::F32`]). `forward` returns logits at every position.
 //! - [`KvCache`]: preallocated, with a cursor and O(1) `truncate`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -29,7 +29,7 @@ pub use error::{ModelError, Result};
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
 pub use gpu::{blocks_unsupported, subgroup_lanes};
 pub use llama::Llama;
-pub use load::LoadOptions;
+pub use load::{DeviceLimits, LoadOptions, WeightPath};
 
 /// Reads a float tensor back as a `Vec<f32>` (natively; the browser uses [`read_f32_async`]).
 ///

@@ -9,6 +9,7 @@ use crate::cache::KvCache;
 use crate::config::{LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
 use crate::host::HostModel;
+use crate::load::WeightPath;
 
 /// A weight matrix and how it is applied to activations `[1, t, in]` (the burn path: GPUs,
 /// and the f32 reference on the CPU; packed CPU weights are in `host.rs`).
@@ -102,6 +103,8 @@ pub(crate) enum Body {
 #[derive(Debug, Clone)]
 pub struct Llama {
     pub(crate) config: LlamaConfig,
+    /// The weight path it was loaded on.
+    pub(crate) weights: WeightPath,
     pub(crate) body: Body,
     pub(crate) device: Device,
     /// Logits are computed for token ids below this (the vocabulary unless
@@ -134,6 +137,7 @@ impl Llama {
         };
         Ok(Self {
             config,
+            weights: self.weights,
             body,
             device: self.device.clone(),
             logit_ids: self.logit_ids,
@@ -257,20 +261,9 @@ impl Llama {
         Ok(logits)
     }
 
-    /// Whether the matrices run on the packed CPU kernels.
-    pub fn is_packed(&self) -> bool {
-        matches!(self.body, Body::Host(_))
-    }
-
-    /// Whether the matrices are GGUF blocks on the GPU (wgpu / WebGPU).
-    pub fn is_gpu_blocks(&self) -> bool {
-        match &self.body {
-            Body::Tensors(m) => {
-                !matches!(m.embedding, Embedding::Dense(_))
-                    || !matches!(m.lm_head, Linear::Dense(_) | Linear::DenseOutIn(_))
-            }
-            Body::Host(_) => false,
-        }
+    /// The weight path the model was loaded on.
+    pub fn weight_path(&self) -> WeightPath {
+        self.weights
     }
 
     /// Weights converted to Q8_0 at load because the kernels have no path for their type, as

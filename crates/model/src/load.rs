@@ -13,30 +13,82 @@ use crate::host::{HostBlock, HostModel};
 use crate::llama::{Block, Body, Embedding, Linear, Llama, TensorModel};
 use crate::weights::{HfWeights, Weights};
 
-/// Options for [`Llama::from_gguf`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct LoadOptions {
+/// How a model's matrices are stored and multiplied: resolved once per load (the engine's
+/// `OpenDevice::weights` turns a user's choice and the device into one), never re-derived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(tag = "path", rename_all = "snake_case")]
+pub enum WeightPath {
+    /// Every weight dequantized to f32 burn tensors on any device: the reference the packed
+    /// paths are measured against (4–8× the memory; on the CPU a row's logits then depend on
+    /// the batch in the last bits, since burn's matmuls sum in another order for another shape).
+    #[default]
+    F32,
+    /// On the CPU: matrices of the types mars-kernels multiplies (Q8_0, Q4_0, Q4_1, Q5_0,
+    /// Q5_1, Q4_K, Q5_K, Q6_K, F16, BF16) kept as stored (others converted to Q8_0), run on
+    /// this many threads by a forward pass whose rows do not depend on the batch.
+    CpuPacked {
+        /// Threads of the kernels' pool.
+        threads: usize,
+    },
+    /// On wgpu / WebGPU: matrices (and the embedding) kept as GGUF blocks in GPU buffers, run
+    /// by mars-kernels' WGSL kernels (F32 tensors stay f32; types without a kernel are
+    /// converted once to Q8_0); norms, RoPE and attention are burn ops.
+    GpuBlocks {
+        /// The adapter's smallest subgroup where it offers subgroups (wgpu's `SUBGROUP`), so
+        /// that the kernels' partial sums meet through shuffles (the same bits as through
+        /// workgroup memory, fewer barriers); `None`: as
+        /// `mars_kernels::gpu::Reduce::detect` finds.
+        subgroups: Option<u32>,
+    },
+}
+
+impl WeightPath {
+    /// A short name for reports and journals: `f32`, `packed` or `gpu_blocks`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::CpuPacked { .. } => "packed",
+            Self::GpuBlocks { .. } => "gpu_blocks",
+        }
+    }
+
+    /// The packed CPU kernels' threads (`None` on the other paths).
+    pub fn threads(self) -> Option<usize> {
+        match self {
+            Self::CpuPacked { threads } => Some(threads),
+            _ => None,
+        }
+    }
+}
+
+/// What a device can hold, checked before anything is allocated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceLimits {
     /// The device's largest buffer (wgpu's `max_storage_buffer_binding_size`); `None` on the
-    /// CPU. Checked before anything is allocated.
+    /// CPU.
     pub max_buffer_bytes: Option<u64>,
-    /// Memory the weights may take in all (available RAM for the CPU backend; browsers and
-    /// wgpu do not report device memory, so `None` there). Checked before anything is
-    /// allocated, against the f32 size of every weight.
+    /// Memory the weights may take in all (available RAM for the CPU; browsers and wgpu do not
+    /// report device memory, so `None` there).
     pub max_total_bytes: Option<u64>,
-    /// On the CPU: keep matrices of the types mars-kernels multiplies (Q8_0, Q4_0, Q4_1, Q5_0,
-    /// Q5_1, Q4_K, Q5_K, Q6_K, F16, BF16) as stored and run them on this many threads. `None` (GPUs, and the f32
-    /// reference path) dequantizes every weight to f32.
-    pub cpu_threads: Option<usize>,
-    /// On wgpu / WebGPU: keep matrices (and the embedding) as GGUF blocks in GPU buffers, run
-    /// by mars-kernels' WGSL kernels (F32 tensors stay f32, as stored; types without a kernel
-    /// are converted once to Q8_0); `false` uploads every weight as f32 (the reference path).
-    /// Ignored where `cpu_threads` is set.
-    pub gpu_blocks: bool,
-    /// With `gpu_blocks`: the adapter's smallest subgroup where it offers subgroups (wgpu's
-    /// `SUBGROUP` feature), so that the kernels' partial sums meet through subgroup shuffles
-    /// (the same bits as through workgroup memory, fewer barriers). `None`: as
-    /// `mars_kernels::gpu::Reduce::detect` finds.
-    pub gpu_subgroups: Option<u32>,
+}
+
+/// Options for [`Llama::from_gguf`]: the weight path and the device's limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// How the matrices are stored and multiplied.
+    pub weights: WeightPath,
+    /// What the device can hold.
+    pub limits: DeviceLimits,
+}
+
+impl LoadOptions {
+    /// `weights` with no limits checked (tests, examples).
+    pub fn with_weights(weights: WeightPath) -> Self {
+        Self {
+            weights,
+            limits: DeviceLimits::default(),
+        }
+    }
 }
 
 /// The kernels for `threads` threads, one pool per count for the whole process: a target and
@@ -197,8 +249,7 @@ fn freq_factors(g: &dyn Weights, hd: usize) -> Result<Option<Vec<f32>>> {
 }
 
 impl Llama {
-    /// Builds the model from a GGUF file on `device`: every weight dequantized to f32, or with
-    /// [`LoadOptions::cpu_threads`] the matrices kept as their blocks (other types as Q8_0).
+    /// Builds the model from a GGUF file on `device` on the weight path of `options`.
     ///
     /// # Errors
     /// Configuration, missing or mis-shaped tensors, or a model too large for the device.
@@ -232,17 +283,17 @@ impl Llama {
         options: LoadOptions,
     ) -> Result<Self> {
         Self::check_weights(&c, g, options)?;
-        let body = match options.cpu_threads {
-            Some(threads) => Body::Host(host_model(&c, g, shared_kernels(threads)?)?),
-            None => Body::Tensors(Box::new(tensor_model(
-                &c,
-                g,
-                device,
-                options.gpu_blocks,
-                options.gpu_subgroups,
-            )?)),
+        let body = match options.weights {
+            WeightPath::CpuPacked { threads } => {
+                Body::Host(host_model(&c, g, shared_kernels(threads)?)?)
+            }
+            WeightPath::GpuBlocks { subgroups } => {
+                Body::Tensors(Box::new(tensor_model(&c, g, device, true, subgroups)?))
+            }
+            WeightPath::F32 => Body::Tensors(Box::new(tensor_model(&c, g, device, false, None)?)),
         };
         Ok(Self {
+            weights: options.weights,
             logit_ids: c.vocab_size,
             config: c,
             body,
@@ -653,8 +704,10 @@ fn check_memory(c: &LlamaConfig, g: &dyn Weights, options: LoadOptions) -> Resul
     let (d, ff, v) = (c.d_model as u64, c.d_ff as u64, c.vocab_size as u64);
     let q = (c.n_heads as u64).saturating_mul(c.head_dim as u64);
     // GGUF blocks on the GPU are split by rows to fit a binding (the kernels check each row).
-    let f32_buffers = options.cpu_threads.is_none() && !options.gpu_blocks;
-    if let Some(limit) = options.max_buffer_bytes.filter(|_| f32_buffers) {
+    let f32_buffers = options.weights == WeightPath::F32;
+    let gpu_blocks = matches!(options.weights, WeightPath::GpuBlocks { .. });
+    let limits = options.limits;
+    if let Some(limit) = limits.max_buffer_bytes.filter(|_| f32_buffers) {
         let tensors = [
             ("the embedding matrix", v.saturating_mul(d)),
             ("an FFN matrix", ff.saturating_mul(d)),
@@ -671,10 +724,10 @@ fn check_memory(c: &LlamaConfig, g: &dyn Weights, options: LoadOptions) -> Resul
             }
         }
     }
-    if let Some(limit) = options.max_buffer_bytes.filter(|_| options.gpu_blocks) {
+    if let Some(limit) = limits.max_buffer_bytes.filter(|_| gpu_blocks) {
         check_block_buffers(c, g, limit)?;
     }
-    if let Some(limit) = options.max_total_bytes {
+    if let Some(limit) = limits.max_total_bytes {
         let rope = 4u64
             .saturating_mul(c.context_length as u64)
             .saturating_mul(c.head_dim as u64);

@@ -5,7 +5,7 @@
 
 use mars_formats::{Gguf, Tokenizer};
 use mars_model::tiny::{tiny_config, tiny_gguf, tiny_gguf_quantized};
-use mars_model::{Device, Llama, LoadOptions, read_f32};
+use mars_model::{Device, DeviceLimits, Llama, LoadOptions, WeightPath, read_f32};
 
 /// Largest difference allowed between backends: f32 sums in another order, over 2 layers.
 const TOLERANCE: f32 = 1e-4;
@@ -17,7 +17,7 @@ fn logits(device: &Device, bytes: &[u8], tokens: &[u32]) -> Vec<f32> {
 fn logits_with(device: &Device, bytes: &[u8], tokens: &[u32], options: LoadOptions) -> Vec<f32> {
     let g = Gguf::parse(bytes).unwrap();
     let model = Llama::from_gguf(&g, device, options).unwrap();
-    assert_eq!(model.is_gpu_blocks(), options.gpu_blocks);
+    assert_eq!(model.weight_path(), options.weights);
     assert_eq!(model.config(), &tiny_config());
     let mut cache = model.new_cache(32).unwrap();
     // A prompt, then two single-token steps: batched and incremental paths both compared.
@@ -91,10 +91,7 @@ fn wgpu_blocks_agree_with_flex_over_the_dequantized_weights() {
     let bytes = tiny_gguf_quantized(7).unwrap();
     let tokens = [72, 101, 108, 108, 111, 32, 119, 111];
     let cpu = logits(&Device::flex(), &bytes, &tokens);
-    let options = LoadOptions {
-        gpu_blocks: true,
-        ..LoadOptions::default()
-    };
+    let options = LoadOptions::with_weights(WeightPath::GpuBlocks { subgroups: None });
     let gpu = logits_with(&wgpu(), &bytes, &tokens, options);
     let worst = max_diff(&cpu, &gpu);
     eprintln!("flex f32 vs wgpu blocks: max |Δ logit| = {worst:.2e}");
@@ -107,10 +104,9 @@ fn wgpu_blocks_agree_with_flex_over_the_dequantized_weights() {
         &device,
         &bytes,
         &tokens,
-        LoadOptions {
-            gpu_subgroups: Some(lanes),
-            ..options
-        },
+        LoadOptions::with_weights(WeightPath::GpuBlocks {
+            subgroups: Some(lanes),
+        }),
     );
     assert_eq!(
         gpu.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -178,11 +174,11 @@ fn too_big_for_the_device_is_refused_up_front() {
         &g,
         &Device::flex(),
         LoadOptions {
-            max_buffer_bytes: Some(embedding - 1),
-            max_total_bytes: None,
-            cpu_threads: None,
-            gpu_blocks: false,
-            gpu_subgroups: None,
+            weights: WeightPath::F32,
+            limits: DeviceLimits {
+                max_buffer_bytes: Some(embedding - 1),
+                max_total_bytes: None,
+            },
         },
     )
     .unwrap_err();
@@ -197,11 +193,11 @@ fn too_big_for_the_device_is_refused_up_front() {
         &g,
         &Device::flex(),
         LoadOptions {
-            max_buffer_bytes: Some(embedding),
-            max_total_bytes: Some(c.weight_bytes()),
-            cpu_threads: None,
-            gpu_blocks: false,
-            gpu_subgroups: None,
+            weights: WeightPath::F32,
+            limits: DeviceLimits {
+                max_buffer_bytes: Some(embedding),
+                max_total_bytes: Some(c.weight_bytes()),
+            },
         },
     )
     .unwrap_err();
@@ -212,11 +208,11 @@ fn too_big_for_the_device_is_refused_up_front() {
         &g,
         &Device::flex(),
         LoadOptions {
-            max_buffer_bytes: Some(embedding),
-            max_total_bytes: Some(c.weight_bytes() + rope),
-            cpu_threads: None,
-            gpu_blocks: false,
-            gpu_subgroups: None,
+            weights: WeightPath::F32,
+            limits: DeviceLimits {
+                max_buffer_bytes: Some(embedding),
+                max_total_bytes: Some(c.weight_bytes() + rope),
+            },
         },
     )
     .unwrap();
@@ -264,17 +260,11 @@ fn a_model_read_a_slice_at_a_time_equals_one_held_in_memory() {
     for (device, options) in [
         (
             wgpu(),
-            LoadOptions {
-                gpu_blocks: true,
-                ..LoadOptions::default()
-            },
+            LoadOptions::with_weights(WeightPath::GpuBlocks { subgroups: None }),
         ),
         (
             Device::flex(),
-            LoadOptions {
-                cpu_threads: Some(2),
-                ..LoadOptions::default()
-            },
+            LoadOptions::with_weights(WeightPath::CpuPacked { threads: 2 }),
         ),
     ] {
         let expected = run(
@@ -324,9 +314,11 @@ fn edited(drop: &str, reshape: Option<(&str, Vec<u64>)>) -> Vec<u8> {
 #[test]
 fn a_header_alone_is_checked_as_the_load_checks_it() {
     let blocks = |limit: Option<u64>| LoadOptions {
-        max_buffer_bytes: limit,
-        gpu_blocks: true,
-        ..LoadOptions::default()
+        weights: WeightPath::GpuBlocks { subgroups: None },
+        limits: DeviceLimits {
+            max_buffer_bytes: limit,
+            max_total_bytes: None,
+        },
     };
     let bytes = tiny_gguf_quantized(7).unwrap();
     let whole = Gguf::parse(&bytes).unwrap();

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 use mars_formats::Gguf;
-use mars_model::{Device, Llama, LoadOptions, ModelError, read_f32};
+use mars_model::{Device, Llama, LoadOptions, ModelError, WeightPath, read_f32};
 
 #[derive(serde::Deserialize)]
 struct Reference {
@@ -48,10 +48,9 @@ fn load() -> Option<Llama> {
 
 /// The CPU path the engine uses: quantized matrices packed, on the mars-kernels.
 fn load_packed() -> Option<Llama> {
-    load_with(LoadOptions {
-        cpu_threads: Some(2),
-        ..LoadOptions::default()
-    })
+    load_with(LoadOptions::with_weights(WeightPath::CpuPacked {
+        threads: 2,
+    }))
 }
 
 fn load_with(options: LoadOptions) -> Option<Llama> {
@@ -302,7 +301,7 @@ const PACKED_NEAR_TIE: f64 = 0.5;
 #[test]
 fn packed_path_matches_the_exact_reference_within_the_8_bit_bound() {
     let Some(model) = load_packed() else { return };
-    assert!(model.is_packed());
+    assert!(model.weight_path().threads().is_some());
     let exact: Exact = serde_json::from_str(include_str!("data/smollm2_exact.json")).unwrap();
     let vocab = model.config().vocab_size;
     let (mut worst, mut sum, mut n, mut flips) = (0f64, 0f64, 0usize, 0usize);
@@ -413,7 +412,7 @@ fn a_vocab_limited_model_keeps_the_low_ids_logits_and_masks_the_rest() {
                 // The kept logits are the same values (bit for bit on the packed path, where a
                 // row range of the head is the same kernel work; within f32 rounding on flex).
                 for (a, b) in f[..limit].iter().zip(&c[..limit]) {
-                    if model.is_packed() {
+                    if model.weight_path().threads().is_some() {
                         assert_eq!(a.to_bits(), b.to_bits());
                     } else {
                         assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "{a} vs {b}");

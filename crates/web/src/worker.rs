@@ -366,13 +366,13 @@ async fn check(prefix: &[u8], file_len: u64, draft: bool) -> mars_engine::Result
         // A draft model is checked against the target it will race with, if one is loaded
         // (else its load says so).
         match STATE.with(|s| s.borrow().target.clone()) {
-            Some(target) => target.check_draft(&g, open.limits)?,
+            Some(target) => target.check_draft(&g, open.default_options())?,
             None => {
-                Target::check_gguf(&g, open.limits)?;
+                Target::check_gguf(&g, open.default_options())?;
             }
         }
     } else {
-        Target::check_gguf(&g, open.limits)?;
+        Target::check_gguf(&g, open.default_options())?;
     }
     Ok(None)
 }
@@ -393,7 +393,7 @@ async fn handle(request: Request) {
         },
         Request::Load { file } => {
             match on_webgpu(file, |g, open| {
-                Target::from_gguf(g, &open.device, open.limits)
+                Target::from_gguf(g, &open.device, open.default_options())
             })
             .await
             {
@@ -421,7 +421,7 @@ async fn handle(request: Request) {
                 );
             };
             let built = on_webgpu(file, |g, open| {
-                target.draft_model(g, &open.device, open.limits)
+                target.draft_model(g, &open.device, open.default_options())
             })
             .await;
             match built {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use mars_engine::{AnyDrafter, DecodeConfig, Decoder, ModelDrafter};
 use mars_formats::{Gguf, Tokenizer};
 use mars_model::tiny::{tiny_gguf, tiny_gguf_quantized};
-use mars_model::{Device, Llama, LoadOptions, read_f32_async};
+use mars_model::{Device, Llama, LoadOptions, WeightPath, read_f32_async};
 use mars_verify::{Mode, Sampling, VerifyConfig};
 use wasm_bindgen_test::*;
 
@@ -53,10 +53,7 @@ async fn quantized_tiny_model_on_gpu_blocks_matches_flex() {
     check_fixture(
         include_str!("../../model/tests/data/tiny_q_logits.json"),
         tiny_gguf_quantized,
-        LoadOptions {
-            gpu_blocks: true,
-            ..LoadOptions::default()
-        },
+        LoadOptions::with_weights(WeightPath::GpuBlocks { subgroups: None }),
     )
     .await;
 }
@@ -76,7 +73,7 @@ async fn check_fixture(
     let g = Gguf::parse(&bytes).unwrap();
     let device = device().await;
     let model = Llama::from_gguf(&g, &device, options).unwrap();
-    assert_eq!(model.is_gpu_blocks(), options.gpu_blocks);
+    assert_eq!(model.weight_path(), options.weights);
     let mut cache = model.new_cache(32).unwrap();
     let mut got = read_f32_async(model.forward(&tokens[..prefill], &mut cache).unwrap())
         .await
@@ -95,8 +92,8 @@ async fn check_fixture(
         .map(|(a, b)| (a - b).abs())
         .fold(0f32, f32::max);
     web_sys_log(&format!(
-        "WebGPU (GGUF blocks: {}) vs flex: max |Δ logit| = {worst:.2e}",
-        options.gpu_blocks
+        "WebGPU ({}) vs flex: max |Δ logit| = {worst:.2e}",
+        options.weights.name()
     ));
     assert!(worst < TOLERANCE, "{worst}");
 }
@@ -112,10 +109,7 @@ async fn greedy_strict_speculation_equals_target_only_on_webgpu() {
 
 #[wasm_bindgen_test]
 async fn greedy_strict_speculation_equals_target_only_on_webgpu_blocks() {
-    let options = LoadOptions {
-        gpu_blocks: true,
-        ..LoadOptions::default()
-    };
+    let options = LoadOptions::with_weights(WeightPath::GpuBlocks { subgroups: None });
     strict_equals_target_only(tiny_gguf_quantized(3).unwrap(), options).await;
 }
 
