@@ -51,7 +51,7 @@ pub enum KernelChoice {
 }
 
 /// Kernel settings, shared by every subcommand that loads a model.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct KernelArgs {
     /// Matrix path (default: packed, on both devices).
     #[arg(long, value_enum)]
@@ -155,18 +155,24 @@ impl DrafterArgs {
     /// A spec that does not parse (named with what is expected).
     pub fn resolve(&self) -> Result<DrafterSpec> {
         // clap refuses both given, so a `--draft-layers` means `--draft` is its default.
-        let text = match &self.draft_layers {
-            Some(layers) => format!("layers:{layers}"),
-            None => self.draft.clone(),
-        };
-        let is_spec = text == "ngram" || text.starts_with("layers:") || text.starts_with("model:");
-        // A bare path is the one shorthand the CLI keeps (`--draft draft.gguf`).
-        let text = if is_spec {
-            text
-        } else {
-            format!("model:{text}")
-        };
+        match &self.draft_layers {
+            Some(layers) => drafter_spec(&format!("layers:{layers}")),
+            None => drafter_spec(&self.draft),
+        }
+    }
+}
+
+/// A `--draft` value as a [`DrafterSpec`]: the shared syntax, or a bare path, the one shorthand
+/// the CLI keeps (`--draft draft.gguf` for `model:draft.gguf`).
+///
+/// # Errors
+/// A spec that does not parse (named with what is expected).
+pub fn drafter_spec(text: &str) -> Result<DrafterSpec> {
+    let is_spec = text == "ngram" || text.starts_with("layers:") || text.starts_with("model:");
+    if is_spec {
         Ok(text.parse()?)
+    } else {
+        Ok(format!("model:{text}").parse()?)
     }
 }
 

@@ -109,7 +109,7 @@ struct StepFile {
 fn main() -> Result<()> {
     match Cli::parse().command {
         // No arguments: the main job, the comparison on the default model.
-        None => compare::run_compare(&default_compare()),
+        None => run_default(),
         Some(Command::Compare(args)) => compare::run_compare(&args),
         Some(Command::Bench(args)) => compare::run_bench(&args),
         Some(Command::Eval(task)) => eval::run_eval(&task),
@@ -124,39 +124,43 @@ fn main() -> Result<()> {
     }
 }
 
-/// `cargo run --release` with no arguments: default model, layer-skip drafter, chat prompts.
-fn default_compare() -> compare::CompareArgs {
-    #[derive(Parser)]
-    struct Defaults {
-        #[command(flatten)]
-        args: compare::CompareArgs,
-    }
-    // On the real draft/target pair when it is in the cache, else on the default model with
-    // its layer-skip drafter. On the pair, the k and draft vocabulary its benchmark measured
-    // fastest (README, `tests/bench/pair.sh`: k = 3, ids below 32768).
-    if let Some((target, draft)) = args::pair_in_cache() {
-        eprintln!(
-            "comparing on the pair in the cache: target {}, draft {}",
-            target.display(),
-            draft.display()
-        );
-        let draft = format!("model:{}", draft.display());
-        let target = target.display().to_string();
-        return Defaults::parse_from([
-            "mars",
-            "--chat",
-            "--model",
-            &target,
-            "--draft",
-            &draft,
-            "--k",
-            "3",
-            "--draft-vocab",
-            "32768",
-        ])
-        .args;
-    }
-    Defaults::parse_from(["mars", "--chat"]).args
+/// `cargo run --release` with no arguments: a preset of the engine's, on the CPU. On the
+/// Qwen2.5-Coder pair when it is in the cache (the draft model, k and vocabulary limit its
+/// benchmark measured fastest), else on SmolLM2-135M with prompt lookup over copy-and-edit
+/// prompts: the drafters that beat plain decoding here (`mars_engine::PRESETS` has the figures).
+fn run_default() -> Result<()> {
+    let (preset_id, model, draft) = match args::pair_in_cache() {
+        Some((target, draft)) => {
+            eprintln!(
+                "comparing on the pair in the cache: target {}, draft {}",
+                target.display(),
+                draft.display()
+            );
+            ("qwen-coder", target, Some(draft.display().to_string()))
+        }
+        None => ("smollm-lookup", args::model_or_default(None)?, None),
+    };
+    let preset = mars_engine::Preset::by_id(preset_id)
+        .with_context(|| format!("internal: no preset {preset_id}"))?;
+    eprintln!("preset: {} ({})", preset.name, preset.what);
+    let run = mars_engine::RunSettings {
+        chat: true,
+        ..preset.settings(draft.as_deref())?
+    };
+    let runner = compare::Runner::new(
+        model,
+        mars_engine::Backend::Cpu,
+        &args::KernelArgs::default(),
+        run,
+    )?;
+    let prompts = if preset.id == "qwen-coder" {
+        // The pair's coding preset has one prompt; the built-in chat prompts show it on
+        // prompts it was not chosen for too.
+        compare::prompts::default_prompts()
+    } else {
+        compare::prompts::plain(preset.prompts)
+    };
+    compare::compare(&runner, &prompts, false)
 }
 
 fn run_extract(args: &ExtractArgs) -> Result<()> {

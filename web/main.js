@@ -26,41 +26,22 @@ const DEFAULT_MODELS = [
 ];
 const CACHE = "mars-models-v1";
 
-// One click fills model, drafter, k, θ and prompt. `null` fields take the engine's default (the
-// worker's "ready" event), so the page keeps no second copy of them. Sizes are the files the
-// project's scripts fetch (sha256-pinned); a HEAD request corrects them for another server's.
-const PRESETS = [
-  {
-    id: "smollm-lookup",
-    name: "SmolLM2-135M · prompt lookup",
-    what: "an edit task: the answer copies the prompt, so drafts come from it",
-    model: SMOLLM,
-    bytes: 98_362_432,
-    drafter: "ngram",
-    prompt: "Repeat this text, replacing every \"cat\" with \"dog\":\n\nThe cat sat on the mat. The cat looked at the other cat, and the other cat looked back at the cat on the mat.",
-  },
-  {
-    id: "smollm-layers",
-    name: "SmolLM2-135M · layer skip",
-    what: "open chat: the model's own first layers draft (no second model)",
-    model: SMOLLM,
-    bytes: 98_362_432,
-    drafter: null,
-    prompt: null,
-  },
-  {
-    id: "qwen-coder",
-    name: "Qwen2.5-Coder 1.5B · 0.5B draft",
-    what: "coding, a separate draft model (tests/fetch-pair.sh)",
+// One click fills model, drafter, k, draft vocabulary, θ and prompt. What each preset runs
+// (name, drafter, k, draft vocabulary, prompts) is the engine's (mars-engine's PRESETS, sent with
+// the worker's "ready" event, the first one pre-selected); the page adds only which files it
+// downloads. Sizes are the files the project's scripts fetch (sha256-pinned); a HEAD request
+// corrects them for another server's.
+const PRESET_FILES = {
+  "smollm-lookup": { model: SMOLLM, bytes: 98_362_432 },
+  "qwen-coder": {
     model: "models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
     bytes: 1_117_320_768,
     draftModel: "models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
     draftBytes: 491_400_064,
-    drafter: "model",
-    k: 3,
-    prompt: "Write a Python function `is_palindrome(s: str) -> bool` that ignores case and non-alphanumeric characters. Answer with code only.",
   },
-];
+  "smollm-layers": { model: SMOLLM, bytes: 98_362_432 },
+};
+let PRESETS = [];
 
 const params = new URLSearchParams(location.search);
 let worker = null;
@@ -81,10 +62,12 @@ const size = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : `${mb(n)} MB`);
 // "ready" event: the page keeps no second copy), then a preset, then the URL's settings.
 function setupControls(d) {
   defaults = d;
+  PRESETS = d.presets.filter((p) => PRESET_FILES[p.id]).map((p) => ({ ...p, ...PRESET_FILES[p.id] }));
   for (const u of DEFAULT_MODELS) $("#model-urls").append(new Option(u));
+  const layers = d.presets.find((p) => p.drafter.startsWith("layers:"));
   const layerSkip = $("#draft-default");
-  layerSkip.value = d.drafter;
-  layerSkip.textContent = `layer skip (${d.drafter.replace(/^layers:/, "")})`;
+  layerSkip.value = layers ? layers.drafter : "layers:first:24";
+  layerSkip.textContent = `layer skip (${layerSkip.value.replace(/^layers:/, "")})`;
   $("#k").value = d.k;
   $("#temperature").value = short(d.temperature);
   $("#top-p").value = short(d.top_p);
@@ -94,8 +77,8 @@ function setupControls(d) {
   $("#mars-theta").value = short(d.mars.mode === "margin" ? d.mars.rho : d.mars.theta);
   showPresets();
   const byId = PRESETS.find((p) => p.id === params.get("preset") && !p.unavailable);
-  // Without a preset in the URL, the one made of the engine's own defaults.
-  applyPreset(byId || PRESETS.find((p) => p.id === "smollm-layers"));
+  // Without a preset in the URL, the engine's first: one where speculation wins.
+  applyPreset(byId || PRESETS[0]);
   if (params.get("model")) $("#model-url").value = params.get("model");
   if (params.get("draft_model")) $("#draft-url").value = params.get("draft_model");
   let draft = params.get("draft");
@@ -105,7 +88,7 @@ function setupControls(d) {
   }
   if (draft) setDrafter(draft);
   if (params.get("prompt")) $("#prompt").value = params.get("prompt");
-  for (const key of ["k", "temperature", "top-p", "max-tokens", "seed", "mars-theta", "mars-mode"]) {
+  for (const key of ["k", "draft-vocab", "temperature", "top-p", "max-tokens", "seed", "mars-theta", "mars-mode"]) {
     if (params.get(key)) $("#" + key).value = params.get(key);
   }
   if (params.get("chat") === "0") $("#chat").checked = false;
@@ -119,6 +102,10 @@ function setupControls(d) {
   $("#copy-link").addEventListener("click", () => copy(shareLink(), "link"));
   $("#copy-summary").addEventListener("click", () => copy($("#summary").textContent, "summary"));
   $("#draft").addEventListener("change", showDraftUrl);
+  // The threshold field holds θ in paper mode and ρ in margin mode: its label says which.
+  const threshold = () => { $("#mars-threshold").textContent = $("#mars-mode").value === "margin" ? "ρ" : "θ"; };
+  $("#mars-mode").addEventListener("change", threshold);
+  threshold();
   for (const el of document.querySelectorAll("#setup input, #setup select, #setup textarea")) {
     el.addEventListener("input", markPreset);
   }
@@ -156,9 +143,10 @@ function presetFields(p) {
   return {
     "model-url": p.model,
     "draft-url": p.draftModel || "",
-    draft: p.drafter || defaults.drafter,
-    prompt: p.prompt || defaults.prompt,
-    k: String(p.k || defaults.k),
+    draft: p.drafter,
+    prompt: p.prompts[0],
+    k: String(p.k),
+    "draft-vocab": p.draft_vocab ? String(p.draft_vocab) : "",
     "mars-mode": defaults.mars.mode,
     "mars-theta": short(defaults.mars.mode === "margin" ? defaults.mars.rho : defaults.mars.theta),
   };
@@ -553,6 +541,7 @@ function currentSettings() {
   return {
     drafter: draft === "model" ? "model:" + $("#draft-url").value.trim() : draft,
     k: Number($("#k").value),
+    draft_vocab: $("#draft-vocab").value.trim() ? Number($("#draft-vocab").value) : null,
     mars,
     sampling: { temperature: Number($("#temperature").value), top_p: Number($("#top-p").value) },
     max_tokens: Number($("#max-tokens").value),
@@ -676,6 +665,7 @@ function shareLink() {
   if ($("#draft").value === "model") q.set("draft_model", $("#draft-url").value.trim());
   q.set("prompt", $("#prompt").value);
   for (const key of ["k", "mars-mode", "mars-theta", "temperature", "top-p", "max-tokens", "seed"]) q.set(key, $("#" + key).value);
+  if ($("#draft-vocab").value.trim()) q.set("draft-vocab", $("#draft-vocab").value.trim());
   if (!$("#chat").checked) q.set("chat", "0");
   if ($("#sequential").checked) q.set("sequential", "1");
   return `${location.origin}${location.pathname}?${q}`;

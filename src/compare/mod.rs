@@ -5,7 +5,7 @@
 //! `plot` draws bench.svg.
 
 mod plot;
-mod prompts;
+pub(crate) mod prompts;
 pub(crate) mod report;
 
 use std::collections::BTreeMap;
@@ -159,7 +159,8 @@ pub(crate) struct Runner {
 }
 
 impl Runner {
-    pub(crate) fn new(common: &CommonArgs) -> Result<Self> {
+    /// Resolves `compare` / `bench` flags and loads what they name.
+    pub(crate) fn from_args(common: &CommonArgs) -> Result<Self> {
         let model = args::model_or_default(common.model.as_ref())?;
         let resolved = args::resolve(
             model,
@@ -170,12 +171,26 @@ impl Runner {
             common.max_tokens,
             common.chat,
         )?;
-        let (target, open, weights) =
-            load::target(&resolved.model, resolved.backend, &common.kernels)?;
-        let run = resolved.run;
+        Self::new(
+            resolved.model,
+            resolved.backend,
+            &common.kernels,
+            resolved.run,
+        )
+    }
+
+    /// Loads `model` (and the draft model `run` names) on `backend` for runs with `run`.
+    pub(crate) fn new(
+        model: PathBuf,
+        backend: Backend,
+        kernels: &args::KernelArgs,
+        run: RunSettings,
+    ) -> Result<Self> {
+        run.validate().context("checking the settings")?;
+        let (target, open, weights) = load::target(&model, backend, kernels)?;
         let draft_model = load::draft_model(&target, &run.drafter, &open)?;
         let settings = Settings {
-            model: resolved.model.display().to_string(),
+            model: model.display().to_string(),
             drafter: run.drafter_label(),
             k: run.k,
             mars: run.mars,
@@ -188,7 +203,7 @@ impl Runner {
             target,
             draft_model,
             run,
-            backend: resolved.backend,
+            backend,
             weights,
             settings,
         })
@@ -306,10 +321,16 @@ pub fn run_compare(args: &CompareArgs) -> Result<()> {
         )?,
         (None, None) => prompts::default_prompts(),
     };
-    let runner = Runner::new(c)?;
-    let results = runner.run_all(&prompts)?;
+    let runner = Runner::from_args(c)?;
+    compare(&runner, &prompts, c.json)
+}
+
+/// Runs every method on `prompts` and prints them side by side (three prompts or fewer) and
+/// the totals' table, or JSON.
+pub fn compare(runner: &Runner, prompts: &[Prompt], json: bool) -> Result<()> {
+    let results = runner.run_all(prompts)?;
     let t = totals(&results);
-    if c.json {
+    if json {
         let json =
             serde_json::json!({ "settings": runner.settings, "prompts": results, "total": t });
         println!("{}", serde_json::to_string_pretty(&json)?);
@@ -338,7 +359,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<()> {
             per_category: true,
         },
     )?;
-    let runner = Runner::new(c)?;
+    let runner = Runner::from_args(c)?;
     let results = runner.run_all(&prompts)?;
     let mut by_cat: BTreeMap<String, Vec<PromptResult>> = BTreeMap::new();
     for r in &results {

@@ -25,14 +25,12 @@ impl Prompt {
 
 /// The default job's prompts: three short chat prompts of different kinds.
 pub fn default_prompts() -> Vec<Prompt> {
-    [
-        "Write a short poem about the sea.",
-        "Explain in two sentences why the sky is blue.",
-        "List three tips for writing clean Python code.",
-    ]
-    .iter()
-    .map(|t| Prompt::plain(t))
-    .collect()
+    plain(mars_engine::CHAT_PROMPTS)
+}
+
+/// Prompts without categories, from their texts (a preset's).
+pub fn plain(texts: &[&str]) -> Vec<Prompt> {
+    texts.iter().map(|t| Prompt::plain(t)).collect()
 }
 
 /// Which prompts of a file to take.

@@ -12,14 +12,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use mars_engine::{Backend, DEFAULTS, Method, MethodOutput, RunSettings, RunSummary};
+use mars_engine::{Backend, DEFAULTS, DrafterSpec, Method, MethodOutput, RunSettings, RunSummary};
 use mars_model::WeightPath;
 use mars_verify::Mode;
 use serde::{Deserialize, Serialize};
 
-use crate::args::{self, DeviceArg, DrafterArgs, KernelArgs, RuleArgs, SamplingArgs};
+use crate::args::{self, DeviceArg, KernelArgs, SamplingArgs};
+use crate::compare::Runner;
 use crate::compare::report::mode_label;
-use crate::compare::{CommonArgs, Runner};
 use code::Problem;
 use sandbox::{Limits, Outcome, Sandbox, Verdict};
 
@@ -214,33 +214,23 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
             "no --model, and the Qwen2.5-Coder pair is not in the cache (bash tests/fetch-pair.sh)"
         ),
     };
-    let draft = match (&args.draft, &pair) {
-        (Some(d), _) => d.clone(),
-        (None, Some((_, draft))) => format!("model:{}", draft.display()),
-        (None, None) => DEFAULTS.drafter.to_string(),
+    let drafter = match (&args.draft, &pair) {
+        (Some(d), _) => args::drafter_spec(d)?,
+        (None, Some((_, draft))) => DrafterSpec::Model(draft.display().to_string()),
+        (None, None) => DEFAULTS.drafter.parse()?,
     };
-    let common = CommonArgs {
-        model: Some(model.clone()),
-        device: args.device,
-        kernels: args.kernels.clone(),
-        drafter: DrafterArgs {
-            draft,
-            draft_layers: None,
-            k: args.k,
-            draft_vocab: args.draft_vocab,
-        },
-        rule: RuleArgs {
-            theta: None,
-            rho: None,
-        },
-        sampling: args.sampling.clone(),
-        category: None,
-        limit: None,
-        chat: true,
+    // The MARS mode is per method (`methods`); the rest is the run's.
+    let run = RunSettings {
+        drafter,
+        k: args.k,
+        draft_vocab: args.draft_vocab,
+        sampling: args.sampling.resolve()?,
+        seed: args.sampling.seed,
         max_tokens: args.max_tokens,
-        json: args.json,
+        chat: true,
+        ..RunSettings::default()
     };
-    let runner = Runner::new(&common)?;
+    let runner = Runner::new(model.clone(), args.device.into(), &args.kernels, run)?;
     eprintln!(
         "humaneval: {} problems × {} methods · sandbox: {}",
         problems.len(),

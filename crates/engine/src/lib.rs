@@ -27,4 +27,7 @@ pub use drafter::{AnyDrafter, Draft, Drafter, ModelDrafter, NgramDrafter, check_
 pub use error::{EngineError, Result};
 pub use mars_formats::LayerSpec;
 pub use race::{MethodOutput, Race};
-pub use session::{DEFAULTS, Defaults, DrafterSpec, Method, ModelInfo, RunSettings, Target};
+pub use session::{
+    CHAT_PROMPTS, DEFAULTS, Defaults, DrafterSpec, Method, ModelInfo, PRESETS, Preset, RunSettings,
+    Target,
+};

@@ -24,8 +24,9 @@ pub struct Defaults {
     pub k: usize,
     /// The MARS mode a race or comparison uses unless θ or ρ is given.
     pub mars: Mode,
-    /// The drafter, in [`DrafterSpec`] syntax. Layer skip over the first 24 of SmolLM2-135M's 30
-    /// layers had the highest τ of the subsets measured (README, "Layer choice").
+    /// The drafter, in [`DrafterSpec`] syntax: prompt lookup, which costs next to nothing
+    /// where it finds no match and pays where the answer repeats the prompt (see [`PRESETS`]
+    /// for the measurements; layer skip, the earlier default, costs more than it saves).
     pub drafter: &'static str,
     /// Tokens per method in a comparison or race.
     pub max_tokens: usize,
@@ -37,21 +38,136 @@ pub struct Defaults {
     pub top_p: f32,
     /// Seed of the sampling generators.
     pub seed: u64,
-    /// The page's initial prompt.
+    /// The page's initial prompt (the first preset's).
     pub prompt: &'static str,
+    /// One-click starting points, the first one the page's pre-selected preset.
+    pub presets: &'static [Preset],
+}
+
+/// A starting point a front end offers in one click: a drafter with the settings it was
+/// measured fastest at, and the prompts it suits. Which model files it runs on is the front
+/// end's business (a URL on the page, the model cache in the CLI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Preset {
+    /// Stable name (the page's `?preset=`).
+    pub id: &'static str,
+    /// What it is, in a few words.
+    pub name: &'static str,
+    /// What it shows, and what it costs.
+    pub what: &'static str,
+    /// The drafter in [`DrafterSpec`] syntax; `model` where the front end supplies the draft
+    /// model's `model:<path or URL>`.
+    pub drafter: &'static str,
+    /// Draft tokens per step.
+    pub k: usize,
+    /// [`RunSettings::draft_vocab`].
+    pub draft_vocab: Option<usize>,
+    /// Prompts it suits, the page's first.
+    pub prompts: &'static [&'static str],
+}
+
+/// Copy-and-edit prompts: the answer repeats the prompt, where prompt lookup drafts well.
+const COPY_PROMPTS: &[&str] = &[
+    "Repeat this text, replacing every \"cat\" with \"dog\":\n\nThe cat sat on the mat. The cat \
+     looked at the other cat, and the other cat looked back at the cat on the mat.",
+    "Repeat this paragraph exactly, then say nothing else:\n\nThe old lighthouse stood at the \
+     edge of the cliff. Every night its beam swept across the dark water, warning the ships \
+     that passed along the rocky coast.",
+    "Correct the spelling in this sentence and repeat it: \"The quick brwon fox jumpd over the \
+     lazy dgo, and then the quick brwon fox ran into the forrest.\"",
+];
+
+/// Open chat prompts, `mars compare`'s built-in ones.
+pub const CHAT_PROMPTS: &[&str] = &[
+    "Write a short poem about the sea.",
+    "Explain in two sentences why the sky is blue.",
+    "List three tips for writing clean Python code.",
+];
+
+/// The presets, measured on this project's CPU (2 cores, packed kernels, greedy, one process
+/// per row; docs/performance.md has the commands):
+/// - prompt lookup on SmolLM2-135M over [`COPY_PROMPTS`], k = 4: strict 1.51–1.53×, MARS
+///   1.53–1.68× plain decoding (two runs);
+/// - the Qwen2.5-Coder pair (1.5B target, 0.5B draft) on coding prompts, k = 3, ids < 32768:
+///   strict 1.56×, MARS 1.62× (`tests/bench/pair.sh`);
+/// - layer skip over SmolLM2's first 24 of 30 layers on open chat, k = 4: strict 0.27×,
+///   MARS 0.29× (τ 1.4: each drafted token costs 24/30 of a target step).
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        id: "smollm-lookup",
+        name: "SmolLM2-135M · prompt lookup",
+        what: "an edit task: the answer copies the prompt, so drafts come from it",
+        drafter: "ngram",
+        k: 4,
+        draft_vocab: None,
+        prompts: COPY_PROMPTS,
+    },
+    Preset {
+        id: "qwen-coder",
+        name: "Qwen2.5-Coder 1.5B · 0.5B draft",
+        what: "coding, a separate draft model",
+        drafter: "model",
+        k: 3,
+        draft_vocab: Some(32_768),
+        prompts: &[
+            "Write a Python function `is_palindrome(s: str) -> bool` that ignores case and \
+             non-alphanumeric characters. Answer with code only.",
+        ],
+    },
+    Preset {
+        id: "smollm-layers",
+        name: "SmolLM2-135M · layer skip",
+        what: "open chat, the model's first 24 of 30 layers drafting: slower than plain \
+               decoding here (each draft token costs 0.8 of a target step)",
+        drafter: "layers:first:24",
+        k: 4,
+        draft_vocab: None,
+        prompts: CHAT_PROMPTS,
+    },
+];
+
+impl Preset {
+    /// The preset called `id`.
+    pub fn by_id(id: &str) -> Option<&'static Preset> {
+        PRESETS.iter().find(|p| p.id == id)
+    }
+
+    /// [`RunSettings::default`] with this preset's drafter, k and vocabulary limit; `draft_model`
+    /// is the `model:` source where the preset drafts with a separate model.
+    ///
+    /// # Errors
+    /// A preset with a draft model and none given.
+    pub fn settings(&self, draft_model: Option<&str>) -> Result<RunSettings> {
+        let drafter = match (self.drafter, draft_model) {
+            ("model", Some(source)) => DrafterSpec::Model(source.to_string()),
+            ("model", None) => {
+                return Err(EngineError::DraftModelNotLoaded {
+                    name: self.id.to_string(),
+                });
+            }
+            (spec, _) => spec.parse()?,
+        };
+        Ok(RunSettings {
+            drafter,
+            k: self.k,
+            draft_vocab: self.draft_vocab,
+            ..RunSettings::default()
+        })
+    }
 }
 
 /// The one copy of the defaults.
 pub const DEFAULTS: Defaults = Defaults {
     k: 4,
     mars: Mode::DEFAULT,
-    drafter: "layers:first:24",
+    drafter: "ngram",
     max_tokens: 64,
     generate_max_tokens: 128,
     temperature: 0.0,
     top_p: 1.0,
     seed: 0,
-    prompt: "Write a short poem about the sea.",
+    prompt: COPY_PROMPTS[0],
+    presets: PRESETS,
 };
 
 /// What proposes the draft tokens, in one syntax shared by the CLI's `--draft` and the page's
@@ -516,7 +632,7 @@ mod tests {
         // The default drafter is valid syntax and is what RunSettings starts from.
         let default: DrafterSpec = DEFAULTS.drafter.parse().unwrap();
         assert_eq!(default, RunSettings::default().drafter);
-        assert_eq!(default, DrafterSpec::Layers(LayerSpec::First(24)));
+        assert_eq!(default, DrafterSpec::Ngram);
     }
 
     #[test]
@@ -550,6 +666,7 @@ mod tests {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
         let limited = RunSettings {
+            drafter: DrafterSpec::Layers(LayerSpec::First(24)),
             draft_vocab: Some(32_768),
             ..s.clone()
         };
@@ -576,5 +693,30 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("layers:x") || e.contains("\"x\""), "{e}");
+    }
+
+    #[test]
+    fn presets_resolve_to_valid_settings_and_the_first_is_the_default() {
+        let ids: Vec<&str> = PRESETS.iter().map(|p| p.id).collect();
+        for (i, p) in PRESETS.iter().enumerate() {
+            assert!(!ids[..i].contains(&p.id), "preset id {} twice", p.id);
+            assert!(!p.prompts.is_empty(), "{} has no prompt", p.id);
+            let s = p.settings(Some("draft.gguf")).unwrap();
+            s.validate().unwrap();
+            assert_eq!((s.k, s.draft_vocab), (p.k, p.draft_vocab));
+            assert_eq!(Preset::by_id(p.id), Some(p));
+        }
+        // A preset drafting with a model needs one.
+        let pair = Preset::by_id("qwen-coder").unwrap();
+        assert!(pair.settings(None).is_err());
+        assert_eq!(
+            pair.settings(Some("d.gguf")).unwrap().drafter,
+            DrafterSpec::Model("d.gguf".into())
+        );
+        // The page pre-selects the first preset: the engine's defaults are its drafter and
+        // prompt, so a front end's untouched fields and that preset agree.
+        assert_eq!(DEFAULTS.drafter, PRESETS[0].drafter);
+        assert_eq!(DEFAULTS.prompt, PRESETS[0].prompts[0]);
+        assert_eq!(DEFAULTS.k, PRESETS[0].k);
     }
 }
