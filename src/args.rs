@@ -110,7 +110,7 @@ impl SamplingArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct RuleArgs {
     /// MARS, paper mode: relax where z2/z1 > θ (the authors use 0.9; without either flag MARS
-    /// runs paper mode at θ = 0.95, the setting HumanEval chose: README, "MARS on a real task").
+    /// runs paper mode at θ = 0.95, the setting HumanEval chose: docs/evaluation.md).
     #[arg(long)]
     pub theta: Option<f32>,
     /// MARS, margin mode: relax where p2/p1 ≥ ρ.

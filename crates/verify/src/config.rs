@@ -8,7 +8,7 @@ use crate::error::{Result, VerifyError};
 pub const PAPER_THETA: f32 = 0.9;
 
 /// The project's default θ, chosen by data: of the relaxed settings measured on HumanEval
-/// (Qwen2.5-Coder-1.5B-Instruct with its 0.5B draft, greedy; README, "MARS on a real task"), the
+/// (Qwen2.5-Coder-1.5B-Instruct with its 0.5B draft, greedy; docs/evaluation.md), the
 /// one with the highest speedup whose pass@1 stays ≥ 99 % of strict's. The paper's 0.9 kept
 /// 92–96 % there and stays an explicit option ([`Mode::PAPER`]).
 pub const DEFAULT_THETA: f32 = 0.95;
