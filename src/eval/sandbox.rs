@@ -322,12 +322,14 @@ fn kill_group(pgid: u32) {
 }
 
 /// Processes whose working directory is inside `dir` (a program's escaped forks): counted and
-/// killed.
+/// killed. The program's group was just sent SIGKILL, and a killed process keeps its working
+/// directory until it has exited, which on a loaded machine can take a moment: processes get up
+/// to a second to go before what is left counts as a survivor (CI once counted a busy loop's
+/// own, already killed, process).
 fn kill_survivors(dir: &Path) -> usize {
     let me = std::process::id();
-    let mut found = 0;
-    for _ in 0..3 {
-        let pids: Vec<u32> = std::fs::read_dir("/proc")
+    let in_dir = || -> Vec<u32> {
+        std::fs::read_dir("/proc")
             .into_iter()
             .flatten()
             .flatten()
@@ -336,7 +338,15 @@ fn kill_survivors(dir: &Path) -> usize {
             .filter(|pid| {
                 std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(dir))
             })
-            .collect();
+            .collect()
+    };
+    let grace = Instant::now() + Duration::from_secs(1);
+    while !in_dir().is_empty() && Instant::now() < grace {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut found = 0;
+    for _ in 0..3 {
+        let pids = in_dir();
         if pids.is_empty() {
             break;
         }

@@ -6,8 +6,8 @@
 
 use crate::error::{KernelError, Result};
 #[cfg(target_arch = "x86_64")]
-use crate::matmul::Isa;
-use crate::matmul::Kernels;
+use crate::kernels::Isa;
+use crate::kernels::Kernels;
 
 /// e^y for −87 ≤ y ≤ 88, relative error below 2·10⁻⁷ (checked against f64 in the tests).
 ///
@@ -118,7 +118,7 @@ impl Kernels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matmul::Isa;
+    use crate::kernels::Isa;
 
     #[test]
     fn exp_is_within_two_ten_millionths_of_f64_over_its_range() {

@@ -21,8 +21,8 @@ use rayon::prelude::*;
 
 use crate::error::{KernelError, Result};
 #[cfg(target_arch = "x86_64")]
-use crate::matmul::Isa;
-use crate::matmul::Kernels;
+use crate::kernels::Isa;
+use crate::kernels::Kernels;
 
 /// The attention's head layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

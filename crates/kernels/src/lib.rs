@@ -24,7 +24,8 @@ mod block;
 mod error;
 #[cfg(feature = "gpu")]
 pub mod gpu;
-mod matmul;
+mod kernels;
+mod qmatrix;
 mod quantize;
 mod scalar;
 mod tiles;
@@ -32,7 +33,8 @@ mod tiles;
 mod x86;
 
 pub use attention::Heads;
-pub use block::{BLOCK, Layout, QMatrix, WeightType};
+pub use block::{BLOCK, WeightType};
 pub use error::{KernelError, Result};
-pub use matmul::{Isa, Kernels, MAX_ROWS, Product};
+pub use kernels::{Isa, Kernels, MAX_ROWS, Product};
+pub use qmatrix::{Layout, QMatrix};
 pub use quantize::{Forms, QActs};

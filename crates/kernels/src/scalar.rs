@@ -13,7 +13,7 @@
 //! turns to floats once: d·d_x·dot − dmin·d_x·offset.
 
 use crate::block::{BLOCK, WeightType, float_at, k_quants, k_scales, unpack};
-use crate::matmul::MAX_ROWS;
+use crate::kernels::MAX_ROWS;
 use crate::quantize::{K_GROUP, K_SUM, QActs};
 
 /// `out[r] = Σ_i W[row, i] · x[r, i]` for every activation row r, reading each weight block

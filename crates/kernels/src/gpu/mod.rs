@@ -40,7 +40,7 @@ use cubecl::{CubeKernel, PrecompiledSource};
 
 use crate::block::WeightType;
 use crate::error::{KernelError, Result};
-use crate::matmul::MAX_ROWS;
+use crate::kernels::MAX_ROWS;
 
 const COMMON: &str = include_str!("common.wgsl");
 const MATMUL: &str = include_str!("matmul.wgsl");

@@ -10,8 +10,9 @@
 
 use rayon::prelude::*;
 
-use crate::block::{Layout, QMatrix, WeightType};
+use crate::block::WeightType;
 use crate::error::{KernelError, Result};
+use crate::qmatrix::{Layout, QMatrix};
 use crate::quantize::{Forms, QActs};
 use crate::scalar;
 use crate::tiles::TILE;
