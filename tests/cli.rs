@@ -5,6 +5,9 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
+#[path = "support/models.rs"]
+mod models;
+
 fn mars(args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_mars"))
         .args(args)
@@ -103,22 +106,7 @@ fn bad_settings_and_input_name_the_field() {
 }
 
 fn smollm2() -> Option<std::path::PathBuf> {
-    let dir = std::env::var_os("MARS_MODEL_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/mars/models")
-        });
-    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("MARS_SKIP_MODEL_TESTS").is_some(),
-        "{}: run `bash tests/setup.sh`",
-        path.display()
-    );
-    None
+    models::path(models::SMOLLM2)
 }
 
 #[test]
@@ -483,12 +471,10 @@ fn default_run_without_the_model_says_how_to_fetch_it() {
 #[test]
 fn eval_humaneval_runs_three_problems_in_the_sandbox() {
     let home = std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
-    let models = std::env::var_os("MARS_MODEL_DIR")
-        .map_or_else(|| home.join(".cache/mars/models"), std::path::PathBuf::from);
     let data = std::env::var_os("MARS_DATA_DIR")
         .map_or_else(|| home.join(".cache/mars/data"), std::path::PathBuf::from)
         .join("HumanEval.jsonl");
-    let model = models.join("Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf");
+    let model = models::dir().join(models::QWEN_DRAFT);
     if !model.exists() || !data.exists() {
         assert!(
             std::env::var_os("MARS_SKIP_MODEL_TESTS").is_some(),

@@ -6,7 +6,6 @@
 //! to get them, unless `MARS_SKIP_MODEL_TESTS=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use mars_engine::{AnyDrafter, DecodeConfig, ModelDrafter, TokenKind, check_same_tokenizer};
@@ -15,27 +14,15 @@ use mars_model::{Device, Llama, LoadOptions, WeightPath};
 use mars_verify::{Mode, Sampling, VerifyConfig};
 
 mod common;
-
-fn bytes(file: &str) -> Option<Vec<u8>> {
-    let dir = std::env::var_os("MARS_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/mars/models")
-        });
-    let path = dir.join(file);
-    match std::fs::read(&path) {
-        Ok(b) => Some(b),
-        Err(_) if std::env::var_os("MARS_SKIP_MODEL_TESTS").is_some() => None,
-        Err(e) => panic!("{}: {e}; run `bash tests/fetch-pair.sh`", path.display()),
-    }
-}
+#[path = "../../../tests/support/models.rs"]
+mod models;
 
 #[test]
 fn greedy_strict_speculation_with_the_draft_model_equals_target_only() {
-    let Some(target_bytes) = bytes("Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf") else {
+    let Some(target_bytes) = models::bytes(models::QWEN_TARGET) else {
         return;
     };
-    let Some(draft_bytes) = bytes("Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf") else {
+    let Some(draft_bytes) = models::bytes(models::QWEN_DRAFT) else {
         return;
     };
     let options = LoadOptions::with_weights(WeightPath::CpuPacked { threads: 2 });

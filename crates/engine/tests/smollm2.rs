@@ -10,7 +10,6 @@
 //! and requires it below `NEAR_TIE`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use mars_engine::{AnyDrafter, DecodeConfig, ModelDrafter, NgramDrafter, StopReason, TokenKind};
@@ -19,22 +18,14 @@ use mars_model::{Device, Llama, LoadOptions, WeightPath};
 use mars_verify::{Mode, Sampling, VerifyConfig};
 
 mod common;
+#[path = "../../../tests/support/models.rs"]
+mod models;
 
 /// Largest top-1 − top-2 logit gap at which a batched/single-token argmax flip is accepted.
 const NEAR_TIE: f32 = 0.05;
 
 fn model_bytes() -> Option<Vec<u8>> {
-    let dir = std::env::var_os("MARS_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/mars/models")
-        });
-    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    match std::fs::read(&path) {
-        Ok(b) => Some(b),
-        Err(_) if std::env::var_os("MARS_SKIP_MODEL_TESTS").is_some() => None,
-        Err(e) => panic!("{}: {e}; run `bash tests/setup.sh`", path.display()),
-    }
+    models::bytes(models::SMOLLM2)
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! GGUF v2/v3: a reader over bytes (the same path for a file, a download or a browser
-//! `ArrayBuffer`) and a writer.
+//! `ArrayBuffer`) and a writer. Over 800 lines: the reader and the writer share the format's
+//! value and type tables, and the reader's checks are the format's contract, kept in one place.
 //!
 //! The reader trusts nothing in the file: every count and size is checked against the bytes that
 //! remain and against caps before anything is allocated, and every tensor's byte range is checked

@@ -5,27 +5,15 @@
 #![cfg(not(target_arch = "wasm32"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::PathBuf;
-
 use mars_formats::{ChatTemplate, Gguf, Message, Tokenizer};
+
+#[path = "../../../tests/support/models.rs"]
+mod models;
 
 const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 fn model_bytes() -> Option<Vec<u8>> {
-    let dir = std::env::var_os("MARS_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/mars/models")
-        });
-    let path = dir.join(FILE);
-    match std::fs::read(&path) {
-        Ok(bytes) => Some(bytes),
-        Err(_) if std::env::var_os("MARS_SKIP_MODEL_TESTS").is_some() => None,
-        Err(e) => panic!(
-            "{}: {e}; run `bash tests/setup.sh` to fetch it",
-            path.display()
-        ),
-    }
+    models::bytes(FILE)
 }
 
 #[derive(serde::Deserialize)]

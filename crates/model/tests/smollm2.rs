@@ -7,10 +7,11 @@
 //! that, not 100 %, is the bar for any implementation that does not copy its kernels bit for bit.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::PathBuf;
-
 use mars_formats::Gguf;
 use mars_model::{Device, Llama, LoadOptions, ModelError, WeightPath, read_f32};
+
+#[path = "../../../tests/support/models.rs"]
+mod models;
 
 #[derive(serde::Deserialize)]
 struct Reference {
@@ -54,20 +55,7 @@ fn load_packed() -> Option<Llama> {
 }
 
 fn load_with(options: LoadOptions) -> Option<Llama> {
-    let dir = std::env::var_os("MARS_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/mars/models")
-        });
-    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(_) if std::env::var_os("MARS_SKIP_MODEL_TESTS").is_some() => return None,
-        Err(e) => panic!(
-            "{}: {e}; run `bash tests/setup.sh` to fetch it",
-            path.display()
-        ),
-    };
+    let bytes = models::bytes(models::SMOLLM2)?;
     let g = Gguf::parse(&bytes).unwrap();
     Some(Llama::from_gguf(&g, &Device::flex(), options).unwrap())
 }

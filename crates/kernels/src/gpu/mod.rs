@@ -54,157 +54,20 @@ const EMBED_THREADS: usize = 64;
 const MAX_GROUPS_PER_DIM: usize = 65_535;
 
 /// The WGSL that decodes one 32-value group of `ty` at row byte `rb`, group `g`
-/// (`fn load_group(rb: u32, g: u32)`, setting `q`, `s0`, `s1`, `mn`; see common.wgsl).
+/// (`fn load_group(rb: u32, g: u32)`, setting `q`, `s0`, `s1`, `mn`; see common.wgsl): one
+/// file per type in `decode/`.
 fn load_group(ty: WeightType) -> &'static str {
     match ty {
-        WeightType::Q8_0 => {
-            "fn load_group(rb: u32, g: u32) {
-    let off = rb + g * 34u;
-    s0 = f16_at(off);
-    s1 = s0;
-    mn = 0.0;
-    for (var k = 0u; k < 8u; k++) {
-        let v = bitcast<i32>(word_at(off + 2u + 4u * k));
-        q[k] = vec4<f32>(f32(extractBits(v, 0u, 8u)), f32(extractBits(v, 8u, 8u)),
-            f32(extractBits(v, 16u, 8u)), f32(extractBits(v, 24u, 8u)));
-    }
-}"
-        }
-        WeightType::Q4_0 => {
-            "fn load_group(rb: u32, g: u32) {
-    let off = rb + g * 18u;
-    s0 = f16_at(off);
-    s1 = s0;
-    mn = -8.0 * s0;
-    for (var k = 0u; k < 4u; k++) {
-        let v = word_at(off + 2u + 4u * k);
-        q[k] = nibbles(v, 0u);
-        q[k + 4u] = nibbles(v, 4u);
-    }
-}"
-        }
-        WeightType::Q4_1 => {
-            "fn load_group(rb: u32, g: u32) {
-    let off = rb + g * 20u;
-    let dm = unpack2x16float(word_at(off));
-    s0 = dm.x;
-    s1 = dm.x;
-    mn = dm.y;
-    for (var k = 0u; k < 4u; k++) {
-        let v = word_at(off + 4u + 4u * k);
-        q[k] = nibbles(v, 0u);
-        q[k + 4u] = nibbles(v, 4u);
-    }
-}"
-        }
-        WeightType::Q5_0 => {
-            "fn load_group(rb: u32, g: u32) {
-    let off = rb + g * 22u;
-    s0 = f16_at(off);
-    s1 = s0;
-    mn = -16.0 * s0;
-    let h = word_at(off + 2u);
-    for (var k = 0u; k < 4u; k++) {
-        let v = word_at(off + 6u + 4u * k);
-        q[k] = nibbles(v, 0u) + fifth_bits(h, 4u * k);
-        q[k + 4u] = nibbles(v, 4u) + fifth_bits(h, 16u + 4u * k);
-    }
-}"
-        }
-        WeightType::Q5_1 => {
-            "fn load_group(rb: u32, g: u32) {
-    let off = rb + g * 24u;
-    let dm = unpack2x16float(word_at(off));
-    s0 = dm.x;
-    s1 = dm.x;
-    mn = dm.y;
-    let h = word_at(off + 4u);
-    for (var k = 0u; k < 4u; k++) {
-        let v = word_at(off + 8u + 4u * k);
-        q[k] = nibbles(v, 0u) + fifth_bits(h, 4u * k);
-        q[k + 4u] = nibbles(v, 4u) + fifth_bits(h, 16u + 4u * k);
-    }
-}"
-        }
-        WeightType::Q4K => {
-            "fn load_group(rb: u32, g: u32) {
-    let off = rb + (g / 8u) * 144u;
-    let j = g % 8u;
-    k_scales(off, j);
-    let base = off + 16u + 32u * (j / 2u);
-    let shift = 4u * (j % 2u);
-    for (var k = 0u; k < 8u; k++) {
-        q[k] = nibbles(word_at(base + 4u * k), shift);
-    }
-}"
-        }
-        WeightType::Q5K => {
-            "fn load_group(rb: u32, g: u32) {
-    let off = rb + (g / 8u) * 176u;
-    let j = g % 8u;
-    k_scales(off, j);
-    let base = off + 48u + 32u * (j / 2u);
-    let shift = 4u * (j % 2u);
-    for (var k = 0u; k < 8u; k++) {
-        q[k] = nibbles(word_at(base + 4u * k), shift) + byte_bits(word_at(off + 16u + 4u * k), j);
-    }
-}"
-        }
-        WeightType::Q6K => {
-            "fn load_group(rb: u32, g: u32) {
-    let off = rb + (g / 8u) * 210u;
-    let j = g % 8u;
-    let half = j / 4u;
-    let part = j % 4u;
-    let d = f16_at(off + 208u);
-    let sc = off + 192u + 8u * half + 2u * part;
-    s0 = d * f32(extractBits(bitcast<i32>(byte_at(sc)), 0u, 8u));
-    s1 = d * f32(extractBits(bitcast<i32>(byte_at(sc + 1u)), 0u, 8u));
-    mn = 0.0;
-    let ql = off + 64u * half + 32u * (part & 1u);
-    let ls = 4u * (part >> 1u);
-    let qh = off + 128u + 32u * half;
-    let hs = 2u * part;
-    for (var k = 0u; k < 8u; k++) {
-        let l = word_at(ql + 4u * k);
-        let h = word_at(qh + 4u * k);
-        var v = vec4<f32>(0.0);
-        for (var b = 0u; b < 4u; b++) {
-            let lo = (l >> (8u * b + ls)) & 15u;
-            let hi = (h >> (8u * b + hs)) & 3u;
-            v[b] = f32(lo | (hi << 4u)) - 32.0;
-        }
-        q[k] = v;
-    }
-}"
-        }
-        WeightType::F16 => {
-            "fn load_group(rb: u32, g: u32) {
-    let off = rb + g * 64u;
-    s0 = 1.0;
-    s1 = 1.0;
-    mn = 0.0;
-    for (var k = 0u; k < 8u; k++) {
-        let a = unpack2x16float(word_at(off + 8u * k));
-        let b = unpack2x16float(word_at(off + 8u * k + 4u));
-        q[k] = vec4<f32>(a.x, a.y, b.x, b.y);
-    }
-}"
-        }
-        WeightType::BF16 => {
-            "fn load_group(rb: u32, g: u32) {
-    let off = rb + g * 64u;
-    s0 = 1.0;
-    s1 = 1.0;
-    mn = 0.0;
-    for (var k = 0u; k < 8u; k++) {
-        let a = word_at(off + 8u * k);
-        let b = word_at(off + 8u * k + 4u);
-        q[k] = vec4<f32>(bitcast<f32>(a << 16u), bitcast<f32>(a & 0xffff0000u),
-            bitcast<f32>(b << 16u), bitcast<f32>(b & 0xffff0000u));
-    }
-}"
-        }
+        WeightType::Q8_0 => include_str!("decode/q8_0.wgsl"),
+        WeightType::Q4_0 => include_str!("decode/q4_0.wgsl"),
+        WeightType::Q4_1 => include_str!("decode/q4_1.wgsl"),
+        WeightType::Q5_0 => include_str!("decode/q5_0.wgsl"),
+        WeightType::Q5_1 => include_str!("decode/q5_1.wgsl"),
+        WeightType::Q4K => include_str!("decode/q4_k.wgsl"),
+        WeightType::Q5K => include_str!("decode/q5_k.wgsl"),
+        WeightType::Q6K => include_str!("decode/q6_k.wgsl"),
+        WeightType::F16 => include_str!("decode/f16.wgsl"),
+        WeightType::BF16 => include_str!("decode/bf16.wgsl"),
     }
 }
 
