@@ -49,7 +49,7 @@ pub struct SpeedArgs {
 fn rows_cost(target: &Target, ids: &[u32]) -> Result<Vec<(usize, f64)>> {
     let model = target.model();
     let mut cache = model.new_cache(ids.len() + 16)?;
-    mars_model::read_f32(model.forward(ids, &mut cache)?)?;
+    model.forward(ids, &mut cache)?.read()?;
     let base = cache.len();
     let mut out = Vec::new();
     for m in [1usize, 2, 4, 5, 8, 16] {
@@ -57,7 +57,7 @@ fn rows_cost(target: &Target, ids: &[u32]) -> Result<Vec<(usize, f64)>> {
         let mut ms: Vec<f64> = (0..7)
             .map(|_| -> Result<f64> {
                 let start = std::time::Instant::now();
-                mars_model::read_f32(model.forward(tokens, &mut cache)?)?;
+                model.forward(tokens, &mut cache)?.read()?;
                 let elapsed = start.elapsed().as_secs_f64() * 1e3;
                 cache.truncate(base)?;
                 Ok(elapsed)

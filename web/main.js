@@ -58,8 +58,64 @@ const short = (x) => String(Number(Number(x).toPrecision(6)));
 const mb = (n) => (n / 1e6).toFixed(1);
 const size = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : `${mb(n)} MB`);
 
-// Field values start from the engine's defaults (mars-engine's DEFAULTS, sent with the worker's
-// "ready" event: the page keeps no second copy), then a preset, then the URL's settings.
+// Every setting of the form, once: its field, its URL key, its value from the engine's defaults
+// (mars-engine's DEFAULTS, sent with the worker's "ready" event: the page keeps no second copy)
+// and from a preset, and how it goes into the request (mars-engine's RunSettings). Filling the
+// form, reading the URL, marking the preset the form holds, the share link and the request all
+// walk this table. Fields without `into` are the page's own (files, prompt, layout).
+const threshold = (d) => short(d.mars.mode === "margin" ? d.mars.rho : d.mars.theta);
+const FIELDS = [
+  { id: "model-url", url: "model", preset: (p) => p.model },
+  { id: "draft", url: "draft", preset: (p) => p.drafter, into: (s, v) => { s.drafter = v; } },
+  {
+    id: "draft-url", url: "draft_model", preset: (p) => p.draftModel || "",
+    share: () => value("draft") === "model",
+    into: (s, v) => { if (s.drafter === "model") s.drafter = "model:" + v.trim(); },
+  },
+  { id: "prompt", url: "prompt", defaults: (d) => d.prompt, preset: (p) => p.prompts[0] },
+  { id: "k", url: "k", defaults: (d) => String(d.k), preset: (p) => String(p.k), into: (s, v) => { s.k = Number(v); } },
+  {
+    id: "draft-vocab", url: "draft-vocab", defaults: () => "", preset: (p) => (p.draft_vocab ? String(p.draft_vocab) : ""),
+    share: (v) => v.trim() !== "", into: (s, v) => { s.draft_vocab = v.trim() ? Number(v) : null; },
+  },
+  { id: "mars-mode", url: "mars-mode", defaults: (d) => d.mars.mode, preset: () => defaults.mars.mode, into: (s, v) => { s.mars = { mode: v }; } },
+  {
+    id: "mars-theta", url: "mars-theta", defaults: threshold, preset: () => threshold(defaults),
+    into: (s, v) => { s.mars[s.mars.mode === "margin" ? "rho" : "theta"] = Number(v); },
+  },
+  { id: "temperature", url: "temperature", defaults: (d) => short(d.temperature), into: (s, v) => { s.sampling.temperature = Number(v); } },
+  {
+    id: "top-k", url: "top-k", defaults: () => "", share: (v) => v.trim() !== "",
+    into: (s, v) => { s.sampling.top_k = v.trim() ? Number(v) : null; },
+  },
+  { id: "top-p", url: "top-p", defaults: (d) => short(d.top_p), into: (s, v) => { s.sampling.top_p = Number(v); } },
+  { id: "max-tokens", url: "max-tokens", defaults: (d) => String(d.max_tokens), into: (s, v) => { s.max_tokens = Number(v); } },
+  { id: "seed", url: "seed", defaults: (d) => String(d.seed), into: (s, v) => { s.seed = Number(v); } },
+  // Check boxes read and write "1" / "0".
+  { id: "chat", url: "chat", check: true, defaults: () => "1", preset: () => "1", share: (v) => v === "0", into: (s, v) => { s.chat = v === "1"; } },
+  { id: "sequential", url: "sequential", check: true, defaults: () => "0", share: (v) => v === "1" },
+];
+const FIELD = Object.fromEntries(FIELDS.map((f) => [f.id, f]));
+
+function value(id) {
+  const el = $("#" + id);
+  return FIELD[id].check ? (el.checked ? "1" : "0") : el.value;
+}
+
+function setValue(id, v) {
+  const el = $("#" + id);
+  if (FIELD[id].check) el.checked = v === "1" || v === true;
+  else if (id === "draft") setDrafter(v);
+  else el.value = v;
+}
+
+// What a visitor types before the engine is ready is kept: the defaults fill only the fields
+// left alone.
+const typed = new Map();
+document.addEventListener("input", (e) => { if (FIELD[e.target.id] && !defaults) typed.set(e.target.id, e.target); });
+
+// Field values start from the engine's defaults, then a preset, then the URL's settings, then
+// whatever the visitor typed while the engine started.
 function setupControls(d) {
   defaults = d;
   PRESETS = d.presets.filter((p) => PRESET_FILES[p.id]).map((p) => ({ ...p, ...PRESET_FILES[p.id] }));
@@ -68,33 +124,26 @@ function setupControls(d) {
   const layerSkip = $("#draft-default");
   layerSkip.value = layers ? layers.drafter : "layers:first:24";
   layerSkip.textContent = `layer skip (${layerSkip.value.replace(/^layers:/, "")})`;
-  $("#k").value = d.k;
-  $("#temperature").value = short(d.temperature);
-  $("#top-p").value = short(d.top_p);
-  $("#max-tokens").value = d.max_tokens;
-  $("#seed").value = d.seed;
-  $("#mars-mode").value = d.mars.mode;
-  $("#mars-theta").value = short(d.mars.mode === "margin" ? d.mars.rho : d.mars.theta);
+  const kept = [...typed.keys()].map((id) => [id, value(id)]);
+  for (const f of FIELDS) if (f.defaults) setValue(f.id, f.defaults(d));
   showPresets();
   const byId = PRESETS.find((p) => p.id === params.get("preset") && !p.unavailable);
   // Without a preset in the URL, the engine's first: one where speculation wins.
   applyPreset(byId || PRESETS[0]);
-  if (params.get("model")) $("#model-url").value = params.get("model");
-  if (params.get("draft_model")) $("#draft-url").value = params.get("draft_model");
-  let draft = params.get("draft");
-  if (draft && draft.startsWith("model:")) {
-    $("#draft-url").value = draft.slice("model:".length);
-    draft = "model";
+  for (const f of FIELDS) {
+    let v = params.get(f.url);
+    if (!v) continue;
+    // `draft=model:URL` names the draft model in one key.
+    if (f.id === "draft" && v.startsWith("model:")) {
+      setValue("draft-url", v.slice("model:".length));
+      v = "model";
+    }
+    setValue(f.id, v);
   }
-  if (draft) setDrafter(draft);
-  if (params.get("prompt")) $("#prompt").value = params.get("prompt");
-  for (const key of ["k", "draft-vocab", "temperature", "top-p", "max-tokens", "seed", "mars-theta", "mars-mode"]) {
-    if (params.get(key)) $("#" + key).value = params.get(key);
-  }
-  if (params.get("chat") === "0") $("#chat").checked = false;
-  if (params.get("sequential") === "1") $("#sequential").checked = true;
+  for (const [id, v] of kept) setValue(id, v);
   markPreset();
   showDraftUrl();
+  $("#mars-threshold").textContent = value("mars-mode") === "margin" ? "ρ" : "θ";
 
   $("#run").addEventListener("click", () => run());
   $("#stop").addEventListener("click", () => stop());
@@ -103,9 +152,9 @@ function setupControls(d) {
   $("#copy-summary").addEventListener("click", () => copy($("#summary").textContent, "summary"));
   $("#draft").addEventListener("change", showDraftUrl);
   // The threshold field holds θ in paper mode and ρ in margin mode: its label says which.
-  const threshold = () => { $("#mars-threshold").textContent = $("#mars-mode").value === "margin" ? "ρ" : "θ"; };
-  $("#mars-mode").addEventListener("change", threshold);
-  threshold();
+  $("#mars-mode").addEventListener("change", () => {
+    $("#mars-threshold").textContent = value("mars-mode") === "margin" ? "ρ" : "θ";
+  });
   for (const el of document.querySelectorAll("#setup input, #setup select, #setup textarea")) {
     el.addEventListener("input", markPreset);
   }
@@ -139,24 +188,13 @@ function showDraftUrl() {
   $("#draft-url-label").hidden = $("#draft").value !== "model";
 }
 
+// The fields a preset sets, and their values.
 function presetFields(p) {
-  return {
-    "model-url": p.model,
-    "draft-url": p.draftModel || "",
-    draft: p.drafter,
-    prompt: p.prompts[0],
-    k: String(p.k),
-    "draft-vocab": p.draft_vocab ? String(p.draft_vocab) : "",
-    "mars-mode": defaults.mars.mode,
-    "mars-theta": short(defaults.mars.mode === "margin" ? defaults.mars.rho : defaults.mars.theta),
-  };
+  return Object.fromEntries(FIELDS.filter((f) => f.preset).map((f) => [f.id, f.preset(p)]));
 }
 
 function applyPreset(p) {
-  const f = presetFields(p);
-  setDrafter(f.draft);
-  for (const [id, v] of Object.entries(f)) if (id !== "draft") $("#" + id).value = v;
-  $("#chat").checked = true;
+  for (const [id, v] of Object.entries(presetFields(p))) setValue(id, v);
   markPreset();
   showDraftUrl();
 }
@@ -164,7 +202,7 @@ function applyPreset(p) {
 // The preset whose fields the form holds (none once the user edits one of them).
 function markPreset() {
   for (const p of PRESETS) {
-    const same = Object.entries(presetFields(p)).every(([id, v]) => $("#" + id).value === v);
+    const same = Object.entries(presetFields(p)).every(([id, v]) => value(id) === v);
     $(`[data-preset="${p.id}"]`).setAttribute("aria-pressed", String(same));
   }
 }
@@ -533,21 +571,11 @@ function resetPanes() {
   drawChart();
 }
 
-// The form as mars-engine's RunSettings (the worker validates them) plus what the summary names.
+// The form as mars-engine's RunSettings (the worker validates them).
 function currentSettings() {
-  const value = Number($("#mars-theta").value);
-  const mars = $("#mars-mode").value === "margin" ? { mode: "margin", rho: value } : { mode: "paper", theta: value };
-  const draft = $("#draft").value;
-  return {
-    drafter: draft === "model" ? "model:" + $("#draft-url").value.trim() : draft,
-    k: Number($("#k").value),
-    draft_vocab: $("#draft-vocab").value.trim() ? Number($("#draft-vocab").value) : null,
-    mars,
-    sampling: { temperature: Number($("#temperature").value), top_p: Number($("#top-p").value) },
-    max_tokens: Number($("#max-tokens").value),
-    seed: Number($("#seed").value),
-    chat: $("#chat").checked,
-  };
+  const s = { sampling: {} };
+  for (const f of FIELDS) if (f.into) f.into(s, value(f.id));
+  return s;
 }
 
 async function run() {
@@ -660,14 +688,10 @@ function shareLink() {
   const q = new URLSearchParams();
   const pressed = document.querySelector('.preset[aria-pressed="true"]');
   if (pressed) q.set("preset", pressed.dataset.preset);
-  q.set("model", $("#model-url").value.trim());
-  q.set("draft", $("#draft").value);
-  if ($("#draft").value === "model") q.set("draft_model", $("#draft-url").value.trim());
-  q.set("prompt", $("#prompt").value);
-  for (const key of ["k", "mars-mode", "mars-theta", "temperature", "top-p", "max-tokens", "seed"]) q.set(key, $("#" + key).value);
-  if ($("#draft-vocab").value.trim()) q.set("draft-vocab", $("#draft-vocab").value.trim());
-  if (!$("#chat").checked) q.set("chat", "0");
-  if ($("#sequential").checked) q.set("sequential", "1");
+  for (const f of FIELDS) {
+    const v = value(f.id);
+    if (!f.share || f.share(v)) q.set(f.url, f.id === "model-url" || f.id === "draft-url" ? v.trim() : v);
+  }
   return `${location.origin}${location.pathname}?${q}`;
 }
 
@@ -677,7 +701,7 @@ function showSummary(stopped) {
   const s = raced.settings;
   const x = speedups();
   const mode = s.mars.mode === "margin" ? `margin ρ ${short(s.mars.rho)}` : `paper θ ${short(s.mars.theta)}`;
-  const sampling = s.sampling.temperature === 0 ? "greedy" : `temperature ${s.sampling.temperature}, top-p ${s.sampling.top_p}, seed ${s.seed}`;
+  const sampling = s.sampling.temperature === 0 ? "greedy" : `temperature ${s.sampling.temperature}${s.sampling.top_k ? `, top-k ${s.sampling.top_k}` : ""}, top-p ${s.sampling.top_p}, seed ${s.seed}`;
   const line = (p) => {
     const st = stats[p];
     if (!st) return `${PANE_NAMES[p]}: no tokens`;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use mars_formats::{StreamDecoder, Tokenizer};
-use mars_model::{KvCache, Llama, read_f32_async};
+use mars_model::{KvCache, Llama};
 use mars_verify::{
     Decision, DraftProbs, Ledger, Margin, NextKind, Verifier, VerifyConfig, VerifyInput,
 };
@@ -230,9 +230,11 @@ impl Prefill {
         let started = Instant::now();
         if prompt.len() > 1 {
             // Logits are not needed: the first step feeds the last prompt token.
-            let last = target.forward_last(&prompt[..prompt.len() - 1], &mut cache)?; // [1, 1, vocab]
-            // Reading one value waits for the device, so prefill time is measured honestly.
-            read_f32_async(last.slice([0..1, 0..1, 0..1])).await?;
+            // Waiting for the device (a no-op on the host), so prefill time is measured honestly.
+            target
+                .forward_last(&prompt[..prompt.len() - 1], &mut cache)? // [1, vocab]
+                .wait()
+                .await?;
         }
         Ok(Self {
             cache,
@@ -408,8 +410,8 @@ impl<D: Drafter> Decoder<D> {
         input.push(last);
         input.extend_from_slice(draft_tokens);
         let before = self.cache.len();
-        let logits = self.target.forward(&input, &mut self.cache)?; // [1, d + 1, vocab]
-        let logits = read_f32_async(logits).await?; // (d + 1) * vocab
+        let logits = self.target.forward(&input, &mut self.cache)?; // [d + 1, vocab]
+        let logits = logits.read_async().await?; // (d + 1) * vocab
         let verdict = self.verifier.verify(
             &VerifyInput {
                 target_logits: &logits,

@@ -7,7 +7,7 @@
 //!   current suffix; deterministic (one-hot q), no model at all.
 
 use mars_formats::Tokenizer;
-use mars_model::{KvCache, Llama, read_f32_async};
+use mars_model::{KvCache, Llama};
 use mars_verify::{Sampler, Sampling};
 use rand_chacha::ChaCha8Rng;
 
@@ -111,9 +111,9 @@ impl ModelDrafter {
     /// Runs `tokens` and returns the last position's logits as a target-vocabulary row: ids the
     /// target lacks are dropped, ids the drafter lacks are −inf (never proposed).
     async fn last_row(&mut self, tokens: &[u32]) -> Result<()> {
-        let last = self.model.forward_last(tokens, &mut self.cache)?; // [1, 1, draft_vocab]
-        let [_, _, dv] = last.dims();
-        let values = read_f32_async(last).await?;
+        let last = self.model.forward_last(tokens, &mut self.cache)?; // [1, draft_vocab]
+        let (_, dv) = last.dims();
+        let values = last.read_async().await?;
         let tv = self.target_vocab;
         self.row.clear();
         self.row.extend_from_slice(&values[..dv.min(tv)]);

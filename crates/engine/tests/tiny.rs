@@ -7,12 +7,12 @@
 use std::sync::Arc;
 
 use mars_engine::{
-    AnyDrafter, DecodeConfig, Decoder, EngineError, ModelDrafter, NgramDrafter, StopReason,
-    TokenKind, check_same_tokenizer,
+    AnyDrafter, DecodeConfig, Decoder, EngineError, Method, ModelDrafter, NgramDrafter,
+    RunSettings, StopReason, Target, TokenKind, check_same_tokenizer,
 };
 use mars_formats::{Gguf, GgufWriter, Tokenizer, Value};
 use mars_model::tiny::tiny_gguf;
-use mars_model::{Device, Llama, LoadOptions, WeightPath, read_f32};
+use mars_model::{Device, Llama, LoadOptions, WeightPath};
 use mars_verify::{Mode, Sampler, Sampling, VerifyConfig};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
 
@@ -195,6 +195,60 @@ fn greedy_strict_equals_target_only(t: &Tiny) {
     );
 }
 
+/// The path the front ends take: `Target` (loaded from the file), settings naming the drafter in
+/// `DrafterSpec` syntax, one `Target::race` whose prefill every method clones. Greedy strict
+/// equals target-only for each drafter `Target::drafter` builds, a vocabulary-limited one
+/// included, on both CPU weight paths.
+#[test]
+fn the_race_gives_target_only_tokens_for_every_drafter_spec() {
+    for weights in [WeightPath::F32, WeightPath::CpuPacked { threads: 2 }] {
+        let options = LoadOptions::with_weights(weights);
+        let bytes = tiny_gguf(3).unwrap();
+        let g = Gguf::parse(&bytes).unwrap();
+        let target = Target::from_gguf(&g, &Device::flex(), options).unwrap();
+        let sub = g.with_layers(&[0]).unwrap();
+        let draft = target
+            .draft_model(&Gguf::parse(&sub).unwrap(), &Device::flex(), options)
+            .unwrap();
+        let base = RunSettings {
+            chat: false,
+            max_tokens: 32,
+            ..RunSettings::default()
+        };
+        let race = pollster::block_on(target.race(
+            "the cat sat on the mat; the cat sat on the",
+            &base,
+            Some(&draft),
+        ))
+        .unwrap();
+        let (reference, stop, _) = common::race(&race, &base, Method::Target);
+        assert_eq!((reference.len(), stop), (32, StopReason::Budget));
+        let mut kept = 0;
+        for (drafter, draft_vocab) in [
+            ("ngram", None),
+            ("layers:0", None),
+            ("layers:0", Some(200)),
+            ("model:layer0.gguf", None),
+        ] {
+            let settings = RunSettings {
+                drafter: drafter.parse().unwrap(),
+                draft_vocab,
+                ..base.clone()
+            };
+            let (out, _, records) = common::race(&race, &settings, Method::Strict);
+            assert_eq!(out, reference, "{weights:?} {drafter} {draft_vocab:?}");
+            kept += common::kinds(&records)
+                .iter()
+                .filter(|k| **k == TokenKind::Exact)
+                .count();
+        }
+        assert!(
+            kept > 0,
+            "{weights:?}: no draft kept, the test would be vacuous"
+        );
+    }
+}
+
 #[test]
 fn seeds_reproduce_sampling_runs() {
     let t = tiny();
@@ -253,7 +307,7 @@ fn strict_sampling_first_token_follows_the_target() {
         top_p: 1.0,
     };
     let mut cache = t.model.new_cache(64).unwrap();
-    let logits = read_f32(t.model.forward(&p, &mut cache).unwrap()).unwrap();
+    let logits = t.model.forward(&p, &mut cache).unwrap().read().unwrap();
     let last = &logits[(p.len() - 1) * 257..];
     let mut probs = Vec::new();
     let mut rng = <rand_chacha::ChaCha8Rng as rand_core::SeedableRng>::seed_from_u64(0);

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use mars_formats::{Gguf, Tokenizer};
-use mars_model::{Device, Llama, LoadOptions, WeightPath, read_f32};
+use mars_model::{Device, Llama, LoadOptions, WeightPath};
 
 fn rss_anon() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -36,10 +36,18 @@ fn main() {
     let mut cache = model.new_cache(512).unwrap();
     let prompt: Vec<u32> = (0..16).map(|i| 100 + i * 7).collect();
     // As the engine prefills: only the last position's logits.
-    read_f32(model.forward_last(&prompt, &mut cache).unwrap()).unwrap();
+    model
+        .forward_last(&prompt, &mut cache)
+        .unwrap()
+        .read()
+        .unwrap();
     say("prefill 16");
     for t in 0..8u32 {
-        read_f32(model.forward(&[300 + t], &mut cache).unwrap()).unwrap();
+        model
+            .forward(&[300 + t], &mut cache)
+            .unwrap()
+            .read()
+            .unwrap();
     }
     say("8 decode steps");
     let used = rss_anon();

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use mars_formats::Gguf;
-use mars_model::{Device, Llama, LoadOptions, WeightPath, read_f32};
+use mars_model::{Device, Llama, LoadOptions, WeightPath};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -32,7 +32,7 @@ fn main() {
     let model = Llama::from_gguf(&g, &Device::flex(), options).unwrap();
     let prompt: Vec<u32> = (0..64).map(|i| 100 + i * 7).collect();
     let mut cache = model.new_cache(512).unwrap();
-    read_f32(model.forward(&prompt, &mut cache).unwrap()).unwrap();
+    model.forward(&prompt, &mut cache).unwrap().read().unwrap();
     for t in rows {
         let tokens: Vec<u32> = (0..t as u32).map(|i| 200 + i).collect();
         // The mean says what a run of passes costs; the fastest pass is steadier on a noisy
@@ -40,7 +40,7 @@ fn main() {
         let (mut total, mut fastest) = (0f64, f64::INFINITY);
         for _ in 0..reps {
             let start = Instant::now();
-            read_f32(model.forward(&tokens, &mut cache).unwrap()).unwrap();
+            model.forward(&tokens, &mut cache).unwrap().read().unwrap();
             let ms = start.elapsed().as_secs_f64() * 1e3;
             (total, fastest) = (total + ms, fastest.min(ms));
             cache.truncate(64).unwrap();

@@ -10,6 +10,7 @@ use crate::config::{LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
 use crate::host::HostModel;
 use crate::load::WeightPath;
+use crate::logits::Logits;
 
 /// A weight matrix and how it is applied to activations `[1, t, in]` (the burn path: GPUs,
 /// and the f32 reference on the CPU; packed CPU weights are in `host.rs`).
@@ -183,27 +184,27 @@ impl Llama {
     }
 
     /// Runs `tokens` after what `cache` holds, appends their keys and values, and returns the
-    /// logits at every input position: `[1, t, vocab]`.
+    /// logits at every input position: `[t, vocab]`.
     ///
     /// # Errors
     /// [`ModelError::EmptyInput`], [`ModelError::TokenOutOfVocab`], or
     /// [`ModelError::ContextOverflow`] naming the cached, new and capacity counts.
-    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor<3>> {
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Logits> {
         self.forward_tail(tokens, cache, tokens.len())
     }
 
-    /// As [`Llama::forward`], returning only the last position's logits, `[1, 1, vocab]`: what
+    /// As [`Llama::forward`], returning only the last position's logits, `[1, vocab]`: what
     /// prefill and a draft model need. The packed CPU path then runs the output head on one
     /// row (the same values [`Llama::forward`] gives for it, bit for bit).
     ///
     /// # Errors
     /// As [`Llama::forward`].
-    pub fn forward_last(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor<3>> {
+    pub fn forward_last(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Logits> {
         self.forward_tail(tokens, cache, 1)
     }
 
-    /// Logits of the last `rows` (1 ≤ rows ≤ t) positions, `[1, rows, vocab]`.
-    fn forward_tail(&self, tokens: &[u32], cache: &mut KvCache, rows: usize) -> Result<Tensor<3>> {
+    /// Logits of the last `rows` (1 ≤ rows ≤ t) positions, `[rows, vocab]`.
+    fn forward_tail(&self, tokens: &[u32], cache: &mut KvCache, rows: usize) -> Result<Logits> {
         let c = &self.config;
         let t = tokens.len();
         if t == 0 {
@@ -238,12 +239,12 @@ impl Llama {
                     all.slice([0..1, t - rows..t, 0..c.vocab_size]) // [1, rows, vocab]
                 };
                 let (n, v) = (self.logit_ids, c.vocab_size);
-                if n < v {
+                Logits::device(if n < v {
                     let masked = Tensor::full([1, rows, v - n], f32::NEG_INFINITY, &self.device);
                     Tensor::cat(vec![last.slice([0..1, 0..rows, 0..n]), masked], 2)
                 } else {
                     last
-                }
+                })
             }
             Body::Host(m) => {
                 let layers = cache
@@ -251,10 +252,7 @@ impl Llama {
                     .filter(|l| l.len() == m.blocks.len())
                     .ok_or(ModelError::CacheKind)?;
                 let logits = m.forward(c, tokens, start, layers, rows, self.logit_ids)?; // [rows, vocab]
-                Tensor::from_data(
-                    TensorData::new(logits, [1, rows, c.vocab_size]),
-                    &self.device,
-                )
+                Logits::host(logits, rows, c.vocab_size)
             }
         };
         cache.advance(end);

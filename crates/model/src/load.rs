@@ -13,6 +13,7 @@ use crate::config::LlamaConfig;
 use crate::error::{ModelError, Result};
 use crate::host::{HostBlock, HostModel};
 use crate::llama::{Block, Body, Embedding, Linear, Llama, TensorModel};
+use crate::tensors::{self, BlockTensors, Named, OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBD};
 use crate::weights::{HfWeights, Weights};
 
 /// How a model's matrices are stored and multiplied: resolved once per load (the engine's
@@ -244,8 +245,8 @@ fn vector(g: &dyn Weights, name: &str, len: usize, device: &Device) -> Result<Te
 
 /// Llama 3.x files carry per-frequency RoPE scaling factors as a tensor.
 fn freq_factors(g: &dyn Weights, hd: usize) -> Result<Option<Vec<f32>>> {
-    match g.f32_tensor("rope_freqs.weight")? {
-        Some(_) => Ok(Some(read(g, "rope_freqs.weight", &[hd / 2])?)),
+    match g.f32_tensor(ROPE_FREQS)? {
+        Some(_) => Ok(Some(read(g, ROPE_FREQS, &[hd / 2])?)),
         None => Ok(None),
     }
 }
@@ -325,42 +326,6 @@ impl Llama {
     }
 }
 
-/// Every tensor the model reads and the shape it must have (outermost first); `rope_freqs`
-/// is optional and checked where present.
-fn expected_tensors(c: &LlamaConfig) -> Vec<(String, Vec<usize>)> {
-    let (d, hd, ff, v) = (c.d_model, c.head_dim, c.d_ff, c.vocab_size);
-    let (q, kv) = (c.n_heads * hd, c.n_kv_heads * hd);
-    let mut out = vec![
-        ("token_embd.weight".to_string(), vec![v, d]),
-        ("output_norm.weight".to_string(), vec![d]),
-    ];
-    if !c.tied_embeddings {
-        out.push(("output.weight".into(), vec![v, d]));
-    }
-    for i in 0..c.n_layers {
-        let mut add = |s: &str, shape: Vec<usize>| out.push((format!("blk.{i}.{s}"), shape));
-        add("attn_norm.weight", vec![d]);
-        add("attn_q.weight", vec![q, d]);
-        add("attn_k.weight", vec![kv, d]);
-        add("attn_v.weight", vec![kv, d]);
-        add("attn_output.weight", vec![d, q]);
-        add("ffn_norm.weight", vec![d]);
-        add("ffn_gate.weight", vec![ff, d]);
-        add("ffn_up.weight", vec![ff, d]);
-        add("ffn_down.weight", vec![d, ff]);
-        if c.qkv_bias {
-            add("attn_q.bias", vec![q]);
-            add("attn_k.bias", vec![kv]);
-            add("attn_v.bias", vec![kv]);
-        }
-        if c.qk_norm {
-            add("attn_q_norm.weight", vec![hd]);
-            add("attn_k_norm.weight", vec![hd]);
-        }
-    }
-    out
-}
-
 /// Refuses, from the tensor table alone, a file that lacks a tensor, holds one of another
 /// shape, or stores one in a type this crate cannot read. Sources without a table
 /// (safetensors) are checked tensor by tensor as they load.
@@ -368,11 +333,14 @@ fn check_tensors(c: &LlamaConfig, g: &dyn Weights) -> Result<()> {
     if !g.lists_tensors() {
         return Ok(());
     }
-    let mut expected = expected_tensors(c);
-    if g.stored("rope_freqs.weight")?.is_some() {
-        expected.push(("rope_freqs.weight".into(), vec![c.head_dim / 2]));
+    let mut expected = tensors::expected(c);
+    if g.stored(ROPE_FREQS)?.is_some() {
+        expected.push(Named {
+            name: ROPE_FREQS.into(),
+            shape: vec![c.head_dim / 2],
+        });
     }
-    for (name, shape) in expected {
+    for Named { name, shape } in expected {
         let Some(s) = g.stored(&name)? else {
             return Err(mars_formats::FormatError::MissingTensor { name }.into());
         };
@@ -403,8 +371,7 @@ fn tensor_model(
     gpu_blocks: bool,
     subgroups: Option<u32>,
 ) -> Result<TensorModel> {
-    let (d, hd, ff, v) = (c.d_model, c.head_dim, c.d_ff, c.vocab_size);
-    let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
+    let (d, hd, v) = (c.d_model, c.head_dim, c.vocab_size);
     let mut converted = Vec::new();
     // The GPU's client, found once for every upload.
     let target = if gpu_blocks {
@@ -423,62 +390,60 @@ fn tensor_model(
                 device,
             ))
         };
-        let embedding = table("token_embd.weight")?;
+        let embedding = table(TOKEN_EMBD)?;
         let lm_head = if c.tied_embeddings {
             embedding.clone()
         } else {
-            table("output.weight")?
+            table(OUTPUT)?
         };
         (
             Embedding::Dense(embedding),
             Linear::DenseOutIn(lm_head.reshape([1, v, d])),
         )
     };
-    let mut matrix = |name: &str, out_dim: usize, in_dim: usize| -> Result<Linear> {
+    let mut matrix = |t: &Named| -> Result<Linear> {
+        let (out_dim, in_dim) = t.dims();
         if let Some(target) = &target {
-            gpu_matrix(g, name, out_dim, in_dim, device, target, &mut converted)
+            gpu_matrix(g, &t.name, out_dim, in_dim, device, target, &mut converted)
         } else {
-            matrix(g, name, out_dim, in_dim, device)
+            matrix(g, &t.name, out_dim, in_dim, device)
         }
     };
+    let vector = |t: &Named| vector(g, &t.name, t.shape[0], device);
     let mut blocks = Vec::with_capacity(c.n_layers);
     for i in 0..c.n_layers {
-        let n = |s: &str| format!("blk.{i}.{s}");
-        let bias = |s: &str, len: usize| -> Result<Option<Tensor<3>>> {
-            if c.qkv_bias {
-                vector(g, &n(s), len, device).map(Some)
-            } else {
-                Ok(None)
-            }
-        };
-        let head_norm = |s: &str| -> Result<Option<Tensor<4>>> {
-            if c.qk_norm {
-                Ok(Some(Tensor::from_data(
-                    TensorData::new(read(g, &n(s), &[hd])?, [1, 1, 1, hd]),
-                    device,
-                )))
-            } else {
-                Ok(None)
-            }
+        let t = BlockTensors::of(c, i);
+        let head_norm = |t: &Option<Named>| -> Result<Option<Tensor<4>>> {
+            t.as_ref()
+                .map(|t| {
+                    Ok(Tensor::from_data(
+                        TensorData::new(read(g, &t.name, &[hd])?, [1, 1, 1, hd]),
+                        device,
+                    ))
+                })
+                .transpose()
         };
         blocks.push(Block {
-            attn_norm: vector(g, &n("attn_norm.weight"), d, device)?,
-            wq: matrix(&n("attn_q.weight"), q_dim, d)?,
-            wk: matrix(&n("attn_k.weight"), kv_dim, d)?,
-            wv: matrix(&n("attn_v.weight"), kv_dim, d)?,
-            wo: matrix(&n("attn_output.weight"), d, q_dim)?,
-            bq: bias("attn_q.bias", q_dim)?,
-            bk: bias("attn_k.bias", kv_dim)?,
-            bv: bias("attn_v.bias", kv_dim)?,
-            q_norm: head_norm("attn_q_norm.weight")?,
-            k_norm: head_norm("attn_k_norm.weight")?,
-            ffn_norm: vector(g, &n("ffn_norm.weight"), d, device)?,
-            w_gate: matrix(&n("ffn_gate.weight"), ff, d)?,
-            w_up: matrix(&n("ffn_up.weight"), ff, d)?,
-            w_down: matrix(&n("ffn_down.weight"), d, ff)?,
+            attn_norm: vector(&t.attn_norm)?,
+            wq: matrix(&t.wq)?,
+            wk: matrix(&t.wk)?,
+            wv: matrix(&t.wv)?,
+            wo: matrix(&t.wo)?,
+            bq: t.bq.as_ref().map(vector).transpose()?,
+            bk: t.bk.as_ref().map(vector).transpose()?,
+            bv: t.bv.as_ref().map(vector).transpose()?,
+            q_norm: head_norm(&t.q_norm)?,
+            k_norm: head_norm(&t.k_norm)?,
+            ffn_norm: vector(&t.ffn_norm)?,
+            w_gate: matrix(&t.w_gate)?,
+            w_up: matrix(&t.w_up)?,
+            w_down: matrix(&t.w_down)?,
         });
     }
-    let out_norm = vector(g, "output_norm.weight", d, device)?;
+    let out_norm = vector(&Named {
+        name: OUTPUT_NORM.into(),
+        shape: vec![d],
+    })?;
     let (cos, sin) = rope_tables(c, freq_factors(g, hd)?.as_deref());
     let half = hd / 2;
     Ok(TensorModel {
@@ -503,36 +468,24 @@ fn gpu_tables(
     converted: &mut Vec<String>,
 ) -> Result<(Embedding, Linear)> {
     let (d, v) = (c.d_model, c.vocab_size);
-    let embedding = if is_f32(g, "token_embd.weight")? {
+    let embedding = if is_f32(g, TOKEN_EMBD)? {
         Embedding::Dense(Tensor::from_data(
-            TensorData::new(read(g, "token_embd.weight", &[v, d])?, [v, d]),
+            TensorData::new(read(g, TOKEN_EMBD, &[v, d])?, [v, d]),
             device,
         ))
     } else {
         Embedding::Blocks(Box::new(gpu_blocks(
-            g,
-            "token_embd.weight",
-            v,
-            d,
-            target,
-            converted,
+            g, TOKEN_EMBD, v, d, target, converted,
         )?))
     };
     let lm_head = match (&embedding, c.tied_embeddings) {
         (Embedding::Blocks(table), true) => Linear::Blocks(table.clone()),
         (Embedding::Dense(table), true) => Linear::DenseOutIn(table.clone().reshape([1, v, d])),
-        (_, false) if is_f32(g, "output.weight")? => Linear::DenseOutIn(Tensor::from_data(
-            TensorData::new(read(g, "output.weight", &[v, d])?, [1, v, d]),
+        (_, false) if is_f32(g, OUTPUT)? => Linear::DenseOutIn(Tensor::from_data(
+            TensorData::new(read(g, OUTPUT, &[v, d])?, [1, v, d]),
             device,
         )),
-        (_, false) => Linear::Blocks(Box::new(gpu_blocks(
-            g,
-            "output.weight",
-            v,
-            d,
-            target,
-            converted,
-        )?)),
+        (_, false) => Linear::Blocks(Box::new(gpu_blocks(g, OUTPUT, v, d, target, converted)?)),
     };
     Ok((embedding, lm_head))
 }
@@ -633,61 +586,46 @@ fn gpu_matrix(
 
 /// The weights as packed blocks on the host for the kernels: no f32 copy of any matrix.
 fn host_model(c: &LlamaConfig, g: &dyn Weights, kernels: Arc<Kernels>) -> Result<HostModel> {
-    let (d, hd, ff, v) = (c.d_model, c.head_dim, c.d_ff, c.vocab_size);
-    let (q_dim, kv_dim) = (c.n_heads * hd, c.n_kv_heads * hd);
+    let (d, hd, v) = (c.d_model, c.head_dim, c.vocab_size);
     let mut converted = Vec::new();
     // Matrices in the layout the kernels read fastest (16-row tiles on AVX-512), the embedding
     // too when it is the output head: its lookup reads a tiled matrix's rows back as the file's
     // blocks.
     let k = Some(&*kernels);
     let tied = c.tied_embeddings;
-    let embedding = blocks(
-        g,
-        "token_embd.weight",
-        (v, d),
-        k.filter(|_| tied),
-        &mut converted,
-    )?;
+    let embedding = blocks(g, TOKEN_EMBD, (v, d), k.filter(|_| tied), &mut converted)?;
     let lm_head = if tied {
         embedding.clone()
     } else {
-        blocks(g, "output.weight", (v, d), k, &mut converted)?
+        blocks(g, OUTPUT, (v, d), k, &mut converted)?
     };
     let mut layers = Vec::with_capacity(c.n_layers);
     for i in 0..c.n_layers {
-        let n = |s: &str| format!("blk.{i}.{s}");
-        let optional = |s: &str, len: usize, present: bool| -> Result<Option<Vec<f32>>> {
-            if present {
-                read(g, &n(s), &[len]).map(Some)
-            } else {
-                Ok(None)
-            }
-        };
-        let mut m = |s: &str, out_dim: usize, in_dim: usize| {
-            blocks(g, &n(s), (out_dim, in_dim), k, &mut converted)
-        };
+        let t = BlockTensors::of(c, i);
+        let vector = |t: &Named| read(g, &t.name, &t.shape);
+        let mut m = |t: &Named| blocks(g, &t.name, t.dims(), k, &mut converted);
         layers.push(Arc::new(HostBlock {
-            wq: m("attn_q.weight", q_dim, d)?,
-            wk: m("attn_k.weight", kv_dim, d)?,
-            wv: m("attn_v.weight", kv_dim, d)?,
-            wo: m("attn_output.weight", d, q_dim)?,
-            w_gate: m("ffn_gate.weight", ff, d)?,
-            w_up: m("ffn_up.weight", ff, d)?,
-            w_down: m("ffn_down.weight", d, ff)?,
-            attn_norm: read(g, &n("attn_norm.weight"), &[d])?,
-            ffn_norm: read(g, &n("ffn_norm.weight"), &[d])?,
-            bq: optional("attn_q.bias", q_dim, c.qkv_bias)?,
-            bk: optional("attn_k.bias", kv_dim, c.qkv_bias)?,
-            bv: optional("attn_v.bias", kv_dim, c.qkv_bias)?,
-            q_norm: optional("attn_q_norm.weight", hd, c.qk_norm)?,
-            k_norm: optional("attn_k_norm.weight", hd, c.qk_norm)?,
+            wq: m(&t.wq)?,
+            wk: m(&t.wk)?,
+            wv: m(&t.wv)?,
+            wo: m(&t.wo)?,
+            w_gate: m(&t.w_gate)?,
+            w_up: m(&t.w_up)?,
+            w_down: m(&t.w_down)?,
+            attn_norm: vector(&t.attn_norm)?,
+            ffn_norm: vector(&t.ffn_norm)?,
+            bq: t.bq.as_ref().map(vector).transpose()?,
+            bk: t.bk.as_ref().map(vector).transpose()?,
+            bv: t.bv.as_ref().map(vector).transpose()?,
+            q_norm: t.q_norm.as_ref().map(vector).transpose()?,
+            k_norm: t.k_norm.as_ref().map(vector).transpose()?,
         }));
     }
     let (cos, sin) = rope_tables(c, freq_factors(g, hd)?.as_deref());
     Ok(HostModel {
         embedding,
         blocks: layers,
-        out_norm: Arc::new(read(g, "output_norm.weight", &[d])?),
+        out_norm: Arc::new(read(g, OUTPUT_NORM, &[d])?),
         lm_head,
         rope_cos: Arc::new(cos),
         rope_sin: Arc::new(sin),
@@ -754,7 +692,7 @@ fn check_memory(c: &LlamaConfig, g: &dyn Weights, options: LoadOptions) -> Resul
 /// row of blocks (and, for a matrix the file keeps in F32, which stays a dense tensor, the
 /// whole matrix): refused here, before any upload, naming the tensor and the limit.
 fn check_block_buffers(c: &LlamaConfig, g: &dyn Weights, limit: u64) -> Result<()> {
-    for (name, shape) in expected_tensors(c) {
+    for Named { name, shape } in tensors::expected(c) {
         let [rows, cols] = shape[..] else {
             continue;
         };
@@ -789,22 +727,12 @@ fn check_block_buffers(c: &LlamaConfig, g: &dyn Weights, limit: u64) -> Result<(
 /// tensor's values at Q8_0's 34 bytes per 32 (a missing tensor counts 0 here and is refused by
 /// the loader by name).
 fn packed_bytes(c: &LlamaConfig, g: &dyn Weights) -> Result<u64> {
-    let mut names = vec!["token_embd.weight".to_string()];
+    let mut names = vec![TOKEN_EMBD.to_string()];
     if !c.tied_embeddings {
-        names.push("output.weight".into());
+        names.push(OUTPUT.into());
     }
     for i in 0..c.n_layers {
-        for s in [
-            "attn_q",
-            "attn_k",
-            "attn_v",
-            "attn_output",
-            "ffn_gate",
-            "ffn_up",
-            "ffn_down",
-        ] {
-            names.push(format!("blk.{i}.{s}.weight"));
-        }
+        names.extend(BlockTensors::of(c, i).matrices().map(|t| t.name.clone()));
     }
     let mut total = 0u64;
     for name in &names {

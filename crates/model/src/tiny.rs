@@ -6,6 +6,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
 use crate::config::{Architecture, LlamaConfig};
+use crate::tensors::{BlockTensors, Named, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
 
 /// The tiny model's hyper-parameters: 2 layers, width 64, 4 heads over 2 KV heads, and a
 /// 257-token byte-level vocabulary (256 bytes and `<|endoftext|>`).
@@ -129,8 +130,7 @@ fn build(seed: u64, quantized: bool) -> Result<Vec<u8>> {
             .map(|_| ((rng.next_u32() as f32 / u32::MAX as f32) * 2.0 - 1.0) * scale)
             .collect()
     };
-    let (d, ff, hd) = (c.d_model as u64, c.d_ff as u64, c.head_dim as u64);
-    let (q, kv) = (c.n_heads as u64 * hd, c.n_kv_heads as u64 * hd);
+    let d = c.d_model as u64;
     let mut w = GgufWriter::new();
     let u32v = |v: usize| Value::U32(v as u32);
     w.meta("general.architecture", Value::String("llama".into()))
@@ -176,91 +176,52 @@ fn build(seed: u64, quantized: bool) -> Result<Vec<u8>> {
         .flat_map(|v| half::f16::from_f32(v).to_le_bytes())
         .collect();
     w.tensor(
-        "token_embd.weight",
+        TOKEN_EMBD,
         &[d, c.vocab_size as u64],
         GgmlType::F16,
         embedding,
     )?;
+    // The shape in GGUF's order (innermost first).
+    let dims = |t: &Named| -> Vec<u64> { t.shape.iter().rev().map(|&x| x as u64).collect() };
     for i in 0..c.n_layers {
-        let n = |s: &str| format!("blk.{i}.{s}");
-        let s = |fan_in: u64| 1.0 / (fan_in as f32).sqrt();
-        add(
-            &mut w,
-            n("attn_norm.weight"),
-            &[d],
-            random(d as usize, 0.5).iter().map(|x| 1.0 + x).collect(),
-        )?;
-        add_matrix(
-            &mut w,
-            n("attn_q.weight"),
-            &[d, q],
-            random((d * q) as usize, s(d)),
-            GgmlType::Q8_0,
-        )?;
-        add_matrix(
-            &mut w,
-            n("attn_k.weight"),
-            &[d, kv],
-            random((d * kv) as usize, s(d)),
-            GgmlType::Q4_1,
-        )?;
-        add_matrix(
-            &mut w,
-            n("attn_v.weight"),
-            &[d, kv],
-            random((d * kv) as usize, s(d)),
-            GgmlType::Q5_0,
-        )?;
-        add_matrix(
-            &mut w,
-            n("attn_output.weight"),
-            &[q, d],
-            random((q * d) as usize, s(q)),
-            GgmlType::Q8_0,
-        )?;
-        add(
-            &mut w,
-            n("ffn_norm.weight"),
-            &[d],
-            random(d as usize, 0.5).iter().map(|x| 1.0 + x).collect(),
-        )?;
-        add_matrix(
-            &mut w,
-            n("ffn_gate.weight"),
-            &[d, ff],
-            random((d * ff) as usize, s(d)),
-            GgmlType::Q4_1,
-        )?;
-        add_matrix(
-            &mut w,
-            n("ffn_up.weight"),
-            &[d, ff],
-            random((d * ff) as usize, s(d)),
-            GgmlType::Q5_0,
-        )?;
-        add_matrix(
-            &mut w,
-            n("ffn_down.weight"),
-            &[ff, d],
-            random((ff * d) as usize, s(ff)),
-            GgmlType::Q8_0,
-        )?;
+        let t = BlockTensors::of(&c, i);
+        // Norms near 1; matrices scaled by 1/√fan-in, each layer mixing the legacy types.
+        for (t, ty) in [
+            (&t.attn_norm, None),
+            (&t.wq, Some(GgmlType::Q8_0)),
+            (&t.wk, Some(GgmlType::Q4_1)),
+            (&t.wv, Some(GgmlType::Q5_0)),
+            (&t.wo, Some(GgmlType::Q8_0)),
+            (&t.ffn_norm, None),
+            (&t.w_gate, Some(GgmlType::Q4_1)),
+            (&t.w_up, Some(GgmlType::Q5_0)),
+            (&t.w_down, Some(GgmlType::Q8_0)),
+        ] {
+            let n = t.shape.iter().product();
+            match ty {
+                None => add(
+                    &mut w,
+                    t.name.clone(),
+                    &dims(t),
+                    random(n, 0.5).iter().map(|x| 1.0 + x).collect(),
+                )?,
+                Some(ty) => {
+                    let scale = 1.0 / (t.shape[1] as f32).sqrt();
+                    add_matrix(&mut w, t.name.clone(), &dims(t), random(n, scale), ty)?;
+                }
+            }
+        }
     }
     // A separate output matrix: with a tied one the logit of the current token dominates
     // (|e|² against random dot products) and random weights just repeat the last byte. Scale
     // 0.6 gives logits of standard deviation ~3, so that sampling spreads over a few tokens.
     add_matrix(
         &mut w,
-        "output.weight".into(),
+        OUTPUT.into(),
         &[d, c.vocab_size as u64],
         random((d * c.vocab_size as u64) as usize, 0.6),
         GgmlType::Q8_0,
     )?;
-    add(
-        &mut w,
-        "output_norm.weight".into(),
-        &[d],
-        vec![1.0; d as usize],
-    )?;
+    add(&mut w, OUTPUT_NORM.into(), &[d], vec![1.0; d as usize])?;
     Ok(w.to_bytes())
 }

@@ -5,7 +5,7 @@
 
 use mars_formats::{Gguf, Tokenizer};
 use mars_model::tiny::{tiny_config, tiny_gguf, tiny_gguf_quantized};
-use mars_model::{Device, DeviceLimits, Llama, LoadOptions, WeightPath, read_f32};
+use mars_model::{Device, DeviceLimits, Llama, LoadOptions, WeightPath};
 
 /// Largest difference allowed between backends: f32 sums in another order, over 2 layers.
 const TOLERANCE: f32 = 1e-4;
@@ -21,9 +21,13 @@ fn logits_with(device: &Device, bytes: &[u8], tokens: &[u32], options: LoadOptio
     assert_eq!(model.config(), &tiny_config());
     let mut cache = model.new_cache(32).unwrap();
     // A prompt, then two single-token steps: batched and incremental paths both compared.
-    let mut out = read_f32(model.forward(&tokens[..6], &mut cache).unwrap()).unwrap();
+    let mut out = model
+        .forward(&tokens[..6], &mut cache)
+        .unwrap()
+        .read()
+        .unwrap();
     for &t in &tokens[6..] {
-        out.extend(read_f32(model.forward(&[t], &mut cache).unwrap()).unwrap());
+        out.extend(model.forward(&[t], &mut cache).unwrap().read().unwrap());
     }
     out
 }
@@ -239,7 +243,7 @@ impl mars_formats::ReadAt for Source {
 
 fn run(model: &Llama, tokens: &[u32]) -> Vec<f32> {
     let mut cache = model.new_cache(32).unwrap();
-    read_f32(model.forward(tokens, &mut cache).unwrap()).unwrap()
+    model.forward(tokens, &mut cache).unwrap().read().unwrap()
 }
 
 /// The browser's load: the file read a slice at a time (header, then each tensor once, as it

@@ -6,7 +6,7 @@
 
 use mars_formats::{Gguf, SafetensorsFile};
 use mars_model::tiny::{tiny_config, tiny_gguf};
-use mars_model::{Device, Llama, LoadOptions, ModelError, read_f32};
+use mars_model::{Device, Llama, LoadOptions, ModelError};
 use safetensors::tensor::{Dtype, TensorView};
 
 /// Inverse of the loader's permutation: interleaved row 2i + j of a head goes back to
@@ -106,12 +106,11 @@ fn config_json(model_type: &str) -> String {
 
 fn run(model: &Llama) -> Vec<f32> {
     let mut cache = model.new_cache(16).unwrap();
-    read_f32(
-        model
-            .forward(&[10, 200, 33, 47, 5, 99, 128, 7], &mut cache)
-            .unwrap(),
-    )
-    .unwrap()
+    model
+        .forward(&[10, 200, 33, 47, 5, 99, 128, 7], &mut cache)
+        .unwrap()
+        .read()
+        .unwrap()
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {

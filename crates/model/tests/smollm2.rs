@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use mars_formats::Gguf;
-use mars_model::{Device, Llama, LoadOptions, ModelError, WeightPath, read_f32};
+use mars_model::{Device, Llama, LoadOptions, ModelError, WeightPath};
 
 #[path = "../../../tests/support/models.rs"]
 mod models;
@@ -82,7 +82,11 @@ fn matches_llama_cpp() {
     let mut mars_top1: Vec<Vec<u32>> = Vec::new();
     for text in &reference.teacher_forced {
         let mut cache = model.new_cache(text.ids.len()).unwrap();
-        let logits = read_f32(model.forward(&text.ids, &mut cache).unwrap()).unwrap();
+        let logits = model
+            .forward(&text.ids, &mut cache)
+            .unwrap()
+            .read()
+            .unwrap();
         mars_top1.push(
             logits
                 .chunks_exact(vocab)
@@ -168,13 +172,17 @@ fn matches_llama_cpp() {
         let mut cache = model
             .new_cache(case.prompt_ids.len() + case.tokens.len())
             .unwrap();
-        let mut logits = read_f32(model.forward(&case.prompt_ids, &mut cache).unwrap()).unwrap();
+        let mut logits = model
+            .forward(&case.prompt_ids, &mut cache)
+            .unwrap()
+            .read()
+            .unwrap();
         let mut out = Vec::new();
         for _ in 0..case.tokens.len() {
             let last = &logits[logits.len() - vocab..];
             let next = argmax(last) as u32;
             out.push(next);
-            logits = read_f32(model.forward(&[next], &mut cache).unwrap()).unwrap();
+            logits = model.forward(&[next], &mut cache).unwrap().read().unwrap();
         }
         if out == case.tokens {
             equal += 1;
@@ -251,7 +259,7 @@ fn matches_the_exact_f64_reference() {
     let mut worst = 0f64;
     for seq in &exact.sequences {
         let mut cache = model.new_cache(seq.ids.len()).unwrap();
-        let logits = read_f32(model.forward(&seq.ids, &mut cache).unwrap()).unwrap();
+        let logits = model.forward(&seq.ids, &mut cache).unwrap().read().unwrap();
         for (row, want) in logits.chunks_exact(vocab).zip(&seq.positions) {
             assert_eq!(argmax(row), want.top_ids[0]);
             let pairs = want
@@ -295,7 +303,7 @@ fn packed_path_matches_the_exact_reference_within_the_8_bit_bound() {
     let (mut worst, mut sum, mut n, mut flips) = (0f64, 0f64, 0usize, 0usize);
     for seq in &exact.sequences {
         let mut cache = model.new_cache(seq.ids.len()).unwrap();
-        let logits = read_f32(model.forward(&seq.ids, &mut cache).unwrap()).unwrap();
+        let logits = model.forward(&seq.ids, &mut cache).unwrap().read().unwrap();
         for (row, want) in logits.chunks_exact(vocab).zip(&seq.positions) {
             let pairs = want
                 .top_ids
@@ -344,7 +352,11 @@ fn packed_logits_do_not_depend_on_the_batch() {
         let mut out = Vec::new();
         let mut at = 0;
         for &cut in cuts.iter().chain([&ids.len()]) {
-            let logits = read_f32(model.forward(&ids[at..cut], &mut cache).unwrap()).unwrap();
+            let logits = model
+                .forward(&ids[at..cut], &mut cache)
+                .unwrap()
+                .read()
+                .unwrap();
             out.extend(logits.iter().map(|f| f.to_bits()));
             at = cut;
         }
@@ -360,7 +372,11 @@ fn packed_logits_do_not_depend_on_the_batch() {
     let vocab = model.config().vocab_size;
     for cut in [1, 7, 20] {
         let mut cache = model.new_cache(20).unwrap();
-        let last = read_f32(model.forward_last(&ids[..cut], &mut cache).unwrap()).unwrap();
+        let last = model
+            .forward_last(&ids[..cut], &mut cache)
+            .unwrap()
+            .read()
+            .unwrap();
         assert_eq!(cache.len(), cut);
         let bits: Vec<u32> = last.iter().map(|f| f.to_bits()).collect();
         assert_eq!(
@@ -391,7 +407,7 @@ fn a_vocab_limited_model_keeps_the_low_ids_logits_and_masks_the_rest() {
             } else {
                 m.forward(ids, &mut cache)
             };
-            read_f32(t.unwrap()).unwrap()
+            t.unwrap().read().unwrap()
         };
         for last in [true, false] {
             let (full, cut) = (run(&model, last), run(&limited, last));
@@ -419,9 +435,13 @@ fn cache_rolls_back_and_refuses_overflow() {
     let ids = &reference().teacher_forced[0].ids[..12];
     // Logits after a rollback equal those of a fresh run: the cache cursor is all that moves.
     let mut cache = model.new_cache(16).unwrap();
-    let full = read_f32(model.forward(ids, &mut cache).unwrap()).unwrap();
+    let full = model.forward(ids, &mut cache).unwrap().read().unwrap();
     cache.truncate(8).unwrap();
-    let again = read_f32(model.forward(&ids[8..], &mut cache).unwrap()).unwrap();
+    let again = model
+        .forward(&ids[8..], &mut cache)
+        .unwrap()
+        .read()
+        .unwrap();
     assert_eq!(cache.len(), 12);
     let max_diff = full[8 * vocab..]
         .iter()

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use mars_engine::{AnyDrafter, DecodeConfig, Decoder, ModelDrafter};
 use mars_formats::{Gguf, Tokenizer};
 use mars_model::tiny::{tiny_gguf, tiny_gguf_quantized};
-use mars_model::{Device, Llama, LoadOptions, WeightPath, read_f32_async};
+use mars_model::{Device, Llama, LoadOptions, WeightPath};
 use mars_verify::{Mode, Sampling, VerifyConfig};
 use wasm_bindgen_test::*;
 
@@ -75,12 +75,18 @@ async fn check_fixture(
     let model = Llama::from_gguf(&g, &device, options).unwrap();
     assert_eq!(model.weight_path(), options.weights);
     let mut cache = model.new_cache(32).unwrap();
-    let mut got = read_f32_async(model.forward(&tokens[..prefill], &mut cache).unwrap())
+    let mut got = model
+        .forward(&tokens[..prefill], &mut cache)
+        .unwrap()
+        .read_async()
         .await
         .unwrap();
     for &t in &tokens[prefill..] {
         got.extend(
-            read_f32_async(model.forward(&[t], &mut cache).unwrap())
+            model
+                .forward(&[t], &mut cache)
+                .unwrap()
+                .read_async()
                 .await
                 .unwrap(),
         );
