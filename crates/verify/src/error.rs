@@ -91,6 +91,32 @@ pub enum VerifyError {
         /// The drafted token.
         token: u32,
     },
+    /// A tree's `parents` is not one entry per node.
+    #[error("parents has {len} entries, expected one per node ({nodes})")]
+    TreeParents {
+        /// Entries in `parents`.
+        len: usize,
+        /// Nodes (`tokens.len()`).
+        nodes: usize,
+    },
+    /// A tree node's parent is not an earlier node.
+    #[error("parents[{node}] = {parent}: a parent must be an earlier node (< {node})")]
+    TreeParent {
+        /// The node.
+        node: usize,
+        /// Its parent as given.
+        parent: u32,
+    },
+    /// A tree's drafter rows are not `(n + 1) * vocab` values.
+    #[error("draft_probs has {len} values, expected (n + 1) * vocab = ({nodes} + 1) * {vocab}")]
+    TreeDraftProbsShape {
+        /// Values given.
+        len: usize,
+        /// Nodes in the tree.
+        nodes: usize,
+        /// Vocabulary size.
+        vocab: usize,
+    },
     /// `temperature` is NaN, infinite or negative.
     #[error("temperature must be finite and >= 0 (0 = greedy), got {value}")]
     Temperature {

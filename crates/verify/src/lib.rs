@@ -12,6 +12,11 @@
 //!   "Undecided" is either the paper's logit ratio z2/z1 > θ ([`Mode::Paper`], guarded where the
 //!   ratio is meaningless) or a shift-invariant probability ratio p2/p1 ≥ ρ ([`Mode::Margin`]).
 //!   Every relaxed position is entered in a [`Ledger`].
+//! - **Trees** ([`Verifier::verify_tree`], [`tree`]): a draft tree scored in one target pass,
+//!   walked from the root — greedy strict follows the argmax child; sampling strict is lossless
+//!   multi-draft speculative sampling (each sibling tested against the residual of the ones
+//!   before); MARS keeps the first sibling in the target's top-2 where the criterion holds, as
+//!   the released code does over EAGLE trees.
 //!
 //! The crate has no model code and no burn dependency, and builds for `wasm32-unknown-unknown`
 //! so the browser runs exactly the same verifier.
@@ -56,11 +61,13 @@ mod config;
 mod dist;
 mod error;
 mod sample;
+pub mod tree;
 mod verify;
 
 pub use config::{DEFAULT_RHO, DEFAULT_THETA, Mode, PAPER_THETA, Sampling, VerifyConfig};
 pub use error::{Result, VerifyError};
 pub use sample::Sampler;
+pub use tree::{TreeDraftProbs, TreeInput, TreeVerdict};
 pub use verify::{
     Candidate, Decision, DraftProbs, Ledger, Margin, NextKind, NextToken, PositionRecord, Verdict,
     Verifier, VerifyInput, verify,

@@ -202,6 +202,11 @@ impl Verifier {
         &self.config
     }
 
+    /// The reusable buffers (the tree verifier shares them).
+    pub(crate) fn scratch_mut(&mut self) -> &mut Scratch {
+        &mut self.scratch
+    }
+
     /// Verifies one step.
     ///
     /// # Errors
@@ -373,7 +378,7 @@ fn relaxed_distance(
     }
 }
 
-fn margin_of(row: &Row, weights: &[f32]) -> Margin {
+pub(crate) fn margin_of(row: &Row, weights: &[f32]) -> Margin {
     let top1 = Candidate {
         token: row.top1,
         logit: row.z1,
@@ -398,7 +403,7 @@ fn margin_of(row: &Row, weights: &[f32]) -> Margin {
 
 /// Does the MARS criterion hold? `logit_ratio` is already `None` where the paper's ratio is
 /// guarded (z1 ≤ 0, non-finite logits, no runner-up), so those positions stay strict.
-fn relaxes(mode: Mode, margin: &Margin) -> bool {
+pub(crate) fn relaxes(mode: Mode, margin: &Margin) -> bool {
     match mode {
         Mode::Strict => false,
         Mode::Paper { theta } => margin.logit_ratio.is_some_and(|r| r > theta),
@@ -455,6 +460,24 @@ pub(crate) fn check_input(input: &VerifyInput<'_>) -> Result<()> {
             });
         }
     }
+    check_logit_rows(target_logits, vocab)?;
+    if let DraftProbs::Full(q) = draft_probs {
+        if q.len() != k * vocab {
+            return Err(VerifyError::DraftProbsShape {
+                len: q.len(),
+                k,
+                vocab,
+            });
+        }
+        for (position, (row, &draft)) in q.chunks_exact(vocab).zip(draft_tokens).enumerate() {
+            check_draft_row(position, row, &[(position, draft)])?;
+        }
+    }
+    Ok(())
+}
+
+/// Every row of target logits (`vocab` each) holds no NaN or +inf and allows some token.
+pub(crate) fn check_logit_rows(target_logits: &[f32], vocab: usize) -> Result<()> {
     for (position, row) in target_logits.chunks_exact(vocab).enumerate() {
         // NaN or +inf anywhere means the forward pass is broken: refuse rather than skip it.
         // A branch-free any() first (it vectorises); the slow search only runs on bad input.
@@ -474,37 +497,34 @@ pub(crate) fn check_input(input: &VerifyInput<'_>) -> Result<()> {
             return Err(VerifyError::NoValidToken { position });
         }
     }
-    if let DraftProbs::Full(q) = draft_probs {
-        if q.len() != k * vocab {
-            return Err(VerifyError::DraftProbsShape {
-                len: q.len(),
-                k,
-                vocab,
+    Ok(())
+}
+
+/// A drafter row (row `position`) is a probability distribution that gives each of `drawn`
+/// (the index of a draft token in its request, and the token) a non-zero probability.
+pub(crate) fn check_draft_row(position: usize, row: &[f32], drawn: &[(usize, u32)]) -> Result<()> {
+    let (any_bad, sum) = checked_sum(row);
+    if any_bad
+        && let Some((token, &value)) = row
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !v.is_finite() || **v < 0.0)
+    {
+        return Err(VerifyError::InvalidDraftProb {
+            position,
+            token: token as u32,
+            value,
+        });
+    }
+    if (sum - 1.0).abs() > 1e-3 {
+        return Err(VerifyError::DraftProbsNotNormalized { position, sum });
+    }
+    for &(at, token) in drawn {
+        if row.get(token as usize).is_none_or(|&q| q == 0.0) {
+            return Err(VerifyError::DraftTokenHasZeroProb {
+                position: at,
+                token,
             });
-        }
-        for (position, (row, &draft)) in q.chunks_exact(vocab).zip(draft_tokens).enumerate() {
-            let (any_bad, sum) = checked_sum(row);
-            if any_bad
-                && let Some((token, &value)) = row
-                    .iter()
-                    .enumerate()
-                    .find(|(_, v)| !v.is_finite() || **v < 0.0)
-            {
-                return Err(VerifyError::InvalidDraftProb {
-                    position,
-                    token: token as u32,
-                    value,
-                });
-            }
-            if (sum - 1.0).abs() > 1e-3 {
-                return Err(VerifyError::DraftProbsNotNormalized { position, sum });
-            }
-            if row[draft as usize] == 0.0 {
-                return Err(VerifyError::DraftTokenHasZeroProb {
-                    position,
-                    token: draft,
-                });
-            }
         }
     }
     Ok(())
