@@ -146,6 +146,10 @@ pub struct DrafterArgs {
     /// only; verification stays exact); default: the whole vocabulary.
     #[arg(long, value_name = "N")]
     pub draft_vocab: Option<usize>,
+    /// Token trees of at most N nodes (k their depth) verified in one target pass; 0: chains.
+    /// Prompt lookup on the packed CPU path only, so far.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub tree: usize,
 }
 
 impl DrafterArgs {
@@ -209,6 +213,7 @@ pub fn resolve(
         seed: sampling.seed,
         chat,
         draft_vocab: drafter.draft_vocab,
+        tree: drafter.tree,
     };
     run.validate()
         .with_context(|| "checking the settings".to_string())?;

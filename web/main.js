@@ -78,6 +78,10 @@ const FIELDS = [
     id: "draft-vocab", url: "draft-vocab", defaults: () => "", preset: (p) => (p.draft_vocab ? String(p.draft_vocab) : ""),
     share: (v) => v.trim() !== "", into: (s, v) => { s.draft_vocab = v.trim() ? Number(v) : null; },
   },
+  {
+    id: "tree", url: "tree", defaults: () => "0", share: (v) => v !== "0" && v.trim() !== "",
+    into: (s, v) => { s.tree = Number(v) || 0; },
+  },
   { id: "mars-mode", url: "mars-mode", defaults: (d) => d.mars.mode, preset: () => defaults.mars.mode, into: (s, v) => { s.mars = { mode: v }; } },
   {
     id: "mars-theta", url: "mars-theta", defaults: threshold, preset: () => threshold(defaults),

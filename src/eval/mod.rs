@@ -49,6 +49,9 @@ pub struct HumanEvalArgs {
     /// A model drafter proposes only token ids below N.
     #[arg(long, value_name = "N")]
     pub draft_vocab: Option<usize>,
+    /// Token trees of at most N nodes (k their depth); 0: chains. Prompt lookup only, so far.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub tree: usize,
     /// MARS paper-mode thresholds, one run each: `--theta 0.9,0.95`.
     #[arg(long, value_delimiter = ',')]
     pub theta: Vec<f32>,
@@ -226,6 +229,7 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         drafter,
         k: args.k,
         draft_vocab: args.draft_vocab,
+        tree: args.tree,
         sampling: args.sampling.resolve()?,
         seed: args.sampling.seed,
         max_tokens: args.max_tokens,
@@ -244,6 +248,7 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         "drafter": runner.run.drafter_label(),
         "k": runner.run.k,
         "draft_vocab": args.draft_vocab,
+        "tree": args.tree,
         "temperature": runner.run.sampling.temperature,
         "top_p": runner.run.sampling.top_p,
         "seed": runner.run.seed,

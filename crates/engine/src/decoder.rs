@@ -6,7 +6,8 @@ use std::sync::Arc;
 use mars_formats::{StreamDecoder, Tokenizer};
 use mars_model::{KvCache, Llama};
 use mars_verify::{
-    Decision, DraftProbs, Ledger, Margin, NextKind, Verifier, VerifyConfig, VerifyInput,
+    Decision, DraftProbs, Ledger, Margin, NextKind, PositionRecord, TreeDraftProbs, TreeInput,
+    Verifier, VerifyConfig, VerifyInput,
 };
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -63,8 +64,10 @@ pub struct TokenRecord {
 /// One step of the loop.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepRecord {
-    /// Draft tokens proposed.
+    /// Draft tokens proposed (a tree's nodes).
     pub drafted: usize,
+    /// Whether the draft was a branched tree (verified over siblings), not a chain.
+    pub tree: bool,
     /// Draft tokens kept by the strict rule.
     pub accepted_exact: usize,
     /// Draft tokens kept only by the MARS relaxation.
@@ -378,7 +381,9 @@ impl<D: Drafter> Decoder<D> {
             (Some(d), 1..) => d.draft(&self.context, k, &mut self.draft_rng).await?,
             _ => Default::default(),
         };
-        let d = draft.tokens.len().min(k);
+        // A chain is cut to k; a tree (k its depth) to the cache's room.
+        let limit = if draft.parents.is_some() { room - 1 } else { k };
+        let d = draft.tokens.len().min(limit);
         let draft_tokens = &draft.tokens[..d];
         if let Some((position, &token)) = draft_tokens
             .iter()
@@ -410,43 +415,98 @@ impl<D: Drafter> Decoder<D> {
         input.push(last);
         input.extend_from_slice(draft_tokens);
         let before = self.cache.len();
-        let logits = self.target.forward(&input, &mut self.cache)?; // [d + 1, vocab]
-        let logits = logits.read_async().await?; // (d + 1) * vocab
-        let verdict = self.verifier.verify(
-            &VerifyInput {
-                target_logits: &logits,
-                vocab: self.vocab,
-                draft_tokens,
-                draft_probs,
-            },
-            &mut self.rng,
-        )?;
+        // The verdict as the kept draft tokens (each with its kind, margin and logits row), then
+        // the next token and its row, and the cache rows (after `before`) that hold the kept
+        // path.
+        let (logits, kept, next, ledger) = match &draft.parents {
+            None => {
+                let logits = self.target.forward(&input, &mut self.cache)?; // [d + 1, vocab]
+                let logits = logits.read_async().await?; // (d + 1) * vocab
+                let verdict = self.verifier.verify(
+                    &VerifyInput {
+                        target_logits: &logits,
+                        vocab: self.vocab,
+                        draft_tokens,
+                        draft_probs,
+                    },
+                    &mut self.rng,
+                )?;
+                let kept: Vec<(PositionRecord, usize)> = verdict.positions[..verdict.accepted]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (*p, i))
+                    .collect();
+                let next = (verdict.next, verdict.accepted);
+                self.cache.truncate(before + 1 + verdict.accepted)?;
+                (logits, kept, next, verdict.ledger)
+            }
+            Some(parents) => {
+                let parents = parents.get(..d).ok_or(EngineError::DraftTreeShape {
+                    parents: parents.len(),
+                    tokens: d,
+                })?;
+                if !matches!(draft_probs, DraftProbs::OneHot) {
+                    return Err(EngineError::Config {
+                        field: "draft",
+                        value: "a tree with drafter rows".into(),
+                        why: "tree drafts are one-hot so far (prompt lookup)",
+                    });
+                }
+                // Row 0 is the last accepted token (the root); node j is row j + 1.
+                let rows: Vec<Option<usize>> = std::iter::once(None)
+                    .chain(
+                        parents
+                            .iter()
+                            .map(|p| Some(p.map_or(0, |p| p as usize + 1))),
+                    )
+                    .collect();
+                let logits = self.target.forward_tree(&input, &rows, &mut self.cache)?; // [d + 1, vocab]
+                let logits = logits.read_async().await?; // (d + 1) * vocab
+                let verdict = self.verifier.verify_tree(
+                    &TreeInput {
+                        target_logits: &logits,
+                        vocab: self.vocab,
+                        tokens: draft_tokens,
+                        parents,
+                        draft_probs: TreeDraftProbs::OneHot,
+                    },
+                    &mut self.rng,
+                )?;
+                // Node path[i] was scored by its parent's row: the root's (0) or path[i − 1] + 1.
+                let kept: Vec<(PositionRecord, usize)> = verdict
+                    .positions
+                    .iter()
+                    .zip(&verdict.path)
+                    .enumerate()
+                    .map(|(i, (p, _))| (*p, if i == 0 { 0 } else { verdict.path[i - 1] + 1 }))
+                    .collect();
+                let next = (verdict.next, verdict.path.last().map_or(0, |&j| j + 1));
+                let path_rows: Vec<usize> = std::iter::once(0)
+                    .chain(verdict.path.iter().map(|&j| j + 1))
+                    .collect();
+                self.cache.keep_rows(before, &path_rows)?;
+                (logits, kept, next, verdict.ledger)
+            }
+        };
         let verify_ms = started.elapsed().as_secs_f64() * 1e3;
 
-        // Emitted: the kept draft prefix, then the correction or bonus token.
-        let mut tokens = Vec::with_capacity(verdict.accepted + 1);
-        for (i, p) in verdict.positions[..verdict.accepted].iter().enumerate() {
+        // Emitted: the kept draft tokens, then the correction or bonus token.
+        let mut tokens = Vec::with_capacity(kept.len() + 1);
+        for (p, row) in &kept {
             let kind = if p.decision == Decision::AcceptedRelaxed {
                 TokenKind::Relaxed
             } else {
                 TokenKind::Exact
             };
-            tokens.push(self.record(&logits, i, p.draft_token, kind, p.margin));
+            tokens.push(self.record(&logits, *row, p.draft_token, kind, p.margin));
         }
-        let next_kind = match (self.drafter.is_some(), verdict.next.kind) {
+        let (next, next_row) = next;
+        let next_kind = match (self.drafter.is_some(), next.kind) {
             (false, _) => TokenKind::Target,
             (true, NextKind::Bonus) => TokenKind::Bonus,
             (true, NextKind::Correction) => TokenKind::Correction,
         };
-        tokens.push(self.record(
-            &logits,
-            verdict.accepted,
-            verdict.next.token,
-            next_kind,
-            verdict.next.margin,
-        ));
-        // Roll back: keep the fed last token and the kept draft tokens.
-        self.cache.truncate(before + 1 + verdict.accepted)?;
+        tokens.push(self.record(&logits, next_row, next.token, next_kind, next.margin));
 
         // Cut at a stop token and at the budget.
         let mut stop = None;
@@ -484,14 +544,15 @@ impl<D: Drafter> Decoder<D> {
         let accepted_exact = tokens.iter().filter(|t| t.kind == TokenKind::Exact).count();
         let record = StepRecord {
             drafted: d,
+            tree: draft.parents.is_some() && d > 0,
             accepted_exact,
             accepted_relaxed,
-            correction: verdict.next.kind == NextKind::Correction && d > 0,
+            correction: next.kind == NextKind::Correction && d > 0,
             tokens,
             text,
             draft_ms,
             verify_ms,
-            ledger: verdict.ledger,
+            ledger,
         };
         self.totals.merge(&RunSummary::of_step(&record));
         if let Some(reason) = stop {

@@ -15,13 +15,17 @@ use crate::error::{EngineError, Result};
 
 /// One proposal: up to k token ids (all below the target's vocabulary) and, for a sampling
 /// drafter, its distributions q over the target's vocabulary (`[tokens.len() * vocab]`);
-/// `None` means one-hot (each token had probability 1).
+/// `None` means one-hot (each token had probability 1). With `parents` the tokens are a tree
+/// (each node's parent an earlier node, `None` for a child of the last accepted token; siblings
+/// in the order they are to be tried), verified in one target pass.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Draft {
     /// Proposed ids.
     pub tokens: Vec<u32>,
     /// Drafter rows, `[tokens.len() * target_vocab]`, or `None` for one-hot.
     pub probs: Option<Vec<f32>>,
+    /// The tree's parent links, `[tokens.len()]`; `None` for a chain.
+    pub parents: Option<Vec<Option<u32>>>,
 }
 
 /// Something that proposes tokens. The loop calls [`Drafter::prefill`] once with the prompt, then
@@ -167,6 +171,7 @@ impl Drafter for ModelDrafter {
         Ok(Draft {
             tokens,
             probs: (!greedy).then_some(probs),
+            parents: None,
         })
     }
 
@@ -182,12 +187,18 @@ impl Drafter for ModelDrafter {
 }
 
 /// Prompt lookup: finds the latest earlier occurrence of the context's last n tokens (n from
-/// `max_ngram` down to `min_ngram`) and proposes the tokens that followed it.
+/// `max_ngram` down to `min_ngram`) and proposes the tokens that followed it; with a tree
+/// budget, what followed several earlier occurrences, as branches of one tree.
 #[derive(Debug, Clone)]
 pub struct NgramDrafter {
     max_ngram: usize,
     min_ngram: usize,
+    /// Most nodes of a tree draft; 0: chains.
+    tree: usize,
 }
+
+/// Most branches a prompt-lookup tree takes (distinct continuations, latest first).
+const NGRAM_BRANCHES: usize = 4;
 
 impl NgramDrafter {
     /// Matches suffixes of `min_ngram..=max_ngram` tokens.
@@ -205,7 +216,65 @@ impl NgramDrafter {
         Ok(Self {
             max_ngram,
             min_ngram,
+            tree: 0,
         })
+    }
+
+    /// Proposes trees of at most `nodes` nodes (0: chains, as [`NgramDrafter::new`]).
+    #[must_use]
+    pub fn with_tree(mut self, nodes: usize) -> Self {
+        self.tree = nodes;
+        self
+    }
+
+    /// A tree of what followed earlier occurrences of the context's suffix: up to
+    /// [`NGRAM_BRANCHES`] distinct continuations of at most `depth` tokens (the longest suffix
+    /// that matches first, the latest occurrence first), merged where they share a prefix, at
+    /// most `nodes` nodes. Returns the tokens and their parents; one continuation is a chain.
+    pub fn propose_tree(
+        &self,
+        context: &[u32],
+        depth: usize,
+        nodes: usize,
+    ) -> (Vec<u32>, Vec<Option<u32>>) {
+        let len = context.len();
+        let mut branches: Vec<&[u32]> = Vec::new();
+        for n in (self.min_ngram..=self.max_ngram.min(len.saturating_sub(1))).rev() {
+            let suffix = &context[len - n..];
+            for start in (0..len - n).rev() {
+                if &context[start..start + n] == suffix {
+                    let from = start + n;
+                    let cont = &context[from..(from + depth).min(len)];
+                    if !cont.is_empty() && !branches.iter().any(|b| b.starts_with(cont)) {
+                        branches.push(cont);
+                    }
+                    if branches.len() == NGRAM_BRANCHES {
+                        break;
+                    }
+                }
+            }
+            if branches.len() == NGRAM_BRANCHES {
+                break;
+            }
+        }
+        // Merge into a trie, in order: a branch's nodes are added until the budget is spent.
+        let (mut tokens, mut parents) = (Vec::new(), Vec::new());
+        'branches: for branch in branches {
+            let mut parent: Option<u32> = None;
+            for &t in branch {
+                let existing = (0..tokens.len()).find(|&j| parents[j] == parent && tokens[j] == t);
+                match existing {
+                    Some(j) => parent = Some(j as u32),
+                    None if tokens.len() < nodes => {
+                        tokens.push(t);
+                        parents.push(parent);
+                        parent = Some((tokens.len() - 1) as u32);
+                    }
+                    None => break 'branches,
+                }
+            }
+        }
+        (tokens, parents)
     }
 
     /// The proposal for `context`, at most `k` tokens.
@@ -231,6 +300,7 @@ impl Default for NgramDrafter {
         Self {
             max_ngram: 3,
             min_ngram: 1,
+            tree: 0,
         }
     }
 }
@@ -248,9 +318,23 @@ impl Drafter for NgramDrafter {
     }
 
     async fn draft(&mut self, context: &[u32], k: usize, _rng: &mut ChaCha8Rng) -> Result<Draft> {
+        if self.tree > 0 {
+            let (tokens, parents) = self.propose_tree(context, k, self.tree);
+            // A tree without a branch is a chain: the chain's path (the same verdicts).
+            let branched = parents
+                .iter()
+                .enumerate()
+                .any(|(j, p)| *p != j.checked_sub(1).map(|p| p as u32));
+            return Ok(Draft {
+                tokens,
+                probs: None,
+                parents: branched.then_some(parents),
+            });
+        }
         Ok(Draft {
             tokens: self.propose(context, k),
             probs: None,
+            parents: None,
         })
     }
 
@@ -326,5 +410,27 @@ mod tests {
         assert!(d.propose(&[5], 4).is_empty());
         assert!(NgramDrafter::new(0, 2).is_err());
         assert!(NgramDrafter::new(3, 2).is_err());
+    }
+
+    #[test]
+    fn ngram_trees_branch_over_earlier_matches() {
+        let d = NgramDrafter::new(1, 3).unwrap();
+        // Suffix [1] occurs at 0 (then 2, 3), at 4 (then 5, 6) and at 7 (then 2, 8); the
+        // latest first: [2, 8], then [5, 6], then [2, 3] shares the 2.
+        let ctx = [1, 2, 3, 9, 1, 5, 6, 9, 1, 2, 8, 9, 1];
+        let (tokens, parents) = d.propose_tree(&ctx, 2, 16);
+        assert_eq!(tokens, [2, 8, 5, 6, 3]);
+        assert_eq!(parents, [None, Some(0), None, Some(2), Some(0)]);
+        // A budget of 3 nodes stops inside the second branch.
+        let (tokens, parents) = d.propose_tree(&ctx, 2, 3);
+        assert_eq!(
+            (tokens, parents),
+            (vec![2, 8, 5], vec![None, Some(0), None])
+        );
+        // A continuation inside an earlier branch adds nothing; a longer one extends it.
+        let (tokens, parents) = d.propose_tree(&[4, 5, 4, 5, 4], 3, 16);
+        assert_eq!(tokens, [5, 4, 5]);
+        assert_eq!(parents, [None, Some(0), Some(1)]);
+        assert!(d.propose_tree(&[7, 8], 3, 16).0.is_empty());
     }
 }

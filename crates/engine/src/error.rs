@@ -61,6 +61,14 @@ pub enum EngineError {
         /// Target vocabulary.
         vocab: usize,
     },
+    /// A tree draft whose parent list does not cover its tokens.
+    #[error("drafter returned {parents} parent links for {tokens} tree tokens")]
+    DraftTreeShape {
+        /// Links returned.
+        parents: usize,
+        /// Tokens verified.
+        tokens: usize,
+    },
     /// A drafter specification could not be parsed.
     #[error("drafter {spec:?}: {why}")]
     DrafterSpec {

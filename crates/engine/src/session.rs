@@ -279,6 +279,11 @@ pub struct RunSettings {
     /// ([`Llama::with_vocab_limit`]); verification stays exact. Prompt lookup ignores it.
     #[serde(default)]
     pub draft_vocab: Option<usize>,
+    /// Token trees of at most this many nodes (k their depth), verified in one target pass;
+    /// 0: chains of k. Prompt lookup branches over several earlier matches; the packed CPU
+    /// path runs them (other weight paths and model drafters refuse a tree so far).
+    #[serde(default)]
+    pub tree: usize,
 }
 
 impl Default for RunSettings {
@@ -298,6 +303,7 @@ impl Default for RunSettings {
             seed: DEFAULTS.seed,
             chat: true,
             draft_vocab: None,
+            tree: 0,
         }
     }
 }
@@ -546,8 +552,19 @@ impl Target {
         capacity: usize,
     ) -> Result<AnyDrafter> {
         let (spec, vocab) = (&settings.drafter, self.info.vocab);
+        if settings.tree > 0 && !matches!(spec, DrafterSpec::Ngram) {
+            return Err(EngineError::Config {
+                field: "tree",
+                value: settings.tree.to_string(),
+                why: "token trees are drafted by prompt lookup (ngram) only so far",
+            });
+        }
         let model = match spec {
-            DrafterSpec::Ngram => return Ok(AnyDrafter::Ngram(NgramDrafter::default())),
+            DrafterSpec::Ngram => {
+                return Ok(AnyDrafter::Ngram(
+                    NgramDrafter::default().with_tree(settings.tree),
+                ));
+            }
             DrafterSpec::Layers(layers) => self
                 .model
                 .with_layers(&layers.layers(self.info.n_layers)?)?,

@@ -249,6 +249,82 @@ fn the_race_gives_target_only_tokens_for_every_drafter_spec() {
     }
 }
 
+/// Prompt lookup's token trees on the packed path: greedy strict over trees emits target-only's
+/// tokens with the caches at the accepted length after every step (a kept path moved into
+/// place), branched trees were really verified, and MARS and sampling runs over trees finish.
+#[test]
+fn prompt_lookup_trees_give_target_only_tokens() {
+    let options = LoadOptions::with_weights(WeightPath::CpuPacked { threads: 2 });
+    let bytes = tiny_gguf(3).unwrap();
+    let target =
+        Target::from_gguf(&Gguf::parse(&bytes).unwrap(), &Device::flex(), options).unwrap();
+    // A prompt with several continuations of "the ": trees branch there.
+    let prompt = "the cat sat; the dog ran; the cat ran; the dog sat; the cat sat; the";
+    let base = RunSettings {
+        chat: false,
+        max_tokens: 40,
+        ..RunSettings::default()
+    };
+    let race = pollster::block_on(target.race(prompt, &base, None)).unwrap();
+    let (reference, _, _) = common::race(&race, &base, Method::Target);
+    for (k, tree) in [(4, 8), (3, 16), (2, 5)] {
+        let settings = RunSettings {
+            k,
+            tree,
+            ..base.clone()
+        };
+        let mut branched = 0;
+        let out = pollster::block_on(async {
+            let mut dec = race.decoder(&settings, Method::Strict).await.unwrap();
+            while let Some(step) = dec.step().await.unwrap() {
+                branched += usize::from(step.tree);
+                assert_eq!(dec.target_cache_len(), dec.context().len() - 1);
+                assert!(step.drafted <= tree);
+            }
+            dec.generated().to_vec()
+        });
+        assert_eq!(out, reference, "k {k}, tree {tree}");
+        assert!(
+            branched > 0,
+            "k {k}, tree {tree}: no step verified a branched tree"
+        );
+        for mars in [Mode::Paper { theta: 0.5 }, Mode::Margin { rho: 0.2 }] {
+            for sampling in [Sampling::GREEDY, Sampling::with_temperature(1.0)] {
+                let s = RunSettings {
+                    mars,
+                    sampling,
+                    ..settings.clone()
+                };
+                let (out, _, _) = common::race(&race, &s, Method::Mars);
+                assert_eq!(out.len(), 40, "{mars:?} {sampling:?}");
+            }
+        }
+    }
+    // Trees are refused where they are not built: a model drafter, and the f32 weight path.
+    let layers = RunSettings {
+        drafter: "layers:0".parse().unwrap(),
+        tree: 8,
+        ..base.clone()
+    };
+    assert!(pollster::block_on(race.decoder(&layers, Method::Strict)).is_err());
+    let f32_target = Target::from_gguf(
+        &Gguf::parse(&bytes).unwrap(),
+        &Device::flex(),
+        LoadOptions::default(),
+    )
+    .unwrap();
+    let tree = RunSettings { tree: 8, ..base };
+    let f32_race = pollster::block_on(f32_target.race(prompt, &tree, None)).unwrap();
+    let run = pollster::block_on(f32_race.run(&tree, Method::Strict, |_| {}));
+    assert!(
+        matches!(
+            run,
+            Err(EngineError::Model(mars_model::ModelError::Unsupported(_)))
+        ),
+        "{run:?}"
+    );
+}
+
 #[test]
 fn seeds_reproduce_sampling_runs() {
     let t = tiny();

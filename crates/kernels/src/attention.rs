@@ -76,6 +76,61 @@ impl Kernels {
         values: &[f32],
         out: &mut [f32],
     ) -> Result<()> {
+        self.attention_over(heads, start, q, keys, values, None, out)
+    }
+
+    /// [`Kernels::attention`] for a token tree: row r (at cache row `start + r`) attends to the
+    /// cache's first `start` positions, then to its ancestors root first, then to itself — the
+    /// keys a chain forward over its path would see, in the same order, so its result is that
+    /// chain's bit for bit. `parents[r]` is `None` for a root (a row that follows the cache
+    /// directly), else an earlier row.
+    ///
+    /// # Errors
+    /// As [`Kernels::attention`], and [`KernelError::Shape`] for `parents` not one per row or
+    /// naming a row that is not earlier.
+    #[allow(clippy::too_many_arguments)] // the attention's operands and the tree
+    pub fn attention_tree(
+        &self,
+        heads: Heads,
+        start: usize,
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        parents: &[Option<usize>],
+        out: &mut [f32],
+    ) -> Result<()> {
+        let mut paths: Vec<Vec<usize>> = Vec::with_capacity(parents.len());
+        for (r, &parent) in parents.iter().enumerate() {
+            let mut path: Vec<usize> = match parent {
+                None => Vec::new(),
+                Some(p) if p < r => paths[p].clone(),
+                Some(p) => {
+                    return Err(KernelError::Shape {
+                        what: "a tree row's parent (an earlier row)",
+                        expected: r,
+                        found: p,
+                    });
+                }
+            };
+            path.push(r);
+            paths.push(path);
+        }
+        self.attention_over(heads, start, q, keys, values, Some(&paths), out)
+    }
+
+    /// Causal attention (`paths` `None`) or tree attention (`paths[r]`: the rows, relative to
+    /// `start`, that row r sees after the cache, itself last).
+    #[allow(clippy::too_many_arguments)]
+    fn attention_over(
+        &self,
+        heads: Heads,
+        start: usize,
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        paths: Option<&[Vec<usize>]>,
+        out: &mut [f32],
+    ) -> Result<()> {
         heads.check()?;
         let hd = heads.head_dim;
         let q_row = heads.heads * hd;
@@ -107,16 +162,28 @@ impl Kernels {
                 });
             }
         }
+        if let Some(paths) = paths
+            && paths.len() != t
+        {
+            return Err(KernelError::Shape {
+                what: "tree parents (one per query row)",
+                expected: t,
+                found: paths.len(),
+            });
+        }
         let group = heads.heads / heads.kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
         let one = |pair: usize, o: &mut [f32], scores: &mut Vec<f32>| {
             let (r, h) = (pair / heads.heads, pair % heads.heads);
+            let path = paths.map(|p| p[r].as_slice());
             let cache = Cache {
                 keys,
                 values,
                 row: kv_row,
                 at: (h / group) * hd,
-                len: start + r + 1,
+                len: start + path.map_or(r + 1, <[usize]>::len),
+                prefix: start,
+                path,
             };
             self.pair_wide(&q[pair * hd..(pair + 1) * hd], &cache, scale, scores, o);
         };
@@ -139,23 +206,34 @@ impl Kernels {
     }
 }
 
-/// The cached keys and values one (row, head) pair attends to: position j's `hd` values start
-/// at `j · row + at` in each, for j < `len`.
+/// The cached keys and values one (row, head) pair attends to: the j-th of `len` positions is
+/// cache row j (causal), or past `prefix` the tree row `prefix + path[j − prefix]`; its `hd`
+/// values start at `cache row · row + at` in each.
 struct Cache<'a> {
     keys: &'a [f32],
     values: &'a [f32],
     row: usize,
     at: usize,
     len: usize,
+    prefix: usize,
+    path: Option<&'a [usize]>,
 }
 
 impl Cache<'_> {
+    #[inline(always)]
+    fn cache_row(&self, j: usize) -> usize {
+        match self.path {
+            Some(path) if j >= self.prefix => self.prefix + path[j - self.prefix],
+            _ => j,
+        }
+    }
+
     fn key(&self, j: usize, hd: usize) -> &[f32] {
-        &self.keys[j * self.row + self.at..][..hd]
+        &self.keys[self.cache_row(j) * self.row + self.at..][..hd]
     }
 
     fn value(&self, j: usize, hd: usize) -> &[f32] {
-        &self.values[j * self.row + self.at..][..hd]
+        &self.values[self.cache_row(j) * self.row + self.at..][..hd]
     }
 }
 

@@ -122,6 +122,88 @@ fn a_rows_result_does_not_depend_on_the_rows_beside_it_or_the_threads() {
     }
 }
 
+/// A tree's rows against chains: row r's output equals, bit for bit, a causal attention over a
+/// cache holding the prefix then r's ancestors and r itself (what a chain forward over its
+/// path computes), on one thread and on two.
+#[test]
+fn a_tree_row_equals_the_chain_over_its_path() {
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    let row = HEADS.heads * HEADS.head_dim;
+    let kv_row = HEADS.kv_heads * HEADS.head_dim;
+    let (start, t) = (45, 12);
+    // Two roots (0 and 5), branches and a chain of depth 5.
+    let parents = [
+        None,
+        Some(0),
+        Some(0),
+        Some(1),
+        Some(3),
+        None,
+        Some(5),
+        Some(2),
+        Some(4),
+        Some(8),
+        Some(6),
+        Some(1),
+    ];
+    let q = values(t * row, 3.0, &mut rng);
+    let k = values((start + t) * kv_row, 3.0, &mut rng);
+    let v = values((start + t) * kv_row, 1.0, &mut rng);
+    for threads in [1, 2] {
+        let kernels = Kernels::new(threads).unwrap();
+        let mut tree = vec![0f32; q.len()];
+        kernels
+            .attention_tree(HEADS, start, &q, &k, &v, &parents, &mut tree)
+            .unwrap();
+        for r in 0..t {
+            let mut path = vec![r];
+            while let Some(p) = parents[*path.last().unwrap()] {
+                path.push(p);
+            }
+            path.reverse();
+            // The chain's cache: the prefix, then the path's rows in order.
+            let mut ck = k[..start * kv_row].to_vec();
+            let mut cv = v[..start * kv_row].to_vec();
+            for &j in &path {
+                ck.extend_from_slice(&k[(start + j) * kv_row..][..kv_row]);
+                cv.extend_from_slice(&v[(start + j) * kv_row..][..kv_row]);
+            }
+            let mut chain = vec![0f32; row];
+            let at = start + path.len() - 1;
+            kernels
+                .attention(HEADS, at, &q[r * row..(r + 1) * row], &ck, &cv, &mut chain)
+                .unwrap();
+            assert_eq!(
+                chain.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                tree[r * row..(r + 1) * row]
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect::<Vec<_>>(),
+                "row {r} (path {path:?}), {threads} threads"
+            );
+        }
+        // A chain written as a tree is the causal attention.
+        let chain_parents: Vec<Option<usize>> = (0..t).map(|r| r.checked_sub(1)).collect();
+        let mut causal = vec![0f32; q.len()];
+        kernels
+            .attention(HEADS, start, &q, &k, &v, &mut causal)
+            .unwrap();
+        kernels
+            .attention_tree(HEADS, start, &q, &k, &v, &chain_parents, &mut tree)
+            .unwrap();
+        assert_eq!(causal, tree);
+    }
+    // A parent that is not an earlier row, and a parent list of the wrong length, are refused.
+    let kernels = Kernels::new(1).unwrap();
+    let mut out = vec![0f32; 2 * row];
+    for bad in [&[None, Some(1)][..], &[None, Some(2)][..], &[None][..]] {
+        assert!(matches!(
+            kernels.attention_tree(HEADS, start, &q[..2 * row], &k, &v, bad, &mut out),
+            Err(KernelError::Shape { .. })
+        ));
+    }
+}
+
 #[test]
 fn every_instruction_set_gives_the_same_bits() {
     let mut rng = ChaCha8Rng::seed_from_u64(4);

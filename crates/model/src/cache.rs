@@ -58,6 +58,58 @@ impl KvCache {
         self.len = len;
         Ok(())
     }
+
+    /// After a token tree's forward pass wrote its rows at `base..`, keeps the rows
+    /// `base + rows[d]` (an accepted path, root first) at `base + d` and forgets the rest:
+    /// O(path length) copies per layer, nothing where the path is already in place.
+    ///
+    /// # Errors
+    /// [`ModelError::KeepRows`] for rows that do not increase or lie past the cached length.
+    pub fn keep_rows(&mut self, base: usize, rows: &[usize]) -> Result<()> {
+        let increasing = rows.windows(2).all(|w| w[0] < w[1]);
+        let inside = rows
+            .last()
+            .is_none_or(|&r| base.checked_add(r).is_some_and(|at| at < self.len));
+        if !increasing || !inside {
+            return Err(ModelError::KeepRows {
+                base,
+                rows: rows.to_vec(),
+                len: self.len,
+            });
+        }
+        // Increasing rows are at or after their destinations, so copying root first never
+        // overwrites a row still to be read.
+        let moves: Vec<(usize, usize)> = rows
+            .iter()
+            .enumerate()
+            .filter(|&(d, &r)| r != d)
+            .map(|(d, &r)| (base + r, base + d))
+            .collect();
+        match &mut self.store {
+            Store::Host(layers) => {
+                for layer in layers {
+                    let w = layer.keys.len() / self.capacity; // n_kv_heads * head_dim
+                    for &(from, to) in &moves {
+                        layer.keys.copy_within(from * w..(from + 1) * w, to * w);
+                        layer.values.copy_within(from * w..(from + 1) * w, to * w);
+                    }
+                }
+            }
+            Store::Tensors { keys, values } => {
+                for t in keys.iter_mut().chain(values.iter_mut()) {
+                    let [_, nkv, _, hd] = t.dims();
+                    for &(from, to) in &moves {
+                        let row = t.clone().slice([0..1, 0..nkv, from..from + 1, 0..hd]);
+                        *t = t
+                            .clone()
+                            .slice_assign([0..1, 0..nkv, to..to + 1, 0..hd], row);
+                    }
+                }
+            }
+        }
+        self.len = base + rows.len();
+        Ok(())
+    }
 }
 
 impl KvCache {

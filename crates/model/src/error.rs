@@ -75,6 +75,27 @@ pub enum ModelError {
         "the KV cache was made by another model (burn tensors vs packed CPU blocks, or another layer count)"
     )]
     CacheKind,
+    /// A token tree whose row `row` names a parent that is not an earlier row, or whose parent
+    /// list is not one per token (`row` is then the list's length).
+    #[error(
+        "tree row {row}: parent {parent:?} is not an earlier row (or parents is not one per token)"
+    )]
+    TreeParent {
+        /// The row.
+        row: usize,
+        /// The parent given.
+        parent: Option<usize>,
+    },
+    /// Rows to keep in the KV cache that are not increasing or lie past what it holds.
+    #[error("cannot keep cache rows {rows:?} after {base}: they must increase and lie below {len}")]
+    KeepRows {
+        /// The first tree row's position.
+        base: usize,
+        /// The rows, relative to `base`.
+        rows: Vec<usize>,
+        /// Tokens cached.
+        len: usize,
+    },
 }
 
 /// Result alias of this crate.

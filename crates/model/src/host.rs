@@ -84,24 +84,31 @@ impl HostModel {
     /// the caller. The output head is the largest matrix of a small model: prefill and drafting,
     /// which need one row's logits, skip it for the other rows, and a vocabulary-limited drafter
     /// runs it on its first `logit_ids` rows only (the rest of the logits are −inf).
+    ///
+    /// With `parents` the tokens are a tree (see [`crate::Llama::forward_tree`]): row r sits at
+    /// position start + its depth and attends to the cache, its ancestors and itself.
+    #[allow(clippy::too_many_arguments)] // the pass's operands and its two output limits
     pub(crate) fn forward(
         &self,
         c: &LlamaConfig,
         tokens: &[u32],
+        parents: Option<&[Option<usize>]>,
         start: usize,
         cache: &mut [HostLayerCache],
         logit_rows: usize,
         logit_ids: usize,
     ) -> Result<Vec<f32>> {
         self.kernels
-            .run(|| self.forward_in_pool(c, tokens, start, cache, logit_rows, logit_ids))
+            .run(|| self.forward_in_pool(c, tokens, parents, start, cache, logit_rows, logit_ids))
     }
 
     /// [`HostModel::forward`], on the kernels' pool.
+    #[allow(clippy::too_many_arguments)]
     fn forward_in_pool(
         &self,
         c: &LlamaConfig,
         tokens: &[u32],
+        parents: Option<&[Option<usize>]>,
         start: usize,
         cache: &mut [HostLayerCache],
         logit_rows: usize,
@@ -151,6 +158,17 @@ impl HostModel {
         }
         let acts = &mut scratch.acts;
         let end = start + t;
+        // Each row's position: the next in line, or in a tree the cache's end plus its depth.
+        let positions: Vec<usize> = match parents {
+            None => (start..end).collect(),
+            Some(parents) => {
+                let mut depth = Vec::with_capacity(t);
+                for (r, &p) in parents.iter().enumerate() {
+                    depth.push(p.filter(|&p| p < r).map_or(0, |p| depth[p] + 1));
+                }
+                depth.into_iter().map(|d| start + d).collect()
+            }
+        };
         for (block, layer) in self.blocks.iter().zip(cache.iter_mut()) {
             rms_norm(&x, &block.attn_norm, c.rms_eps, &mut h);
             self.linears(
@@ -176,12 +194,29 @@ impl HostModel {
                 rms_norm(&qc, qn, c.rms_eps, &mut q);
                 rms_norm(&kc, kn, c.rms_eps, &mut k);
             }
-            self.rope(c, &mut q, t, start);
-            self.rope(c, &mut k, t, start);
+            self.rope(c, &mut q, &positions);
+            self.rope(c, &mut k, &positions);
             layer.keys[start * kv_dim..end * kv_dim].copy_from_slice(&k);
             layer.values[start * kv_dim..end * kv_dim].copy_from_slice(&v);
-            self.kernels
-                .attention(heads, start, &q, &layer.keys, &layer.values, &mut attn)?;
+            match parents {
+                None => self.kernels.attention(
+                    heads,
+                    start,
+                    &q,
+                    &layer.keys,
+                    &layer.values,
+                    &mut attn,
+                )?,
+                Some(parents) => self.kernels.attention_tree(
+                    heads,
+                    start,
+                    &q,
+                    &layer.keys,
+                    &layer.values,
+                    parents,
+                    &mut attn,
+                )?,
+            }
             self.linear(&block.wo, &attn, &mut delta, acts)?;
             add(&mut x, &delta);
             rms_norm(&x, &block.ffn_norm, c.rms_eps, &mut h);
@@ -265,14 +300,14 @@ impl HostModel {
         Ok(())
     }
 
-    /// Rotates every head of `x` (`[t, heads * head_dim]`, row r at position start + r) by
-    /// the position's angles.
-    fn rope(&self, c: &LlamaConfig, x: &mut [f32], t: usize, start: usize) {
+    /// Rotates every head of `x` (`[t, heads * head_dim]`, row r at `positions[r]`) by the
+    /// position's angles.
+    fn rope(&self, c: &LlamaConfig, x: &mut [f32], positions: &[usize]) {
         let half = c.head_dim / 2;
         let style = c.rope_style();
-        let row_len = x.len() / t;
-        for (r, row) in x.chunks_exact_mut(row_len).enumerate() {
-            let at = (start + r) * half;
+        let row_len = x.len() / positions.len();
+        for (row, &position) in x.chunks_exact_mut(row_len).zip(positions) {
+            let at = position * half;
             let (cos, sin) = (&self.rope_cos[at..at + half], &self.rope_sin[at..at + half]);
             for head in row.chunks_exact_mut(c.head_dim) {
                 for i in 0..half {

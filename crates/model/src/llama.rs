@@ -203,8 +203,55 @@ impl Llama {
         self.forward_tail(tokens, cache, 1)
     }
 
-    /// Logits of the last `rows` (1 ≤ rows ≤ t) positions, `[rows, vocab]`.
-    fn forward_tail(&self, tokens: &[u32], cache: &mut KvCache, rows: usize) -> Result<Logits> {
+    /// Runs a token tree after what `cache` holds in one pass and returns every row's logits,
+    /// `[t, vocab]`: row r sits at position `cache.len()` + its depth and attends to the cache,
+    /// its ancestors and itself, so its logits are — bit for bit, on the packed CPU path —
+    /// those a chain forward over its path gives. `parents[r]` is `None` for a root (the first
+    /// row, the last accepted token, is one), else an earlier row. Every row's keys and values
+    /// are written at `cache.len() + r`; [`KvCache::keep_rows`] then keeps the accepted path.
+    ///
+    /// # Errors
+    /// As [`Llama::forward`]; [`ModelError::TreeParent`] for a parent that is not an earlier
+    /// row; [`ModelError::Unsupported`] off the packed CPU path (trees run there only so far).
+    pub fn forward_tree(
+        &self,
+        tokens: &[u32],
+        parents: &[Option<usize>],
+        cache: &mut KvCache,
+    ) -> Result<Logits> {
+        if parents.len() != tokens.len() {
+            return Err(ModelError::TreeParent {
+                row: parents.len(),
+                parent: None,
+            });
+        }
+        if let Some((row, &parent)) = parents
+            .iter()
+            .enumerate()
+            .find(|&(r, p)| p.is_some_and(|p| p >= r))
+        {
+            return Err(ModelError::TreeParent { row, parent });
+        }
+        let Body::Host(m) = &self.body else {
+            return Err(ModelError::Unsupported(
+                "token trees run on the packed CPU path only so far".into(),
+            ));
+        };
+        let (start, end) = self.check_input(tokens, cache)?;
+        let c = &self.config;
+        let layers = cache
+            .host_layers()
+            .filter(|l| l.len() == m.blocks.len())
+            .ok_or(ModelError::CacheKind)?;
+        let t = tokens.len();
+        let logits = m.forward(c, tokens, Some(parents), start, layers, t, self.logit_ids)?; // [t, vocab]
+        cache.advance(end);
+        Ok(Logits::host(logits, t, c.vocab_size))
+    }
+
+    /// Refuses an empty input, a token outside the vocabulary or an input past the cache's
+    /// capacity; returns the positions the input will take, `start..end`.
+    fn check_input(&self, tokens: &[u32], cache: &KvCache) -> Result<(usize, usize)> {
         let c = &self.config;
         let t = tokens.len();
         if t == 0 {
@@ -222,14 +269,21 @@ impl Llama {
             });
         }
         let start = cache.len();
-        let end = start.checked_add(t).filter(|&e| e <= cache.capacity());
-        let Some(end) = end else {
-            return Err(ModelError::ContextOverflow {
+        match start.checked_add(t).filter(|&e| e <= cache.capacity()) {
+            Some(end) => Ok((start, end)),
+            None => Err(ModelError::ContextOverflow {
                 cached: start,
                 new: t,
                 capacity: cache.capacity(),
-            });
-        };
+            }),
+        }
+    }
+
+    /// Logits of the last `rows` (1 ≤ rows ≤ t) positions, `[rows, vocab]`.
+    fn forward_tail(&self, tokens: &[u32], cache: &mut KvCache, rows: usize) -> Result<Logits> {
+        let c = &self.config;
+        let t = tokens.len();
+        let (start, end) = self.check_input(tokens, cache)?;
         let logits = match &self.body {
             Body::Tensors(m) => {
                 let all = m.forward(c, &self.device, tokens, cache, start)?; // [1, t, vocab]
@@ -251,7 +305,7 @@ impl Llama {
                     .host_layers()
                     .filter(|l| l.len() == m.blocks.len())
                     .ok_or(ModelError::CacheKind)?;
-                let logits = m.forward(c, tokens, start, layers, rows, self.logit_ids)?; // [rows, vocab]
+                let logits = m.forward(c, tokens, None, start, layers, rows, self.logit_ids)?; // [rows, vocab]
                 Logits::host(logits, rows, c.vocab_size)
             }
         };

@@ -337,7 +337,7 @@ pub(crate) fn sample_residual<R: Rng + ?Sized>(
 
 /// Index of the first weight at which the running sum passes `target`; when rounding leaves the
 /// total at or below `target`, the last index with positive weight. `None` if all are 0.
-fn sample_by(weights: impl Iterator<Item = f64>, target: f64) -> Option<u32> {
+pub(crate) fn sample_by(weights: impl Iterator<Item = f64>, target: f64) -> Option<u32> {
     let mut cum = 0.0;
     let mut last_positive = None;
     for (i, w) in weights.enumerate() {

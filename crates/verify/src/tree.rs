@@ -27,7 +27,7 @@ use rand_core::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::config::VerifyConfig;
-use crate::dist::{Row, Scratch, process_row, sample_p, sample_residual, uniform};
+use crate::dist::{Row, Scratch, process_row, sample_by, sample_p, sample_residual, uniform};
 use crate::error::{Result, VerifyError};
 use crate::verify::{
     Decision, Ledger, NextKind, NextToken, PositionRecord, check_draft_row, check_logit_rows,
@@ -113,7 +113,7 @@ pub(crate) fn verify_tree<R: Rng + ?Sized>(
     let mut ledger = Ledger::default();
     // The row scoring the current node's children: 0 for the root, 1 + j for node j.
     let mut at = 0usize;
-    loop {
+    let (token, kind, margin) = loop {
         let logits = &target_logits[at * vocab..(at + 1) * vocab];
         let row = process_row(logits, &sampling, scratch);
         let weights = &scratch.weights;
@@ -125,17 +125,7 @@ pub(crate) fn verify_tree<R: Rng + ?Sized>(
             } else {
                 sample_p(&row, weights, rng)
             };
-            let next = NextToken {
-                token,
-                kind: NextKind::Bonus,
-                margin,
-            };
-            return Ok(TreeVerdict {
-                path,
-                positions,
-                next,
-                ledger,
-            });
+            break (token, NextKind::Bonus, margin);
         }
         let q_row = match draft_probs {
             TreeDraftProbs::OneHot => None,
@@ -196,21 +186,19 @@ pub(crate) fn verify_tree<R: Rng + ?Sized>(
                 path.push(j);
                 at = j + 1;
             }
-            None => {
-                let next = NextToken {
-                    token,
-                    kind: NextKind::Correction,
-                    margin,
-                };
-                return Ok(TreeVerdict {
-                    path,
-                    positions,
-                    next,
-                    ledger,
-                });
-            }
+            None => break (token, NextKind::Correction, margin),
         }
-    }
+    };
+    Ok(TreeVerdict {
+        path,
+        positions,
+        next: NextToken {
+            token,
+            kind,
+            margin,
+        },
+        ledger,
+    })
 }
 
 /// The strict rule over siblings: each child tested against the residual of the ones before;
@@ -261,42 +249,12 @@ fn strict_siblings<R: Rng + ?Sized>(
     let u = uniform(rng);
     // Rounding can empty the residual only where p ≤ q everywhere, i.e. p = q: then p itself.
     let token = if mass > 0.0 && mass.is_finite() {
-        pick(&r, u * mass)
+        sample_by(r.iter().copied(), u * mass)
     } else {
-        pick_weights(weights, u * row.sum)
+        sample_by(weights.iter().map(|&w| f64::from(w)), u * row.sum)
     }
     .unwrap_or(row.top1);
     (None, Decision::Rejected, token)
-}
-
-fn pick(values: &[f64], target: f64) -> Option<u32> {
-    let mut cum = 0.0;
-    let mut last = None;
-    for (i, &v) in values.iter().enumerate() {
-        if v > 0.0 {
-            cum += v;
-            last = Some(i as u32);
-            if cum > target {
-                break;
-            }
-        }
-    }
-    last
-}
-
-fn pick_weights(weights: &[f32], target: f64) -> Option<u32> {
-    let mut cum = 0.0;
-    let mut last = None;
-    for (i, &w) in weights.iter().enumerate() {
-        if w > 0.0 {
-            cum += f64::from(w);
-            last = Some(i as u32);
-            if cum > target {
-                break;
-            }
-        }
-    }
-    last
 }
 
 /// TV(e, p) at a relaxed sampling node, where e is what the node emits. With A the live top-2,

@@ -445,11 +445,7 @@ fn bad_trees_are_typed_errors() {
         draft_probs: TreeDraftProbs::OneHot,
     };
     assert!(v.verify_tree(&ok, &mut rng(0)).is_ok());
-    let err = |input: TreeInput<'_>| {
-        v.clone()
-            .verify_tree(&input, &mut rng(0))
-            .unwrap_err()
-    };
+    let err = |input: TreeInput<'_>| v.clone().verify_tree(&input, &mut rng(0)).unwrap_err();
     assert_eq!(
         err(TreeInput {
             parents: &[None, Some(1)],

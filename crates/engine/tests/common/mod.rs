@@ -36,10 +36,11 @@ pub fn run(
 pub fn race(race: &Race<'_>, settings: &RunSettings, method: Method) -> Run {
     pollster::block_on(async {
         let dec = race.decoder(settings, method).await.unwrap();
+        // A tree drafts up to its node budget, a chain up to k.
         let k = if method == Method::Target {
             0
         } else {
-            settings.k
+            settings.k.max(settings.tree)
         };
         let run = checked(dec, k).await;
         let output = race.run(settings, method, |_| {}).await.unwrap();
@@ -54,7 +55,7 @@ pub fn race(race: &Race<'_>, settings: &RunSettings, method: Method) -> Run {
 
 /// Steps `dec` to the end, asserting after every step that the target's cache holds exactly
 /// the accepted context minus its last token, that the drafter's holds no rejected token, and
-/// that no step drafted more than `k`.
+/// that no step drafted more than `k` tokens (a tree's nodes).
 pub async fn checked(mut dec: Decoder<AnyDrafter>, k: usize) -> Run {
     let mut records = Vec::new();
     while let Some(step) = dec.step().await.unwrap() {
