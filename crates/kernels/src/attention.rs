@@ -79,15 +79,17 @@ impl Kernels {
         self.attention_over(heads, start, q, keys, values, None, out)
     }
 
-    /// [`Kernels::attention`] for a token tree: row r (at cache row `start + r`) attends to the
-    /// cache's first `start` positions, then to its ancestors root first, then to itself — the
-    /// keys a chain forward over its path would see, in the same order, so its result is that
-    /// chain's bit for bit. `parents[r]` is `None` for a root (a row that follows the cache
-    /// directly), else an earlier row.
+    /// [`Kernels::attention`] for a token tree: tree row r (at cache row `start + r`) attends to
+    /// the cache's first `start` positions, then to its ancestors root first, then to itself —
+    /// the keys a chain forward over its path would see, in the same order, so its result is
+    /// that chain's bit for bit. `parents` lists every row of the tree (`None` for a root, a row
+    /// that follows the cache directly, else an earlier row); `q` holds its last rows (all of
+    /// them, or those a later call adds to a tree whose earlier rows are already cached, as a
+    /// drafter growing a tree a depth at a time does).
     ///
     /// # Errors
-    /// As [`Kernels::attention`], and [`KernelError::Shape`] for `parents` not one per row or
-    /// naming a row that is not earlier.
+    /// As [`Kernels::attention`], and [`KernelError::Shape`] for more query rows than `parents`
+    /// lists or a parent that is not an earlier row.
     #[allow(clippy::too_many_arguments)] // the attention's operands and the tree
     pub fn attention_tree(
         &self,
@@ -115,7 +117,13 @@ impl Kernels {
             path.push(r);
             paths.push(path);
         }
-        self.attention_over(heads, start, q, keys, values, Some(&paths), out)
+        let rows = q.len() / (heads.heads * heads.head_dim).max(1);
+        let first = paths.len().checked_sub(rows).ok_or(KernelError::Shape {
+            what: "tree parents (at least one per query row)",
+            expected: rows,
+            found: paths.len(),
+        })?;
+        self.attention_over(heads, start, q, keys, values, Some(&paths[first..]), out)
     }
 
     /// Causal attention (`paths` `None`) or tree attention (`paths[r]`: the rows, relative to
@@ -143,9 +151,17 @@ impl Kernels {
             });
         }
         let t = q.len() / q_row;
-        let end = start.checked_add(t).ok_or(KernelError::Overflow {
+        // Rows after the cache that must be filled: the query rows, or in a tree every row up to
+        // the last (each path ends at its own row, the largest it names).
+        let after = paths.map_or(t, |p| {
+            p.iter()
+                .filter_map(|path| path.last())
+                .max()
+                .map_or(0, |&r| r + 1)
+        });
+        let end = start.checked_add(after).ok_or(KernelError::Overflow {
             what: "attended positions",
-            rows: t,
+            rows: after,
             cols: start,
         })?;
         let filled = end.checked_mul(kv_row).ok_or(KernelError::Overflow {

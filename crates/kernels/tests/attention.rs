@@ -122,6 +122,10 @@ fn a_rows_result_does_not_depend_on_the_rows_beside_it_or_the_threads() {
     }
 }
 
+fn bits_of(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
 /// A tree's rows against chains: row r's output equals, bit for bit, a causal attention over a
 /// cache holding the prefix then r's ancestors and r itself (what a chain forward over its
 /// path computes), on one thread and on two.
@@ -182,6 +186,17 @@ fn a_tree_row_equals_the_chain_over_its_path() {
                 "row {r} (path {path:?}), {threads} threads"
             );
         }
+        // The same tree grown in two calls (rows 0..5, then 5..12 with rows 0..5 cached): the
+        // later rows' results are the one-call results.
+        let mut later = vec![0f32; 7 * row];
+        kernels
+            .attention_tree(HEADS, start, &q[5 * row..], &k, &v, &parents, &mut later)
+            .unwrap();
+        assert_eq!(
+            bits_of(&later),
+            bits_of(&tree[5 * row..]),
+            "{threads} threads"
+        );
         // A chain written as a tree is the causal attention.
         let chain_parents: Vec<Option<usize>> = (0..t).map(|r| r.checked_sub(1)).collect();
         let mut causal = vec![0f32; q.len()];

@@ -85,21 +85,23 @@ impl HostModel {
     /// which need one row's logits, skip it for the other rows, and a vocabulary-limited drafter
     /// runs it on its first `logit_ids` rows only (the rest of the logits are −inf).
     ///
-    /// With `parents` the tokens are a tree (see [`crate::Llama::forward_tree`]): row r sits at
-    /// position start + its depth and attends to the cache, its ancestors and itself.
+    /// With `tree = (base, parents)` the tokens are the last rows of a token tree whose rows
+    /// start at cache row `base` and whose every row `parents` lists (see
+    /// [`crate::Llama::extend_tree`]): a row sits at position base + its depth and attends to
+    /// the cache before `base`, its ancestors and itself.
     #[allow(clippy::too_many_arguments)] // the pass's operands and its two output limits
     pub(crate) fn forward(
         &self,
         c: &LlamaConfig,
         tokens: &[u32],
-        parents: Option<&[Option<usize>]>,
+        tree: Option<(usize, &[Option<usize>])>,
         start: usize,
         cache: &mut [HostLayerCache],
         logit_rows: usize,
         logit_ids: usize,
     ) -> Result<Vec<f32>> {
         self.kernels
-            .run(|| self.forward_in_pool(c, tokens, parents, start, cache, logit_rows, logit_ids))
+            .run(|| self.forward_in_pool(c, tokens, tree, start, cache, logit_rows, logit_ids))
     }
 
     /// [`HostModel::forward`], on the kernels' pool.
@@ -108,7 +110,7 @@ impl HostModel {
         &self,
         c: &LlamaConfig,
         tokens: &[u32],
-        parents: Option<&[Option<usize>]>,
+        tree: Option<(usize, &[Option<usize>])>,
         start: usize,
         cache: &mut [HostLayerCache],
         logit_rows: usize,
@@ -158,15 +160,18 @@ impl HostModel {
         }
         let acts = &mut scratch.acts;
         let end = start + t;
-        // Each row's position: the next in line, or in a tree the cache's end plus its depth.
-        let positions: Vec<usize> = match parents {
+        // Each row's position: the next in line, or in a tree the tree's base plus its depth.
+        let positions: Vec<usize> = match tree {
             None => (start..end).collect(),
-            Some(parents) => {
-                let mut depth = Vec::with_capacity(t);
+            Some((base, parents)) => {
+                let mut depth: Vec<usize> = Vec::with_capacity(parents.len());
                 for (r, &p) in parents.iter().enumerate() {
                     depth.push(p.filter(|&p| p < r).map_or(0, |p| depth[p] + 1));
                 }
-                depth.into_iter().map(|d| start + d).collect()
+                depth[parents.len() - t..]
+                    .iter()
+                    .map(|d| base + d)
+                    .collect()
             }
         };
         for (block, layer) in self.blocks.iter().zip(cache.iter_mut()) {
@@ -198,7 +203,7 @@ impl HostModel {
             self.rope(c, &mut k, &positions);
             layer.keys[start * kv_dim..end * kv_dim].copy_from_slice(&k);
             layer.values[start * kv_dim..end * kv_dim].copy_from_slice(&v);
-            match parents {
+            match tree {
                 None => self.kernels.attention(
                     heads,
                     start,
@@ -207,9 +212,9 @@ impl HostModel {
                     &layer.values,
                     &mut attn,
                 )?,
-                Some(parents) => self.kernels.attention_tree(
+                Some((base, parents)) => self.kernels.attention_tree(
                     heads,
-                    start,
+                    base,
                     &q,
                     &layer.keys,
                     &layer.values,

@@ -211,15 +211,35 @@ impl Llama {
     /// are written at `cache.len() + r`; [`KvCache::keep_rows`] then keeps the accepted path.
     ///
     /// # Errors
-    /// As [`Llama::forward`]; [`ModelError::TreeParent`] for a parent that is not an earlier
-    /// row; [`ModelError::Unsupported`] off the packed CPU path (trees run there only so far).
+    /// As [`Llama::extend_tree`].
     pub fn forward_tree(
         &self,
         tokens: &[u32],
         parents: &[Option<usize>],
         cache: &mut KvCache,
     ) -> Result<Logits> {
-        if parents.len() != tokens.len() {
+        self.extend_tree(cache.len(), tokens, parents, cache)
+    }
+
+    /// Adds `tokens` as the next rows of a token tree whose rows start at cache row `base`
+    /// (its earlier rows already cached, `cache.len() − base` of them) and returns the new
+    /// rows' logits, `[tokens.len(), vocab]`; `parents` lists every row of the tree, the new
+    /// ones last. A drafter grows its tree this way, a depth at a time; each row's logits are
+    /// those of the chain over its path, as with [`Llama::forward_tree`].
+    ///
+    /// # Errors
+    /// As [`Llama::forward`]; [`ModelError::TreeParent`] for a parent that is not an earlier
+    /// row or a parent list that does not end with the new rows; [`ModelError::Unsupported`]
+    /// off the packed CPU path (trees run there only so far).
+    pub fn extend_tree(
+        &self,
+        base: usize,
+        tokens: &[u32],
+        parents: &[Option<usize>],
+        cache: &mut KvCache,
+    ) -> Result<Logits> {
+        let cached = cache.len().checked_sub(base);
+        if cached.and_then(|c| c.checked_add(tokens.len())) != Some(parents.len()) {
             return Err(ModelError::TreeParent {
                 row: parents.len(),
                 parent: None,
@@ -244,7 +264,15 @@ impl Llama {
             .filter(|l| l.len() == m.blocks.len())
             .ok_or(ModelError::CacheKind)?;
         let t = tokens.len();
-        let logits = m.forward(c, tokens, Some(parents), start, layers, t, self.logit_ids)?; // [t, vocab]
+        let logits = m.forward(
+            c,
+            tokens,
+            Some((base, parents)),
+            start,
+            layers,
+            t,
+            self.logit_ids,
+        )?; // [t, vocab]
         cache.advance(end);
         Ok(Logits::host(logits, t, c.vocab_size))
     }

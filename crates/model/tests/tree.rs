@@ -1,6 +1,7 @@
 //! Token trees on the packed CPU path: one forward pass over a tree gives each row — bit for
 //! bit — the logits a chain forward over its path gives (the batch-invariance contract,
-//! extended to trees), and after `KvCache::keep_rows` keeps an accepted path the cache goes on
+//! extended to trees), the same when the tree is grown over two calls, and after
+//! `KvCache::keep_rows` keeps an accepted path the cache goes on
 //! exactly as if that path had been decoded as a chain. On the tiny model and on SmolLM2-135M.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -70,6 +71,22 @@ fn check(model: &Llama, prompt: &[u32], tokens: &[u32]) {
             "row {r}, path {path:?}"
         );
     }
+    // The same tree grown in two calls, as a drafter grows one a depth at a time: the rows'
+    // logits are the one-call ones.
+    let mut grown = model.new_cache(prompt.len() + 32).unwrap();
+    model.forward(prompt, &mut grown).unwrap();
+    let first = model
+        .extend_tree(base, &tokens[..5], &PARENTS[..5], &mut grown)
+        .unwrap()
+        .read()
+        .unwrap();
+    let rest = model
+        .extend_tree(base, &tokens[5..], &PARENTS, &mut grown)
+        .unwrap()
+        .read()
+        .unwrap();
+    assert_eq!(bits(&first), bits(&tree[..5 * vocab]));
+    assert_eq!(bits(&rest), bits(&tree[5 * vocab..]));
     // Keep the deepest path and decode two more tokens: as the chain does.
     let path = path_to(12);
     cache.keep_rows(base, &path).unwrap();
@@ -132,6 +149,11 @@ fn bad_trees_and_paths_are_refused() {
         Err(ModelError::TreeParent { row: 1, .. })
     ));
     assert_eq!(cache.len(), 0, "a refused tree writes nothing");
+    // A parent list that does not end with the new rows.
+    assert!(matches!(
+        model.extend_tree(0, &[1, 2], &[None, Some(0), Some(1)], &mut cache),
+        Err(ModelError::TreeParent { row: 3, .. })
+    ));
     model
         .forward_tree(&[1, 2, 3], &[None, Some(0), Some(0)], &mut cache)
         .unwrap();
