@@ -147,9 +147,13 @@ pub struct DrafterArgs {
     #[arg(long, value_name = "N")]
     pub draft_vocab: Option<usize>,
     /// Token trees of at most N nodes (k their depth) verified in one target pass; 0: chains.
-    /// Prompt lookup on the packed CPU path only, so far.
+    /// Prompt lookup branches over earlier matches, a model drafter expands its most probable
+    /// nodes (EAGLE-2). The packed CPU path only, so far.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub tree: usize,
+    /// A model drafter's tree: children per expanded node, and nodes expanded per depth.
+    #[arg(long, value_name = "B", default_value_t = DEFAULTS.branch)]
+    pub branch: usize,
 }
 
 impl DrafterArgs {
@@ -214,6 +218,7 @@ pub fn resolve(
         chat,
         draft_vocab: drafter.draft_vocab,
         tree: drafter.tree,
+        branch: drafter.branch,
     };
     run.validate()
         .with_context(|| "checking the settings".to_string())?;

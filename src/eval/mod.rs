@@ -49,9 +49,12 @@ pub struct HumanEvalArgs {
     /// A model drafter proposes only token ids below N.
     #[arg(long, value_name = "N")]
     pub draft_vocab: Option<usize>,
-    /// Token trees of at most N nodes (k their depth); 0: chains. Prompt lookup only, so far.
+    /// Token trees of at most N nodes (k their depth); 0: chains. The packed CPU path only.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub tree: usize,
+    /// A model drafter's tree: children per expanded node, and nodes expanded per depth.
+    #[arg(long, value_name = "B", default_value_t = DEFAULTS.branch)]
+    pub branch: usize,
     /// MARS paper-mode thresholds, one run each: `--theta 0.9,0.95`.
     #[arg(long, value_delimiter = ',')]
     pub theta: Vec<f32>,
@@ -230,6 +233,7 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         k: args.k,
         draft_vocab: args.draft_vocab,
         tree: args.tree,
+        branch: args.branch,
         sampling: args.sampling.resolve()?,
         seed: args.sampling.seed,
         max_tokens: args.max_tokens,
@@ -249,6 +253,7 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         "k": runner.run.k,
         "draft_vocab": args.draft_vocab,
         "tree": args.tree,
+        "branch": args.branch,
         "temperature": runner.run.sampling.temperature,
         "top_p": runner.run.sampling.top_p,
         "seed": runner.run.seed,

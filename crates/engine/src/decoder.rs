@@ -527,7 +527,7 @@ impl<D: Drafter> Decoder<D> {
             self.cache.truncate(keep)?;
         }
         if let Some(drafter) = self.drafter.as_mut() {
-            drafter.rollback(keep)?;
+            drafter.rollback(&self.context[..keep])?;
         }
 
         // The visible text: a stop token ends the run but is not shown.

@@ -45,9 +45,9 @@ pub trait Drafter {
     /// Proposes at most `k` tokens to follow `context` (the prompt and everything accepted).
     async fn draft(&mut self, context: &[u32], k: usize, rng: &mut ChaCha8Rng) -> Result<Draft>;
 
-    /// The verifier kept `context[..len]` (the last token not yet fed anywhere): forget anything
-    /// past it.
-    fn rollback(&mut self, len: usize) -> Result<()>;
+    /// The verifier kept `kept` (the context but its last token, which is not yet fed
+    /// anywhere): forget anything past it (a tree drafter keeps the accepted path's rows).
+    fn rollback(&mut self, kept: &[u32]) -> Result<()>;
 
     /// Tokens in the drafter's cache, if it has one (for tests of the rollback invariant).
     fn cache_len(&self) -> Option<usize>;
@@ -83,6 +83,31 @@ pub struct ModelDrafter {
     label: String,
     row: Vec<f32>,
     q: Vec<f32>,
+    /// Most nodes of a tree draft; 0: chains.
+    tree: usize,
+    /// Children per expanded node, and nodes expanded per depth.
+    branch: usize,
+    /// The last tree's expanded nodes, cached at `base..` until the verdict is known.
+    grown: Option<Grown>,
+}
+
+/// A tree draft's rows in the drafter's cache: `tokens[r]` at cache row `base + r`, its parent
+/// `parents[r]` (an earlier row; `None` for a child of the last context token).
+#[derive(Debug)]
+struct Grown {
+    base: usize,
+    tokens: Vec<u32>,
+    parents: Vec<Option<usize>>,
+}
+
+/// A node of a tree being drafted.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    token: u32,
+    /// An earlier node; `None` under the root.
+    parent: Option<usize>,
+    /// Draft log-probability of the path to here: the expansion's ranking.
+    score: f64,
 }
 
 impl ModelDrafter {
@@ -109,7 +134,37 @@ impl ModelDrafter {
             label: label.into(),
             row: Vec::new(),
             q: Vec::new(),
+            tree: 0,
+            branch: 0,
+            grown: None,
         })
+    }
+
+    /// Drafts trees of at most `nodes` nodes (0: chains), each expanded node with its `branch`
+    /// most probable children and at most `branch` nodes expanded per depth (EAGLE-2's dynamic
+    /// tree; the depth is the step's k). Trees need a model that runs them
+    /// ([`Llama::runs_trees`]).
+    ///
+    /// # Errors
+    /// [`EngineError::Config`] for a branch of 0 with a tree, or a model without tree passes.
+    pub fn with_tree(mut self, nodes: usize, branch: usize) -> Result<Self> {
+        if nodes > 0 && branch == 0 {
+            return Err(EngineError::Config {
+                field: "branch",
+                value: branch.to_string(),
+                why: "a tree needs at least one child per node",
+            });
+        }
+        if nodes > 0 && !self.model.runs_trees() {
+            return Err(EngineError::Config {
+                field: "tree",
+                value: nodes.to_string(),
+                why: "token trees run on the packed CPU path only so far",
+            });
+        }
+        self.tree = nodes;
+        self.branch = branch;
+        Ok(self)
     }
 
     /// Runs `tokens` and returns the last position's logits as a target-vocabulary row: ids the
@@ -118,11 +173,112 @@ impl ModelDrafter {
         let last = self.model.forward_last(tokens, &mut self.cache)?; // [1, draft_vocab]
         let (_, dv) = last.dims();
         let values = last.read_async().await?;
+        self.set_row(&values[..dv]);
+        Ok(())
+    }
+
+    /// Copies one draft-vocabulary row into `self.row` as a target-vocabulary row.
+    fn set_row(&mut self, values: &[f32]) {
         let tv = self.target_vocab;
         self.row.clear();
-        self.row.extend_from_slice(&values[..dv.min(tv)]);
+        self.row.extend_from_slice(&values[..values.len().min(tv)]);
         self.row.resize(tv, f32::NEG_INFINITY);
-        Ok(())
+    }
+
+    /// EAGLE-2's dynamic tree: the root's `branch` most probable children; then per depth, the
+    /// `branch` best nodes of the last depth (by path log-probability) run in one batched pass
+    /// over the cache and their ancestors and contribute their own children; finally the
+    /// `tree` best nodes overall. A child's score is at most its parent's, so the best nodes
+    /// always include their ancestors. Children are deterministic (the draft's top tokens, not
+    /// draws), so the verifier treats q as one-hot, which is what is lossless for them.
+    async fn draft_tree(&mut self, context: &[u32], depth: usize) -> Result<Draft> {
+        let fed = self.cache.len();
+        self.last_row(&context[fed..]).await?;
+        let base = self.cache.len();
+        let mut nodes: Vec<Node> = Vec::new();
+        let mut children = Vec::new();
+        self.sampler.top(&self.row, self.branch, &mut children)?;
+        nodes.extend(children.iter().map(|&(token, p)| Node {
+            token,
+            parent: None,
+            score: p.ln(),
+        }));
+        let mut frontier: Vec<usize> = (0..nodes.len()).collect();
+        // Expanded nodes in cache order (row r at base + r), and each node's row.
+        let mut grown = Grown {
+            base,
+            tokens: Vec::new(),
+            parents: Vec::new(),
+        };
+        let mut row_of: Vec<Option<usize>> = vec![None; nodes.len()];
+        for _ in 1..depth {
+            // The n-th best score so far: a node below it cannot have a child in the tree.
+            let mut scores: Vec<f64> = nodes.iter().map(|n| n.score).collect();
+            let bar = if scores.len() >= self.tree {
+                let (_, nth, _) =
+                    scores.select_nth_unstable_by(self.tree - 1, |a, b| b.total_cmp(a));
+                *nth
+            } else {
+                f64::NEG_INFINITY
+            };
+            frontier.sort_by(|&a, &b| nodes[b].score.total_cmp(&nodes[a].score).then(a.cmp(&b)));
+            frontier.retain(|&j| nodes[j].score > bar);
+            let room = self.cache.capacity().saturating_sub(self.cache.len());
+            frontier.truncate(self.branch.min(room));
+            if frontier.is_empty() {
+                break;
+            }
+            frontier.sort_unstable();
+            let first = grown.tokens.len();
+            for &j in &frontier {
+                row_of[j] = Some(grown.tokens.len());
+                grown.tokens.push(nodes[j].token);
+                grown.parents.push(nodes[j].parent.and_then(|p| row_of[p]));
+            }
+            let logits = self.model.extend_tree(
+                base,
+                &grown.tokens[first..],
+                &grown.parents,
+                &mut self.cache,
+            )?; // [frontier, draft_vocab]
+            let (_, dv) = logits.dims();
+            let values = logits.read_async().await?; // frontier * draft_vocab
+            let expanded = std::mem::take(&mut frontier);
+            for (i, &j) in expanded.iter().enumerate() {
+                self.set_row(&values[i * dv..(i + 1) * dv]);
+                self.sampler.top(&self.row, self.branch, &mut children)?;
+                for &(token, p) in &children {
+                    frontier.push(nodes.len());
+                    row_of.push(None);
+                    nodes.push(Node {
+                        token,
+                        parent: Some(j),
+                        score: nodes[j].score + p.ln(),
+                    });
+                }
+            }
+        }
+        self.grown = Some(grown);
+        // The best `tree` nodes, kept in creation order (parents before children, siblings
+        // most probable first: the order the verifier tries them).
+        let mut order: Vec<usize> = (0..nodes.len()).collect();
+        order.sort_by(|&a, &b| nodes[b].score.total_cmp(&nodes[a].score).then(a.cmp(&b)));
+        order.truncate(self.tree);
+        order.sort_unstable();
+        let mut index = vec![None; nodes.len()];
+        let mut tokens = Vec::with_capacity(order.len());
+        let mut parents = Vec::with_capacity(order.len());
+        for (i, &j) in order.iter().enumerate() {
+            index[j] = Some(i as u32);
+            tokens.push(nodes[j].token);
+            // A kept node's parent is kept (its score is at least the node's, its index lower).
+            parents.push(nodes[j].parent.and_then(|p| index[p]));
+        }
+        Ok(Draft {
+            tokens,
+            probs: None,
+            parents: Some(parents),
+        })
     }
 }
 
@@ -151,6 +307,9 @@ impl Drafter for ModelDrafter {
         if k == 0 || pending == 0 {
             return Ok(Draft::default());
         }
+        if self.tree > 0 {
+            return self.draft_tree(context, k).await;
+        }
         let greedy = self.sampler.sampling().is_greedy();
         let mut tokens = Vec::with_capacity(k);
         let mut probs = Vec::with_capacity(if greedy { 0 } else { k * self.target_vocab });
@@ -175,8 +334,27 @@ impl Drafter for ModelDrafter {
         })
     }
 
-    fn rollback(&mut self, len: usize) -> Result<()> {
-        let keep = self.cache.len().min(len);
+    fn rollback(&mut self, kept: &[u32]) -> Result<()> {
+        if let Some(g) = self.grown.take() {
+            // The accepted path's expanded nodes move into place after the context they
+            // continue; the next draft feeds only what follows them.
+            if let Some(path) = kept.get(g.base..) {
+                let mut rows = Vec::new();
+                let mut parent = None;
+                for &t in path {
+                    match (0..g.tokens.len()).find(|&r| g.parents[r] == parent && g.tokens[r] == t)
+                    {
+                        Some(r) => {
+                            rows.push(r);
+                            parent = Some(r);
+                        }
+                        None => break,
+                    }
+                }
+                self.cache.keep_rows(g.base, &rows)?;
+            }
+        }
+        let keep = self.cache.len().min(kept.len());
         self.cache.truncate(keep)?;
         Ok(())
     }
@@ -338,7 +516,7 @@ impl Drafter for NgramDrafter {
         })
     }
 
-    fn rollback(&mut self, _len: usize) -> Result<()> {
+    fn rollback(&mut self, _kept: &[u32]) -> Result<()> {
         Ok(())
     }
 
@@ -378,10 +556,10 @@ impl Drafter for AnyDrafter {
         }
     }
 
-    fn rollback(&mut self, len: usize) -> Result<()> {
+    fn rollback(&mut self, kept: &[u32]) -> Result<()> {
         match self {
-            Self::Model(d) => d.rollback(len),
-            Self::Ngram(d) => d.rollback(len),
+            Self::Model(d) => d.rollback(kept),
+            Self::Ngram(d) => d.rollback(kept),
         }
     }
 

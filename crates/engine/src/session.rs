@@ -38,6 +38,8 @@ pub struct Defaults {
     pub top_p: f32,
     /// Seed of the sampling generators.
     pub seed: u64,
+    /// Children per node of a model drafter's token tree, and nodes expanded per depth.
+    pub branch: usize,
     /// The page's initial prompt (the first preset's).
     pub prompt: &'static str,
     /// One-click starting points, the first one the page's pre-selected preset.
@@ -166,6 +168,7 @@ pub const DEFAULTS: Defaults = Defaults {
     temperature: 0.0,
     top_p: 1.0,
     seed: 0,
+    branch: 4,
     prompt: COPY_PROMPTS[0],
     presets: PRESETS,
 };
@@ -280,10 +283,18 @@ pub struct RunSettings {
     #[serde(default)]
     pub draft_vocab: Option<usize>,
     /// Token trees of at most this many nodes (k their depth), verified in one target pass;
-    /// 0: chains of k. Prompt lookup branches over several earlier matches; the packed CPU
-    /// path runs them (other weight paths and model drafters refuse a tree so far).
+    /// 0: chains of k. Prompt lookup branches over several earlier matches, a model drafter
+    /// expands its most probable nodes (EAGLE-2); the packed CPU path runs them (the other
+    /// weight paths refuse a tree so far).
     #[serde(default)]
     pub tree: usize,
+    /// A model drafter's tree: children per expanded node and nodes expanded per depth.
+    #[serde(default = "default_branch")]
+    pub branch: usize,
+}
+
+fn default_branch() -> usize {
+    DEFAULTS.branch
 }
 
 impl Default for RunSettings {
@@ -304,6 +315,7 @@ impl Default for RunSettings {
             chat: true,
             draft_vocab: None,
             tree: 0,
+            branch: DEFAULTS.branch,
         }
     }
 }
@@ -334,6 +346,13 @@ impl RunSettings {
                 field: "draft_vocab",
                 value: "0".into(),
                 why: "a drafter needs at least one token id to propose",
+            });
+        }
+        if self.tree > 0 && self.branch == 0 {
+            return Err(EngineError::Config {
+                field: "branch",
+                value: "0".into(),
+                why: "a tree needs at least one child per node",
             });
         }
         self.sampling.validate()?;
@@ -552,11 +571,11 @@ impl Target {
         capacity: usize,
     ) -> Result<AnyDrafter> {
         let (spec, vocab) = (&settings.drafter, self.info.vocab);
-        if settings.tree > 0 && !matches!(spec, DrafterSpec::Ngram) {
+        if settings.tree > 0 && !self.model.runs_trees() {
             return Err(EngineError::Config {
                 field: "tree",
                 value: settings.tree.to_string(),
-                why: "token trees are drafted by prompt lookup (ngram) only so far",
+                why: "token trees run on the packed CPU path only so far",
             });
         }
         let model = match spec {
@@ -578,13 +597,16 @@ impl Target {
             Some(ids) => model.with_vocab_limit(ids)?,
             None => model,
         };
-        Ok(AnyDrafter::Model(Box::new(ModelDrafter::new(
-            model,
-            capacity,
-            settings.sampling,
-            vocab,
-            settings.drafter_label(),
-        )?)))
+        Ok(AnyDrafter::Model(Box::new(
+            ModelDrafter::new(
+                model,
+                capacity,
+                settings.sampling,
+                vocab,
+                settings.drafter_label(),
+            )?
+            .with_tree(settings.tree, settings.branch)?,
+        )))
     }
 
     /// A decoder for `method` that starts from `prefill` (front ends go through

@@ -300,13 +300,7 @@ fn prompt_lookup_trees_give_target_only_tokens() {
             }
         }
     }
-    // Trees are refused where they are not built: a model drafter, and the f32 weight path.
-    let layers = RunSettings {
-        drafter: "layers:0".parse().unwrap(),
-        tree: 8,
-        ..base.clone()
-    };
-    assert!(pollster::block_on(race.decoder(&layers, Method::Strict)).is_err());
+    // Trees are refused where they are not built: the f32 weight path.
     let f32_target = Target::from_gguf(
         &Gguf::parse(&bytes).unwrap(),
         &Device::flex(),
@@ -317,12 +311,152 @@ fn prompt_lookup_trees_give_target_only_tokens() {
     let f32_race = pollster::block_on(f32_target.race(prompt, &tree, None)).unwrap();
     let run = pollster::block_on(f32_race.run(&tree, Method::Strict, |_| {}));
     assert!(
-        matches!(
-            run,
-            Err(EngineError::Model(mars_model::ModelError::Unsupported(_)))
-        ),
+        matches!(run, Err(EngineError::Config { field: "tree", .. })),
         "{run:?}"
     );
+}
+
+/// A model drafter's EAGLE-2 trees (layer skip and a draft-model file) on the packed path:
+/// greedy strict emits target-only's tokens with both caches checked after every step,
+/// branched trees were verified and drafts kept, and MARS and sampling runs finish.
+#[test]
+fn model_drafter_trees_give_target_only_tokens() {
+    let options = LoadOptions::with_weights(WeightPath::CpuPacked { threads: 2 });
+    let bytes = tiny_gguf(3).unwrap();
+    let g = Gguf::parse(&bytes).unwrap();
+    let target = Target::from_gguf(&g, &Device::flex(), options).unwrap();
+    let sub = g.with_layers(&[0]).unwrap();
+    let draft = target
+        .draft_model(&Gguf::parse(&sub).unwrap(), &Device::flex(), options)
+        .unwrap();
+    let base = RunSettings {
+        chat: false,
+        max_tokens: 40,
+        ..RunSettings::default()
+    };
+    let prompt = "the cat sat on the mat; the dog sat on the";
+    let race = pollster::block_on(target.race(prompt, &base, Some(&draft))).unwrap();
+    let (reference, _, _) = common::race(&race, &base, Method::Target);
+    for drafter in ["layers:0", "model:layer0.gguf"] {
+        for (k, tree, branch) in [(4, 8, 2), (3, 16, 4), (5, 12, 3), (2, 3, 1)] {
+            let settings = RunSettings {
+                drafter: drafter.parse().unwrap(),
+                k,
+                tree,
+                branch,
+                ..base.clone()
+            };
+            let what = format!("{drafter} k {k} tree {tree} branch {branch}");
+            let (mut branched, mut kept) = (0, 0);
+            let out = pollster::block_on(async {
+                let mut dec = race.decoder(&settings, Method::Strict).await.unwrap();
+                while let Some(step) = dec.step().await.unwrap() {
+                    let ctx = dec.context().len();
+                    assert_eq!(dec.target_cache_len(), ctx - 1, "{what}");
+                    let cached = dec.drafter_cache_len().unwrap();
+                    assert!(
+                        cached < ctx,
+                        "{what}: drafter cache {cached}, context {ctx}"
+                    );
+                    assert!(step.drafted <= tree, "{what}");
+                    branched += usize::from(step.tree && step.drafted > k);
+                    kept += step.accepted_exact;
+                }
+                dec.generated().to_vec()
+            });
+            assert_eq!(out, reference, "{what}");
+            assert!(kept > 0, "{what}: no draft kept");
+            if branch > 1 {
+                assert!(branched > 0, "{what}: no tree wider than a chain");
+            }
+            for mars in [Mode::Paper { theta: 0.5 }, Mode::Margin { rho: 0.2 }] {
+                for sampling in [Sampling::GREEDY, Sampling::with_temperature(1.0)] {
+                    let s = RunSettings {
+                        mars,
+                        sampling,
+                        ..settings.clone()
+                    };
+                    let (out, _, _) = common::race(&race, &s, Method::Mars);
+                    assert_eq!(out.len(), 40, "{what} {mars:?} {sampling:?}");
+                }
+            }
+        }
+    }
+    let zero = RunSettings {
+        drafter: "layers:0".parse().unwrap(),
+        tree: 4,
+        branch: 0,
+        ..base
+    };
+    assert!(matches!(
+        pollster::block_on(race.decoder(&zero, Method::Strict)),
+        Err(EngineError::Config {
+            field: "branch",
+            ..
+        })
+    ));
+}
+
+/// After a tree step the drafter keeps the accepted path's cached rows in place: its next tree
+/// is, bit for bit, the one a fresh drafter fed the same context drafts.
+#[test]
+fn a_tree_drafter_continues_as_a_fresh_one_after_the_kept_path() {
+    use mars_engine::Drafter;
+    use rand_core::SeedableRng;
+    let t = tiny_packed();
+    let context = prompt(&t);
+    let fresh = || {
+        ModelDrafter::new(
+            t.model.with_layers(&[0]).unwrap(),
+            128,
+            Sampling::GREEDY,
+            257,
+            "layers 0",
+        )
+        .unwrap()
+        .with_tree(12, 3)
+        .unwrap()
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    pollster::block_on(async {
+        let mut checked = 0;
+        // Keep each node's path in turn (the deepest ones were expanded, the leaves not).
+        let mut d = fresh();
+        d.prefill(&context).await.unwrap();
+        let tree = d.draft(&context, 4, &mut rng).await.unwrap();
+        let parents = tree.parents.clone().unwrap();
+        for node in 0..tree.tokens.len() {
+            let mut path = vec![tree.tokens[node]];
+            let mut at = parents[node];
+            while let Some(p) = at {
+                path.push(tree.tokens[p as usize]);
+                at = parents[p as usize];
+            }
+            path.reverse();
+            // The verifier kept the path and chose one more token (the new context's last).
+            let mut next = context.clone();
+            next.extend(&path);
+            next.push(b'x'.into());
+            let mut d = fresh();
+            d.prefill(&context).await.unwrap();
+            assert_eq!(d.draft(&context, 4, &mut rng).await.unwrap(), tree);
+            d.rollback(&next[..next.len() - 1]).unwrap();
+            let cached = d.cache_len().unwrap();
+            assert!(
+                cached <= next.len() - 1 && cached >= context.len(),
+                "{cached}"
+            );
+            checked += usize::from(cached > context.len());
+            let mut e = fresh();
+            e.prefill(&next).await.unwrap();
+            assert_eq!(
+                d.draft(&next, 4, &mut rng).await.unwrap(),
+                e.draft(&next, 4, &mut rng).await.unwrap(),
+                "node {node}, path {path:?}"
+            );
+        }
+        assert!(checked > 0, "no kept path had cached rows");
+    });
 }
 
 #[test]

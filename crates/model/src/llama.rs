@@ -221,6 +221,12 @@ impl Llama {
         self.extend_tree(cache.len(), tokens, parents, cache)
     }
 
+    /// Whether [`Llama::forward_tree`] and [`Llama::extend_tree`] run on this model's weight
+    /// path (the packed CPU path so far).
+    pub fn runs_trees(&self) -> bool {
+        matches!(self.body, Body::Host(_))
+    }
+
     /// Adds `tokens` as the next rows of a token tree whose rows start at cache row `base`
     /// (its earlier rows already cached, `cache.len() − base` of them) and returns the new
     /// rows' logits, `[tokens.len(), vocab]`; `parents` lists every row of the tree, the new

@@ -76,6 +76,42 @@ impl Sampler {
     }
 }
 
+impl Sampler {
+    /// The `c` most probable tokens of the processed distribution of `logits` (one row,
+    /// `[vocab]`) with their probabilities, most probable first (ties: lowest id first), written
+    /// into `out`; tokens of probability 0 (cut by top-k / top-p) are never listed. Greedy ranks
+    /// by the model's own softmax (T = 1), as its margins do. A tree drafter's children.
+    ///
+    /// # Errors
+    /// As [`Sampler::sample`].
+    pub fn top(&mut self, logits: &[f32], c: usize, out: &mut Vec<(u32, f64)>) -> Result<()> {
+        check_row(logits)?;
+        let row = process_row(logits, &self.sampling, &mut self.scratch);
+        let weights = &self.scratch.weights[..logits.len()];
+        out.clear();
+        if c == 0 {
+            return Ok(());
+        }
+        // One pass keeping the best c in order: c is a handful, the vocabulary ~10^5, and most
+        // weights lose the first comparison.
+        let mut worst = 0.0f32;
+        for (id, &w) in weights.iter().enumerate() {
+            if w <= 0.0 || (out.len() == c && w <= worst) {
+                continue;
+            }
+            // After every weight ≥ w (ids ascend, so equal weights keep the lower id first).
+            let at = out.partition_point(|&(_, v)| v >= f64::from(w));
+            out.insert(at, (id as u32, f64::from(w)));
+            out.truncate(c);
+            worst = out.last().map_or(0.0, |&(_, v)| v as f32);
+        }
+        for (_, p) in out.iter_mut() {
+            *p /= row.sum;
+        }
+        Ok(())
+    }
+}
+
 fn check_row(logits: &[f32]) -> Result<()> {
     check_input(&VerifyInput {
         target_logits: logits,

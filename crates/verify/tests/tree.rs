@@ -583,3 +583,54 @@ fn random_trees_never_panic_and_mostly_verify() {
     eprintln!("{verdicts} of {total} random trees verified");
     assert!(verdicts > total / 4, "only {verdicts} of {total} verified");
 }
+
+#[test]
+fn a_tree_drafters_children_are_the_most_probable_tokens_in_order() {
+    let mut rng = rng(21);
+    let mut out = Vec::new();
+    for case in 0..400 {
+        let vocab = 1 + below(&mut rng, 40);
+        // Coarse logits, so that ties are common; −inf where a drafter lacks an id.
+        let mut row: Vec<f32> = (0..vocab).map(|_| below(&mut rng, 5) as f32).collect();
+        row[below(&mut rng, vocab)] = f32::NEG_INFINITY;
+        if row.iter().all(|l| *l == f32::NEG_INFINITY) {
+            row[0] = 0.0;
+        }
+        let sampling = match case % 4 {
+            0 => Sampling::GREEDY,
+            1 => Sampling::with_temperature(0.7),
+            2 => Sampling {
+                top_k: Some(3),
+                ..Sampling::with_temperature(1.0)
+            },
+            _ => Sampling {
+                top_p: 0.6,
+                ..Sampling::with_temperature(1.3)
+            },
+        };
+        let c = below(&mut rng, 6);
+        let mut sampler = mars_verify::Sampler::new(sampling).unwrap();
+        sampler.top(&row, c, &mut out).unwrap();
+        // Reference: p from the f64 reference (greedy ranks by T = 1), the ranking by logit
+        // then id, kept while p > 0.
+        let reference_sampling = if sampling.is_greedy() {
+            Sampling::with_temperature(1.0)
+        } else {
+            sampling
+        };
+        let p = reference_probs(&row, &reference_sampling);
+        let want: Vec<u32> = ranking(&row)
+            .into_iter()
+            .filter(|&t| p[t] > 0.0)
+            .take(c)
+            .map(|t| t as u32)
+            .collect();
+        let got: Vec<u32> = out.iter().map(|&(t, _)| t).collect();
+        assert_eq!(got, want, "case {case}: {row:?} {sampling:?} c {c}");
+        for &(t, q) in &out {
+            assert!((q - p[t as usize]).abs() < 1e-6, "case {case}: p({t}) {q}");
+        }
+    }
+    let mut sampler = mars_verify::Sampler::new(Sampling::GREEDY).unwrap();
+    assert!(sampler.top(&[f32::NAN, 1.0], 2, &mut out).is_err());
+}
