@@ -148,7 +148,7 @@ pub struct DrafterArgs {
     pub draft_vocab: Option<usize>,
     /// Token trees of at most N nodes (k their depth) verified in one target pass; 0: chains.
     /// Prompt lookup branches over earlier matches, a model drafter expands its most probable
-    /// nodes (EAGLE-2). The packed CPU path only, so far.
+    /// nodes (EAGLE-2).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub tree: usize,
     /// A model drafter's tree: children per expanded node, and nodes expanded per depth.

@@ -82,6 +82,10 @@ const FIELDS = [
     id: "tree", url: "tree", defaults: () => "0", share: (v) => v !== "0" && v.trim() !== "",
     into: (s, v) => { s.tree = Number(v) || 0; },
   },
+  {
+    id: "branch", url: "branch", defaults: (d) => String(d.branch), share: (v) => v !== String(defaults.branch),
+    into: (s, v) => { s.branch = Number(v) || defaults.branch; },
+  },
   { id: "mars-mode", url: "mars-mode", defaults: (d) => d.mars.mode, preset: () => defaults.mars.mode, into: (s, v) => { s.mars = { mode: v }; } },
   {
     id: "mars-theta", url: "mars-theta", defaults: threshold, preset: () => threshold(defaults),

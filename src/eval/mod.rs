@@ -49,7 +49,7 @@ pub struct HumanEvalArgs {
     /// A model drafter proposes only token ids below N.
     #[arg(long, value_name = "N")]
     pub draft_vocab: Option<usize>,
-    /// Token trees of at most N nodes (k their depth); 0: chains. The packed CPU path only.
+    /// Token trees of at most N nodes (k their depth); 0: chains.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub tree: usize,
     /// A model drafter's tree: children per expanded node, and nodes expanded per depth.

@@ -449,7 +449,7 @@ impl<D: Drafter> Decoder<D> {
                     return Err(EngineError::Config {
                         field: "draft",
                         value: "a tree with drafter rows".into(),
-                        why: "tree drafts are one-hot so far (prompt lookup)",
+                        why: "tree drafts are deterministic (one-hot q): drafter rows are for chains",
                     });
                 }
                 // Row 0 is the last accepted token (the root); node j is row j + 1.

@@ -142,24 +142,16 @@ impl ModelDrafter {
 
     /// Drafts trees of at most `nodes` nodes (0: chains), each expanded node with its `branch`
     /// most probable children and at most `branch` nodes expanded per depth (EAGLE-2's dynamic
-    /// tree; the depth is the step's k). Trees need a model that runs them
-    /// ([`Llama::runs_trees`]).
+    /// tree; the depth is the step's k).
     ///
     /// # Errors
-    /// [`EngineError::Config`] for a branch of 0 with a tree, or a model without tree passes.
+    /// [`EngineError::Config`] for a branch of 0 with a tree.
     pub fn with_tree(mut self, nodes: usize, branch: usize) -> Result<Self> {
         if nodes > 0 && branch == 0 {
             return Err(EngineError::Config {
                 field: "branch",
                 value: branch.to_string(),
                 why: "a tree needs at least one child per node",
-            });
-        }
-        if nodes > 0 && !self.model.runs_trees() {
-            return Err(EngineError::Config {
-                field: "tree",
-                value: nodes.to_string(),
-                why: "token trees run on the packed CPU path only so far",
             });
         }
         self.tree = nodes;

@@ -284,8 +284,7 @@ pub struct RunSettings {
     pub draft_vocab: Option<usize>,
     /// Token trees of at most this many nodes (k their depth), verified in one target pass;
     /// 0: chains of k. Prompt lookup branches over several earlier matches, a model drafter
-    /// expands its most probable nodes (EAGLE-2); the packed CPU path runs them (the other
-    /// weight paths refuse a tree so far).
+    /// expands its most probable nodes (EAGLE-2); every weight path runs them.
     #[serde(default)]
     pub tree: usize,
     /// A model drafter's tree: children per expanded node and nodes expanded per depth.
@@ -571,13 +570,6 @@ impl Target {
         capacity: usize,
     ) -> Result<AnyDrafter> {
         let (spec, vocab) = (&settings.drafter, self.info.vocab);
-        if settings.tree > 0 && !self.model.runs_trees() {
-            return Err(EngineError::Config {
-                field: "tree",
-                value: settings.tree.to_string(),
-                why: "token trees run on the packed CPU path only so far",
-            });
-        }
         let model = match spec {
             DrafterSpec::Ngram => {
                 return Ok(AnyDrafter::Ngram(

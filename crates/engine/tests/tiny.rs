@@ -300,7 +300,8 @@ fn prompt_lookup_trees_give_target_only_tokens() {
             }
         }
     }
-    // Trees are refused where they are not built: the f32 weight path.
+    // The f32 weight path runs trees too (a tree mask on burn tensors): the same tokens as its
+    // own target-only run.
     let f32_target = Target::from_gguf(
         &Gguf::parse(&bytes).unwrap(),
         &Device::flex(),
@@ -309,19 +310,22 @@ fn prompt_lookup_trees_give_target_only_tokens() {
     .unwrap();
     let tree = RunSettings { tree: 8, ..base };
     let f32_race = pollster::block_on(f32_target.race(prompt, &tree, None)).unwrap();
-    let run = pollster::block_on(f32_race.run(&tree, Method::Strict, |_| {}));
-    assert!(
-        matches!(run, Err(EngineError::Config { field: "tree", .. })),
-        "{run:?}"
-    );
+    let (f32_reference, _, _) = common::race(&f32_race, &tree, Method::Target);
+    let (f32_out, _, _) = common::race(&f32_race, &tree, Method::Strict);
+    assert_eq!(f32_out, f32_reference, "f32 path, tree 8");
 }
 
-/// A model drafter's EAGLE-2 trees (layer skip and a draft-model file) on the packed path:
-/// greedy strict emits target-only's tokens with both caches checked after every step,
-/// branched trees were verified and drafts kept, and MARS and sampling runs finish.
+/// A model drafter's EAGLE-2 trees (layer skip and a draft-model file) on the packed path and
+/// the f32 path: greedy strict emits target-only's tokens with both caches checked after every
+/// step, branched trees were verified and drafts kept, and MARS and sampling runs finish.
 #[test]
 fn model_drafter_trees_give_target_only_tokens() {
-    let options = LoadOptions::with_weights(WeightPath::CpuPacked { threads: 2 });
+    for weights in [WeightPath::CpuPacked { threads: 2 }, WeightPath::F32] {
+        model_drafter_trees(LoadOptions::with_weights(weights));
+    }
+}
+
+fn model_drafter_trees(options: LoadOptions) {
     let bytes = tiny_gguf(3).unwrap();
     let g = Gguf::parse(&bytes).unwrap();
     let target = Target::from_gguf(&g, &Device::flex(), options).unwrap();
@@ -346,7 +350,10 @@ fn model_drafter_trees_give_target_only_tokens() {
                 branch,
                 ..base.clone()
             };
-            let what = format!("{drafter} k {k} tree {tree} branch {branch}");
+            let what = format!(
+                "{:?} {drafter} k {k} tree {tree} branch {branch}",
+                options.weights
+            );
             let (mut branched, mut kept) = (0, 0);
             let out = pollster::block_on(async {
                 let mut dec = race.decoder(&settings, Method::Strict).await.unwrap();

@@ -163,16 +163,7 @@ impl HostModel {
         // Each row's position: the next in line, or in a tree the tree's base plus its depth.
         let positions: Vec<usize> = match tree {
             None => (start..end).collect(),
-            Some((base, parents)) => {
-                let mut depth: Vec<usize> = Vec::with_capacity(parents.len());
-                for (r, &p) in parents.iter().enumerate() {
-                    depth.push(p.filter(|&p| p < r).map_or(0, |p| depth[p] + 1));
-                }
-                depth[parents.len() - t..]
-                    .iter()
-                    .map(|d| base + d)
-                    .collect()
-            }
+            Some((base, parents)) => crate::llama::tree_positions(base, parents, t),
         };
         for (block, layer) in self.blocks.iter().zip(cache.iter_mut()) {
             rms_norm(&x, &block.attn_norm, c.rms_eps, &mut h);

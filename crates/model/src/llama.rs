@@ -221,12 +221,6 @@ impl Llama {
         self.extend_tree(cache.len(), tokens, parents, cache)
     }
 
-    /// Whether [`Llama::forward_tree`] and [`Llama::extend_tree`] run on this model's weight
-    /// path (the packed CPU path so far).
-    pub fn runs_trees(&self) -> bool {
-        matches!(self.body, Body::Host(_))
-    }
-
     /// Adds `tokens` as the next rows of a token tree whose rows start at cache row `base`
     /// (its earlier rows already cached, `cache.len() − base` of them) and returns the new
     /// rows' logits, `[tokens.len(), vocab]`; `parents` lists every row of the tree, the new
@@ -235,8 +229,7 @@ impl Llama {
     ///
     /// # Errors
     /// As [`Llama::forward`]; [`ModelError::TreeParent`] for a parent that is not an earlier
-    /// row or a parent list that does not end with the new rows; [`ModelError::Unsupported`]
-    /// off the packed CPU path (trees run there only so far).
+    /// row or a parent list that does not end with the new rows.
     pub fn extend_tree(
         &self,
         base: usize,
@@ -258,29 +251,39 @@ impl Llama {
         {
             return Err(ModelError::TreeParent { row, parent });
         }
-        let Body::Host(m) = &self.body else {
-            return Err(ModelError::Unsupported(
-                "token trees run on the packed CPU path only so far".into(),
-            ));
-        };
         let (start, end) = self.check_input(tokens, cache)?;
         let c = &self.config;
-        let layers = cache
-            .host_layers()
-            .filter(|l| l.len() == m.blocks.len())
-            .ok_or(ModelError::CacheKind)?;
         let t = tokens.len();
-        let logits = m.forward(
-            c,
-            tokens,
-            Some((base, parents)),
-            start,
-            layers,
-            t,
-            self.logit_ids,
-        )?; // [t, vocab]
+        let tree = Some((base, parents));
+        let logits = match &self.body {
+            Body::Tensors(m) => {
+                let all = m.forward(c, &self.device, tokens, cache, start, tree)?; // [1, t, vocab]
+                Logits::device(self.limit_ids(all))
+            }
+            Body::Host(m) => {
+                let layers = cache
+                    .host_layers()
+                    .filter(|l| l.len() == m.blocks.len())
+                    .ok_or(ModelError::CacheKind)?;
+                let logits = m.forward(c, tokens, tree, start, layers, t, self.logit_ids)?; // [t, vocab]
+                Logits::host(logits, t, c.vocab_size)
+            }
+        };
         cache.advance(end);
-        Ok(Logits::host(logits, t, c.vocab_size))
+        Ok(logits)
+    }
+
+    /// Logits `[1, rows, vocab]` with the ids at or past [`Llama::with_vocab_limit`]'s limit set
+    /// to −inf (burn paths compute every logit).
+    fn limit_ids(&self, logits: Tensor<3>) -> Tensor<3> {
+        let [_, rows, v] = logits.dims();
+        let n = self.logit_ids;
+        if n < v {
+            let masked = Tensor::full([1, rows, v - n], f32::NEG_INFINITY, &self.device);
+            Tensor::cat(vec![logits.slice([0..1, 0..rows, 0..n]), masked], 2)
+        } else {
+            logits
+        }
     }
 
     /// Refuses an empty input, a token outside the vocabulary or an input past the cache's
@@ -320,19 +323,13 @@ impl Llama {
         let (start, end) = self.check_input(tokens, cache)?;
         let logits = match &self.body {
             Body::Tensors(m) => {
-                let all = m.forward(c, &self.device, tokens, cache, start)?; // [1, t, vocab]
+                let all = m.forward(c, &self.device, tokens, cache, start, None)?; // [1, t, vocab]
                 let last = if rows == t {
                     all
                 } else {
                     all.slice([0..1, t - rows..t, 0..c.vocab_size]) // [1, rows, vocab]
                 };
-                let (n, v) = (self.logit_ids, c.vocab_size);
-                Logits::device(if n < v {
-                    let masked = Tensor::full([1, rows, v - n], f32::NEG_INFINITY, &self.device);
-                    Tensor::cat(vec![last.slice([0..1, 0..rows, 0..n]), masked], 2)
-                } else {
-                    last
-                })
+                Logits::device(self.limit_ids(last))
             }
             Body::Host(m) => {
                 let layers = cache
@@ -392,7 +389,8 @@ impl Llama {
 }
 
 impl TensorModel {
-    /// [`Llama::forward`] on burn tensors: logits `[1, t, vocab]`.
+    /// [`Llama::forward`] on burn tensors: logits `[1, t, vocab]`. With `tree = (base,
+    /// parents)` the tokens are a token tree's last rows, as in [`Llama::extend_tree`].
     fn forward(
         &self,
         c: &LlamaConfig,
@@ -400,21 +398,33 @@ impl TensorModel {
         tokens: &[u32],
         cache: &mut KvCache,
         start: usize,
+        tree: Option<(usize, &[Option<usize>])>,
     ) -> Result<Tensor<3>> {
         let t = tokens.len();
         let end = start + t;
         let mut x = self.embed(tokens, c.d_model, device)?; // [1, t, d_model]
-        let cos = self
-            .rope_cos
-            .clone()
-            .slice(start..end)
-            .reshape([1, t, 1, c.head_dim / 2, 1]);
-        let sin = self
-            .rope_sin
-            .clone()
-            .slice(start..end)
-            .reshape([1, t, 1, c.head_dim / 2, 1]);
-        let mask = causal_mask(start, t, group_rows(c, t), device); // [1, 1, group * t, end]
+        let half = c.head_dim / 2;
+        let (cos, sin, mask) = match tree {
+            None => (
+                self.rope_cos.clone().slice(start..end), // [t, head_dim / 2]
+                self.rope_sin.clone().slice(start..end),
+                causal_mask(start, t, group_rows(c, t), device), // [1, 1, group * t, end]
+            ),
+            Some((base, parents)) => {
+                let at: Vec<i64> = tree_positions(base, parents, t)
+                    .into_iter()
+                    .map(|p| p as i64)
+                    .collect();
+                let at = Tensor::<1, Int>::from_data(TensorData::new(at, [t]), device);
+                (
+                    self.rope_cos.clone().select(0, at.clone()), // [t, head_dim / 2]
+                    self.rope_sin.clone().select(0, at),
+                    tree_mask(base, parents, t, group_rows(c, t), device), // [1, 1, group * t, end]
+                )
+            }
+        };
+        let cos = cos.reshape([1, t, 1, half, 1]);
+        let sin = sin.reshape([1, t, 1, half, 1]);
 
         for (layer, block) in self.blocks.iter().enumerate() {
             let h = rms_norm(x.clone(), &block.attn_norm, c.rms_eps);
@@ -536,6 +546,44 @@ fn rope(x: Tensor<4>, cos: &Tensor<5>, sin: &Tensor<5>, style: RopeStyle) -> Ten
     let r0 = x0.clone() * cos.clone() - x1.clone() * sin.clone();
     let r1 = x0 * sin + x1 * cos;
     Tensor::cat(vec![r0, r1], last).reshape([b, t, n, hd])
+}
+
+/// Positions of a token tree's last `t` rows: the tree's base plus each row's depth (`parents`
+/// lists every row; a parent is an earlier row, checked by the caller).
+pub(crate) fn tree_positions(base: usize, parents: &[Option<usize>], t: usize) -> Vec<usize> {
+    let mut depth: Vec<usize> = Vec::with_capacity(parents.len());
+    for (r, &p) in parents.iter().enumerate() {
+        depth.push(p.filter(|&p| p < r).map_or(0, |p| depth[p] + 1));
+    }
+    depth[parents.len() - t..]
+        .iter()
+        .map(|d| base + d)
+        .collect()
+}
+
+/// Additive tree mask `[1, 1, rows, base + parents.len()]` for a token tree's last `t` rows (the
+/// tree's rows at cache rows `base..`): mask row r (query heads folded with those rows, r % t)
+/// sees the cache before `base`, its row's ancestors and the row itself.
+fn tree_mask(
+    base: usize,
+    parents: &[Option<usize>],
+    t: usize,
+    rows: usize,
+    device: &Device,
+) -> Tensor<4> {
+    let end = base + parents.len();
+    let first = parents.len() - t;
+    let mut m = vec![f32::NEG_INFINITY; rows * end];
+    for r in 0..rows {
+        let row = &mut m[r * end..(r + 1) * end];
+        row[..base].fill(0.0);
+        let mut at = Some(first + r % t);
+        while let Some(a) = at {
+            row[base + a] = 0.0;
+            at = parents[a].filter(|&p| p < a);
+        }
+    }
+    Tensor::from_data(TensorData::new(m, [1, 1, rows, end]), device)
 }
 
 /// Additive causal mask `[1, 1, rows, start + t]`: row r is query position start + r % t (rows

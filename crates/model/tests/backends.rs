@@ -7,6 +7,9 @@ use mars_formats::{Gguf, Tokenizer};
 use mars_model::tiny::{tiny_config, tiny_gguf, tiny_gguf_quantized};
 use mars_model::{Device, DeviceLimits, Llama, LoadOptions, WeightPath};
 
+#[path = "support/tree.rs"]
+mod tree;
+
 /// Largest difference allowed between backends: f32 sums in another order, over 2 layers.
 const TOLERANCE: f32 = 1e-4;
 
@@ -120,6 +123,22 @@ fn wgpu_blocks_agree_with_flex_over_the_dequantized_weights() {
     // The same file on the f32 path of wgpu agrees too (the blocks are the file's values).
     let f32_gpu = logits(&wgpu(), &bytes, &tokens);
     assert!(max_diff(&cpu, &f32_gpu) < TOLERANCE);
+}
+
+/// Token trees on wgpu, GGUF blocks and f32: the tree mask and tree positions give each row the
+/// chain's logits over its path (to within the order of f32 sums), grown in two calls too, and
+/// a kept path goes on as the chain does.
+#[test]
+fn a_tree_row_matches_the_chain_over_its_path_on_wgpu() {
+    let bytes = tiny_gguf_quantized(7).unwrap();
+    let tokens: Vec<u32> = (0..13).map(|i| 40 + 7 * i).collect();
+    for options in [
+        LoadOptions::with_weights(WeightPath::GpuBlocks { subgroups: None }),
+        LoadOptions::default(),
+    ] {
+        let model = Llama::from_gguf(&Gguf::parse(&bytes).unwrap(), &wgpu(), options).unwrap();
+        tree::check(&model, &[1, 2, 3, 4, 5, 6, 7], &tokens, Some(TOLERANCE));
+    }
 }
 
 /// The tokens and seed of the cross-platform fixture: the browser test (crates/web) runs the

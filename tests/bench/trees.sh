@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Chains against token trees on the Qwen2.5-Coder pair (1.5B target, 0.5B draft model, draft ids
+# < 32768), packed CPU: one `mars compare` run per shape (each with its own target-only
+# baseline), strict and MARS, then one table: τ (tokens per target pass), rows verified per
+# step, tok/s and speedup over target-only, MARS's relaxed share and moved mass, time per step
+# in the draft and in the target pass, peak memory. A benchmark command, not a CI step
+# (~2 min per shape on 6 prompts, 2 threads).
+#   usage: bash tests/bench/trees.sh [CATEGORY] [PROMPTS] [TEMPERATURE] [SEED] [THETA] [SHAPES...]
+# SHAPE: k3 (a chain of 3), or t16k5b4 (a tree of ≤ 16 nodes, depth 5, 4 children per node).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+category=${1:-coding}
+limit=${2:-6}
+temp=${3:-0}
+seed=${4:-0}
+theta=${5:-0.95}
+shift $(($# < 5 ? $# : 5))
+shapes=("$@")
+[ ${#shapes[@]} -gt 0 ] || shapes=(k3 k7 t8k4b2 t16k5b4)
+dir="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}"
+target="$dir/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf"
+draft="$dir/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"
+[ -f "$target" ] && [ -f "$draft" ] || { echo "fetch the pair first: bash tests/fetch-pair.sh" >&2; exit 1; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+cargo build --release -q
+mars="${CARGO_TARGET_DIR:-target}/release/mars"
+echo "== $category (first $limit prompts), T = $temp, seed $seed, MARS θ $theta, 64 tokens, 2 threads"
+for shape in "${shapes[@]}"; do
+  if [[ $shape =~ ^k([0-9]+)$ ]]; then
+    args=(--k "${BASH_REMATCH[1]}")
+  elif [[ $shape =~ ^t([0-9]+)k([0-9]+)b([0-9]+)$ ]]; then
+    args=(--tree "${BASH_REMATCH[1]}" --k "${BASH_REMATCH[2]}" --branch "${BASH_REMATCH[3]}")
+  else
+    echo "bad shape $shape (k3, t16k5b4)" >&2; exit 2
+  fi
+  /usr/bin/time -f "%M" -o "$out/$shape.mem" "$mars" compare --model "$target" --draft "model:$draft" \
+    --draft-vocab 32768 --threads 2 --chat --max-tokens 64 --prompts ../shared/bench/spec_bench.jsonl --category "$category" --limit "$limit" \
+    --temperature "$temp" --seed "$seed" --theta "$theta" --json "${args[@]}" >"$out/$shape.json" 2>"$out/$shape.log" \
+    || { tail -3 "$out/$shape.log" >&2; exit 1; }
+done
+python3 - "$out" "${shapes[@]}" <<'PY'
+import json, sys
+out, shapes = sys.argv[1], sys.argv[2:]
+print("| shape | method | τ | rows/step | tok/s | × target-only | relaxed | moved mass/token | draft ms/step | target ms/step | peak MiB |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for shape in shapes:
+    d = json.load(open(f"{out}/{shape}.json"))
+    mem = int(open(f"{out}/{shape}.mem").read().split()[-1]) / 1024
+    agg = {}
+    for p in d["prompts"]:
+        for m in ("target", "strict", "mars"):
+            r, a = p[m], agg.setdefault(m, dict(tok=0, s=0.0, fw=0, dr=0, rel=0, dist=0.0, dms=0.0, vms=0.0))
+            a["tok"] += r["tokens"]; a["s"] += r["tokens"] / r["tokens_per_second"]
+            a["fw"] += r["target_forwards"]; a["dr"] += r["drafted"]; a["rel"] += r["relaxed"]
+            a["dist"] += r.get("ledger", {}).get("distance", 0.0) if m == "mars" else 0.0
+            a["dms"] += r["draft_ms"]; a["vms"] += r["verify_ms"]
+    base = agg["target"]["tok"] / agg["target"]["s"]
+    for m in ("strict", "mars"):
+        a = agg[m]
+        tps = a["tok"] / a["s"]
+        rel = f"{a['rel'] / a['tok']:.1%}" if m == "mars" else "—"
+        dist = f"{a['dist'] / a['tok']:.4f}" if m == "mars" else "—"
+        print(f"| {shape} | {m} | {a['tok'] / a['fw']:.2f} | {1 + a['dr'] / a['fw']:.1f} | {tps:.1f} | "
+              f"{tps / base:.2f}× | {rel} | {dist} | {a['dms'] / a['fw']:.0f} | {a['vms'] / a['fw']:.0f} | {mem:.0f} |")
+print(f"target-only: {base:.1f} tok/s, {1e3 * agg['target']['s'] / agg['target']['tok']:.0f} ms per token")
+PY
