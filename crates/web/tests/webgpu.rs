@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use mars_engine::{AnyDrafter, DecodeConfig, Decoder, ModelDrafter};
+use mars_engine::{AnyDrafter, DecodeConfig, Decoder, Drafter, ModelDrafter, NgramDrafter};
 use mars_formats::{Gguf, Tokenizer};
 use mars_model::tiny::{tiny_gguf, tiny_gguf_quantized};
 use mars_model::{Device, Llama, LoadOptions, WeightPath};
@@ -152,10 +152,51 @@ async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
         )
         .unwrap(),
     ));
-    let mut spec = Decoder::new(&model, tokenizer, Some(drafter), &config(4), &prompt)
-        .await
-        .unwrap();
+    let mut spec = Decoder::new(
+        &model,
+        tokenizer.clone(),
+        Some(drafter),
+        &config(4),
+        &prompt,
+    )
+    .await
+    .unwrap();
     let summary = spec.run(|_| {}).await.unwrap();
     assert_eq!(spec.generated(), target.generated());
     assert_eq!(summary.tokens, 12);
+    // Token trees, each verified in one WebGPU pass under a tree mask: the draft model's
+    // EAGLE-2 expansion (its own tree passes on WebGPU too) and prompt lookup's matches.
+    let trees = [
+        AnyDrafter::Model(Box::new(
+            ModelDrafter::new(
+                model.with_layers(&[0]).unwrap(),
+                64,
+                Sampling::GREEDY,
+                257,
+                "layers 0",
+            )
+            .unwrap()
+            .with_tree(8, 2)
+            .unwrap(),
+        )),
+        AnyDrafter::Ngram(NgramDrafter::default().with_tree(8)),
+    ];
+    for drafter in trees {
+        let label = drafter.label();
+        let mut tree = Decoder::new(
+            &model,
+            tokenizer.clone(),
+            Some(drafter),
+            &config(4),
+            &prompt,
+        )
+        .await
+        .unwrap();
+        let mut branched = 0;
+        while let Some(step) = tree.step().await.unwrap() {
+            branched += usize::from(step.tree);
+        }
+        assert_eq!(tree.generated(), target.generated(), "{label}");
+        web_sys_log(&format!("{label}: {branched} tree steps"));
+    }
 }
