@@ -63,5 +63,5 @@ for shape in shapes:
         dist = f"{a['dist'] / a['tok']:.4f}" if m == "mars" else "—"
         print(f"| {shape} | {m} | {a['tok'] / a['fw']:.2f} | {1 + a['dr'] / a['fw']:.1f} | {tps:.1f} | "
               f"{tps / base:.2f}× | {rel} | {dist} | {a['dms'] / a['fw']:.0f} | {a['vms'] / a['fw']:.0f} | {mem:.0f} |")
-print(f"target-only: {base:.1f} tok/s, {1e3 * agg['target']['s'] / agg['target']['tok']:.0f} ms per token")
+print(f"target-only in the last shape's run: {base:.1f} tok/s, {1e3 * agg['target']['s'] / agg['target']['tok']:.0f} ms per token")
 PY
