@@ -203,13 +203,7 @@ fn greedy_strict_equals_target_only(t: &Tiny) {
 fn the_race_gives_target_only_tokens_for_every_drafter_spec() {
     for weights in [WeightPath::F32, WeightPath::CpuPacked { threads: 2 }] {
         let options = LoadOptions::with_weights(weights);
-        let bytes = tiny_gguf(3).unwrap();
-        let g = Gguf::parse(&bytes).unwrap();
-        let target = Target::from_gguf(&g, &Device::flex(), options).unwrap();
-        let sub = g.with_layers(&[0]).unwrap();
-        let draft = target
-            .draft_model(&Gguf::parse(&sub).unwrap(), &Device::flex(), options)
-            .unwrap();
+        let (target, draft) = target_and_draft_file(options);
         let base = RunSettings {
             chat: false,
             max_tokens: 32,
@@ -247,6 +241,19 @@ fn the_race_gives_target_only_tokens_for_every_drafter_spec() {
             "{weights:?}: no draft kept, the test would be vacuous"
         );
     }
+}
+
+/// The tiny model as a target, and its layer 0 written out as its own GGUF and loaded as a
+/// draft model (`model:layer0.gguf` in a drafter spec).
+fn target_and_draft_file(options: LoadOptions) -> (Target, Llama) {
+    let bytes = tiny_gguf(3).unwrap();
+    let g = Gguf::parse(&bytes).unwrap();
+    let target = Target::from_gguf(&g, &Device::flex(), options).unwrap();
+    let sub = g.with_layers(&[0]).unwrap();
+    let draft = target
+        .draft_model(&Gguf::parse(&sub).unwrap(), &Device::flex(), options)
+        .unwrap();
+    (target, draft)
 }
 
 /// Prompt lookup's token trees on the packed path: greedy strict over trees emits target-only's
@@ -326,13 +333,7 @@ fn model_drafter_trees_give_target_only_tokens() {
 }
 
 fn model_drafter_trees(options: LoadOptions) {
-    let bytes = tiny_gguf(3).unwrap();
-    let g = Gguf::parse(&bytes).unwrap();
-    let target = Target::from_gguf(&g, &Device::flex(), options).unwrap();
-    let sub = g.with_layers(&[0]).unwrap();
-    let draft = target
-        .draft_model(&Gguf::parse(&sub).unwrap(), &Device::flex(), options)
-        .unwrap();
+    let (target, draft) = target_and_draft_file(options);
     let base = RunSettings {
         chat: false,
         max_tokens: 40,

@@ -142,7 +142,7 @@ async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
             .await
             .unwrap();
     target.run(|_| {}).await.unwrap();
-    let drafter = AnyDrafter::Model(Box::new(
+    let layer_skip = || {
         ModelDrafter::new(
             model.with_layers(&[0]).unwrap(),
             64,
@@ -150,8 +150,9 @@ async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
             257,
             "layers 0",
         )
-        .unwrap(),
-    ));
+        .unwrap()
+    };
+    let drafter = AnyDrafter::Model(Box::new(layer_skip()));
     let mut spec = Decoder::new(
         &model,
         tokenizer.clone(),
@@ -167,18 +168,7 @@ async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
     // Token trees, each verified in one WebGPU pass under a tree mask: the draft model's
     // EAGLE-2 expansion (its own tree passes on WebGPU too) and prompt lookup's matches.
     let trees = [
-        AnyDrafter::Model(Box::new(
-            ModelDrafter::new(
-                model.with_layers(&[0]).unwrap(),
-                64,
-                Sampling::GREEDY,
-                257,
-                "layers 0",
-            )
-            .unwrap()
-            .with_tree(8, 2)
-            .unwrap(),
-        )),
+        AnyDrafter::Model(Box::new(layer_skip().with_tree(8, 2).unwrap())),
         AnyDrafter::Ngram(NgramDrafter::default().with_tree(8)),
     ];
     for drafter in trees {
