@@ -46,7 +46,8 @@ let PRESETS = [];
 const params = new URLSearchParams(location.search);
 let worker = null;
 let defaults = null;
-let adapterName = null;
+// Where the models run ({backend: "webgpu" | "cpu", name, why}), chosen before the first load.
+let compute = null;
 let loadedUrl = null;
 let running = false;
 let series = Object.fromEntries(PANES.map((p) => [p, []]));
@@ -102,6 +103,7 @@ const FIELDS = [
   // Check boxes read and write "1" / "0".
   { id: "chat", url: "chat", check: true, defaults: () => "1", preset: () => "1", share: (v) => v === "0", into: (s, v) => { s.chat = v === "1"; } },
   { id: "sequential", url: "sequential", check: true, defaults: () => "0", share: (v) => v === "1" },
+  { id: "backend", url: "backend", defaults: () => "auto", share: (v) => v !== "auto" },
 ];
 const FIELD = Object.fromEntries(FIELDS.map((f) => [f.id, f]));
 
@@ -159,6 +161,12 @@ function setupControls(d) {
   $("#copy-link").addEventListener("click", () => copy(shareLink(), "link"));
   $("#copy-summary").addEventListener("click", () => copy($("#summary").textContent, "summary"));
   $("#draft").addEventListener("change", showDraftUrl);
+  // Another device: the models load again there at the next Run.
+  $("#backend").addEventListener("change", () => {
+    compute = null;
+    loadedUrl = null;
+    loadedDraftUrl = null;
+  });
   // The threshold field holds θ in paper mode and ρ in margin mode: its label says which.
   $("#mars-mode").addEventListener("change", () => {
     $("#mars-threshold").textContent = value("mars-mode") === "margin" ? "ρ" : "θ";
@@ -176,7 +184,7 @@ function setupControls(d) {
     if (!file || running) return;
     // The model field names the file, so that Run races it instead of downloading the URL.
     const name = "file:" + file.name;
-    const loaded = await loadOrFail(() => loadFile(file, file.name));
+    const loaded = await loadOrFail(async () => { await ensureCompute(); await loadFile(file, file.name); });
     if (loaded) {
       $("#model-url").value = name;
       loadedUrl = name;
@@ -259,21 +267,51 @@ async function cachedResponse(url) {
   try { return await (await caches.open(CACHE)).match(url); } catch (_) { return undefined; }
 }
 
-async function webgpuProblem() {
+// Where the models run: WebGPU on a hardware adapter; the packed CPU kernels compiled to
+// WebAssembly where WebGPU is missing or its adapter is software (SwiftShader, a fallback
+// adapter: SmolLM2-135M decodes at 0.32 tok/s there, many times slower than the CPU path). The
+// "Runs on" field forces either. Throws (shown as no_webgpu) only where WebGPU is forced and
+// cannot start.
+async function chooseCompute() {
+  const want = value("backend");
+  const cpu = (why) => ({ backend: "cpu", name: "this CPU (WebAssembly)", why });
+  if (want === "cpu") return cpu("chosen in the settings");
+  let adapter = null;
+  let problem = null;
   if (!("gpu" in navigator)) {
-    return "This browser has no WebGPU. Use Chrome or Edge 113 or newer (desktop), or enable " +
-      "chrome://flags/#enable-unsafe-webgpu; in Firefox set dom.webgpu.enabled.";
+    problem = "this browser has no WebGPU (Chrome or Edge 113+ on the desktop have it; in Firefox set dom.webgpu.enabled)";
+  } else {
+    try {
+      adapter = await navigator.gpu.requestAdapter();
+      if (!adapter) problem = "WebGPU is present but gives no GPU adapter (a blocklisted GPU or driver?)";
+    } catch (e) {
+      problem = "the WebGPU adapter request failed: " + e;
+    }
   }
+  if (!adapter) {
+    if (want === "webgpu") throw new ShownError("no_webgpu", problem[0].toUpperCase() + problem.slice(1) + ".");
+    return cpu(problem);
+  }
+  const info = adapter.info || {};
+  const name = [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ") || "an unnamed WebGPU adapter";
+  const software = Boolean(info.isFallbackAdapter || adapter.isFallbackAdapter) || /swiftshader|llvmpipe|lavapipe|software|basic render/i.test(name);
+  if (want === "webgpu") return { backend: "webgpu", name, why: software ? "chosen in the settings (a software adapter)" : "chosen in the settings" };
+  if (software) return cpu(`the WebGPU adapter (${name}) is software: the CPU is faster`);
+  return { backend: "webgpu", name, why: "a hardware WebGPU adapter" };
+}
+
+// Chooses where the models run, once per choice of the "Runs on" field; a new choice reloads
+// the models there.
+async function ensureCompute() {
+  if (compute) return;
   try {
-    const adapter = await navigator.gpu.requestAdapter();
-    if (!adapter) return "WebGPU is present but no GPU adapter is available (blocklisted GPU or drivers?). Try chrome://flags/#enable-unsafe-webgpu.";
-    const info = adapter.info || {};
-    adapterName = [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ") || null;
-    if (adapterName) $("#adapter").textContent = adapterName;
+    compute = await chooseCompute();
   } catch (e) {
-    return "WebGPU adapter request failed: " + e;
+    if (e instanceof ShownError) fail(e.kind, e.message);
+    throw e;
   }
-  return null;
+  $("#adapter").textContent = compute.name;
+  document.body.dataset.backend = compute.backend;
 }
 
 // Resolves with the engine's defaults once the worker is up.
@@ -295,7 +333,7 @@ function onEvent(ev, ready) {
   switch (ev.type) {
     case "ready": ready(ev.defaults); break;
     case "loaded":
-      showLoad(`model loaded: ${ev.info.name} (${ev.info.n_layers} layers, vocabulary ${ev.info.vocab})`, ev.wasm_bytes);
+      showLoad(`model loaded: ${ev.info.name} (${ev.info.n_layers} layers, vocabulary ${ev.info.vocab}) on ${ev.runs_on}, as ${compute.why}`, ev.wasm_bytes);
       $("#run").disabled = running;
       if (pendingLoad) { pendingLoad.resolve(); pendingLoad = null; }
       break;
@@ -348,7 +386,7 @@ function fail(kind, message) {
   failed = kind;
   setRunning(false);
   const advice = {
-    no_webgpu: "\nWebGPU could not start: use a browser with WebGPU (Chrome/Edge 113+).",
+    no_webgpu: "\nWebGPU could not start: set \"Runs on\" to the CPU, or use a browser with WebGPU (Chrome/Edge 113+).",
     model: "\nThe model file could not be used (see above). Pick a GGUF of a Llama-family model.",
     tokenizer: "\nThe model's tokenizer could not be used (or the draft model's differs from the target's).",
     limit: "\nThis GPU's WebGPU limits (maxStorageBufferBindingSize / maxBufferSize) are too small for the model: try a smaller model or another GPU.",
@@ -395,7 +433,7 @@ let pendingCheck = null;
 function checkPrefix(prefix, fileLen, draft) {
   return new Promise((resolve, reject) => {
     pendingCheck = { resolve, reject };
-    worker.postMessage({ type: "check", prefix, file_len: fileLen, draft }, [prefix.buffer]);
+    worker.postMessage({ type: "check", prefix, file_len: fileLen, draft, backend: compute.backend }, [prefix.buffer]);
   });
 }
 
@@ -530,10 +568,10 @@ function forgetCached(url) {
 // at a time.
 let loadStarted = 0;
 function loadFile(file, label, draftName = null) {
-  status(`uploading ${label} to the GPU…`);
+  status(`loading ${label} ${compute.backend === "cpu" ? "for the CPU" : "to the GPU"}…`);
   $("#run").disabled = true;
   loadStarted = performance.now();
-  const message = draftName === null ? { type: "load", file } : { type: "load_draft", name: draftName, file };
+  const message = draftName === null ? { type: "load", file, backend: compute.backend } : { type: "load_draft", name: draftName, file };
   return new Promise((resolve, reject) => {
     pendingLoad = { resolve, reject };
     worker.postMessage(message);
@@ -552,6 +590,7 @@ async function ensureDraft() {
 }
 
 async function ensureModel() {
+  await ensureCompute();
   const url = $("#model-url").value.trim();
   if (url === loadedUrl) return;
   // A local file went to the engine that was restarted; the page did not keep it.
@@ -717,7 +756,7 @@ function showSummary(stopped) {
     return `${PANE_NAMES[p]}: ${st.tokens_per_second.toFixed(2)} tok/s (${st.tokens} tokens${extra})`;
   };
   const lines = [
-    `mars race${stopped ? " (stopped early)" : ""} on ${adapterName || "an unnamed WebGPU adapter"}`,
+    `mars race${stopped ? " (stopped early)" : ""} on ${compute ? compute.name : "an unknown device"}`,
     `model ${raced.model.split("/").pop()} · drafter ${s.drafter} · k ${s.k} · MARS ${mode} · ${sampling} · up to ${s.max_tokens} tokens · ${raced.sequential ? "one after the other" : "interleaved"}`,
     ...PANES.map(line),
     shareLink(),
@@ -767,8 +806,7 @@ async function main() {
   status("starting the engine…");
   // The engine loads without a GPU: the defaults come from it even where WebGPU is missing.
   setupControls(await startWorker());
-  const problem = await webgpuProblem();
-  if (problem) return fail("no_webgpu", problem);
+  if (!(await loadOrFail(ensureCompute))) return;
   // A link that names a model loads it at once; a bare visit waits for Run (the preset says
   // how much that downloads).
   if (params.get("model") || params.get("autorun") === "1") {

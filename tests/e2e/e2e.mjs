@@ -1,4 +1,6 @@
-// End-to-end tests of the page in headless Debian Chromium with real WebGPU (SwiftShader):
+// End-to-end tests of the page in headless Debian Chromium, with real WebGPU (SwiftShader) where
+// a test names backend=webgpu, and on the wasm CPU path where the page chooses it (no WebGPU, or
+// a software adapter):
 //   node e2e.mjs DIST MODELS MARS_BIN OUT_DIR
 // DIST: the trunk build; MODELS: a folder with tiny.gguf (and optionally the 135M model);
 // MARS_BIN: the native CLI (for the cross-platform check); OUT_DIR: screenshots.
@@ -139,13 +141,14 @@ async function paneStats(page, label) {
 const done = (page, pane, timeout = 240_000) => page.waitForSelector(`[data-pane="${pane}"][data-done="true"]`, { timeout });
 const text = (page, pane) => page.textContent(`[data-pane="${pane}"] .output`);
 const box = (page, sel) => page.$eval(sel, (e) => { const r = e.getBoundingClientRect(); return { top: r.top, bottom: r.bottom, left: r.left, right: r.right }; });
-const native = (prompt, tokens, extra = []) => JSON.parse(execFileSync(marsBin, ["generate", "--model", join(models, "tiny.gguf"), "--prompt", prompt, "--max-tokens", String(tokens), "--json", "--kernels", "f32", ...extra]).toString()).text;
+const native = (prompt, tokens, extra = ["--kernels", "f32"], model = "tiny.gguf") => JSON.parse(execFileSync(marsBin, ["generate", "--model", join(models, model), "--prompt", prompt, "--max-tokens", String(tokens), "--json", ...extra]).toString()).text;
 
 const TINY_PROMPT = "the cat sat on the mat; the cat";
 await test("race on the tiny model: three panes finish, plain text equals native greedy and strict equals it, headline = pane ratios, layout at 1280 and 390 px", async () => {
   await withPage(WEBGPU, async (page) => {
-    await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", prompt: TINY_PROMPT, chat: "0", "max-tokens": "12", autorun: "1" }));
+    await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", prompt: TINY_PROMPT, chat: "0", "max-tokens": "12", autorun: "1", backend: "webgpu" }));
     for (const pane of PANES) await done(page, pane);
+    assert(await page.getAttribute("body", "data-backend") === "webgpu", "WebGPU was asked for");
     const stats = await paneStats(page, "tiny race");
     // Users can pick hub models without typing: both URL fields offer them.
     const offered = await page.$$eval("#model-urls option", (os) => os.map((o) => o.value));
@@ -167,7 +170,7 @@ await test("race on the tiny model: three panes finish, plain text equals native
     }
     // The summary a user copies names the settings and every pane's figures.
     const summary = await page.textContent("#summary");
-    for (const want of ["tiny.gguf", "layers:first:1", "k 4", `plain decoding: ${stats.target.tokens_per_second.toFixed(2)} tok/s`, `${stats.mars.speedup.toFixed(2)}× plain`, "?model="]) {
+    for (const want of ["tiny.gguf", "layers:first:1", "k 4", "backend=webgpu", `plain decoding: ${stats.target.tokens_per_second.toFixed(2)} tok/s`, `${stats.mars.speedup.toFixed(2)}× plain`, "?model="]) {
       assert(summary.includes(want), `summary lacks ${JSON.stringify(want)}:\n${summary}`);
     }
     assert(!(await page.isDisabled("#copy-summary")), "copy summary stays disabled after a finished race");
@@ -243,6 +246,9 @@ await test("Ctrl+Enter runs and Stop ends the race with the text kept", async ()
   await withPage(WEBGPU, async (page) => {
     await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", prompt: TINY_PROMPT, chat: "0", "max-tokens": "2000" }));
     await page.waitForFunction(() => /model loaded/.test(document.querySelector("#status").textContent), null, { timeout: 240_000 });
+    // SwiftShader is a software adapter: left to itself the page runs on the CPU, and says why.
+    const loaded = await page.textContent("#status");
+    assert(await page.getAttribute("body", "data-backend") === "cpu" && /on the CPU \(WebAssembly.*software/.test(loaded), `backend on SwiftShader: ${loaded}`);
     await page.focus("#prompt");
     await page.keyboard.press("Control+Enter");
     await page.waitForFunction(() => document.querySelector('[data-pane="mars"] .output').textContent.length > 0, null, { timeout: 240_000 });
@@ -262,7 +268,7 @@ await test("a separate draft model file races too, one pane after the other, and
   // The tiny model's first layer, written out by the CLI as its own GGUF.
   execFileSync(marsBin, ["extract-layers", "--model", join(models, "tiny.gguf"), "--layers", "first:1", "--out", join(models, "tiny-draft.gguf")]);
   await withPage(WEBGPU, async (page) => {
-    await page.goto(url({ model: "models/tiny.gguf", draft: "model", draft_model: "models/tiny-draft.gguf", prompt: TINY_PROMPT, chat: "0", "max-tokens": "12", sequential: "1", autorun: "1" }));
+    await page.goto(url({ model: "models/tiny.gguf", draft: "model", draft_model: "models/tiny-draft.gguf", prompt: TINY_PROMPT, chat: "0", "max-tokens": "12", sequential: "1", autorun: "1", backend: "webgpu" }));
     for (const pane of PANES) await done(page, pane);
     const strict = await text(page, "strict");
     const expected = native(TINY_PROMPT, 12);
@@ -293,7 +299,7 @@ await test("a local model file races without downloading anything", async () => 
 
 await test("device lost mid-run shows the error, keeps the text, and Reload recovers", async () => {
   await withPage(WEBGPU, async (page) => {
-    await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", prompt: TINY_PROMPT, chat: "0", "max-tokens": "400", autorun: "1" }));
+    await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", prompt: TINY_PROMPT, chat: "0", "max-tokens": "400", autorun: "1", backend: "webgpu" }));
     await page.waitForFunction(() => document.querySelector('[data-pane="strict"] .output').textContent.length > 0, null, { timeout: 240_000 });
     await page.evaluate(() => window.__marsWorker.postMessage({ type: "debug_lose_device" }));
     await page.waitForFunction(() => document.querySelector("#status").classList.contains("error"), null, { timeout: 120_000 });
@@ -307,12 +313,25 @@ await test("device lost mid-run shows the error, keeps the text, and Reload reco
   });
 });
 
-await test("Chromium without WebGPU flags shows the no-WebGPU message", async () => {
+await test("WebGPU asked for where Chromium has none shows the no-WebGPU message and the CPU way out", async () => {
   await withPage([], async (page) => {
-    await page.goto(url({ model: "models/tiny.gguf" }));
+    await page.goto(url({ model: "models/tiny.gguf", backend: "webgpu" }));
     await page.waitForFunction(() => document.querySelector("#status").classList.contains("error"), null, { timeout: 60_000 });
     const text = await page.textContent("#status");
-    assert(/WebGPU/.test(text), text);
+    assert(/WebGPU/.test(text) && /Runs on/.test(text), text);
+  });
+});
+
+await test("without WebGPU the page races on the CPU: plain text equals native greedy, strict equals it", async () => {
+  await withPage([], async (page) => {
+    await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", prompt: TINY_PROMPT, chat: "0", "max-tokens": "12", autorun: "1" }));
+    for (const pane of PANES) await done(page, pane);
+    assert(await page.getAttribute("body", "data-backend") === "cpu", "not on the CPU");
+    // The same packed kernels as the CLI's default path.
+    const expected = native(TINY_PROMPT, 12, []);
+    assert(await text(page, "target") === expected, `plain ${JSON.stringify(await text(page, "target"))} != native ${JSON.stringify(expected)}`);
+    assert(await text(page, "strict") === expected, "strict differs from plain decoding");
+    assert(/this CPU \(WebAssembly\)/.test(await page.textContent("#adapter")), "the headline does not name the CPU");
   });
 });
 
@@ -386,7 +405,7 @@ await test("a model too large for the adapter stops downloading at once, naming 
   const file = join(models, "too-large.gguf");
   const total = writeTooLarge(readFileSync(join(models, "tiny.gguf")), file);
   await withPage(WEBGPU, async (page) => {
-    await page.goto(url({ model: "models/tiny.gguf" }));
+    await page.goto(url({ model: "models/tiny.gguf", backend: "webgpu" }));
     await page.waitForFunction(() => /model loaded/.test(document.querySelector("#status").textContent), null, { timeout: 240_000 });
     const limit = await page.evaluate(async () => {
       const a = await navigator.gpu.requestAdapter();
@@ -420,7 +439,7 @@ if (pair.every((f) => existsSync(join(models, f)))) {
     await withPage(WEBGPU, async (page) => {
       const t0 = Date.now();
       // One token a pane: a software GPU takes tens of seconds a 1.5B forward pass.
-      await page.goto(url({ model: `models/${pair[0]}`, draft: "ngram", prompt: "def add(a, b):", chat: "0", "max-tokens": "1", autorun: "1" }));
+      await page.goto(url({ model: `models/${pair[0]}`, draft: "ngram", prompt: "def add(a, b):", chat: "0", "max-tokens": "1", autorun: "1", backend: "webgpu" }));
       await page.waitForFunction(() => document.body.dataset.wasmBytes || document.querySelector("#status").classList.contains("error"), null, { timeout: 900_000 });
       // Loaded (the race has started, so the status says "racing…" by now), not failed.
       const shown = await page.textContent("#status");
@@ -439,7 +458,7 @@ if (pair.every((f) => existsSync(join(models, f)))) {
   await test("Qwen2.5-Coder-0.5B races on SwiftShader: first tokens in every pane", async () => {
     await withPage(WEBGPU, async (page) => {
       const t0 = Date.now();
-      await page.goto(url({ model: `models/${pair[1]}`, draft: "ngram", prompt: "def add(a, b):", chat: "0", "max-tokens": "2", autorun: "1" }));
+      await page.goto(url({ model: `models/${pair[1]}`, draft: "ngram", prompt: "def add(a, b):", chat: "0", "max-tokens": "2", autorun: "1", backend: "webgpu" }));
       await page.waitForFunction(() => /model loaded/.test(document.querySelector("#status").textContent) || document.body.dataset.loadSeconds, null, { timeout: 600_000 });
       const load = await page.getAttribute("body", "data-load-seconds");
       const wasm = Number(await page.getAttribute("body", "data-wasm-bytes"));
@@ -455,15 +474,22 @@ if (pair.every((f) => existsSync(join(models, f)))) {
 
 const big = join(models, "SmolLM2-135M-Instruct.Q4_1.gguf");
 if (existsSync(big)) {
-  // The page's pre-selected preset (prompt lookup on a copy task) as a visitor gets it; its
-  // screenshot is the README's (copied to assets/screenshots/race-135m.png).
-  await test("the 135M model races the pre-selected preset from the local server", async () => {
-    await withPage(WEBGPU, async (page) => {
-      await page.goto(url({ preset: "smollm-lookup", "max-tokens": "8", autorun: "1" }));
+  // The page's pre-selected preset (prompt lookup on a copy task) as a visitor without a
+  // hardware GPU gets it: on the wasm CPU path. Its screenshot is the README's (copied to
+  // assets/screenshots/race-135m.png).
+  await test("without WebGPU the 135M model races the pre-selected preset on the CPU: 32 tokens, plain equals native greedy", async () => {
+    await withPage([], async (page) => {
+      const t0 = Date.now();
+      await page.goto(url({ preset: "smollm-lookup", "max-tokens": "32", autorun: "1" }));
       for (const pane of PANES) await done(page, pane, 540_000);
       const stats = await paneStats(page, "135M race");
+      console.log(`  135M on the CPU: wall ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+      assert(await page.getAttribute("body", "data-backend") === "cpu", "not on the CPU");
       assert(PANES.every((p) => stats[p].tokens > 0), "a pane produced no tokens");
-      assert(await text(page, "strict") === await text(page, "target"), "strict's text differs from plain decoding's");
+      const prompt = await page.inputValue("#prompt");
+      const expected = native(prompt, 32, ["--chat"], "SmolLM2-135M-Instruct.Q4_1.gguf");
+      assert(await text(page, "target") === expected, `plain ${JSON.stringify(await text(page, "target"))} != native ${JSON.stringify(expected)}`);
+      assert(await text(page, "strict") === expected, "strict's text differs from plain decoding's");
       await page.screenshot({ path: join(outDir, "race-135m.png"), fullPage: true });
     });
   });

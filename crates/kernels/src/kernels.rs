@@ -36,6 +36,16 @@ pub enum Isa {
 }
 
 impl Isa {
+    /// The kernel's name as reports print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Scalar => "scalar",
+            Self::Avx2 => "AVX2",
+            Self::AvxVnni => "AVX-VNNI",
+            Self::Avx512 => "AVX-512",
+        }
+    }
+
     /// The fastest kernel this CPU runs.
     pub fn detect() -> Self {
         Self::available().into_iter().last().unwrap_or(Self::Scalar)

@@ -1,7 +1,12 @@
 //! The Web Worker side of the page: a typed message protocol (serde-wasm-bindgen) over
 //! `postMessage`. The page sends [`Request`]s; the worker answers with [`Event`]s. Downloads and
-//! caching stay in the page's JavaScript; the worker owns the GPU device, the models and the
-//! loop. A lost GPU device is reported by `worker.js`, which watches `GPUDevice.lost`.
+//! caching stay in the page's JavaScript; the worker owns the device, the models and the loop.
+//! A lost GPU device is reported by `worker.js`, which watches `GPUDevice.lost`.
+//!
+//! Two compute paths, chosen by the page per target load ([`Compute`]): WebGPU (GGUF blocks in
+//! GPU buffers, the WGSL kernels) or the packed CPU kernels compiled to WebAssembly, the same
+//! ones the CLI runs natively, on the worker's one thread (wasm threads need a standard library
+//! built with atomics, which stable Rust does not ship).
 //!
 //! Models arrive as `Blob`s (a local file, the Cache API's entry, or a download collected by the
 //! browser) and are read a slice at a time with `FileReaderSync`: the header, then each tensor
@@ -20,6 +25,39 @@ use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 use web_sys::{Blob, DedicatedWorkerGlobalScope, FileReaderSync, MessageEvent};
 
+/// Where the models run: the page picks it (WebGPU on a hardware adapter, the CPU where WebGPU
+/// is missing or software) and names it in each check and target load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compute {
+    /// WebGPU: the block kernels on the adapter.
+    #[default]
+    Webgpu,
+    /// The packed CPU kernels in WebAssembly, on this worker's thread.
+    Cpu,
+}
+
+impl Compute {
+    /// The engine's backend for this path.
+    fn backend(self) -> Backend {
+        match self {
+            Self::Webgpu => Backend::Wgpu,
+            Self::Cpu => Backend::Cpu,
+        }
+    }
+
+    /// What the page's status line and summary say runs the models.
+    pub fn describe(self) -> String {
+        match self {
+            Self::Webgpu => "WebGPU".into(),
+            Self::Cpu => format!(
+                "the CPU (WebAssembly, {} kernels, 1 thread)",
+                mars_kernels::Isa::detect().name()
+            ),
+        }
+    }
+}
+
 /// Page → worker.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
@@ -35,9 +73,14 @@ pub enum Request {
         file_len: u64,
         /// A draft model (checked against the loaded target's tokenizer) or a target.
         draft: bool,
+        /// Where the model will run (a draft model: where its target runs).
+        backend: Compute,
     },
-    /// A GGUF file: the target model, read a slice at a time.
+    /// A GGUF file: the target model, read a slice at a time, for `backend`; a draft model
+    /// loaded later runs there too.
     Load {
+        /// Where the model runs.
+        backend: Compute,
         /// The file (the message's `file` field, a `Blob`: taken apart from serde, which cannot
         /// carry a JS object through an internally tagged enum).
         #[serde(skip)]
@@ -146,6 +189,8 @@ pub enum Event {
     Loaded {
         /// Its facts.
         info: ModelInfo,
+        /// Where it runs, in words ([`Compute::describe`]).
+        runs_on: String,
         /// The wasm heap's size after the load: it only grows, so this is the load's peak.
         wasm_bytes: u64,
     },
@@ -183,10 +228,11 @@ pub enum Event {
     },
 }
 
-/// The worker's state: the target and the draft model it holds.
+/// The worker's state: the target (with where it runs) and the draft model it holds.
 #[derive(Debug, Default)]
 struct State {
     target: Option<Rc<Target>>,
+    backend: Compute,
     /// (name, model): a draft model belongs to the target it was checked against.
     draft: Option<(String, Llama)>,
 }
@@ -318,7 +364,10 @@ fn request_of(data: &JsValue) -> Result<Request, String> {
     let rest = js_sys::Object::assign(&js_sys::Object::new(), data.unchecked_ref());
     js_sys::Reflect::delete_property(&rest, &"file".into()).map_err(|e| js_text(&e))?;
     match serde_wasm_bindgen::from_value::<Request>(rest.into()).map_err(|e| e.to_string())? {
-        Request::Load { .. } => Ok(Request::Load { file: Some(file) }),
+        Request::Load { backend, .. } => Ok(Request::Load {
+            file: Some(file),
+            backend,
+        }),
         Request::LoadDraft { name, .. } => Ok(Request::LoadDraft {
             name,
             file: Some(file),
@@ -327,9 +376,10 @@ fn request_of(data: &JsValue) -> Result<Request, String> {
     }
 }
 
-/// Parses a GGUF `Blob` (read a slice at a time) and builds something from it on the page's
-/// WebGPU device.
-async fn on_webgpu<T>(
+/// Parses a GGUF `Blob` (read a slice at a time) and builds something from it on `backend`'s
+/// device.
+async fn on_device<T>(
+    backend: Compute,
     file: Option<Blob>,
     build: impl FnOnce(&Gguf<'_>, &mars_engine::OpenDevice) -> mars_engine::Result<T>,
 ) -> mars_engine::Result<T> {
@@ -338,7 +388,7 @@ async fn on_webgpu<T>(
         value: "missing".into(),
         why: "a load message carries the model as a Blob",
     })?;
-    let open = Backend::Wgpu.open().await?;
+    let open = backend.backend().open().await?;
     let source = BlobSource::new(file)?;
     let g = Gguf::parse_from(&source)?;
     build(&g, &open)
@@ -346,7 +396,12 @@ async fn on_webgpu<T>(
 
 /// A download's first bytes checked as the load will check them; `Ok(Some(n))`: the header
 /// needs at least `n` bytes.
-async fn check(prefix: &[u8], file_len: u64, draft: bool) -> mars_engine::Result<Option<u64>> {
+async fn check(
+    prefix: &[u8],
+    file_len: u64,
+    draft: bool,
+    backend: Compute,
+) -> mars_engine::Result<Option<u64>> {
     let g = match Gguf::parse_header(prefix, file_len) {
         Ok(g) => g,
         Err(FormatError::UnexpectedEof { offset, needed, .. })
@@ -361,7 +416,7 @@ async fn check(prefix: &[u8], file_len: u64, draft: bool) -> mars_engine::Result
         }
         Err(e) => return Err(e.into()),
     };
-    let open = Backend::Wgpu.open().await?;
+    let open = backend.backend().open().await?;
     if draft {
         // A draft model is checked against the target it will race with, if one is loaded
         // (else its load says so).
@@ -383,7 +438,8 @@ async fn handle(request: Request) {
             prefix,
             file_len,
             draft,
-        } => match check(&prefix, file_len, draft).await {
+            backend,
+        } => match check(&prefix, file_len, draft, backend).await {
             Ok(need) => post(&Event::Checked { draft, need }),
             Err(e) => post(&Event::CheckFailed {
                 draft,
@@ -391,8 +447,8 @@ async fn handle(request: Request) {
                 message: e.to_string(),
             }),
         },
-        Request::Load { file } => {
-            match on_webgpu(file, |g, open| {
+        Request::Load { file, backend } => {
+            match on_device(backend, file, |g, open| {
                 Target::from_gguf(g, &open.device, open.default_options())
             })
             .await
@@ -402,11 +458,13 @@ async fn handle(request: Request) {
                     STATE.with(|s| {
                         let mut s = s.borrow_mut();
                         s.target = Some(Rc::new(target));
+                        s.backend = backend;
                         // A draft model belongs to the previous target's tokenizer.
                         s.draft = None;
                     });
                     post(&Event::Loaded {
                         info,
+                        runs_on: backend.describe(),
                         wasm_bytes: wasm_bytes(),
                     });
                 }
@@ -420,7 +478,8 @@ async fn handle(request: Request) {
                     "load the target model before a draft model",
                 );
             };
-            let built = on_webgpu(file, |g, open| {
+            let backend = STATE.with(|s| s.borrow().backend);
+            let built = on_device(backend, file, |g, open| {
                 target.draft_model(g, &open.device, open.default_options())
             })
             .await;
@@ -486,7 +545,15 @@ async fn race(
         panes.push((method, race.decoder(settings, method).await?));
     }
     let mut live = vec![true; panes.len()];
+    let mut last_yield = web_time::Instant::now();
     while let Some(first_live) = live.iter().position(|&l| l) {
+        // A CPU step never waits on anything, so the loop would hold the worker's thread to
+        // the race's end and a Stop message would wait behind it: let the events in every
+        // 50 ms (one timer round trip, a few ms at most, against steps of tens to hundreds).
+        if last_yield.elapsed() >= std::time::Duration::from_millis(50) {
+            yield_to_events().await;
+            last_yield = web_time::Instant::now();
+        }
         for i in 0..panes.len() {
             // One after the other: only the first pane still running takes steps.
             if !live[i] || (!together && i != first_live) {
@@ -513,4 +580,17 @@ async fn race(
         }
     }
     Ok(false)
+}
+
+/// Waits one turn of the worker's event loop (a zero-delay timer), so that messages queued
+/// meanwhile (Stop) are handled.
+async fn yield_to_events() {
+    let timer = js_sys::Promise::new(&mut |resolve, _reject| {
+        let scope: DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
+        if scope.set_timeout_with_callback(&resolve).is_err() {
+            // No timer: go on without yielding rather than hang.
+            let _ = resolve.call0(&JsValue::NULL);
+        }
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(timer).await;
 }
