@@ -19,6 +19,7 @@ cargo clippy -p mars-verify -p mars-formats --target wasm32-unknown-unknown --li
 # The model compiles for the browser too (burn's WebGPU backend, async readback).
 cargo clippy -p mars-model --features webgpu --target wasm32-unknown-unknown --lib --release -- -D warnings
 cargo clippy -p mars-engine -p mars-web --target wasm32-unknown-unknown --lib --tests --release -- -D warnings
+cargo clippy -p mars-kernels --target wasm32-unknown-unknown --lib --test wasm --release -- -D warnings
 
 step "native tests (release: the statistical tests draw millions of samples)"
 cargo test --workspace --release
@@ -29,11 +30,13 @@ step "browser tests: wasm32 in headless Chromium"
 export CHROMEDRIVER="${CHROMEDRIVER:-$(command -v chromedriver)}"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}"
 cargo test -p mars-verify -p mars-formats --release --target wasm32-unknown-unknown
+# The page's CPU path: the simd128 micro-kernel equals the scalar one bit for bit.
+cargo test -p mars-kernels --release --target wasm32-unknown-unknown --test wasm
 # The model and the engine on real WebGPU (SwiftShader): logits equal flex's, greedy strict
 # speculation equals target-only.
 cargo test -p mars-web --release --target wasm32-unknown-unknown
 
-step "page end-to-end: trunk build, headless Chromium on WebGPU (SwiftShader)"
+step "page end-to-end: trunk build, headless Chromium on WebGPU (SwiftShader) and on the wasm CPU path"
 E2E_OUT="${E2E_OUT:-$(mktemp -d)}" bash tests/e2e/run.sh
 
 step "all tests passed"

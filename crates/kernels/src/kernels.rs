@@ -33,6 +33,9 @@ pub enum Isa {
     /// lane, activations in [`Forms`]' lane form), the legacy kernel two blocks per register;
     /// same integer sums as Avx2, f32 steps in another order.
     Avx512,
+    /// WebAssembly's 128-bit SIMD (`wasm.rs`, built where the target enables `simd128`): the
+    /// scalar kernel's results bit for bit.
+    Simd128,
 }
 
 impl Isa {
@@ -43,6 +46,7 @@ impl Isa {
             Self::Avx2 => "AVX2",
             Self::AvxVnni => "AVX-VNNI",
             Self::Avx512 => "AVX-512",
+            Self::Simd128 => "simd128",
         }
     }
 
@@ -69,7 +73,13 @@ impl Isa {
                 return isas;
             }
         }
-        vec![Self::Scalar]
+        // Fixed when the module is built: a wasm module with SIMD instructions does not load
+        // where they are missing, so there is nothing to detect at run time.
+        if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
+            vec![Self::Scalar, Self::Simd128]
+        } else {
+            vec![Self::Scalar]
+        }
     }
 }
 
@@ -462,5 +472,10 @@ fn dot_rows(isa: Isa, w: &QMatrix, row: usize, x: &QActs, out: &mut [f32]) {
         Isa::Avx512 => unsafe { crate::x86::dot_rows_avx512(ty, row, x, out) },
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => scalar::dot_rows(ty, row, x, out),
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Isa::Simd128 => crate::wasm::dot_rows(ty, row, x, out),
+        // Never reached: `Kernels::with_isa` admits Simd128 only where it was built in.
+        #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+        Isa::Simd128 => scalar::dot_rows(ty, row, x, out),
     }
 }

@@ -6,7 +6,8 @@
 //! weights meet the f32 values instead);
 //! [`Kernels::matmul`] computes `y[m, out] = x[m, in] · W[out, in]ᵀ` for m ≤ 16 with integer dot
 //! products, reading each weight block once for all m rows, on a persistent thread pool, with a
-//! portable scalar micro-kernel and an AVX2 one chosen at run time.
+//! portable scalar micro-kernel and SIMD ones (AVX2, AVX-VNNI, AVX-512 chosen at run time; WebAssembly's
+//! simd128 where the module is built with it).
 //!
 //! **Error bound.** Against the exact product over the dequantized weights, the only rounding
 //! that matters is the activations': a group of values sharing one scale (32 values for the
@@ -29,6 +30,8 @@ mod qmatrix;
 mod quantize;
 mod scalar;
 mod tiles;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

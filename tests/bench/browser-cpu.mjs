@@ -1,0 +1,86 @@
+// The page's wasm CPU path beside wllama (llama.cpp in WebAssembly) in the same headless
+// Chromium, same GGUF files, same prompt, greedy, alternating rounds (see browser-cpu.sh).
+// Usage: node browser-cpu.mjs DIST MODELS WLLAMA_ESM ROUNDS TOKENS MODEL… [--race]
+// Prints one line per measurement and a median table at the end.
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+// The e2e suite's pinned playwright-core (tests/e2e/package.json).
+import { chromium } from "../e2e/node_modules/playwright-core/index.mjs";
+import { serve } from "../e2e/serve.mjs";
+
+const args = process.argv.slice(2);
+const race = args.includes("--race");
+const [dist, models, wllamaEsm, rounds, tokens, ...files] = args.filter((a) => a !== "--race");
+const PROMPT = "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring and a short example.";
+const page = mkdtempSync(join(tmpdir(), "mars-bench-"));
+writeFileSync(join(page, "blank.html"), "<!doctype html><title>wllama</title>");
+const port = 20000 + Math.floor(Math.random() * 1000);
+const server = await serve(dist, models, port, { roots: { "/wllama/": wllamaEsm, "/bench/": page }, isolate: true });
+const base = `http://127.0.0.1:${port}`;
+// No WebGPU flags: the page takes its CPU path as a visitor without a GPU gets it.
+const launch = () => chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", headless: true, args: ["--no-sandbox", "--disable-dev-shm-usage"] });
+
+async function mars(file, query) {
+  const browser = await launch();
+  try {
+    const p = await browser.newPage();
+    const q = new URLSearchParams({ model: `models/${file}`, backend: "cpu", prompt: PROMPT, chat: "1", "max-tokens": tokens, autorun: "1", draft: "ngram", ...query });
+    await p.goto(`${base}/?${q}`);
+    const panes = ["target", "strict", "mars"];
+    for (const pane of panes) await p.waitForSelector(`[data-pane="${pane}"][data-done="true"]`, { timeout: 3_600_000 });
+    const out = {};
+    for (const pane of panes) {
+      const stat = async (s) => Number(await p.getAttribute(`[data-pane="${pane}"] [data-stat="${s}"]`, "data-value"));
+      out[pane] = { tps: await stat("tokens_per_second"), tokens: await stat("tokens"), tau: pane === "target" ? null : await stat("tau") };
+    }
+    out.status = await p.textContent("#status");
+    out.wasm = Number(await p.getAttribute("body", "data-wasm-bytes"));
+    return out;
+  } finally { await browser.close(); }
+}
+
+async function wllama(file, threads) {
+  const browser = await launch();
+  try {
+    const p = await browser.newPage();
+    await p.goto(`${base}/bench/blank.html`);
+    return await p.evaluate(async ({ file, threads, prompt, tokens }) => {
+      const { Wllama } = await import("/wllama/index.js");
+      const w = new Wllama({ default: "/wllama/wasm/wllama.wasm" }, { logger: { debug() {}, log() {}, warn() {}, error: console.error } });
+      const blob = await (await fetch(`/models/${file}`)).blob();
+      await w.loadModel([blob], { n_ctx: 1024, n_threads: threads, n_gpu_layers: 0 });
+      const r = await w.createChatCompletion({ messages: [{ role: "user", content: prompt }], max_tokens: tokens, temperature: 0, top_k: 1 });
+      const t = r.timings;
+      await w.exit();
+      return { tps: t.predicted_per_second, tokens: t.predicted_n, prompt_tps: t.prompt_per_second, isolated: self.crossOriginIsolated };
+    }, { file, threads, prompt: PROMPT, tokens: Number(tokens) });
+  } finally { await browser.close(); }
+}
+
+const results = {};
+const record = (key, v) => { (results[key] ||= []).push(v); console.log(`${key}: ${v.toFixed(2)} tok/s`); };
+for (let round = 0; round < Number(rounds); round++) {
+  for (const file of files) {
+    const m = await mars(file, {});
+    record(`${file} mars cpu (1 thread) plain`, m.target.tps);
+    console.log(`  ${m.target.tokens} tokens; ${m.status.split("\n")[0]}`);
+    for (const threads of [1, 2]) {
+      const w = await wllama(file, threads);
+      record(`${file} wllama ${threads} thread${threads > 1 ? "s" : ""} plain`, w.tps);
+      console.log(`  ${w.tokens} tokens; prompt ${w.prompt_tps.toFixed(1)} tok/s; cross-origin isolated ${w.isolated}`);
+    }
+  }
+  if (race) {
+    const r = await mars("Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf", { preset: "qwen-coder", prompt: PROMPT, chat: "1" });
+    for (const pane of ["target", "strict", "mars"]) {
+      record(`pair race mars cpu ${pane}`, r[pane].tps);
+      if (r[pane].tau) console.log(`  τ ${r[pane].tau.toFixed(2)}, ${r[pane].tokens} tokens`);
+    }
+    console.log(`  peak wasm ${(r.wasm / 2 ** 20).toFixed(0)} MiB`);
+  }
+}
+const median = (v) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
+console.log("\n| measurement | median tok/s | runs |\n|---|---|---|");
+for (const [k, v] of Object.entries(results)) console.log(`| ${k} | ${median(v).toFixed(2)} | ${v.map((x) => x.toFixed(2)).join(", ")} |`);
+server.close();
