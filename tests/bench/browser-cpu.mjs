@@ -1,6 +1,6 @@
 // The page's wasm CPU path beside wllama (llama.cpp in WebAssembly) in the same headless
 // Chromium, same GGUF files, same prompt, greedy, alternating rounds (see browser-cpu.sh).
-// Usage: node browser-cpu.mjs DIST MODELS WLLAMA_ESM ROUNDS TOKENS MODEL… [--race]
+// Usage: node browser-cpu.mjs DIST MODELS WLLAMA_ESM ROUNDS TOKENS [MODEL…] [--race]
 // Prints one line per measurement and a median table at the end.
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -72,7 +72,9 @@ for (let round = 0; round < Number(rounds); round++) {
     }
   }
   if (race) {
-    const r = await mars("Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf", { preset: "qwen-coder", prompt: PROMPT, chat: "1" });
+    // The pair preset's settings (k, draft vocabulary) with its draft model named explicitly:
+    // a URL's drafter overrides the preset's.
+    const r = await mars("Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf", { preset: "qwen-coder", draft: "model", draft_model: "models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf" });
     for (const pane of ["target", "strict", "mars"]) {
       record(`pair race mars cpu ${pane}`, r[pane].tps);
       if (r[pane].tau) console.log(`  τ ${r[pane].tau.toFixed(2)}, ${r[pane].tokens} tokens`);
