@@ -198,6 +198,13 @@ fn fixtures() -> Value {
     json!({
         "about": "Made by crates/verify/tests/vllm_fixtures.rs from mars-verify; regenerate with \
                   MARS_BLESS=1 cargo test -p mars-verify --test vllm_fixtures",
+        // The plugin's copies of the crate's constants are checked against these.
+        "constants": {
+            "paper_theta": mars_verify::PAPER_THETA,
+            "default_theta": mars_verify::DEFAULT_THETA,
+            "default_rho": mars_verify::DEFAULT_RHO,
+            "default_mode": mode_str(Mode::DEFAULT),
+        },
         "cases": cases,
     })
 }

@@ -1,7 +1,7 @@
-"""Runs vLLM offline on one model and prints what the tests and the benchmark compare, as JSON.
+"""Runs vLLM offline on one model and writes what the tests and the benchmark compare, as JSON.
 
-Usage: python run_vllm.py SPEC.json OUT.json — SPEC holds `model`, optional `draft` (`"ngram"` or a model
-folder), `k`, `max_tokens`, `temperature`, `seed`, `prompts` and `runs`: a list of
+Usage: python run_vllm.py SPEC.json OUT.json — SPEC holds `model`, optional `draft` (`"ngram"`
+or a model folder), `k`, `max_tokens`, `temperature`, `seed`, `prompts` and `runs`: a list of
 `{"name", "mars": [per-prompt extra_args["mars"] or null]}` generated in order on one engine.
 For each run it prints the texts, token ids, wall time, vLLM's speculation counters (deltas) and
 the plugin's counters (deltas). A separate process per engine: vLLM's CPU engine is not built to be
