@@ -26,6 +26,9 @@ cargo test --workspace --release
 step "benchmarks run once as tests"
 cargo test -p mars-verify --release --benches
 
+step "vLLM plugin (integrations/vllm): ruff, conformance with mars-verify, vLLM's CPU engine end to end"
+bash integrations/vllm/test.sh
+
 step "browser tests: wasm32 in headless Chromium"
 export CHROMEDRIVER="${CHROMEDRIVER:-$(command -v chromedriver)}"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-300}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 from typing import Any
@@ -27,11 +28,13 @@ os.environ.setdefault("MARS_VLLM_LOG_INTERVAL", "0")
 
 def spec_counters(llm: Any) -> dict[str, Any]:
     """vLLM's speculation counters: drafts, accepted, accepted per position."""
-    out: dict[str, Any] = {"drafts": 0, "accepted": 0, "per_pos": []}
+    out: dict[str, Any] = {"steps": 0, "drafts": 0, "accepted": 0, "per_pos": []}
     for metric in llm.get_metrics():
         name = metric.name
         if name == "vllm:spec_decode_num_draft_tokens":
             out["drafts"] = int(metric.value)
+        elif name == "vllm:spec_decode_num_drafts":
+            out["steps"] = int(metric.value)
         elif name == "vllm:spec_decode_num_accepted_tokens":
             out["accepted"] = int(metric.value)
         elif name == "vllm:spec_decode_num_accepted_tokens_per_pos":
@@ -76,6 +79,8 @@ def main(spec_path: str, out_path: str) -> int:
         }
     elif draft:
         kwargs["speculative_config"] = {"model": draft, "num_speculative_tokens": k}
+    # Anything else vLLM's LLM takes (tensor_parallel_size, ...), passed through.
+    kwargs.update(spec.get("engine_args", {}))
     llm = LLM(**kwargs)
     tokenizer = llm.get_tokenizer()
     prompts = [
@@ -113,7 +118,14 @@ def main(spec_path: str, out_path: str) -> int:
         )
     # A file, not stdout: vLLM logs to stdout.
     with open(out_path, "w") as f:
-        json.dump({"engine_mode": str(mars_vllm.patch.current_engine_mode()), "runs": results}, f)
+        json.dump(
+            {
+                "engine_mode": str(mars_vllm.patch.current_engine_mode()),
+                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "runs": results,
+            },
+            f,
+        )
     return 0
 
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The plugin's benchmark on this machine's CPU (a command, not a CI step): vLLM plain decoding,
+# then speculation verified strict and with MARS, same prompts, engine and threads.
+#   usage: bash integrations/vllm/bench.sh smollm|pair|pair-ngram [bench.py options...]
+# smollm: SmolLM2-135M with prompt lookup; pair: Qwen2.5-Coder-1.5B with the 0.5B draft model;
+# pair-ngram: the 1.5B with prompt lookup. Models are converted to float32 folders once (cached).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+which=${1:?usage: bench.sh smollm|pair|pair-ngram [options]}
+shift
+command="bash integrations/vllm/bench.sh $which $*"
+venv=$(bash "$here/venv.sh")
+models=${MARS_VLLM_MODELS:-$HOME/.cache/mars/vllm-models}
+gguf_dir=${MARS_MODEL_DIR:-$HOME/.cache/mars/models}
+convert() { "$venv/bin/python" "$here/convert.py" "$gguf_dir/$1" "$models/$2" >/dev/null; echo "$models/$2"; }
+case "$which" in
+  smollm)
+    bash "$root/tests/fetch-model.sh" >/dev/null
+    set -- --target "$(convert SmolLM2-135M-Instruct.Q4_1.gguf SmolLM2-135M-Instruct-f32)" "$@" ;;
+  pair|pair-ngram)
+    bash "$root/tests/fetch-pair.sh" >/dev/null
+    target=$(convert Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf Qwen2.5-Coder-1.5B-Instruct-f32)
+    if [ "$which" = pair ]; then
+      draft=$(convert Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf Qwen2.5-Coder-0.5B-Instruct-f32)
+      set -- --target "$target" --draft "$draft" "$@"
+    else
+      set -- --target "$target" "$@"
+    fi ;;
+  *) echo "unknown model set: $which" >&2; exit 2 ;;
+esac
+# Intel's OpenMP from the venv: vLLM's CPU backend asks for it (speculation ~12x slower without).
+export LD_PRELOAD="$venv/lib/libiomp5.so${LD_PRELOAD:+:$LD_PRELOAD}"
+echo "\$ $command  ($(date -u +%F), $(nproc) cores)"
+"$venv/bin/python" "$here/bench.py" --prompts "$root/../shared/bench/spec_bench.jsonl" "$@"
