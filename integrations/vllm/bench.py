@@ -69,6 +69,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0, help="per-request seeds start here (T > 0)")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="send the prompts one by one (latency) instead of as one batch (throughput)",
+    )
     ap.add_argument("--modes", default="strict,default,theta:0.9,rho:0.5")
     args = ap.parse_args()
 
@@ -83,6 +88,7 @@ def main() -> int:
         "temperature": args.temperature,
         "request_seed": args.seed if args.temperature > 0 else None,
         "ignore_eos": True,
+        "sequential": args.one_at_a_time,
     }
     n = len(texts)
     env = {"MARS_VLLM_MODE": "", "MARS_VLLM_LOG_INTERVAL": "0"}
@@ -113,7 +119,8 @@ def main() -> int:
     print(
         f"target {Path(args.target).name}, draft {draft}, k = {args.k}, {n} {args.category} "
         f"prompts, {args.max_tokens} tokens each (ignore_eos), T = {args.temperature}, "
-        f"{args.rounds} rounds; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'vLLM default')}"
+        f"{args.rounds} rounds, {'one request at a time' if args.one_at_a_time else 'one batch'}; "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'vLLM default')}"
     )
     print(
         f"peak RSS: plain {plain['peak_rss_mib']:.0f} MiB, "

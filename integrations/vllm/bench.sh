@@ -29,6 +29,10 @@ case "$which" in
     fi ;;
   *) echo "unknown model set: $which" >&2; exit 2 ;;
 esac
+# Every core, each of vLLM's OpenMP threads bound to one (vLLM's CPU default is one thread).
+n=$(nproc)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$n}
+export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-0-$((n - 1))}
 # Intel's OpenMP from the venv: vLLM's CPU backend asks for it (speculation ~12x slower without).
 export LD_PRELOAD="$venv/lib/libiomp5.so${LD_PRELOAD:+:$LD_PRELOAD}"
 echo "\$ $command  ($(date -u +%F), $(nproc) cores)"

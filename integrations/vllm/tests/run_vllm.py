@@ -1,8 +1,9 @@
 """Runs vLLM offline on one model and writes what the tests and the benchmark compare, as JSON.
 
 Usage: python run_vllm.py SPEC.json OUT.json — SPEC holds `model`, optional `draft` (`"ngram"`
-or a model folder), `k`, `max_tokens`, `temperature`, `seed`, `prompts` and `runs`: a list of
-`{"name", "mars": [per-prompt extra_args["mars"] or null]}` generated in order on one engine.
+or a model folder), `k`, `max_tokens`, `temperature`, `seed`, `sequential` (one request at a
+time), `prompts` and `runs`: a list of `{"name", "mars": [per-prompt extra_args["mars"] or
+null]}` generated in order on one engine.
 For each run it prints the texts, token ids, wall time, vLLM's speculation counters (deltas) and
 the plugin's counters (deltas). A separate process per engine: vLLM's CPU engine is not built to be
 created twice in one process, and `MARS_VLLM_MODE` is read at start-up as in a real deployment.
@@ -104,7 +105,14 @@ def main(spec_path: str, out_path: str) -> int:
             )
         before, stats_before = spec_counters(llm), mars_vllm.STATS.snapshot()
         start = time.perf_counter()
-        outputs = llm.generate(prompts[: len(params)], params, use_tqdm=False)
+        if spec.get("sequential"):
+            # One request at a time: the latency regime speculation is for.
+            outputs = [
+                llm.generate([p], [sp], use_tqdm=False)[0]
+                for p, sp in zip(prompts, params, strict=False)
+            ]
+        else:
+            outputs = llm.generate(prompts[: len(params)], params, use_tqdm=False)
         seconds = time.perf_counter() - start
         results.append(
             {

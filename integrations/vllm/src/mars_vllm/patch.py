@@ -32,7 +32,8 @@ from .mode import Mode
 from .stats import STATS
 from .verify import BatchModes, verify_batch
 
-logger = logging.getLogger("mars_vllm")
+# Under "vllm." so that vLLM's logging configuration (handler, level, format) applies.
+logger = logging.getLogger("vllm.mars_vllm")
 
 _ENGINE: Mode = mode_mod.STRICT_MODE
 _PATCHED = False
@@ -173,13 +174,14 @@ def _patch_rejection_sample() -> None:
                 synthetic_conditional_rates=synthetic_conditional_rates,
                 use_fp64_gumbel=use_fp64_gumbel,
             )
-        num_tokens, vocab = target_logits.shape
-        uniform = recovered = exp_noise = None
+        num_tokens = target_logits.shape[0]
+        uniform = recovered = uniform_p = target_probs = None
         if sampling_metadata.all_greedy:
             is_greedy = torch.ones(batch, dtype=torch.bool, device=device)
         else:
             is_greedy = sampling_metadata.temperature == rs.GREEDY_TEMPERATURE
             generators = sampling_metadata.generators
+            target_probs = target_logits.softmax(dim=-1, dtype=torch.float32)
             # vLLM's own random streams for the strict positions, in vLLM's order.
             uniform = rs.generate_uniform_probs(num_tokens, num_draft_tokens, generators, device)
             recovered = rs.sample_recovered_tokens(
@@ -188,18 +190,17 @@ def _patch_rejection_sample() -> None:
                 cu_num_draft_tokens,
                 draft_token_ids,
                 draft_probs,
-                target_logits.softmax(dim=-1, dtype=torch.float32),
+                target_probs,
                 sampling_metadata,
                 device,
                 use_fp64_gumbel,
             )
-            # Exp(1) per request and token for a relaxed rejection's sample from p; seeded
-            # requests draw theirs from their own generator, after vLLM's draws.
-            exp_noise = torch.empty((batch, vocab), dtype=torch.float32, device=device)
-            exp_noise.exponential_()
+            # One uniform per request for a relaxed rejection's sample from p; seeded requests
+            # draw theirs from their own generator, after vLLM's draws.
+            uniform_p = torch.rand(batch, dtype=torch.float64, device=device)
             for i, generator in generators.items():
                 if num_draft_tokens[i] > 0:
-                    exp_noise[i].exponential_(generator=generator)
+                    uniform_p[i : i + 1].uniform_(generator=generator)
         out, stats = verify_batch(
             draft_token_ids,
             cu_num_draft_tokens,
@@ -211,7 +212,8 @@ def _patch_rejection_sample() -> None:
             modes,
             uniform,
             recovered,
-            exp_noise,
+            uniform_p,
+            target_probs,
         )
         STATS.add(stats)
         _maybe_log()

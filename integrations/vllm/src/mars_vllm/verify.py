@@ -61,7 +61,8 @@ def verify_batch(
     modes: BatchModes,
     uniform: torch.Tensor | None,  # [num_tokens] float64, vLLM's; None when all greedy
     recovered: torch.Tensor | None,  # [num_tokens] int, vLLM's residual samples; None if greedy
-    exp_noise: torch.Tensor | None,  # [batch, vocab] Exp(1) draws; None when all greedy
+    uniform_p: torch.Tensor | None,  # [batch] float64, for a sample from p; None if all greedy
+    target_probs: torch.Tensor | None = None,  # [num_tokens, vocab] softmax of target_logits
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns `(output_token_ids [batch, max_spec_len + 1] int32, stats [len(STAT_NAMES)])`,
     the output laid out as vLLM's rejection sampler lays it out (placeholders after the emitted
@@ -89,15 +90,16 @@ def verify_batch(
     valid = (draft >= 0) & (draft < vocab)
     draft_c = torch.where(valid, draft, torch.zeros_like(draft))
 
-    # Top-2 with the lowest id first among equal logits (torch's argmax returns the first
-    # maximal index): the argmax, then the argmax with it masked out.
-    top1 = target_logits.argmax(dim=-1)  # [num_tokens]
-    z1 = target_logits.gather(1, top1[:, None]).squeeze(1)
-    masked = target_logits.scatter(1, top1[:, None], float("-inf"))
-    top2 = masked.argmax(dim=-1)
-    z2 = masked.gather(1, top2[:, None]).squeeze(1)
-    del masked
-    probs = target_logits.softmax(dim=-1, dtype=torch.float32)  # [num_tokens, vocab]: p
+    # Top-2 with the lowest id first among equal logits (torch's max over a dimension returns
+    # the first maximal index, as vLLM's argmax does): the max, then the max with it masked out.
+    # max, not argmax or topk: on the CPU it is 3x faster than either (measured, vocab 49152).
+    z1, top1 = target_logits.max(dim=-1)  # [num_tokens]
+    z2, top2 = target_logits.scatter(1, top1[:, None], float("-inf")).max(dim=-1)
+    probs = (  # [num_tokens, vocab]: p
+        target_probs
+        if target_probs is not None
+        else target_logits.softmax(dim=-1, dtype=torch.float32)
+    )
     p1 = probs.gather(1, top1[:, None]).squeeze(1)
     p2 = probs.gather(1, top2[:, None]).squeeze(1)
     p_draft = probs.gather(1, draft_c[:, None]).squeeze(1)
@@ -142,12 +144,18 @@ def verify_batch(
     first_rejection = examined & ~accept
 
     correction = top1
-    if not bool(is_greedy.all()):
-        assert recovered is not None and exp_noise is not None
-        # A sample from p by the exponential race: argmax p / E, E ~ Exp(1), one row of E per
-        # request (at most one position per request uses its correction).
-        from_p = (probs / exp_noise.to(device)[req]).argmax(dim=-1)
-        sampled = torch.where(relaxed, from_p, recovered.to(torch.int64))
+    if recovered is not None:
+        assert uniform_p is not None
+        # A sample from p for a relaxed rejection. Only a request's first rejected position
+        # uses its correction, so p is sampled on that one row per request (by inverse CDF, in
+        # float64, with the request's uniform), not on every position.
+        at = torch.where(first_rejection, torch.arange(num_tokens, device=device), -1)
+        row = torch.full((batch,), -1, dtype=torch.int64, device=device)
+        row = row.scatter_reduce(0, req, at, reduce="amax").clamp(min=0)  # [batch]
+        cdf = probs[row].double().cumsum(dim=-1)  # [batch, vocab]
+        goal = (uniform_p.to(device) * cdf[:, -1])[:, None]
+        from_p = torch.searchsorted(cdf, goal, right=True).squeeze(1).clamp(max=vocab - 1)
+        sampled = torch.where(relaxed, from_p[req], recovered.to(torch.int64))
         correction = torch.where(greedy, top1, sampled)
 
     value = torch.where(
