@@ -75,3 +75,37 @@ def test_a_malformed_request_mode_is_refused_when_the_request_is_made() -> None:
     with pytest.raises(ValueError, match=r'extra_args\["mars"\]: rho must be finite'):
         SamplingParams(max_tokens=4, extra_args={"mars": "rho:-2"})
     SamplingParams(max_tokens=4, extra_args={"mars": "rho:0.5"})
+
+
+def _in_vllm(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("VLLM_USE_V2_MODEL_RUNNER",)}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_v1_model_runner_is_asked_for_unless_the_user_chose() -> None:
+    """vLLM picks Model Runner V2 where Triton runs (GPUs); its sampler is not hooked, so the
+    plugin asks for V1, and refuses MARS (never a silent strict) where V2 is forced."""
+    code = (
+        "from vllm.plugins import load_general_plugins; load_general_plugins(); "
+        "import vllm.envs as e; print('V2', e.VLLM_USE_V2_MODEL_RUNNER)"
+    )
+    done = _in_vllm(code, MARS_VLLM_MODE="theta:0.9")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "V2 False" in done.stdout
+    forced = _in_vllm(code, MARS_VLLM_MODE="theta:0.9", VLLM_USE_V2_MODEL_RUNNER="1")
+    assert forced.returncode != 0
+    assert "forces Model Runner V2" in forced.stderr
+    per_request = _in_vllm(
+        code + "; from vllm import SamplingParams as S; S(extra_args={'mars': 'strict'}); "
+        "S(extra_args={'mars': 'rho:0.5'})",
+        MARS_VLLM_MODE="strict",
+        VLLM_USE_V2_MODEL_RUNNER="1",
+    )
+    assert per_request.returncode != 0
+    assert "does not hook" in per_request.stderr

@@ -49,6 +49,7 @@ def register() -> None:
     process). Raises `ModeError` on a malformed `MARS_VLLM_MODE`, which stops vLLM's start-up."""
     global _ENGINE, _PATCHED
     _ENGINE = mode_mod.engine_mode(dict(os.environ))
+    _keep_v1_model_runner()
     if _PATCHED:
         return
     _patch_sampling_params()
@@ -57,6 +58,28 @@ def register() -> None:
     _fix_cpu_expand()
     _PATCHED = True
     logger.info("mars-vllm: verification mode %s (MARS_VLLM_MODE)", _ENGINE)
+
+
+V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+
+
+def _v2_runner_forced() -> bool:
+    return os.environ.get(V2_RUNNER_ENV, "").strip() not in ("", "0")
+
+
+def _keep_v1_model_runner() -> None:
+    """The plugin hooks the rejection sampler of vLLM's V1 model runner. Where Triton is
+    present (GPUs), vLLM 0.32 picks Model Runner V2, whose speculative sampler is separate and not
+    hooked, so MARS would silently be strict there. Unless the user chose a runner, ask for V1
+    (the variable is read when vLLM builds its config, after plugins load; child processes
+    inherit it). A user who forces V2 gets an error for any MARS mode instead of strict."""
+    if os.environ.get(V2_RUNNER_ENV) is None:
+        os.environ[V2_RUNNER_ENV] = "0"
+    elif _v2_runner_forced() and _ENGINE.is_mars:
+        raise mode_mod.ModeError(
+            f"MARS_VLLM_MODE={_ENGINE}: mars-vllm hooks vLLM's V1 model runner, but "
+            f"{V2_RUNNER_ENV}={os.environ[V2_RUNNER_ENV]} forces Model Runner V2; unset it"
+        )
 
 
 def _patch_sampling_params() -> None:
@@ -68,10 +91,15 @@ def _patch_sampling_params() -> None:
         original(self)
         if self.extra_args and mode_mod.EXTRA_ARGS_KEY in self.extra_args:
             try:
-                mode_mod.request_mode(self.extra_args, _ENGINE)
+                wanted = mode_mod.request_mode(self.extra_args, _ENGINE)
             except mode_mod.ModeError as e:
                 # vLLM turns a ValueError from argument checks into a client error.
                 raise ValueError(str(e)) from None
+            if wanted.is_mars and _v2_runner_forced():
+                raise ValueError(
+                    f'extra_args["mars"]={wanted}: this vLLM runs Model Runner V2 '
+                    f"({V2_RUNNER_ENV} is set), which mars-vllm does not hook"
+                )
 
     SamplingParams._verify_args = _verify_args  # type: ignore[method-assign]
 
