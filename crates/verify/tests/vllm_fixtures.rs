@@ -139,7 +139,10 @@ fn input(case: &Case) -> VerifyInput<'_> {
         target_logits: &case.logits,
         vocab: case.vocab,
         draft_tokens: &case.draft,
-        draft_probs: case.q.as_deref().map_or(DraftProbs::OneHot, DraftProbs::Full),
+        draft_probs: case
+            .q
+            .as_deref()
+            .map_or(DraftProbs::OneHot, DraftProbs::Full),
     }
 }
 
@@ -180,7 +183,9 @@ fn fixtures() -> Value {
                 let mut distance = 0.0f64;
                 for seed in 0..SAMPLES {
                     let verdict = v.verify(&input(case), &mut rng(seed)).unwrap();
-                    *histogram.entry(key(&verdict.emitted(&case.draft))).or_default() += 1;
+                    *histogram
+                        .entry(key(&verdict.emitted(&case.draft)))
+                        .or_default() += 1;
                     relaxed_positions += u64::from(verdict.ledger.relaxed_positions);
                     distance += verdict.ledger.distance;
                 }
@@ -234,13 +239,24 @@ fn the_fixtures_exercise_every_outcome() {
     let mut seen = BTreeMap::<String, usize>::new();
     for case in &cases() {
         let verdict = verifier(case).verify(&input(case), &mut rng(0)).unwrap();
-        let greedy = if case.temperature == 0.0 { "greedy" } else { "sample" };
+        let greedy = if case.temperature == 0.0 {
+            "greedy"
+        } else {
+            "sample"
+        };
         for (what, hit) in [
             ("relaxed-accept", verdict.ledger.relaxed_accepts > 0),
             ("relaxed", verdict.ledger.relaxed_positions > 0),
             ("all-kept", verdict.accepted == case.draft.len()),
             ("rejected", verdict.accepted < case.draft.len()),
-            ("guarded", matches!(case.mode, Mode::Paper { .. }) && verdict.positions.iter().any(|p| p.margin.logit_ratio.is_none())),
+            (
+                "guarded",
+                matches!(case.mode, Mode::Paper { .. })
+                    && verdict
+                        .positions
+                        .iter()
+                        .any(|p| p.margin.logit_ratio.is_none()),
+            ),
         ] {
             if hit {
                 *seen.entry(format!("{greedy}-{what}")).or_default() += 1;
@@ -257,6 +273,9 @@ fn the_fixtures_exercise_every_outcome() {
         "sample-rejected",
         "sample-all-kept",
     ] {
-        assert!(seen.get(want).copied().unwrap_or(0) > 0, "no case shows {want}: {seen:?}");
+        assert!(
+            seen.get(want).copied().unwrap_or(0) > 0,
+            "no case shows {want}: {seen:?}"
+        );
     }
 }
