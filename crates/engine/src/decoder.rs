@@ -6,8 +6,8 @@ use std::sync::Arc;
 use mars_formats::{StreamDecoder, Tokenizer};
 use mars_model::{KvCache, Llama};
 use mars_verify::{
-    Decision, DraftProbs, Ledger, Margin, NextKind, PositionRecord, TreeDraftProbs, TreeInput,
-    Verifier, VerifyConfig, VerifyInput,
+    Decision, DraftProbs, Ledger, Margin, NextKind, PositionRecord, RowSummary, TreeDraftProbs,
+    TreeInput, Verifier, VerifyConfig, VerifyInput,
 };
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -418,19 +418,27 @@ impl<D: Drafter> Decoder<D> {
         // The verdict as the kept draft tokens (each with its kind, margin and logits row), then
         // the next token and its row, and the cache rows (after `before`) that hold the kept
         // path.
-        let (logits, kept, next, ledger) = match &draft.parents {
+        let (target_rows, kept, next, ledger) = match &draft.parents {
             None => {
                 let logits = self.target.forward(&input, &mut self.cache)?; // [d + 1, vocab]
-                let logits = logits.read_async().await?; // (d + 1) * vocab
-                let verdict = self.verifier.verify(
-                    &VerifyInput {
-                        target_logits: &logits,
-                        vocab: self.vocab,
+                let rows = self.rows(logits).await?;
+                let verdict = match &rows {
+                    Rows::Full(logits) => self.verifier.verify(
+                        &VerifyInput {
+                            target_logits: logits,
+                            vocab: self.vocab,
+                            draft_tokens,
+                            draft_probs,
+                        },
+                        &mut self.rng,
+                    )?,
+                    Rows::Summaries(s) => self.verifier.verify_summaries(
+                        s,
+                        self.vocab,
                         draft_tokens,
-                        draft_probs,
-                    },
-                    &mut self.rng,
-                )?;
+                        &mut self.rng,
+                    )?,
+                };
                 let kept: Vec<(PositionRecord, usize)> = verdict.positions[..verdict.accepted]
                     .iter()
                     .enumerate()
@@ -438,7 +446,7 @@ impl<D: Drafter> Decoder<D> {
                     .collect();
                 let next = (verdict.next, verdict.accepted);
                 self.cache.truncate(before + 1 + verdict.accepted)?;
-                (logits, kept, next, verdict.ledger)
+                (rows, kept, next, verdict.ledger)
             }
             Some(parents) => {
                 let parents = parents.get(..d).ok_or(EngineError::DraftTreeShape {
@@ -461,17 +469,26 @@ impl<D: Drafter> Decoder<D> {
                     )
                     .collect();
                 let logits = self.target.forward_tree(&input, &rows, &mut self.cache)?; // [d + 1, vocab]
-                let logits = logits.read_async().await?; // (d + 1) * vocab
-                let verdict = self.verifier.verify_tree(
-                    &TreeInput {
-                        target_logits: &logits,
-                        vocab: self.vocab,
-                        tokens: draft_tokens,
+                let rows = self.rows(logits).await?;
+                let verdict = match &rows {
+                    Rows::Full(logits) => self.verifier.verify_tree(
+                        &TreeInput {
+                            target_logits: logits,
+                            vocab: self.vocab,
+                            tokens: draft_tokens,
+                            parents,
+                            draft_probs: TreeDraftProbs::OneHot,
+                        },
+                        &mut self.rng,
+                    )?,
+                    Rows::Summaries(s) => self.verifier.verify_tree_summaries(
+                        s,
+                        self.vocab,
+                        draft_tokens,
                         parents,
-                        draft_probs: TreeDraftProbs::OneHot,
-                    },
-                    &mut self.rng,
-                )?;
+                        &mut self.rng,
+                    )?,
+                };
                 // Node path[i] was scored by its parent's row: the root's (0) or path[i − 1] + 1.
                 let kept: Vec<(PositionRecord, usize)> = verdict
                     .positions
@@ -485,7 +502,7 @@ impl<D: Drafter> Decoder<D> {
                     .chain(verdict.path.iter().map(|&j| j + 1))
                     .collect();
                 self.cache.keep_rows(before, &path_rows)?;
-                (logits, kept, next, verdict.ledger)
+                (rows, kept, next, verdict.ledger)
             }
         };
         let verify_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -498,7 +515,7 @@ impl<D: Drafter> Decoder<D> {
             } else {
                 TokenKind::Exact
             };
-            tokens.push(self.record(&logits, *row, p.draft_token, kind, p.margin));
+            tokens.push(self.record(&target_rows, *row, p.draft_token, kind, p.margin));
         }
         let (next, next_row) = next;
         let next_kind = match (self.drafter.is_some(), next.kind) {
@@ -506,7 +523,7 @@ impl<D: Drafter> Decoder<D> {
             (true, NextKind::Bonus) => TokenKind::Bonus,
             (true, NextKind::Correction) => TokenKind::Correction,
         };
-        tokens.push(self.record(&logits, next_row, next.token, next_kind, next.margin));
+        tokens.push(self.record(&target_rows, next_row, next.token, next_kind, next.margin));
 
         // Cut at a stop token and at the budget.
         let mut stop = None;
@@ -580,19 +597,45 @@ impl<D: Drafter> Decoder<D> {
 
     fn record(
         &self,
-        logits: &[f32],
+        rows: &Rows,
         row: usize,
         id: u32,
         kind: TokenKind,
         margin: Margin,
     ) -> TokenRecord {
-        let row = &logits[row * self.vocab..(row + 1) * self.vocab];
+        let nll = match rows {
+            Rows::Full(logits) => nll(&logits[row * self.vocab..(row + 1) * self.vocab], id),
+            Rows::Summaries(s) => s.get(row).map_or(f64::NAN, |s| summary_nll(s, id)),
+        };
         TokenRecord {
             id,
             kind,
             margin,
-            nll: nll(row, id as usize),
+            nll,
         }
+    }
+
+    /// The target's rows as verification needs them: a greedy step takes each row's summary
+    /// where the logits are on a GPU that computes it (a few words a row read back instead of
+    /// the vocabulary); otherwise the rows themselves.
+    async fn rows(&self, logits: mars_model::Logits) -> Result<Rows> {
+        if self.verifier.config().sampling.is_greedy()
+            && let Some(s) = logits.top2_async().await?
+        {
+            return Ok(Rows::Summaries(
+                s.into_iter()
+                    .map(|r| RowSummary {
+                        top1: r.top1,
+                        z1: r.z1,
+                        top2: r.top2,
+                        z2: r.z2,
+                        sum: r.sum,
+                        bad: r.bad,
+                    })
+                    .collect(),
+            ));
+        }
+        Ok(Rows::Full(logits.read_async().await?)) // rows * vocab
     }
 
     fn finish(&mut self, reason: StopReason) -> Option<StepRecord> {
@@ -632,8 +675,30 @@ impl<D: Drafter> Decoder<D> {
     }
 }
 
+/// A step's target rows: whole, or summarised where greedy verification needs no more.
+enum Rows {
+    /// `[rows, vocab]` logits.
+    Full(Vec<f32>),
+    /// One summary a row.
+    Summaries(Vec<RowSummary>),
+}
+
+/// −log softmax(row)[id] from a row's summary: the two tokens greedy can emit (any other
+/// token's logit is not in it: NaN).
+fn summary_nll(s: &RowSummary, id: u32) -> f64 {
+    let z = if id == s.top1 {
+        s.z1
+    } else if Some(id) == s.top2 {
+        s.z2
+    } else {
+        return f64::NAN;
+    };
+    s.sum.ln() - f64::from(z - s.z1)
+}
+
 /// −log softmax(row)[id], computed in f64 with the max subtracted.
-fn nll(row: &[f32], id: usize) -> f64 {
+fn nll(row: &[f32], id: u32) -> f64 {
+    let id = id as usize;
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f64 = row.iter().map(|&l| f64::from(l - max).exp()).sum();
     sum.ln() - f64::from(row[id] - max)

@@ -69,6 +69,9 @@ pub enum KernelError {
         /// The adapter's limit.
         limit: u64,
     },
+    /// The GPU could not do what was asked (a read back that failed).
+    #[error("the GPU device: {0}")]
+    Device(String),
     /// A thread count of 0, or a pool that could not start.
     #[error("threads = {threads}: {why}")]
     Threads {

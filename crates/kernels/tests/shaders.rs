@@ -15,7 +15,9 @@
 //! check can fail.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use mars_kernels::gpu::{Reduce, embed_source, matmul_source};
+use mars_kernels::gpu::{
+    Epilogue, GpuType, Reduce, Shader, embed_source, matmul_source, row_bound,
+};
 use mars_kernels::{MAX_ROWS, WeightType};
 use naga::back::{hlsl, msl, spv};
 use naga::valid::{Capabilities, ModuleInfo, ValidationFlags, Validator};
@@ -92,43 +94,87 @@ fn translate(
         .write(module, info, None)
         .map_err(|e| format!("{what}: HLSL {shader_model:?}: {e}"))?;
     assert!(
-        text.contains("[numthreads(64, 1, 1)]"),
+        text.contains("[numthreads(64, 1, 1)]") || text.contains("[numthreads(256, 1, 1)]"),
         "{what}: no HLSL entry in\n{text}"
     );
     Ok(())
 }
 
+/// Checks `shader` with the baseline (workgroup memory) or with subgroups.
+fn check(what: &str, source: &str, subgroups: bool) {
+    let (caps, msl, sm) = if subgroups {
+        (
+            BASELINE | Capabilities::SUBGROUP,
+            (2, 1),
+            hlsl::ShaderModel::V6_0,
+        )
+    } else {
+        (BASELINE, (1, 2), hlsl::ShaderModel::V5_1)
+    };
+    let (module, info) = validate(what, source, caps).unwrap();
+    translate(what, &module, &info, msl, sm).unwrap();
+}
+
 #[test]
 fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
     let mut checked = 0;
-    for ty in WeightType::ALL {
-        let source = embed_source(ty);
-        let what = format!("embed {ty:?}");
-        let (module, info) = validate(&what, &source, BASELINE).unwrap();
-        translate(&what, &module, &info, (1, 2), hlsl::ShaderModel::V5_1).unwrap();
+    let bounds = [1, 2, 4, 8, 16];
+    assert!(bounds.iter().all(|&r| row_bound(r) == r) && row_bound(MAX_ROWS) == 16);
+    for ty in GpuType::all() {
+        check(&format!("embed {ty:?}"), &embed_source(ty), false);
         checked += 1;
-        for rows in 1..=MAX_ROWS {
-            let source = matmul_source(ty, rows, Reduce::Workgroup);
-            let what = format!("matmul {ty:?} x {rows} rows, workgroup memory");
-            let (module, info) = validate(&what, &source, BASELINE).unwrap();
-            translate(&what, &module, &info, (1, 2), hlsl::ShaderModel::V5_1).unwrap();
-            checked += 1;
-            for lanes in [2, 4, 8, 16] {
-                let source = matmul_source(ty, rows, Reduce::Subgroup { lanes });
-                let what = format!("matmul {ty:?} x {rows} rows, subgroups of {lanes}");
-                let (module, info) =
-                    validate(&what, &source, BASELINE | Capabilities::SUBGROUP).unwrap();
-                translate(&what, &module, &info, (2, 1), hlsl::ShaderModel::V6_0).unwrap();
+        for rows in bounds {
+            for epilogue in [Epilogue::Store, Epilogue::Add] {
+                let what = format!("matmul {ty:?} x {rows} rows, {epilogue:?}");
+                check(
+                    &what,
+                    &matmul_source(&[ty], rows, Reduce::Workgroup, epilogue),
+                    false,
+                );
                 checked += 1;
+                for lanes in [2, 4, 8, 16] {
+                    let source = matmul_source(&[ty], rows, Reduce::Subgroup { lanes }, epilogue);
+                    check(&format!("{what}, subgroups of {lanes}"), &source, true);
+                    checked += 1;
+                }
             }
         }
+        // Groups: gate | up of this type beside a Q6_K up; q | k | v of three types.
+        let source = matmul_source(
+            &[ty, WeightType::Q6K.into()],
+            4,
+            Reduce::Workgroup,
+            Epilogue::SwiGlu,
+        );
+        check(&format!("SwiGLU {ty:?} | Q6_K"), &source, false);
+        let types = [ty, WeightType::Q4K.into(), GpuType::F32];
+        let source = matmul_source(&types, 16, Reduce::Subgroup { lanes: 8 }, Epilogue::Store);
+        check(&format!("q | k | v {types:?}"), &source, true);
+        checked += 2;
     }
-    assert_eq!(checked, WeightType::ALL.len() * (1 + MAX_ROWS * 5));
+    for shader in [
+        Shader::Norm,
+        Shader::Rope { head_norm: false },
+        Shader::Rope { head_norm: true },
+        Shader::Attention,
+        Shader::Summary,
+        Shader::Copy,
+        Shader::Clone,
+    ] {
+        check(&format!("{shader:?}"), &shader.source(), false);
+        checked += 1;
+    }
+    assert_eq!(checked, GpuType::all().count() * (1 + 5 * 2 * 5 + 2) + 7);
 }
 
 #[test]
 fn a_broken_kernel_is_refused() {
-    let good = matmul_source(WeightType::Q4K, 5, Reduce::Workgroup);
+    let good = matmul_source(
+        &[WeightType::Q4K.into()],
+        8,
+        Reduce::Workgroup,
+        Epilogue::Store,
+    );
     assert!(validate("good", &good, BASELINE).is_ok());
     // An identifier the kernel never declares.
     let broken = good.replacen("acc[r] += sum;", "acc[r] += summ;", 1);
@@ -137,7 +183,12 @@ fn a_broken_kernel_is_refused() {
     assert!(err.contains("summ"), "{err}");
     // The subgroup form on a device without subgroups: what an adapter without the feature
     // would refuse, and why the engine picks the form from the adapter.
-    let shuffles = matmul_source(WeightType::Q4K, 5, Reduce::Subgroup { lanes: 8 });
+    let shuffles = matmul_source(
+        &[WeightType::Q4K.into()],
+        8,
+        Reduce::Subgroup { lanes: 8 },
+        Epilogue::Store,
+    );
     let err = validate("shuffles", &shuffles, BASELINE).unwrap_err();
     assert!(err.to_lowercase().contains("subgroup"), "{err}");
     // And f16 unpacking where a device lacks it (llvmpipe without `SHADER_F16`).

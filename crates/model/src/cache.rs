@@ -26,6 +26,9 @@ enum Store {
         values: Vec<Tensor<4>>, // per layer: [1, n_kv_heads, capacity, head_dim]
     },
     Host(Vec<HostLayerCache>), // per layer: [capacity, n_kv_heads * head_dim] each
+    /// The GPU path's buffers: per layer [2, n_kv_heads, capacity, head_dim].
+    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+    Gpu(crate::gpu::GpuCache),
 }
 
 impl KvCache {
@@ -95,6 +98,8 @@ impl KvCache {
                     }
                 }
             }
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Store::Gpu(cache) => cache.move_rows(&moves)?,
             Store::Tensors { keys, values } => {
                 for t in keys.iter_mut().chain(values.iter_mut()) {
                     let [_, nkv, _, hd] = t.dims();
@@ -139,11 +144,20 @@ impl KvCache {
         Some((new_keys, new_values))
     }
 
-    /// The packed model's per-layer entries; `None` for a cache made by a burn model.
+    /// The packed model's per-layer entries; `None` for a cache made by another path.
     pub(crate) fn host_layers(&mut self) -> Option<&mut [HostLayerCache]> {
         match &mut self.store {
             Store::Host(layers) => Some(layers),
-            Store::Tensors { .. } => None,
+            _ => None,
+        }
+    }
+
+    /// The GPU path's buffers; `None` for a cache made by another path.
+    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+    pub(crate) fn gpu_layers(&mut self) -> Option<&mut crate::gpu::GpuCache> {
+        match &mut self.store {
+            Store::Gpu(cache) => Some(cache),
+            _ => None,
         }
     }
 
@@ -176,6 +190,8 @@ impl Llama {
                     values: (0..c.n_layers).map(|_| zeros()).collect(),
                 }
             }
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Body::Gpu(m) => Store::Gpu(m.new_cache(c.n_layers, capacity)?),
             Body::Host(_) => {
                 // capacity ≤ context_length and n_kv_heads × head_dim were checked by validate().
                 let len = capacity * c.n_kv_heads * c.head_dim;

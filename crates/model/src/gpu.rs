@@ -1,18 +1,30 @@
-//! GGUF blocks on wgpu / WebGPU: matrices uploaded as their blocks and multiplied by
-//! mars-kernels' WGSL kernels (`mars_kernels::gpu`) on the same CubeCL client burn runs on, so
-//! activations go from burn's buffers to the kernels and back with no copy. Everything else in
-//! the forward pass (norms, RoPE, attention) stays burn ops.
+//! The GPU path ([`WeightPath::GpuBlocks`](crate::WeightPath::GpuBlocks)): every matrix as its
+//! GGUF blocks (or the file's f32 values) in GPU buffers, and a Llama block as seven launches of
+//! mars-kernels' fused WGSL kernels (`mars_kernels::gpu`) on the CubeCL client burn's wgpu device
+//! runs on: RMSNorm, q | k | v (with Qwen2's biases), RoPE with the KV-cache write (Qwen3's
+//! head norms before it), attention over the cache, o with the residual added in place,
+//! RMSNorm, gate | up with SiLU(gate)·up, down with the residual. The embedding lookup comes
+//! before the blocks, the final norm and the head (on the logit rows only) after. A forward pass
+//! uploads one step buffer (token ids, positions, tree masks) and launches the rest; shapes are
+//! in parameter buffers made at load. Every kernel treats a row the same whatever rows are
+//! beside it, so a row's logits do not depend on the batch, and a token tree's row equals the
+//! chain over its path, bit for bit.
 
 use std::sync::Arc;
 
 use burn::backend::Cube;
-use burn::backend::wgpu::CubeTensor;
-use burn::tensor::{DType, Device, Shape, Tensor};
-use burn_cubecl::kernel::into_contiguous;
-use mars_kernels::gpu::{GpuMatrix, PART_PAD, Reduce};
-use mars_kernels::{QMatrix, WeightType};
+use burn::tensor::{Device, Tensor};
+use cubecl::server::Handle;
+use mars_kernels::gpu::{
+    Attention, CopyRows, Epilogue, GpuMatrix, GpuType, Heads, MatrixGroup, Norm, PART_PAD, Reduce,
+    Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, clone_buffer,
+};
 
+use crate::config::{LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
+use crate::load::{freq_factors, packable_stored, read, rope_tables};
+use crate::logits::{Logits, RowTop2};
+use crate::tensors::{BlockTensors, Named, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
 use crate::weights::Weights;
 
 /// Largest part a matrix is uploaded in (and later multiplied as, one launch per part): a
@@ -21,29 +33,10 @@ use crate::weights::Weights;
 /// (151,936 × 1,536 as Q6_K, 191 MB) goes in three parts.
 pub(crate) const LOAD_PART_BYTES: u64 = 64 << 20;
 
-/// A `[out, in]` matrix of GGUF blocks in GPU memory (split by output rows where it exceeds
-/// the adapter's largest binding).
-#[derive(Clone)]
-pub(crate) struct GpuLinear {
-    matrix: Arc<GpuMatrix>,
-    client: cubecl::client::Client,
-    device: burn_cubecl::CubeDevice,
-}
-
-impl std::fmt::Debug for GpuLinear {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuLinear")
-            .field("matrix", &self.matrix)
-            .field("device", &self.device)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The CubeCL client and device behind a burn wgpu device, found once per model load.
+/// The CubeCL client behind a burn wgpu device, found once per model load.
 #[derive(Clone)]
 pub(crate) struct GpuTarget {
     client: cubecl::client::Client,
-    device: burn_cubecl::CubeDevice,
     /// How the kernels' partial sums meet on this device.
     reduce: Reduce,
 }
@@ -57,16 +50,12 @@ impl GpuTarget {
     ///
     /// [`WeightPath::GpuBlocks`]: crate::WeightPath::GpuBlocks
     pub(crate) fn of(device: &Device, subgroups: Option<u32>) -> Result<Self> {
-        let (client, device) = client_of(device)?;
+        let client = client_of(device)?;
         let reduce = match subgroups {
             Some(_) => Reduce::for_subgroups(subgroups),
             None => Reduce::detect(&client),
         };
-        Ok(Self {
-            client,
-            device,
-            reduce,
-        })
+        Ok(Self { client, reduce })
     }
 }
 
@@ -94,115 +83,394 @@ pub fn blocks_unsupported(adapter: &burn::backend::wgpu::wgpu::Adapter) -> Optio
     )
 }
 
-fn client_of(device: &Device) -> Result<(cubecl::client::Client, burn_cubecl::CubeDevice)> {
+fn client_of(device: &Device) -> Result<cubecl::client::Client> {
     let probe = Tensor::<1>::zeros([1], device)
         .try_into_primitive::<Cube>()
         .map_err(|e| {
             ModelError::Unsupported(format!("GGUF blocks on the GPU need a wgpu device: {e:?}"))
         })?;
-    Ok((probe.client.clone(), probe.device.clone()))
+    Ok(probe.client.clone())
 }
 
-impl GpuLinear {
-    /// Uploads `w`'s blocks to `target`.
-    ///
-    /// # Errors
-    /// The kernels' error for a row larger than the adapter binds.
-    pub(crate) fn upload(w: &QMatrix, target: &GpuTarget) -> Result<Self> {
-        let (client, device) = (target.client.clone(), target.device.clone());
-        let max = client.properties().memory.max_page_size;
-        let mut matrix = GpuMatrix::upload(&client, w.ty(), w.rows(), w.cols(), w.blocks(), max)?;
-        matrix.set_reduce(target.reduce)?;
-        Ok(Self {
-            matrix: Arc::new(matrix),
-            client,
-            device,
-        })
-    }
+/// The CubeCL client a model's buffers live on (its own type: the client has no `Debug`).
+#[derive(Clone)]
+pub(crate) struct Client(cubecl::client::Client);
 
-    /// Uploads the stored `[rows, cols]` matrix `name` of `ty` from `g`, a part at a time (at
-    /// most [`LOAD_PART_BYTES`] each): only one part's bytes are on the host at once.
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cubecl::client::Client")
+    }
+}
+
+impl std::ops::Deref for Client {
+    type Target = cubecl::client::Client;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+/// One decoder block's kernels and weights.
+#[derive(Debug)]
+pub(crate) struct GpuLayer {
+    attn_norm: Norm,
+    qkv: MatrixGroup,
+    rope: Rope,
+    attention: Attention,
+    o: MatrixGroup,
+    ffn_norm: Norm,
+    gate_up: MatrixGroup,
+    down: MatrixGroup,
+}
+
+/// A model on the GPU path (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct GpuModel {
+    client: Client,
+    embedding: GpuMatrix,
+    layers: Vec<Arc<GpuLayer>>,
+    out_norm: Norm,
+    lm_head: MatrixGroup,
+    summary: Summary,
+    copy: CopyRows,
+    heads: Heads,
+    /// Tensors converted to Q8_0 at load (no kernel takes their type), as "name (type)".
+    pub(crate) converted: Arc<Vec<String>>,
+}
+
+impl GpuModel {
+    /// Uploads the weights of `c` from `g` to `device`: each matrix as stored where the
+    /// kernels take its type (f32 matrices as f32), else converted once to Q8_0.
     ///
     /// # Errors
-    /// The source's error reading a part; the kernels' error for a row larger than a part.
-    pub(crate) fn upload_stored(
+    /// Missing or mis-shaped tensors; [`ModelError::Unsupported`] for a device that is not wgpu;
+    /// the kernels' error for a shape they cannot run.
+    pub(crate) fn load(
+        c: &LlamaConfig,
         g: &dyn Weights,
-        name: &str,
-        ty: WeightType,
-        rows: usize,
-        cols: usize,
-        target: &GpuTarget,
+        device: &Device,
+        subgroups: Option<u32>,
     ) -> Result<Self> {
-        let (client, device) = (target.client.clone(), target.device.clone());
-        let max = client
-            .properties()
-            .memory
-            .max_page_size
-            .min(LOAD_PART_BYTES);
-        let mut matrix = GpuMatrix::upload_with(&client, ty, rows, cols, max, |range| {
-            g.stored_bytes(name, range, PART_PAD)
-        })?;
-        matrix.set_reduce(target.reduce)?;
+        let target = GpuTarget::of(device, subgroups)?;
+        let client = target.client.clone();
+        let (d, hd, v) = (c.d_model, c.head_dim, c.vocab_size);
+        let mut converted = Vec::new();
+        let mut matrix = |name: &str, (rows, cols): (usize, usize)| -> Result<GpuMatrix> {
+            upload_matrix(g, name, (rows, cols), &target, &mut converted)
+        };
+        let embedding = matrix(TOKEN_EMBD, (v, d))?;
+        let head = if c.tied_embeddings {
+            embedding.clone()
+        } else {
+            matrix(OUTPUT, (v, d))?
+        };
+        let mut uploads = Vec::with_capacity(c.n_layers);
+        for i in 0..c.n_layers {
+            let t = BlockTensors::of(c, i);
+            let mut m = |n: &Named| matrix(&n.name, n.dims());
+            uploads.push((
+                [m(&t.wq)?, m(&t.wk)?, m(&t.wv)?],
+                m(&t.wo)?,
+                [m(&t.w_gate)?, m(&t.w_up)?],
+                m(&t.w_down)?,
+            ));
+        }
+        let heads = Heads {
+            heads: c.n_heads,
+            kv_heads: c.n_kv_heads,
+            head_dim: hd,
+        };
+        let (cos, sin) = rope_tables(c, freq_factors(g, hd)?.as_deref());
+        let halves = c.rope_style() == RopeStyle::Halves;
+        let rope = Rope::new(&client, heads, (&cos, &sin), halves, c.rms_eps)?;
+        let attention = Attention::new(&client, heads)?;
+        let vector = |n: &Named| read(g, &n.name, &n.shape);
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for (i, (qkv, o, gate_up, down)) in uploads.into_iter().enumerate() {
+            let t = BlockTensors::of(c, i);
+            let bias = match (&t.bq, &t.bk, &t.bv) {
+                (Some(q), Some(k), Some(v)) => Some([vector(q)?, vector(k)?, vector(v)?].concat()),
+                _ => None,
+            };
+            let rope = match (&t.q_norm, &t.k_norm) {
+                (Some(q), Some(k)) => rope.with_head_norms(&client, &vector(q)?, &vector(k)?)?,
+                _ => rope.clone(),
+            };
+            let group = |m: Vec<GpuMatrix>, e, b: Option<&[f32]>| {
+                MatrixGroup::new(&client, m, e, b, Rows::All)
+            };
+            layers.push(Arc::new(GpuLayer {
+                attn_norm: Norm::new(&client, &vector(&t.attn_norm)?, c.rms_eps)?,
+                qkv: group(qkv.to_vec(), Epilogue::Store, bias.as_deref())?,
+                rope,
+                attention: attention.clone(),
+                o: group(vec![o], Epilogue::Add, None)?,
+                ffn_norm: Norm::new(&client, &vector(&t.ffn_norm)?, c.rms_eps)?,
+                gate_up: group(gate_up.to_vec(), Epilogue::SwiGlu, None)?,
+                down: group(vec![down], Epilogue::Add, None)?,
+            }));
+        }
+        let out_norm = read(g, OUTPUT_NORM, &[d])?;
         Ok(Self {
-            matrix: Arc::new(matrix),
-            client,
-            device,
+            embedding,
+            layers,
+            out_norm: Norm::new(&client, &out_norm, c.rms_eps)?,
+            lm_head: MatrixGroup::new(&client, vec![head], Epilogue::Store, None, Rows::Tail)?,
+            summary: Summary::new(&client, v)?,
+            copy: CopyRows::new(&client, heads)?,
+            heads,
+            converted: Arc::new(converted),
+            client: Client(client),
         })
     }
 
-    /// Bytes of blocks one product reads.
-    pub(crate) fn bytes(&self) -> u64 {
-        self.matrix.bytes()
-    }
-
-    /// `x [1, t, in] → [1, t, out]`, 16 rows a launch.
-    ///
-    /// # Errors
-    /// [`ModelError::Unsupported`] for a tensor that is not f32 on wgpu; the kernels' error
-    /// for a width other than the matrix's columns.
-    pub(crate) fn forward(&self, x: Tensor<3>) -> Result<Tensor<3>> {
-        let [_, t, _] = x.dims();
-        let x = into_contiguous(x.try_into_primitive::<Cube>().map_err(|e| {
-            ModelError::Unsupported(format!("a GGUF-block matrix on a non-wgpu tensor: {e:?}"))
-        })?);
-        if x.dtype != DType::F32 {
-            return Err(ModelError::Unsupported(format!(
-                "activations of dtype {:?} (the block kernels take f32)",
-                x.dtype
-            )));
+    /// The same model running only `layers` (each checked by the caller), sharing every weight.
+    pub(crate) fn with_layers(&self, layers: &[usize]) -> Self {
+        Self {
+            layers: layers.iter().map(|&l| self.layers[l].clone()).collect(),
+            ..self.clone()
         }
-        let rows = self.matrix.rows();
-        let y = x.client.empty(t * rows * 4);
-        self.matrix.matmul(&x.client, &x.handle, &y, t)?;
-        let out = CubeTensor::new_contiguous(
-            x.client.clone(),
-            x.device.clone(),
-            Shape::new([1, t, rows]),
-            y,
-            DType::F32,
-        );
-        Ok(Tensor::from_primitive::<Cube>(out))
     }
 
-    /// The rows of `ids` (each below the matrix's rows: the caller checks the vocabulary),
-    /// dequantized: `[1, t, cols]`.
+    /// Bytes of blocks one forward pass reads: every matrix, the embedding rows aside.
+    pub(crate) fn matrix_bytes(&self) -> u64 {
+        let blocks: u64 = self
+            .layers
+            .iter()
+            .map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes())
+            .sum();
+        blocks + self.lm_head.bytes()
+    }
+
+    /// An empty cache of `capacity` rows per layer.
     ///
     /// # Errors
-    /// The kernels' error for more ids than one lookup takes.
-    pub(crate) fn lookup(&self, ids: &[u32]) -> Result<Tensor<3>> {
+    /// [`ModelError::Kernel`] for a size past usize.
+    pub(crate) fn new_cache(&self, layers: usize, capacity: usize) -> Result<GpuCache> {
+        let bytes = self.heads.cache_bytes(capacity)?;
+        Ok(GpuCache {
+            layers: Arc::new(
+                (0..layers)
+                    .map(|_| self.client.empty(bytes.max(4)))
+                    .collect(),
+            ),
+            bytes,
+            capacity,
+            client: self.client.clone(),
+            copy: self.copy.clone(),
+        })
+    }
+
+    /// One forward pass over `tokens` at cache rows `start..` (a chain, or with `tree` the last
+    /// rows of a token tree, as in [`Llama::extend_tree`](crate::Llama::extend_tree)): the
+    /// logits of the last `tail` rows, ids at or past `limit` −inf.
+    ///
+    /// # Errors
+    /// [`ModelError::CacheKind`] for a cache of another model; the kernels' error for a tree
+    /// too large for the GPU's masks or a shape they cannot run.
+    #[allow(clippy::too_many_arguments)] // the host path's forward's arguments, and the cache
+    pub(crate) fn forward(
+        &self,
+        c: &LlamaConfig,
+        tokens: &[u32],
+        cache: &mut GpuCache,
+        start: usize,
+        tree: Option<(usize, &[Option<usize>])>,
+        tail: usize,
+        limit: usize,
+    ) -> Result<Logits> {
+        if cache.layers.len() != self.layers.len() {
+            return Err(ModelError::CacheKind);
+        }
         let client = &self.client;
-        let id_bytes: Vec<u8> = ids.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let ids_handle = client.create_from_slice(&id_bytes);
-        let cols = self.matrix.cols();
-        let out = client.empty(ids.len() * cols * 4);
-        self.matrix.embed(client, &ids_handle, &out, ids.len())?;
-        let out = CubeTensor::new_contiguous(
-            client.clone(),
-            self.device.clone(),
-            Shape::new([1, ids.len(), cols]),
-            out,
-            DType::F32,
-        );
-        Ok(Tensor::from_primitive::<Cube>(out))
+        let step = match tree {
+            None => Step::chain(tokens, start, tail, limit)?,
+            Some((base, parents)) => Step::tree(tokens, base, parents, tail, limit)?,
+        };
+        let step = StepBuffer::new(client, &step.with_capacity(cache.capacity)?);
+        let kv = cache.unique()?;
+        let t = tokens.len();
+        let (d, q) = (c.d_model, c.n_heads * c.head_dim);
+        let f32s = |n: usize| client.empty((n * 4).max(4));
+        let x = f32s(t * d); // [t, d_model]: the residual stream
+        let h = f32s(t * d); // [t, d_model]: normed
+        let qkv = f32s(t * (q + 2 * c.n_kv_heads * c.head_dim)); // [t, q + 2 kv]
+        let qo = f32s(t * q); // [t, n_heads · head_dim]: roped queries
+        let att = f32s(t * q); // [t, n_heads · head_dim]
+        let ff = f32s(t * c.d_ff); // [t, d_ff]: SiLU(gate)·up
+        self.embedding.embed(client, &step, &x)?;
+        for (layer, kv) in self.layers.iter().zip(kv.iter()) {
+            layer.attn_norm.run(client, &x, &h, &step, false)?;
+            layer.qkv.run(client, &h, &qkv, &step)?;
+            layer.rope.run(client, &qkv, &qo, kv, &step)?;
+            layer.attention.run(client, &qo, kv, &att, &step)?;
+            layer.o.run(client, &att, &x, &step)?;
+            layer.ffn_norm.run(client, &x, &h, &step, false)?;
+            layer.gate_up.run(client, &h, &ff, &step)?;
+            layer.down.run(client, &ff, &x, &step)?;
+        }
+        let last = f32s(tail * d); // [tail, d_model]
+        self.out_norm.run(client, &x, &last, &step, true)?;
+        let logits = f32s(tail * c.vocab_size); // [tail, vocab]
+        self.lm_head.run(client, &last, &logits, &step)?;
+        Ok(Logits::gpu(GpuLogits {
+            client: client.clone(),
+            handle: logits,
+            rows: tail,
+            vocab: c.vocab_size,
+            summary: self.summary.clone(),
+        }))
+    }
+}
+
+/// Uploads the `[rows, cols]` matrix `name`: a type the kernels take as stored, a part at a
+/// time (at most [`LOAD_PART_BYTES`] each: a source not in memory is read one part at a time);
+/// f32 (or a source with no stored form) as f32; any other type converted once to Q8_0
+/// (noted in `converted`).
+fn upload_matrix(
+    g: &dyn Weights,
+    name: &str,
+    (rows, cols): (usize, usize),
+    target: &GpuTarget,
+    converted: &mut Vec<String>,
+) -> Result<GpuMatrix> {
+    let client = &target.client;
+    let max = client
+        .properties()
+        .memory
+        .max_page_size
+        .min(LOAD_PART_BYTES);
+    let mut m = if let Some(ty) = packable_stored(g, name, rows, cols)? {
+        GpuMatrix::upload_with(client, ty, rows, cols, max, |range| {
+            g.stored_bytes(name, range, PART_PAD)
+        })?
+    } else {
+        let stored = g.stored(name)?;
+        let values = read(g, name, &[rows, cols])?;
+        if stored
+            .as_ref()
+            .is_none_or(|s| s.ty == mars_formats::GgmlType::F32)
+        {
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            GpuMatrix::upload(client, GpuType::F32, rows, cols, &bytes, max)?
+        } else {
+            let ty = stored.map_or_else(String::new, |s| format!("{:?}", s.ty));
+            converted.push(format!("{name} ({ty})"));
+            let w = mars_kernels::QMatrix::quantize_q8_0(rows, cols, &values)?;
+            GpuMatrix::upload(client, w.ty(), rows, cols, w.blocks(), max)?
+        }
+    };
+    m.set_reduce(target.reduce)?;
+    Ok(m)
+}
+
+/// A model's KV cache on the GPU: one buffer a layer, `[2, n_kv, capacity, head_dim]` f32.
+/// Clones share the buffers until one of them is written (copy on write, on the device), as
+/// burn's tensors do: a race's methods each continue from one prefill.
+#[derive(Debug, Clone)]
+pub(crate) struct GpuCache {
+    layers: Arc<Vec<Handle>>,
+    bytes: usize,
+    capacity: usize,
+    client: Client,
+    copy: CopyRows,
+}
+
+impl GpuCache {
+    /// The layers' buffers, copied first if another cache shares them.
+    fn unique(&mut self) -> Result<&[Handle]> {
+        if Arc::strong_count(&self.layers) > 1 {
+            let copies = self
+                .layers
+                .iter()
+                .map(|h| clone_buffer(&self.client, h, self.bytes))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            self.layers = Arc::new(copies);
+        }
+        Ok(&self.layers)
+    }
+
+    /// Moves rows `from → to` in every layer (one upload, one launch a layer).
+    pub(crate) fn move_rows(&mut self, moves: &[(usize, usize)]) -> Result<()> {
+        if moves.is_empty() {
+            return Ok(());
+        }
+        let list = self.copy.moves(&self.client, moves, self.capacity)?;
+        let (client, copy) = (self.client.clone(), self.copy.clone());
+        for kv in self.unique()? {
+            copy.run(&client, kv, &list)?;
+        }
+        Ok(())
+    }
+}
+
+/// Logits `[rows, vocab]` in a GPU buffer, with the kernel that summarises them.
+#[derive(Debug, Clone)]
+pub(crate) struct GpuLogits {
+    client: Client,
+    handle: Handle,
+    rows: usize,
+    vocab: usize,
+    summary: Summary,
+}
+
+impl GpuLogits {
+    pub(crate) fn dims(&self) -> (usize, usize) {
+        (self.rows, self.vocab)
+    }
+
+    fn values(bytes: &[u8]) -> Vec<f32> {
+        bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
+
+    /// Every value, read back without blocking.
+    pub(crate) async fn read_async(self) -> Result<Vec<f32>> {
+        let bytes = mars_kernels::gpu::read(&self.client, self.handle).await?;
+        let mut v = Self::values(&bytes);
+        v.truncate(self.rows * self.vocab);
+        Ok(v)
+    }
+
+    /// Each row's top-2 summary: one launch and one read of `rows × 28` bytes.
+    pub(crate) async fn top2_async(&self) -> Result<Vec<RowTop2>> {
+        let out = self.client.empty(self.rows * SUMMARY_WORDS * 4);
+        self.summary
+            .run(&self.client, &self.handle, &out, self.rows)?;
+        let bytes = mars_kernels::gpu::read(&self.client, out).await?;
+        let words: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        Ok(words
+            .chunks_exact(SUMMARY_WORDS)
+            .take(self.rows)
+            .map(|w| RowTop2 {
+                top1: w[0],
+                z1: f32::from_bits(w[1]),
+                top2: (w[2] != u32::MAX).then_some(w[2]),
+                z2: f32::from_bits(w[3]),
+                sum: f64::from(f32::from_bits(w[4])),
+                bad: (w[5] != u32::MAX).then(|| (w[5], f32::from_bits(w[6]))),
+            })
+            .collect())
+    }
+
+    /// Every value, blocking until the GPU is done (native code only).
+    #[cfg(not(target_family = "wasm"))]
+    pub(crate) fn read(self) -> Result<Vec<f32>> {
+        let bytes = mars_kernels::gpu::read_blocking(&self.client, self.handle)?;
+        let mut v = Self::values(&bytes);
+        v.truncate(self.rows * self.vocab);
+        Ok(v)
+    }
+
+    /// Waits until the device has computed them (one read of the first summary: a timing then
+    /// covers the work, not just its submission).
+    pub(crate) async fn wait(self) -> Result<()> {
+        let first = GpuLogits { rows: 1, ..self };
+        first.top2_async().await.map(drop)
     }
 }

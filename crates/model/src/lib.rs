@@ -4,8 +4,9 @@
 //! - [`LlamaConfig`]: hyper-parameters with `validate()`.
 //! - [`Llama`]: on one [`WeightPath`]: on the CPU, matrices kept as packed GGUF blocks run by
 //!   mars-kernels with a row-independent forward pass ([`WeightPath::CpuPacked`]); on wgpu /
-//!   WebGPU, matrices kept as GGUF blocks in GPU buffers run by mars-kernels' WGSL kernels, the
-//!   rest burn ops ([`WeightPath::GpuBlocks`]); or every weight dequantized to f32 burn tensors
+//!   WebGPU, matrices kept as GGUF blocks in GPU buffers and every layer run by mars-kernels'
+//!   fused WGSL kernels, a few launches a layer ([`WeightPath::GpuBlocks`]); or every weight
+//!   dequantized to f32 burn tensors
 //!   (the reference path, [`WeightPath::F32`]). `forward` returns [`Logits`] at every position (host memory on the packed path).
 //! - [`KvCache`]: preallocated, with a cursor and O(1) `truncate`.
 #![forbid(unsafe_code)]
@@ -32,4 +33,4 @@ pub use error::{ModelError, Result};
 pub use gpu::{blocks_unsupported, subgroup_lanes};
 pub use llama::Llama;
 pub use load::{DeviceLimits, LoadOptions, WeightPath};
-pub use logits::{Logits, read_f32, read_f32_async};
+pub use logits::{Logits, RowTop2, read_f32, read_f32_async};

@@ -12,8 +12,9 @@ use crate::host::HostModel;
 use crate::load::WeightPath;
 use crate::logits::Logits;
 
-/// A weight matrix and how it is applied to activations `[1, t, in]` (the burn path: GPUs,
-/// and the f32 reference on the CPU; packed CPU weights are in `host.rs`).
+/// A weight matrix and how it is applied to activations `[1, t, in]` (the f32 burn path, the
+/// reference on the CPU and on wgpu; packed CPU weights are in `host.rs`, GPU blocks in
+/// `gpu.rs`).
 #[derive(Debug, Clone)]
 pub(crate) enum Linear {
     /// f32 `[1, in, out]`: `x @ w` without a transpose per step.
@@ -22,9 +23,6 @@ pub(crate) enum Linear {
     /// few tokens than the other layout (`examples/matmul_cost.rs`), and shared with a tied
     /// embedding.
     DenseOutIn(Tensor<3>),
-    /// GGUF blocks `[out, in]` in GPU buffers, multiplied by mars-kernels' WGSL kernels.
-    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-    Blocks(Box<crate::gpu::GpuLinear>),
 }
 
 impl Linear {
@@ -32,30 +30,14 @@ impl Linear {
         match self {
             Self::Dense(w) => Ok(x.matmul(w.clone())),
             Self::DenseOutIn(w) => Ok(w.clone().matmul(x.swap_dims(1, 2)).swap_dims(1, 2)),
-            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-            Self::Blocks(w) => w.forward(x),
         }
     }
 
     fn bytes(&self) -> u64 {
         match self {
             Self::Dense(w) | Self::DenseOutIn(w) => 4 * w.shape().num_elements() as u64,
-            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-            Self::Blocks(w) => w.bytes(),
         }
     }
-}
-
-/// The token embedding on the burn path.
-// One per model: a burn tensor's size inline costs nothing worth boxing for.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone)]
-pub(crate) enum Embedding {
-    /// f32 `[vocab, d_model]`.
-    Dense(Tensor<2>),
-    /// GGUF blocks `[vocab, d_model]` on the GPU, rows dequantized on lookup.
-    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-    Blocks(Box<crate::gpu::GpuLinear>),
 }
 
 /// One decoder block on burn tensors.
@@ -80,7 +62,7 @@ pub(crate) struct Block {
 /// The weights on burn tensors, for [`Llama::forward`] on any burn backend.
 #[derive(Debug, Clone)]
 pub(crate) struct TensorModel {
-    pub(crate) embedding: Embedding, // [vocab, d_model]
+    pub(crate) embedding: Tensor<2>, // [vocab, d_model]
     pub(crate) blocks: Vec<Block>,
     pub(crate) out_norm: Tensor<3>, // [1, 1, d_model]
     pub(crate) lm_head: Linear,     // vocab × d_model (shares the embedding's memory when tied)
@@ -97,6 +79,9 @@ pub(crate) enum Body {
     Tensors(Box<TensorModel>),
     /// Packed GGUF blocks and mars-kernels on the CPU.
     Host(HostModel),
+    /// GGUF blocks and mars-kernels' fused kernels on wgpu / WebGPU.
+    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+    Gpu(Box<crate::gpu::GpuModel>),
 }
 
 /// A Llama-family model: f32 weights on a burn device (flex on the CPU, wgpu on a GPU or in the
@@ -135,6 +120,8 @@ impl Llama {
                 blocks: layers.iter().map(|&l| m.blocks[l].clone()).collect(),
                 ..m.clone()
             }),
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Body::Gpu(m) => Body::Gpu(Box::new(m.with_layers(layers))),
         };
         Ok(Self {
             config,
@@ -268,6 +255,11 @@ impl Llama {
                 let logits = m.forward(c, tokens, tree, start, layers, t, self.logit_ids)?; // [t, vocab]
                 Logits::host(logits, t, c.vocab_size)
             }
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Body::Gpu(m) => {
+                let cache = cache.gpu_layers().ok_or(ModelError::CacheKind)?;
+                m.forward(c, tokens, cache, start, tree, t, self.logit_ids)? // [t, vocab]
+            }
         };
         cache.advance(end);
         Ok(logits)
@@ -339,6 +331,11 @@ impl Llama {
                 let logits = m.forward(c, tokens, None, start, layers, rows, self.logit_ids)?; // [rows, vocab]
                 Logits::host(logits, rows, c.vocab_size)
             }
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Body::Gpu(m) => {
+                let cache = cache.gpu_layers().ok_or(ModelError::CacheKind)?;
+                m.forward(c, tokens, cache, start, None, rows, self.logit_ids)? // [rows, vocab]
+            }
         };
         cache.advance(end);
         Ok(logits)
@@ -355,6 +352,8 @@ impl Llama {
         match &self.body {
             Body::Host(m) => &m.converted,
             Body::Tensors(m) => &m.converted,
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Body::Gpu(m) => &m.converted,
         }
     }
 
@@ -384,6 +383,8 @@ impl Llama {
                     .sum();
                 blocks + m.lm_head.bytes() as u64
             }
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Body::Gpu(m) => m.matrix_bytes(),
         }
     }
 }
@@ -442,15 +443,9 @@ impl TensorModel {
     /// The embedding rows of `tokens` (checked against the vocabulary): `[1, t, d_model]`.
     fn embed(&self, tokens: &[u32], d: usize, device: &Device) -> Result<Tensor<3>> {
         let t = tokens.len();
-        match &self.embedding {
-            Embedding::Dense(table) => {
-                let ids: Vec<i64> = tokens.iter().map(|&id| i64::from(id)).collect();
-                let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [t]), device);
-                Ok(table.clone().select(0, ids).reshape([1, t, d]))
-            }
-            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-            Embedding::Blocks(table) => table.lookup(tokens),
-        }
+        let ids: Vec<i64> = tokens.iter().map(|&id| i64::from(id)).collect();
+        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [t]), device);
+        Ok(self.embedding.clone().select(0, ids).reshape([1, t, d]))
     }
 
     #[allow(clippy::too_many_arguments)] // the pieces of one attention call, kept explicit

@@ -12,7 +12,7 @@ use mars_kernels::{Kernels, QMatrix, WeightType};
 use crate::config::LlamaConfig;
 use crate::error::{ModelError, Result};
 use crate::host::{HostBlock, HostModel};
-use crate::llama::{Block, Body, Embedding, Linear, Llama, TensorModel};
+use crate::llama::{Block, Body, Linear, Llama, TensorModel};
 use crate::tensors::{self, BlockTensors, Named, OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBD};
 use crate::weights::{HfWeights, Weights};
 
@@ -151,7 +151,7 @@ fn stored_blocks(
 ///
 /// # Errors
 /// [`ModelError::TensorShape`] for a stored tensor of another shape.
-fn packable_stored(
+pub(crate) fn packable_stored(
     g: &dyn Weights,
     name: &str,
     out_dim: usize,
@@ -174,7 +174,7 @@ fn packable_stored(
 }
 
 /// Reads one tensor, checks its shape (row-major, outermost first), and returns its values.
-fn read(w: &dyn Weights, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
+pub(crate) fn read(w: &dyn Weights, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
     let (found, values) =
         w.f32_tensor(name)?
             .ok_or_else(|| mars_formats::FormatError::MissingTensor {
@@ -244,7 +244,7 @@ fn vector(g: &dyn Weights, name: &str, len: usize, device: &Device) -> Result<Te
 }
 
 /// Llama 3.x files carry per-frequency RoPE scaling factors as a tensor.
-fn freq_factors(g: &dyn Weights, hd: usize) -> Result<Option<Vec<f32>>> {
+pub(crate) fn freq_factors(g: &dyn Weights, hd: usize) -> Result<Option<Vec<f32>>> {
     match g.f32_tensor(ROPE_FREQS)? {
         Some(_) => Ok(Some(read(g, ROPE_FREQS, &[hd / 2])?)),
         None => Ok(None),
@@ -290,10 +290,8 @@ impl Llama {
             WeightPath::CpuPacked { threads } => {
                 Body::Host(host_model(&c, g, shared_kernels(threads)?)?)
             }
-            WeightPath::GpuBlocks { subgroups } => {
-                Body::Tensors(Box::new(tensor_model(&c, g, device, true, subgroups)?))
-            }
-            WeightPath::F32 => Body::Tensors(Box::new(tensor_model(&c, g, device, false, None)?)),
+            WeightPath::GpuBlocks { subgroups } => gpu_model(&c, g, device, subgroups)?,
+            WeightPath::F32 => Body::Tensors(Box::new(tensor_model(&c, g, device)?)),
         };
         Ok(Self {
             weights: options.weights,
@@ -362,52 +360,27 @@ fn check_tensors(c: &LlamaConfig, g: &dyn Weights) -> Result<()> {
     Ok(())
 }
 
-/// The weights as burn tensors on `device`: f32, or with `gpu_blocks` the matrices and the
-/// embedding as GGUF blocks in GPU buffers (no f32 copy of any of them).
-fn tensor_model(
-    c: &LlamaConfig,
-    g: &dyn Weights,
-    device: &Device,
-    gpu_blocks: bool,
-    subgroups: Option<u32>,
-) -> Result<TensorModel> {
+/// The weights as f32 burn tensors on `device` (the reference path).
+fn tensor_model(c: &LlamaConfig, g: &dyn Weights, device: &Device) -> Result<TensorModel> {
     let (d, hd, v) = (c.d_model, c.head_dim, c.vocab_size);
-    let mut converted = Vec::new();
-    // The GPU's client, found once for every upload.
-    let target = if gpu_blocks {
-        Some(gpu_target(device, subgroups)?)
-    } else {
-        None
+    // The output matrix stays in the file's [vocab, d_model] layout (applied as W @ xᵀ), so a
+    // tied head shares the embedding's memory.
+    let table = |name: &str| -> Result<Tensor<2>> {
+        Ok(Tensor::from_data(
+            TensorData::new(read(g, name, &[v, d])?, [v, d]),
+            device,
+        ))
     };
-    let (embedding, lm_head) = if let Some(target) = &target {
-        gpu_tables(c, g, device, target, &mut converted)?
+    let embedding = table(TOKEN_EMBD)?;
+    let lm_head = if c.tied_embeddings {
+        embedding.clone()
     } else {
-        // The output matrix stays in the file's [vocab, d_model] layout (applied as W @ xᵀ),
-        // so a tied head shares the embedding's memory.
-        let table = |name: &str| -> Result<Tensor<2>> {
-            Ok(Tensor::from_data(
-                TensorData::new(read(g, name, &[v, d])?, [v, d]),
-                device,
-            ))
-        };
-        let embedding = table(TOKEN_EMBD)?;
-        let lm_head = if c.tied_embeddings {
-            embedding.clone()
-        } else {
-            table(OUTPUT)?
-        };
-        (
-            Embedding::Dense(embedding),
-            Linear::DenseOutIn(lm_head.reshape([1, v, d])),
-        )
+        table(OUTPUT)?
     };
-    let mut matrix = |t: &Named| -> Result<Linear> {
+    let lm_head = Linear::DenseOutIn(lm_head.reshape([1, v, d]));
+    let matrix = |t: &Named| -> Result<Linear> {
         let (out_dim, in_dim) = t.dims();
-        if let Some(target) = &target {
-            gpu_matrix(g, &t.name, out_dim, in_dim, device, target, &mut converted)
-        } else {
-            matrix(g, &t.name, out_dim, in_dim, device)
-        }
+        matrix(g, &t.name, out_dim, in_dim, device)
     };
     let vector = |t: &Named| vector(g, &t.name, t.shape[0], device);
     let mut blocks = Vec::with_capacity(c.n_layers);
@@ -453,132 +426,26 @@ fn tensor_model(
         lm_head,
         rope_cos: Tensor::from_data(TensorData::new(cos, [c.context_length, half]), device),
         rope_sin: Tensor::from_data(TensorData::new(sin, [c.context_length, half]), device),
-        converted: Arc::new(converted),
+        converted: Arc::new(Vec::new()),
     })
 }
 
-/// The embedding and output head as GGUF blocks on the GPU (a tied head shares the
-/// embedding's buffers).
+/// The weights as GGUF blocks on the GPU, run by the fused kernels (`gpu.rs`).
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-fn gpu_tables(
+fn gpu_model(
     c: &LlamaConfig,
     g: &dyn Weights,
     device: &Device,
-    target: &GpuTarget,
-    converted: &mut Vec<String>,
-) -> Result<(Embedding, Linear)> {
-    let (d, v) = (c.d_model, c.vocab_size);
-    let embedding = if is_f32(g, TOKEN_EMBD)? {
-        Embedding::Dense(Tensor::from_data(
-            TensorData::new(read(g, TOKEN_EMBD, &[v, d])?, [v, d]),
-            device,
-        ))
-    } else {
-        Embedding::Blocks(Box::new(gpu_blocks(
-            g, TOKEN_EMBD, v, d, target, converted,
-        )?))
-    };
-    let lm_head = match (&embedding, c.tied_embeddings) {
-        (Embedding::Blocks(table), true) => Linear::Blocks(table.clone()),
-        (Embedding::Dense(table), true) => Linear::DenseOutIn(table.clone().reshape([1, v, d])),
-        (_, false) if is_f32(g, OUTPUT)? => Linear::DenseOutIn(Tensor::from_data(
-            TensorData::new(read(g, OUTPUT, &[v, d])?, [1, v, d]),
-            device,
-        )),
-        (_, false) => Linear::Blocks(Box::new(gpu_blocks(g, OUTPUT, v, d, target, converted)?)),
-    };
-    Ok((embedding, lm_head))
-}
-
-/// A `[out, in]` matrix's blocks on the GPU: a type the kernels take is uploaded as stored, a
-/// part at a time (a source not in memory is read one part at a time); any other type is
-/// converted once to Q8_0 (noted in `converted`).
-#[cfg(any(feature = "wgpu", feature = "webgpu"))]
-fn gpu_blocks(
-    g: &dyn Weights,
-    name: &str,
-    out_dim: usize,
-    in_dim: usize,
-    target: &GpuTarget,
-    converted: &mut Vec<String>,
-) -> Result<crate::gpu::GpuLinear> {
-    use crate::gpu::GpuLinear;
-    if let Some(ty) = packable_stored(g, name, out_dim, in_dim)? {
-        return GpuLinear::upload_stored(g, name, ty, out_dim, in_dim, target);
-    }
-    let w = blocks(g, name, (out_dim, in_dim), None, converted)?;
-    GpuLinear::upload(&w, target)
-}
-
-/// Whether the source holds `name` in f32 (or has no stored form, as safetensors): such a
-/// matrix stays f32 on the GPU, as the file keeps it, rather than being rounded to Q8_0.
-#[cfg(any(feature = "wgpu", feature = "webgpu"))]
-fn is_f32(g: &dyn Weights, name: &str) -> Result<bool> {
-    Ok(g.stored(name)?.is_none_or(|s| s.ty == GgmlType::F32))
-}
-
-/// A `[out, in]` matrix as GGUF blocks on the GPU (converted once to Q8_0 where no kernel
-/// takes its type).
-#[cfg(any(feature = "wgpu", feature = "webgpu"))]
-fn gpu_matrix(
-    g: &dyn Weights,
-    name: &str,
-    out_dim: usize,
-    in_dim: usize,
-    device: &Device,
-    target: &GpuTarget,
-    converted: &mut Vec<String>,
-) -> Result<Linear> {
-    if is_f32(g, name)? {
-        return matrix(g, name, out_dim, in_dim, device);
-    }
-    Ok(Linear::Blocks(Box::new(gpu_blocks(
-        g, name, out_dim, in_dim, target, converted,
+    subgroups: Option<u32>,
+) -> Result<Body> {
+    Ok(Body::Gpu(Box::new(crate::gpu::GpuModel::load(
+        c, g, device, subgroups,
     )?)))
-}
-
-#[cfg(any(feature = "wgpu", feature = "webgpu"))]
-use crate::gpu::GpuTarget;
-
-#[cfg(any(feature = "wgpu", feature = "webgpu"))]
-fn gpu_target(device: &Device, subgroups: Option<u32>) -> Result<GpuTarget> {
-    GpuTarget::of(device, subgroups)
 }
 
 /// Without a wgpu backend there is no GPU to hold blocks.
 #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
-struct GpuTarget;
-
-#[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
-fn gpu_target(_: &Device, _: Option<u32>) -> Result<GpuTarget> {
-    Err(ModelError::Unsupported(
-        "GGUF blocks on the GPU: this build has no wgpu backend".into(),
-    ))
-}
-
-#[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
-fn gpu_tables(
-    _: &LlamaConfig,
-    _: &dyn Weights,
-    _: &Device,
-    _: &GpuTarget,
-    _: &mut Vec<String>,
-) -> Result<(Embedding, Linear)> {
-    Err(ModelError::Unsupported(
-        "GGUF blocks on the GPU: this build has no wgpu backend".into(),
-    ))
-}
-
-#[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
-fn gpu_matrix(
-    _: &dyn Weights,
-    _: &str,
-    _: usize,
-    _: usize,
-    _: &Device,
-    _: &GpuTarget,
-    _: &mut Vec<String>,
-) -> Result<Linear> {
+fn gpu_model(_: &LlamaConfig, _: &dyn Weights, _: &Device, _: Option<u32>) -> Result<Body> {
     Err(ModelError::Unsupported(
         "GGUF blocks on the GPU: this build has no wgpu backend".into(),
     ))
@@ -757,7 +624,7 @@ fn packed_bytes(c: &LlamaConfig, g: &dyn Weights) -> Result<u64> {
 
 /// cos / sin tables `[context_length, head_dim / 2]`: angle = pos · θ^(−2i / head_dim), divided by
 /// the file's per-frequency factors when it has them (Llama 3.x scaling).
-fn rope_tables(c: &LlamaConfig, factors: Option<&[f32]>) -> (Vec<f32>, Vec<f32>) {
+pub(crate) fn rope_tables(c: &LlamaConfig, factors: Option<&[f32]>) -> (Vec<f32>, Vec<f32>) {
     let half = c.head_dim / 2;
     let inv_freq: Vec<f64> = (0..half)
         .map(|i| {

@@ -21,6 +21,29 @@ enum Inner {
     },
     /// `[1, rows, vocab]` on the model's device (boxed: a burn tensor is larger than a `Vec`).
     Device(Box<Tensor<3>>),
+    /// `[rows, vocab]` in a GPU buffer of the GPU path, with its summary kernel.
+    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+    Gpu(Box<crate::gpu::GpuLogits>),
+}
+
+/// What greedy verification needs of a row of logits: its best two tokens (value descending,
+/// lowest id first among equals), the sum of exp(z − z1) over the row, and the first NaN or
+/// +inf in it. The GPU path computes it on the device ([`Logits::top2_async`]), so a greedy
+/// step reads back a few words a row instead of the vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowTop2 {
+    /// The best token.
+    pub top1: u32,
+    /// Its logit.
+    pub z1: f32,
+    /// The runner-up, `None` when every other logit is −inf.
+    pub top2: Option<u32>,
+    /// Its logit (−inf without one).
+    pub z2: f32,
+    /// Σ exp(z − z1) over the row (≥ 1), summed in f32 on the device.
+    pub sum: f64,
+    /// The first NaN or +inf in the row and its value, if any.
+    pub bad: Option<(u32, f32)>,
 }
 
 impl Logits {
@@ -37,6 +60,25 @@ impl Logits {
         Self(Inner::Device(Box::new(t)))
     }
 
+    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+    pub(crate) fn gpu(l: crate::gpu::GpuLogits) -> Self {
+        Self(Inner::Gpu(Box::new(l)))
+    }
+
+    /// Each row's [`RowTop2`], computed where the logits are and read back small — `None`
+    /// where that would not save a read (the logits are already in host memory, or on the
+    /// f32 burn path), so the caller reads the rows instead.
+    ///
+    /// # Errors
+    /// [`ModelError::Readback`] or the kernels' error when the device cannot return the data.
+    pub async fn top2_async(&self) -> Result<Option<Vec<RowTop2>>> {
+        match &self.0 {
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Inner::Gpu(l) => l.top2_async().await.map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// `(rows, vocab)`.
     pub fn dims(&self) -> (usize, usize) {
         match &self.0 {
@@ -45,6 +87,8 @@ impl Logits {
                 let [_, rows, vocab] = t.dims();
                 (rows, vocab)
             }
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Inner::Gpu(l) => l.dims(),
         }
     }
 
@@ -57,6 +101,8 @@ impl Logits {
         match self.0 {
             Inner::Host { values, .. } => Ok(values),
             Inner::Device(t) => read_f32_async(*t).await,
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Inner::Gpu(l) => l.read_async().await,
         }
     }
 
@@ -69,6 +115,12 @@ impl Logits {
         match self.0 {
             Inner::Host { values, .. } => Ok(values),
             Inner::Device(t) => read_f32(*t),
+            #[cfg(all(any(feature = "wgpu", feature = "webgpu"), not(target_family = "wasm")))]
+            Inner::Gpu(l) => l.read(),
+            #[cfg(all(any(feature = "wgpu", feature = "webgpu"), target_family = "wasm"))]
+            Inner::Gpu(_) => Err(ModelError::Readback(
+                "a blocking read in the browser: use read_async".into(),
+            )),
         }
     }
 
@@ -81,6 +133,8 @@ impl Logits {
         match self.0 {
             Inner::Host { .. } => Ok(()),
             Inner::Device(t) => read_f32_async(t.slice([0..1, 0..1, 0..1])).await.map(drop),
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Inner::Gpu(l) => l.wait().await,
         }
     }
 }

@@ -34,15 +34,66 @@ pub(crate) struct Row {
     pub(crate) z2: f32,
     /// Sum of `Scratch::weights` after filtering (≥ 1: top-1's weight is exp(0)).
     pub(crate) sum: f64,
+    /// The weights of top-1 and top-2 where the row came as a [`RowSummary`] (greedy): there
+    /// are no per-token weights then, and no other token has a probability greedy needs.
+    pub(crate) top2_weights: Option<(f32, f32)>,
 }
 
 impl Row {
-    /// p(token) from the scratch weights this row was built in.
+    /// p(token) from the scratch weights this row was built in (or its summary's two).
     pub(crate) fn prob(&self, weights: &[f32], token: u32) -> f64 {
+        if let Some((w1, w2)) = self.top2_weights {
+            let w = if token == self.top1 {
+                w1
+            } else if Some(token) == self.top2 {
+                w2
+            } else {
+                0.0
+            };
+            return f64::from(w) / self.sum;
+        }
         weights
             .get(token as usize)
             .map_or(0.0, |&w| f64::from(w) / self.sum)
     }
+
+    /// The row a greedy step reads from a [`RowSummary`] (checked by the caller): what
+    /// [`process_row`] would give at T = 1 without top-k / top-p.
+    pub(crate) fn of_summary(s: &RowSummary) -> Self {
+        let w2 = if s.top2.is_some() {
+            exp_nonpositive(s.z2 - s.z1)
+        } else {
+            0.0
+        };
+        Row {
+            top1: s.top1,
+            top2: s.top2.filter(|_| w2 > 0.0),
+            z1: s.z1,
+            z2: if w2 > 0.0 { s.z2 } else { f32::NEG_INFINITY },
+            sum: s.sum,
+            top2_weights: Some((1.0, w2)),
+        }
+    }
+}
+
+/// What greedy verification needs of one row of target logits, where the logits are not read
+/// back whole (a GPU computes it and returns a few words a row): the best and second-best
+/// token (logit descending, lowest id first among equals), the sum of exp(z − z1) over the
+/// row, and the first NaN or +inf in it (which fails the step as a full row would).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowSummary {
+    /// The argmax.
+    pub top1: u32,
+    /// Its logit.
+    pub z1: f32,
+    /// The runner-up; `None` when every other logit is −inf.
+    pub top2: Option<u32>,
+    /// Its logit (−inf without one).
+    pub z2: f32,
+    /// Σ exp(z − z1) over the row (at least 1).
+    pub sum: f64,
+    /// The first NaN or +inf of the row and its value.
+    pub bad: Option<(u32, f32)>,
 }
 
 /// Orders token ids by logit descending, then id ascending: the one ranking used for top-1,
@@ -95,6 +146,7 @@ pub(crate) fn process_row(logits: &[f32], sampling: &Sampling, scratch: &mut Scr
         z1: best1 / t_eff,
         z2: top2.map_or(f32::NEG_INFINITY, |_| best2 / t_eff),
         sum,
+        top2_weights: None,
     }
 }
 

@@ -8,6 +8,32 @@ pub enum VerifyError {
     /// `vocab` was zero.
     #[error("vocab must be at least 1, got 0")]
     EmptyVocab,
+    /// Row summaries were given for a sampling step: they carry what greedy verification
+    /// needs, not the distribution sampling draws from.
+    #[error(
+        "row summaries verify greedy steps only; this verifier samples at temperature \
+         {temperature}: give it the logits"
+    )]
+    SummaryNotGreedy {
+        /// The configured temperature.
+        temperature: f32,
+    },
+    /// Not one row summary per target row.
+    #[error("{len} row summaries, expected {rows} (one per target row)")]
+    SummaryRows {
+        /// Summaries given.
+        len: usize,
+        /// Target rows of the step.
+        rows: usize,
+    },
+    /// A row summary that no row of logits could give.
+    #[error("row summary {position}: {why}")]
+    BadSummary {
+        /// Row (draft position).
+        position: usize,
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// `target_logits` does not hold `(k + 1) * vocab` values.
     #[error(
         "target_logits has {len} values, expected (k + 1) * vocab = ({k} + 1) * {vocab} \

@@ -65,6 +65,7 @@ pub mod tree;
 mod verify;
 
 pub use config::{DEFAULT_RHO, DEFAULT_THETA, Mode, PAPER_THETA, Sampling, VerifyConfig};
+pub use dist::RowSummary;
 pub use error::{Result, VerifyError};
 pub use sample::Sampler;
 pub use tree::{TreeDraftProbs, TreeInput, TreeVerdict};

@@ -27,11 +27,13 @@ use rand_core::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::config::VerifyConfig;
-use crate::dist::{Row, Scratch, process_row, sample_by, sample_p, sample_residual, uniform};
+use crate::dist::{
+    Row, RowSummary, Scratch, process_row, sample_by, sample_p, sample_residual, uniform,
+};
 use crate::error::{Result, VerifyError};
 use crate::verify::{
     Decision, Ledger, NextKind, NextToken, PositionRecord, check_draft_row, check_logit_rows,
-    margin_of, relaxes,
+    check_summaries, margin_of, relaxes,
 };
 
 /// The drafter's probabilities over a tree.
@@ -107,15 +109,43 @@ pub(crate) fn verify_tree<R: Rng + ?Sized>(
         ..
     } = *input;
     let sampling = config.sampling;
-    let greedy = sampling.is_greedy();
+    let rows = |at: usize, scratch: &mut Scratch| {
+        process_row(
+            &target_logits[at * vocab..(at + 1) * vocab],
+            &sampling,
+            scratch,
+        )
+    };
+    walk(
+        config,
+        scratch,
+        (tokens, &children),
+        draft_probs,
+        vocab,
+        rows,
+        rng,
+    )
+}
+
+/// The walk from the root (see the module docs), row `at` from `row_at` (checked by the
+/// caller); `children[at]` lists the nodes row `at` scores.
+fn walk<R: Rng + ?Sized>(
+    config: &VerifyConfig,
+    scratch: &mut Scratch,
+    (tokens, children): (&[u32], &[Vec<usize>]),
+    draft_probs: TreeDraftProbs<'_>,
+    vocab: usize,
+    mut row_at: impl FnMut(usize, &mut Scratch) -> Row,
+    rng: &mut R,
+) -> Result<TreeVerdict> {
+    let greedy = config.sampling.is_greedy();
     let mut path = Vec::new();
     let mut positions = Vec::new();
     let mut ledger = Ledger::default();
     // The row scoring the current node's children: 0 for the root, 1 + j for node j.
     let mut at = 0usize;
     let (token, kind, margin) = loop {
-        let logits = &target_logits[at * vocab..(at + 1) * vocab];
-        let row = process_row(logits, &sampling, scratch);
+        let row = row_at(at, scratch);
         let weights = &scratch.weights;
         let margin = margin_of(&row, weights);
         let kids = &children[at];
@@ -332,6 +362,28 @@ fn check_tree(input: &TreeInput<'_>) -> Result<Vec<Vec<usize>>> {
     if u32::try_from(vocab).is_err() {
         return Err(VerifyError::SizeOverflow { k: n, vocab });
     }
+    let children = tree_children(tokens, parents, vocab)?;
+    check_logit_rows(target_logits, vocab)?;
+    if let TreeDraftProbs::Full(q) = draft_probs {
+        if q.len() != rows_len {
+            return Err(VerifyError::TreeDraftProbsShape {
+                len: q.len(),
+                nodes: n,
+                vocab,
+            });
+        }
+        for (row, kids) in children.iter().enumerate().filter(|(_, k)| !k.is_empty()) {
+            let drawn: Vec<(usize, u32)> = kids.iter().map(|&j| (j, tokens[j])).collect();
+            check_draft_row(row, &q[row * vocab..(row + 1) * vocab], &drawn)?;
+        }
+    }
+    Ok(children)
+}
+
+/// Each row's children (index 0: the root's; 1 + j: node j's), in index order, with every
+/// token below `vocab` and every parent an earlier node (`parents` as long as `tokens`).
+fn tree_children(tokens: &[u32], parents: &[Option<u32>], vocab: usize) -> Result<Vec<Vec<usize>>> {
+    let n = tokens.len();
     let mut children = vec![Vec::new(); n + 1];
     for (node, (&token, &parent)) in tokens.iter().zip(parents).enumerate() {
         if token as usize >= vocab {
@@ -347,20 +399,6 @@ fn check_tree(input: &TreeInput<'_>) -> Result<Vec<Vec<usize>>> {
             Some(p) => return Err(VerifyError::TreeParent { node, parent: p }),
         };
         children[row].push(node);
-    }
-    check_logit_rows(target_logits, vocab)?;
-    if let TreeDraftProbs::Full(q) = draft_probs {
-        if q.len() != rows_len {
-            return Err(VerifyError::TreeDraftProbsShape {
-                len: q.len(),
-                nodes: n,
-                vocab,
-            });
-        }
-        for (row, kids) in children.iter().enumerate().filter(|(_, k)| !k.is_empty()) {
-            let drawn: Vec<(usize, u32)> = kids.iter().map(|&j| (j, tokens[j])).collect();
-            check_draft_row(row, &q[row * vocab..(row + 1) * vocab], &drawn)?;
-        }
     }
     Ok(children)
 }
@@ -379,5 +417,43 @@ impl crate::Verifier {
     ) -> Result<TreeVerdict> {
         let config = *self.config();
         verify_tree(&config, self.scratch_mut(), input, rng)
+    }
+
+    /// Verifies one greedy token tree (deterministic children) from each target row's
+    /// [`RowSummary`] (`tokens.len() + 1` of them: the root's row, then each node's), as
+    /// [`crate::Verifier::verify_summaries`] does a chain: the verdict
+    /// [`crate::Verifier::verify_tree`] gives on the rows they summarise.
+    ///
+    /// # Errors
+    /// As [`crate::Verifier::verify_summaries`], and [`VerifyError::TreeParents`] /
+    /// [`VerifyError::TreeParent`] for a malformed tree.
+    pub fn verify_tree_summaries<R: Rng + ?Sized>(
+        &mut self,
+        rows: &[RowSummary],
+        vocab: usize,
+        tokens: &[u32],
+        parents: &[Option<u32>],
+        rng: &mut R,
+    ) -> Result<TreeVerdict> {
+        let config = *self.config();
+        if parents.len() != tokens.len() {
+            return Err(VerifyError::TreeParents {
+                len: parents.len(),
+                nodes: tokens.len(),
+            });
+        }
+        check_summaries(&config, rows, vocab, tokens.len() + 1)?;
+        let children = tree_children(tokens, parents, vocab)?;
+        let row = |at: usize, _: &mut Scratch| Row::of_summary(&rows[at]);
+        let (t, c) = (tokens, children.as_slice());
+        walk(
+            &config,
+            self.scratch_mut(),
+            (t, c),
+            TreeDraftProbs::OneHot,
+            vocab,
+            row,
+            rng,
+        )
     }
 }

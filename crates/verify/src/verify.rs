@@ -4,7 +4,7 @@ use rand_core::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Mode, VerifyConfig};
-use crate::dist::{Row, Scratch, process_row, sample_p, sample_residual, uniform};
+use crate::dist::{Row, RowSummary, Scratch, process_row, sample_p, sample_residual, uniform};
 use crate::error::{Result, VerifyError};
 
 /// The drafter's probabilities for the tokens it proposed.
@@ -226,6 +226,48 @@ impl Verifier {
             draft_tokens,
             draft_probs,
         } = *input;
+        let sampling = self.config.sampling;
+        let rows = |i: usize, scratch: &mut Scratch| {
+            process_row(
+                &target_logits[i * vocab..(i + 1) * vocab],
+                &sampling,
+                scratch,
+            )
+        };
+        self.walk(draft_tokens, draft_probs, vocab, rows, rng)
+    }
+
+    /// Verifies one greedy step from each target row's [`RowSummary`] (`k + 1` of them)
+    /// instead of its logits: the same verdict [`Verifier::verify`] gives on the rows they
+    /// summarise (tested), for a GPU that reads back a few words a row.
+    ///
+    /// # Errors
+    /// [`VerifyError::SummaryNotGreedy`] for a sampling verifier; [`VerifyError::SummaryRows`]
+    /// for a count other than k + 1; [`VerifyError::DraftTokenOutOfVocab`]; for a row, the
+    /// error its logits would give ([`VerifyError::NonFiniteLogit`],
+    /// [`VerifyError::NoValidToken`]) or [`VerifyError::BadSummary`] for one no row could give.
+    pub fn verify_summaries<R: Rng + ?Sized>(
+        &mut self,
+        rows: &[RowSummary],
+        vocab: usize,
+        draft_tokens: &[u32],
+        rng: &mut R,
+    ) -> Result<Verdict> {
+        check_summaries(&self.config, rows, vocab, draft_tokens.len() + 1)?;
+        check_tokens(draft_tokens, vocab)?;
+        let row = |i: usize, _: &mut Scratch| Row::of_summary(&rows[i]);
+        self.walk(draft_tokens, DraftProbs::OneHot, vocab, row, rng)
+    }
+
+    /// The walk along a chain of drafts, row i from `row_at` (checked by the caller).
+    fn walk<R: Rng + ?Sized>(
+        &mut self,
+        draft_tokens: &[u32],
+        draft_probs: DraftProbs<'_>,
+        vocab: usize,
+        mut row_at: impl FnMut(usize, &mut Scratch) -> Row,
+        rng: &mut R,
+    ) -> Result<Verdict> {
         let k = draft_tokens.len();
         let sampling = self.config.sampling;
         let greedy = sampling.is_greedy();
@@ -233,8 +275,7 @@ impl Verifier {
         let mut ledger = Ledger::default();
 
         for (i, &draft) in draft_tokens.iter().enumerate() {
-            let logits = &target_logits[i * vocab..(i + 1) * vocab];
-            let row = process_row(logits, &sampling, &mut self.scratch);
+            let row = row_at(i, &mut self.scratch);
             let weights = &self.scratch.weights;
             let margin = margin_of(&row, weights);
             let relaxed = relaxes(self.config.mode, &margin);
@@ -290,8 +331,7 @@ impl Verifier {
             }
         }
 
-        let logits = &target_logits[k * vocab..(k + 1) * vocab];
-        let row = process_row(logits, &sampling, &mut self.scratch);
+        let row = row_at(k, &mut self.scratch);
         let weights = &self.scratch.weights;
         let token = if greedy {
             row.top1
@@ -451,15 +491,7 @@ pub(crate) fn check_input(input: &VerifyInput<'_>) -> Result<()> {
         // Token ids are u32; a larger vocabulary could not be addressed.
         return Err(VerifyError::SizeOverflow { k, vocab });
     }
-    for (position, &token) in draft_tokens.iter().enumerate() {
-        if token as usize >= vocab {
-            return Err(VerifyError::DraftTokenOutOfVocab {
-                position,
-                token,
-                vocab,
-            });
-        }
-    }
+    check_tokens(draft_tokens, vocab)?;
     check_logit_rows(target_logits, vocab)?;
     if let DraftProbs::Full(q) = draft_probs {
         if q.len() != k * vocab {
@@ -471,6 +503,81 @@ pub(crate) fn check_input(input: &VerifyInput<'_>) -> Result<()> {
         }
         for (position, (row, &draft)) in q.chunks_exact(vocab).zip(draft_tokens).enumerate() {
             check_draft_row(position, row, &[(position, draft)])?;
+        }
+    }
+    Ok(())
+}
+
+/// Every draft token is below `vocab`.
+fn check_tokens(draft_tokens: &[u32], vocab: usize) -> Result<()> {
+    match draft_tokens
+        .iter()
+        .enumerate()
+        .find(|(_, t)| **t as usize >= vocab)
+    {
+        Some((position, &token)) => Err(VerifyError::DraftTokenOutOfVocab {
+            position,
+            token,
+            vocab,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Row summaries for a greedy step of `rows` target rows over `vocab` tokens: the errors the
+/// rows' logits would give, and any summary no row of logits could give.
+pub(crate) fn check_summaries(
+    config: &VerifyConfig,
+    summaries: &[RowSummary],
+    vocab: usize,
+    rows: usize,
+) -> Result<()> {
+    if !config.sampling.is_greedy() {
+        return Err(VerifyError::SummaryNotGreedy {
+            temperature: config.sampling.temperature,
+        });
+    }
+    if vocab == 0 {
+        return Err(VerifyError::EmptyVocab);
+    }
+    if u32::try_from(vocab).is_err() {
+        return Err(VerifyError::SizeOverflow { k: rows, vocab });
+    }
+    if summaries.len() != rows {
+        return Err(VerifyError::SummaryRows {
+            len: summaries.len(),
+            rows,
+        });
+    }
+    for (position, s) in summaries.iter().enumerate() {
+        let bad = |why| Err(VerifyError::BadSummary { position, why });
+        if let Some((token, value)) = s.bad {
+            return Err(VerifyError::NonFiniteLogit {
+                position,
+                token,
+                value,
+            });
+        }
+        #[allow(clippy::neg_cmp_op_on_partial_ord)] // NaN or +inf in one comparison
+        if !(s.z1 < f32::INFINITY) {
+            return Err(VerifyError::NonFiniteLogit {
+                position,
+                token: s.top1,
+                value: s.z1,
+            });
+        }
+        if s.z1 == f32::NEG_INFINITY {
+            return Err(VerifyError::NoValidToken { position });
+        }
+        if s.top1 as usize >= vocab || s.top2.is_some_and(|t| t as usize >= vocab || t == s.top1) {
+            return bad("a token id outside the vocabulary, or the same token twice");
+        }
+        // A NaN runner-up fails this too.
+        if s.top2.is_some() && s.z2.partial_cmp(&s.z1).is_none_or(|o| o.is_gt()) {
+            return bad("a runner-up above the best token");
+        }
+        if !(s.sum >= 1.0 && s.sum.is_finite()) {
+            return bad("a sum of exp(z − z1) below 1 or not finite");
         }
     }
     Ok(())

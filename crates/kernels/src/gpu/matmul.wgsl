@@ -1,52 +1,108 @@
-// y[row0 + r, y_offset + o] = Σ_i x[row0 + r, i] · W[o, i] for r < ROWS rows and o < out_rows,
-// with W's rows
-// stored as GGUF blocks. A workgroup of 64 threads computes 4 outputs: a team of 16 threads per
-// weight row, thread t taking groups t, t + 16, … of 32 values, each decoded once and applied to
-// all ROWS rows. Each row's sum is taken in the same order whatever ROWS is (the team's partials
-// meet in a fixed tree), so a row's result does not depend on how many rows share the call.
+// y = x · Wᵀ over the rows of x, for a group of up to three weight matrices that read the same
+// activations (q | k | v of an attention block, gate | up of a SwiGLU, or one matrix alone),
+// each stored as GGUF blocks in its own binding (w0, w1, w2) and of its own type. The group's
+// outputs are numbered through its matrices in order: matrix 0 holds outputs 0 .. first_1,
+// matrix 1 first_1 .. first_2, matrix 2 first_2 .. outputs.
+//
+// A workgroup of 64 threads computes 4 outputs for up to ROWS rows of x (rows row0 .. row0 + m,
+// row0 = ROWS · workgroup z): a team of 16 threads per output, thread t taking groups t, t + 16,
+// … of 32 values of the weight row, each decoded once and applied to every row. Each row's sum
+// is taken in the same order whatever m and ROWS are (the team's partials meet in a fixed tree),
+// so a row's result does not depend on the rows beside it. The number of rows is read at run
+// time from the forward's step buffer (s[rows_at]); ROWS is only a bound (1, 2, 4, 8 or 16: the
+// power of two at or above a call's rows, at most 16), so that loops over rows unroll and the
+// sums stay in registers: five pipelines a kind at most, none per token.
 //
 // The tree halves the team 8, 4, 2, 1 lanes at a time: lane t < step adds lane t + step. Halvings
 // of at least LANES lanes go through workgroup memory, a barrier each; the smaller ones, where
 // the adapter has subgroups of at least LANES invocations, through `subgroupShuffleXor` (lane
 // t's partner t ^ step is t + step for t < step: the same sums in the same order, so the same
 // bits). LANES = 1: workgroup memory only, every adapter.
+//
+// What the sums become (EPILOGUE, compiled in):
+// 0 (store): y = sum (+ bias[o] where has_bias), and −inf for outputs at or past the step's
+//   logit limit (a vocabulary-limited drafter) without computing them;
+// 1 (add): y += sum, the residual added in place (each output is written by one thread);
+// 2 (SwiGLU): matrices gate and up of equal rows; a workgroup computes gate and up of two
+//   consecutive outputs j and writes y[j] = silu(gate_j) · up_j.
 
 const ROWS: u32 = {{rows}}u;
 const LANES: u32 = {{lanes}}u;
+const EPILOGUE: u32 = {{epilogue}}u;
 const TEAM: u32 = 16u;
 const TEAMS: u32 = 4u;
 
 // Every binding is read_write: the runtime sub-allocates buffers from shared pages, and WebGPU
-// refuses one buffer bound read-only and read-write in the same dispatch.
-@group(0) @binding(0) var<storage, read_write> w: array<u32>;        // blocks, [out_rows, row_bytes] + pad
-@group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;  // [rows, n_in / 4]
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;  // [rows, y_stride]
-// [out_rows, n_in, row_bytes, y_stride, y_offset, groups_x, row0]
-@group(0) @binding(3) var<storage, read_write> p: array<u32>;
+// refuses one buffer bound read-only and read-write in the same dispatch. Unused weight
+// bindings hold matrix 0's buffer again.
+@group(0) @binding(0) var<storage, read_write> w0: array<u32>;      // blocks, [rows_0, rb_0] + pad
+@group(0) @binding(1) var<storage, read_write> w1: array<u32>;      // blocks, [rows_1, rb_1] + pad
+@group(0) @binding(2) var<storage, read_write> w2: array<u32>;      // blocks, [rows_2, rb_2] + pad
+@group(0) @binding(3) var<storage, read_write> x: array<vec4<f32>>; // [rows, n_in / 4]
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;       // [rows, y_stride]
+@group(0) @binding(5) var<storage, read_write> bias: array<f32>;    // [outputs] where has_bias
+// Fixed at upload: [n_in, y_stride, y_offset, outputs, groups_x, rows_at, has_bias, first_1,
+// first_2, rb_0, rb_1, rb_2, the bits of −inf (a WGSL constant cannot be infinite)]
+@group(0) @binding(6) var<storage, read_write> p: array<u32>;
+// The forward's step buffer (step.rs): [rows, tail rows, logit limit, …].
+@group(0) @binding(7) var<storage, read_write> s: array<u32>;
 
 var<workgroup> partial: array<f32, 64u * ROWS>;
 
 {{common}}
 
+// Decodes group `g` of the row at byte `rb` of matrix `sub`.
+fn load(sub: u32, rb: u32, g: u32) {
+{{dispatch}}
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let out_rows = p[0];
-    let n_in = p[1];
-    let row_bytes = p[2];
-    let y_stride = p[3];
-    let y_offset = p[4];
-    let groups_x = p[5];
-    let row0 = p[6];
+    let n_in = p[0];
+    // Every binding read, whatever the group's size: a pipeline layout derived from the shader
+    // keeps only the bindings it uses, and the launch always binds eight (n_in is never 0).
+    if n_in == 0u {
+        y[0] = f32(w0[0] ^ w1[0] ^ w2[0]);
+    }
+    let y_stride = p[1];
+    let y_offset = p[2];
+    let outputs = p[3];
+    let groups_x = p[4];
+    let first_1 = p[7];
+    let first_2 = p[8];
+    let row0 = wg.z * ROWS;
+    let m = min(ROWS, s[p[5]] - row0);
+    let limit = s[2];
     let team = lid / TEAM;
     let t = lid % TEAM;
-    let o = (wg.x + wg.y * groups_x) * TEAMS + team;
+    let wgi = wg.x + wg.y * groups_x;
+    // The output this team computes, and whether it is computed at all.
+    var o: u32;
+    var live: bool;
+    if EPILOGUE == 2u {
+        let j = 2u * wgi + (team & 1u);
+        o = (team >> 1u) * first_1 + j;
+        live = j < first_1;
+    } else {
+        o = wgi * TEAMS + team;
+        live = o < outputs && (EPILOGUE != 0u || y_offset + o < limit);
+    }
     var acc: array<f32, ROWS>;
-    if o < out_rows {
-        let rb = o * row_bytes;
+    if live {
+        var sub = 0u;
+        var local = o;
+        if o >= first_2 {
+            sub = 2u;
+            local = o - first_2;
+        } else if o >= first_1 {
+            sub = 1u;
+            local = o - first_1;
+        }
+        let rb = local * p[9u + sub];
         let n_groups = n_in / 32u;
         let x_row = n_in / 4u;
         for (var g = t; g < n_groups; g += TEAM) {
-            load_group(rb, g);
+            load(sub, rb, g);
             // The group's 32 weights as f32, once for all rows: each row is then 8 dot
             // products, with nothing per row that a single row would not also do.
             for (var k = 0u; k < 4u; k++) {
@@ -54,6 +110,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 q[k + 4u] = q[k + 4u] * s1 + vec4<f32>(mn);
             }
             for (var r = 0u; r < ROWS; r++) {
+                if r >= m {
+                    break;
+                }
                 let xb = (row0 + r) * x_row + g * 8u;
                 var sum = 0.0;
                 for (var k = 0u; k < 8u; k++) {
@@ -81,9 +140,51 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
     }
 {{shuffles}}
-    if t == 0u && o < out_rows {
-        for (var r = 0u; r < ROWS; r++) {
-            y[(row0 + r) * y_stride + y_offset + o] = acc[r];
+    if EPILOGUE == 0u {
+        if t == 0u && o < outputs {
+            let at = y_offset + o;
+            for (var r = 0u; r < ROWS; r++) {
+                if r < m {
+                    var v = bitcast<f32>(p[12]); // −inf past the logit limit
+                    if live {
+                        v = acc[r];
+                        if p[6] != 0u {
+                            v += bias[o];
+                        }
+                    }
+                    y[(row0 + r) * y_stride + at] = v;
+                }
+            }
+        }
+    } else if EPILOGUE == 1u {
+        if t == 0u && live {
+            for (var r = 0u; r < ROWS; r++) {
+                if r < m {
+                    let at = (row0 + r) * y_stride + y_offset + o;
+                    y[at] = y[at] + acc[r];
+                }
+            }
+        }
+    } else {
+        // Gate (teams 0, 1) meets up (teams 2, 3) through workgroup memory.
+        workgroupBarrier();
+        if t == 0u {
+            for (var r = 0u; r < ROWS; r++) {
+                if r < m {
+                    partial[team * ROWS + r] = acc[r];
+                }
+            }
+        }
+        workgroupBarrier();
+        if t == 0u && team < 2u && live {
+            let j = 2u * wgi + team;
+            for (var r = 0u; r < ROWS; r++) {
+                if r < m {
+                    let gate = partial[team * ROWS + r];
+                    let up = partial[(team + 2u) * ROWS + r];
+                    y[(row0 + r) * y_stride + j] = gate / (1.0 + exp(-gate)) * up;
+                }
+            }
         }
     }
 }

@@ -1,23 +1,35 @@
-//! Quantized kernels for GPUs (wgpu natively, WebGPU in the browser): GGUF blocks uploaded as
-//! they are stored (u32 words) and dequantized inside the kernel, f32 accumulation.
+//! Kernels for GPUs (wgpu natively, WebGPU in the browser): GGUF blocks uploaded as they are
+//! stored (u32 words) and dequantized inside the kernel, f32 accumulation, and the rest of a
+//! Llama block as a few fused kernels, so that a forward pass is a handful of launches a layer.
 //!
 //! The kernels are WGSL, launched through CubeCL's runtime (the one burn-wgpu runs on), so the
 //! same text runs natively and in the browser, and the burn model hands its buffers straight to
 //! them. Why WGSL rather than `#[cube]` kernels: the browser path must avoid `shader-f16` (f16
 //! block scales are decoded with core WGSL's `unpack2x16float`) and must not need subgroups
 //! (partial sums meet through workgroup memory, or through subgroup shuffles where the adapter
-//! has them: [`Reduce`], the same bits either way), and the byte-level reads of 18-, 22- and 210-byte blocks are
-//! plain shifts here; written by hand, what runs on SwiftShader is exactly what was reviewed.
+//! has them: [`Reduce`], the same bits either way), and the byte-level reads of 18-, 22- and
+//! 210-byte blocks are plain shifts here; written by hand, what runs on SwiftShader is exactly
+//! what was reviewed.
 //!
-//! Two kernels:
-//! - [`Matmul`]: `y[m, out] = x[m, in] · W[out, in]ᵀ` for m = 1 … [`MAX_ROWS`]
-//!   rows a launch (decode and verification; a prefill takes 16 rows a launch), one shader per
-//!   (type, m). Each 32-value group of a weight row is decoded once to f32 and met by all m
-//!   rows (8 dot products each), so a verification pass reads and decodes the weights once.
-//!   Each row's sum is taken in an order that does not depend on m: a row's result is the same
-//!   bit for bit whether it is computed alone or beside others (tested), which keeps greedy
-//!   strict speculation equal to target-only decoding.
-//! - [`Embed`]: rows of W dequantized for a list of token ids (the embedding lookup).
+//! The kernels:
+//! - [`Matmul`](Shader::Matmul): `y[m, out] = x[m, in] · W[out, in]ᵀ` over the rows of x (16 a
+//!   workgroup, a prefill's longer inputs in one launch), for one matrix or a group that shares
+//!   x ([`MatrixGroup`]: q | k | v with their biases, gate | up with SiLU(gate)·up computed in
+//!   the kernel), the residual added in place by the o and down products. Each 32-value group
+//!   of a weight row is decoded once and met by every row. Each row's sum is taken in an order
+//!   that does not depend on the rows beside it (tested bit for bit), which keeps greedy strict
+//!   speculation equal to target-only decoding.
+//! - [`Embed`](Shader::Embed): rows of W dequantized for the forward's token ids.
+//! - RMSNorm, RoPE with the KV-cache write, attention over the cache (online softmax,
+//!   grouped-query, chains and token trees), the logits' top-2 summary, and a token tree's
+//!   accepted rows moved into place: `layer.rs`.
+//!
+//! Nothing a kernel needs that changes from token to token is compiled into it or uploaded per
+//! launch: rows, positions, token ids and tree masks are in one [`Step`] buffer written once per
+//! forward; shapes fixed by the model are in parameter buffers made at load.
+//!
+//! Every launch, upload and read goes through [`counts`]' counters (`launch`, `upload`,
+//! `read`), so what a step costs a GPU is counted, not estimated.
 //!
 //! A matrix larger than the adapter's largest storage binding is split by output rows
 //! ([`split_rows`]); each part is its own buffer and launch, writing its own columns of `y`.
@@ -26,8 +38,14 @@
 //! the dequantized weights the only error is f32 rounding of products and sums: at most
 //! ~`(n_in / 16 + 24) · 2⁻²⁴ · Σ|W·x|` per output, which the tests hold with a margin.
 
+mod layer;
+mod step;
+
 use core::ops::Range;
 use std::borrow::Cow;
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cubecl::bytes::Bytes;
 use cubecl::client::Client;
@@ -38,25 +56,81 @@ use cubecl::prelude::{AddressType, CubeCount, ExecutionMode, KernelSettings, Sco
 use cubecl::server::{Handle, KernelArguments};
 use cubecl::{CubeKernel, PrecompiledSource};
 
+pub use layer::{Attention, CopyRows, Heads, Norm, Rope, SUMMARY_WORDS, Summary, clone_buffer};
+pub use step::{IDS, MAX_TREE_ROWS, Step};
+
 use crate::block::WeightType;
 use crate::error::{KernelError, Result};
 use crate::kernels::MAX_ROWS;
 
 const COMMON: &str = include_str!("common.wgsl");
+const READER: &str = include_str!("reader.wgsl");
 const MATMUL: &str = include_str!("matmul.wgsl");
 const EMBED: &str = include_str!("embed.wgsl");
+const NORM: &str = include_str!("norm.wgsl");
+const ROPE: &str = include_str!("rope.wgsl");
+const ATTENTION: &str = include_str!("attention.wgsl");
+const SUMMARY: &str = include_str!("summary.wgsl");
+const COPY: &str = include_str!("copy.wgsl");
+const CLONE: &str = include_str!("clone.wgsl");
 
-/// Output rows per workgroup of [`Matmul`] (4 teams of 16 threads).
+/// Output rows per workgroup of the matmul (4 teams of 16 threads).
 const ROWS_PER_GROUP: usize = 4;
-/// Threads per workgroup of [`Embed`] (one per 32-value group).
+/// Threads per workgroup of [`Shader::Embed`] (one per 32-value group).
 const EMBED_THREADS: usize = 64;
 /// Workgroups per dispatch dimension that every WebGPU adapter allows.
 const MAX_GROUPS_PER_DIM: usize = 65_535;
+/// The bits of −inf, which WGSL cannot write as a constant (kernels read it from a buffer).
+const NEG_INF_BITS: u32 = 0xff80_0000;
 
-/// The WGSL that decodes one 32-value group of `ty` at row byte `rb`, group `g`
-/// (`fn load_group(rb: u32, g: u32)`, setting `q`, `s0`, `s1`, `mn`; see common.wgsl): one
-/// file per type in `decode/`.
-fn load_group(ty: WeightType) -> &'static str {
+/// How a matrix's values are stored on the GPU: a GGUF block type, or plain f32 (a file's f32
+/// matrices, kept exact), which the kernels read 32 values at a time like a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GpuType {
+    /// GGUF blocks of this type.
+    Blocks(WeightType),
+    /// f32 values.
+    F32,
+}
+
+impl From<WeightType> for GpuType {
+    fn from(ty: WeightType) -> Self {
+        Self::Blocks(ty)
+    }
+}
+
+impl GpuType {
+    /// Every type the kernels read.
+    pub fn all() -> impl Iterator<Item = Self> {
+        WeightType::ALL
+            .into_iter()
+            .map(Self::Blocks)
+            .chain(std::iter::once(Self::F32))
+    }
+
+    /// Values per block (32 for f32).
+    pub const fn block_values(self) -> usize {
+        match self {
+            Self::Blocks(ty) => ty.block_values(),
+            Self::F32 => 32,
+        }
+    }
+
+    /// Bytes per block (128 for 32 f32 values).
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            Self::Blocks(ty) => ty.block_bytes(),
+            Self::F32 => 128,
+        }
+    }
+}
+
+/// The WGSL that decodes one 32-value group of `ty` (`fn load_group(rb: u32, g: u32)`, setting
+/// `q`, `s0`, `s1`, `mn`; see common.wgsl): one file per type in `decode/`.
+fn load_group(ty: GpuType) -> &'static str {
+    let GpuType::Blocks(ty) = ty else {
+        return include_str!("decode/f32.wgsl");
+    };
     match ty {
         WeightType::Q8_0 => include_str!("decode/q8_0.wgsl"),
         WeightType::Q4_0 => include_str!("decode/q4_0.wgsl"),
@@ -71,13 +145,40 @@ fn load_group(ty: WeightType) -> &'static str {
     }
 }
 
-fn common(ty: WeightType) -> String {
-    COMMON.replace("{{load_group}}", load_group(ty))
+/// The functions reader.wgsl and a decoder define, each renamed per weight binding.
+const READER_FNS: [&str; 6] = [
+    "word_at",
+    "f16_at",
+    "byte_at",
+    "scale_min_k4",
+    "k_scales",
+    "load_group",
+];
+
+/// The byte reads and the decoder of `ty` for weight binding `b`: the binding is `w{b}` and
+/// every function gets the suffix `_{b}`, so a kernel can read matrices of different types
+/// from different bindings (WGSL has no pointer to a storage buffer as an argument).
+fn reader(ty: GpuType, b: usize) -> String {
+    let mut text = format!("{READER}\n{}", load_group(ty)).replace("w[", &format!("w{b}["));
+    for f in READER_FNS {
+        text = text.replace(&format!("{f}("), &format!("{f}_{b}("));
+    }
+    text
 }
 
-/// How the 16 partial sums of a [`Matmul`] team meet (see matmul.wgsl): both give the same
-/// sums in the same order, so the same bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// common.wgsl with one reader per weight binding, binding b reading `types[b]`.
+fn common(types: &[GpuType]) -> String {
+    let readers: Vec<String> = types
+        .iter()
+        .enumerate()
+        .map(|(b, &ty)| reader(ty, b))
+        .collect();
+    COMMON.replace("{{readers}}", &readers.join("\n"))
+}
+
+/// How the 16 partial sums of a matmul team meet (see matmul.wgsl): both give the same sums in
+/// the same order, so the same bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reduce {
     /// Through workgroup memory, a barrier per halving: every adapter.
     Workgroup,
@@ -124,8 +225,36 @@ impl Reduce {
     }
 }
 
-/// The WGSL of [`Matmul`] for `ty`, `rows` activation rows and `reduce`.
-pub fn matmul_source(ty: WeightType, rows: usize, reduce: Reduce) -> String {
+/// What a matmul does with its sums (see matmul.wgsl).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Epilogue {
+    /// `y = sum` (+ a bias), −inf at or past the step's logit limit.
+    Store,
+    /// `y += sum`: a residual added in place.
+    Add,
+    /// Two matrices of equal rows, gate and up: `y = silu(gate) · up`.
+    SwiGlu,
+}
+
+impl Epilogue {
+    fn code(self) -> u32 {
+        match self {
+            Self::Store => 0,
+            Self::Add => 1,
+            Self::SwiGlu => 2,
+        }
+    }
+}
+
+/// The bound a matmul pipeline is compiled for: the power of two at or above `rows` (at most
+/// [`MAX_ROWS`]), so one pipeline serves every call of up to that many rows.
+pub fn row_bound(rows: usize) -> usize {
+    rows.clamp(1, MAX_ROWS).next_power_of_two()
+}
+
+/// The WGSL of a matmul over matrices of `types` (one to three, binding 0, 1, 2), compiled for
+/// up to `rows` rows a workgroup, with `reduce` and `epilogue`.
+pub fn matmul_source(types: &[GpuType], rows: usize, reduce: Reduce, epilogue: Epilogue) -> String {
     let lanes = reduce.lanes();
     let shuffles = if lanes > 1 {
         "    for (var step = LANES / 2u; step > 0u; step >>= 1u) {
@@ -136,20 +265,36 @@ pub fn matmul_source(ty: WeightType, rows: usize, reduce: Reduce) -> String {
     } else {
         ""
     };
+    let dispatch: Vec<String> = (0..types.len())
+        .map(|b| {
+            if b + 1 == types.len() {
+                format!("    {{ load_group_{b}(rb, g); }}")
+            } else {
+                format!("    if sub == {b}u {{ load_group_{b}(rb, g); }} else")
+            }
+        })
+        .collect();
     MATMUL
-        .replace("{{common}}", &common(ty))
+        .replace("{{common}}", &common(types))
+        .replace("{{dispatch}}", &dispatch.join("\n"))
         .replace("{{rows}}", &rows.to_string())
         .replace("{{lanes}}", &lanes.to_string())
+        .replace("{{epilogue}}", &epilogue.code().to_string())
         .replace("{{shuffles}}", shuffles)
 }
 
-/// The WGSL of [`Embed`] for `ty`.
-pub fn embed_source(ty: WeightType) -> String {
-    EMBED.replace("{{common}}", &common(ty))
+/// The WGSL of the embedding lookup for `ty`.
+pub fn embed_source(ty: GpuType) -> String {
+    EMBED
+        .replace("{{common}}", &common(&[ty]))
+        .replace("{{ids_at}}", &IDS.to_string())
 }
 
 /// A stable small code per type, for kernel cache keys.
-const fn type_code(ty: WeightType) -> u32 {
+const fn type_code(ty: GpuType) -> u8 {
+    let GpuType::Blocks(ty) = ty else {
+        return 10;
+    };
     match ty {
         WeightType::Q8_0 => 0,
         WeightType::Q4_0 => 1,
@@ -164,6 +309,99 @@ const fn type_code(ty: WeightType) -> u32 {
     }
 }
 
+/// Every kernel of this module with what it is compiled for: one pipeline per distinct value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Shader {
+    /// The matmul over matrices of these types.
+    Matmul {
+        /// Each matrix's type, binding 0 first.
+        types: Vec<GpuType>,
+        /// Rows a workgroup holds ([`row_bound`]).
+        rows: usize,
+        /// How partial sums meet.
+        reduce: Reduce,
+        /// What the sums become.
+        epilogue: Epilogue,
+    },
+    /// The embedding lookup.
+    Embed(GpuType),
+    /// RMSNorm of rows.
+    Norm,
+    /// RoPE and the cache write, with Qwen3's per-head norm or without.
+    Rope {
+        /// Whether the heads are RMS-normalised first.
+        head_norm: bool,
+    },
+    /// Attention over the cache.
+    Attention,
+    /// The logits' top-2 summary.
+    Summary,
+    /// A tree's accepted rows moved into place.
+    Copy,
+    /// A buffer copied whole.
+    Clone,
+}
+
+impl Shader {
+    /// The kernel's WGSL.
+    pub fn source(&self) -> String {
+        match self {
+            Self::Matmul {
+                types,
+                rows,
+                reduce,
+                epilogue,
+            } => matmul_source(types, *rows, *reduce, *epilogue),
+            Self::Embed(ty) => embed_source(*ty),
+            Self::Norm => NORM.to_string(),
+            Self::Rope { head_norm } => ROPE.replace("{{head_norm}}", &head_norm.to_string()),
+            Self::Attention => ATTENTION.to_string(),
+            Self::Summary => SUMMARY.to_string(),
+            Self::Copy => COPY.to_string(),
+            Self::Clone => CLONE.to_string(),
+        }
+    }
+
+    /// Its kind, as the counters name it.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Self::Matmul { .. } => Kind::Matmul,
+            Self::Embed(_) => Kind::Embed,
+            Self::Norm => Kind::Norm,
+            Self::Rope { .. } => Kind::Rope,
+            Self::Attention => Kind::Attention,
+            Self::Summary => Kind::Summary,
+            Self::Copy | Self::Clone => Kind::Copy,
+        }
+    }
+
+    /// A compact key for CubeCL's compilation cache.
+    fn key(&self) -> (u8, u64) {
+        let code = match self {
+            Self::Matmul {
+                types,
+                rows,
+                reduce,
+                epilogue,
+            } => {
+                let mut k = 0u64;
+                for &ty in types {
+                    k = k * 16 + 1 + u64::from(type_code(ty));
+                }
+                (k << 16)
+                    | ((*rows as u64) << 8)
+                    | (u64::from(reduce.lanes()) << 2)
+                    | u64::from(epilogue.code())
+            }
+            Self::Embed(ty) => u64::from(type_code(*ty)),
+            Self::Rope { head_norm } => u64::from(*head_norm),
+            Self::Norm | Self::Attention | Self::Summary | Self::Copy => 0,
+            Self::Clone => 1,
+        };
+        (self.kind() as u8, code)
+    }
+}
+
 fn definition() -> cubecl::prelude::KernelDefinition {
     // A hand-written kernel has no IR; the definition only keys the compilation cache.
     let settings =
@@ -175,65 +413,282 @@ fn definition() -> cubecl::prelude::KernelDefinition {
     }
 }
 
-/// The quantized matmul kernel for one weight type and row count (see the module docs).
-#[derive(Debug, Clone, Copy)]
-pub struct Matmul {
-    ty: WeightType,
+impl cubecl::prelude::KernelMetadata for Shader {
+    fn id(&self) -> KernelId {
+        KernelId::new::<Self>().info(self.key())
+    }
+
+    fn address_type(&self) -> ElemType {
+        ElemType::UInt(UIntKind::U32)
+    }
+}
+
+impl CubeKernel for Shader {
+    fn define(&self) -> cubecl::prelude::KernelDefinition {
+        definition()
+    }
+
+    fn source(&self) -> Option<PrecompiledSource> {
+        Some(PrecompiledSource {
+            source: Shader::source(self),
+            entrypoint_name: "main".to_string(),
+            lang: "wgsl",
+        })
+    }
+}
+
+/// The kinds of kernel, as [`GpuCounts`] splits launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Matrix products (with their epilogues).
+    Matmul = 0,
+    /// Embedding lookups.
+    Embed = 1,
+    /// RMSNorms.
+    Norm = 2,
+    /// RoPE and cache writes.
+    Rope = 3,
+    /// Attention.
+    Attention = 4,
+    /// Logit summaries.
+    Summary = 5,
+    /// Tree row moves and cache copies.
+    Copy = 6,
+}
+
+impl Kind {
+    /// Every kind, in [`GpuCounts::by_kind`]'s order.
+    pub const ALL: [Self; 7] = [
+        Self::Matmul,
+        Self::Embed,
+        Self::Norm,
+        Self::Rope,
+        Self::Attention,
+        Self::Summary,
+        Self::Copy,
+    ];
+
+    /// The kind's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Matmul => "matmul",
+            Self::Embed => "embed",
+            Self::Norm => "norm",
+            Self::Rope => "rope",
+            Self::Attention => "attention",
+            Self::Summary => "summary",
+            Self::Copy => "copy",
+        }
+    }
+}
+
+/// What the kernels of this module have asked of the GPU since the process started: counted
+/// where it is asked (every launch, upload and read goes through this module), so a step's
+/// cost is a difference of two snapshots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GpuCounts {
+    /// Kernel launches (dispatches).
+    pub launches: u64,
+    /// Launches per [`Kind`], in [`Kind::ALL`]'s order.
+    pub by_kind: [u64; 7],
+    /// Distinct kernels launched: each is compiled into a pipeline once, on first use.
+    pub pipelines: u64,
+    /// Buffers written from the host (each a queue write).
+    pub uploads: u64,
+    /// Bytes written from the host.
+    pub upload_bytes: u64,
+    /// Reads back to the host (each waits for the GPU).
+    pub reads: u64,
+    /// Bytes read back.
+    pub read_bytes: u64,
+}
+
+impl GpuCounts {
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &GpuCounts) -> GpuCounts {
+        let mut by_kind = [0; 7];
+        for (i, k) in by_kind.iter_mut().enumerate() {
+            *k = self.by_kind[i].saturating_sub(earlier.by_kind[i]);
+        }
+        GpuCounts {
+            launches: self.launches.saturating_sub(earlier.launches),
+            by_kind,
+            pipelines: self.pipelines.saturating_sub(earlier.pipelines),
+            uploads: self.uploads.saturating_sub(earlier.uploads),
+            upload_bytes: self.upload_bytes.saturating_sub(earlier.upload_bytes),
+            reads: self.reads.saturating_sub(earlier.reads),
+            read_bytes: self.read_bytes.saturating_sub(earlier.read_bytes),
+        }
+    }
+}
+
+struct Counters {
+    launches: AtomicU64,
+    by_kind: [AtomicU64; 7],
+    uploads: AtomicU64,
+    upload_bytes: AtomicU64,
+    reads: AtomicU64,
+    read_bytes: AtomicU64,
+    seen: Mutex<Option<HashSet<(u8, u64)>>>,
+}
+
+static COUNTERS: Counters = Counters {
+    launches: AtomicU64::new(0),
+    by_kind: [const { AtomicU64::new(0) }; 7],
+    uploads: AtomicU64::new(0),
+    upload_bytes: AtomicU64::new(0),
+    reads: AtomicU64::new(0),
+    read_bytes: AtomicU64::new(0),
+    seen: Mutex::new(None),
+};
+
+/// The counts so far (see [`GpuCounts`]).
+pub fn counts() -> GpuCounts {
+    let c = &COUNTERS;
+    let mut by_kind = [0; 7];
+    for (i, k) in by_kind.iter_mut().enumerate() {
+        *k = c.by_kind[i].load(Ordering::Relaxed);
+    }
+    let pipelines = c
+        .seen
+        .lock()
+        .map_or(0, |s| s.as_ref().map_or(0, |s| s.len() as u64));
+    GpuCounts {
+        launches: c.launches.load(Ordering::Relaxed),
+        by_kind,
+        pipelines,
+        uploads: c.uploads.load(Ordering::Relaxed),
+        upload_bytes: c.upload_bytes.load(Ordering::Relaxed),
+        reads: c.reads.load(Ordering::Relaxed),
+        read_bytes: c.read_bytes.load(Ordering::Relaxed),
+    }
+}
+
+/// Launches `shader` (counted).
+fn launch(client: &Client, shader: Shader, count: CubeCount, args: KernelArguments) {
+    let c = &COUNTERS;
+    c.launches.fetch_add(1, Ordering::Relaxed);
+    c.by_kind[shader.kind() as usize].fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut seen) = c.seen.lock() {
+        seen.get_or_insert_with(HashSet::new).insert(shader.key());
+    }
+    client.launch(Box::new(shader), count, args);
+}
+
+/// A new GPU buffer holding `bytes` (counted as an upload).
+pub fn upload(client: &Client, bytes: &[u8]) -> Handle {
+    COUNTERS.uploads.fetch_add(1, Ordering::Relaxed);
+    COUNTERS
+        .upload_bytes
+        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    client.create_from_slice(bytes)
+}
+
+/// [`upload`] of u32 words.
+pub fn upload_words(client: &Client, words: &[u32]) -> Handle {
+    upload(client, &u32_bytes(words))
+}
+
+/// [`upload`] of f32 values.
+pub fn upload_f32(client: &Client, values: &[f32]) -> Handle {
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    upload(client, &bytes)
+}
+
+/// Reads `handle` back (counted), without blocking: what the browser needs.
+///
+/// # Errors
+/// [`KernelError::Device`] when the device cannot return the data.
+pub async fn read(client: &Client, handle: Handle) -> Result<Vec<u8>> {
+    let bytes = client
+        .read_async(vec![handle])
+        .await
+        .map_err(|e| KernelError::Device(format!("{e:?}")))?;
+    let bytes: Vec<u8> = bytes
+        .into_iter()
+        .next()
+        .map(|b| b.to_vec())
+        .unwrap_or_default();
+    COUNTERS.reads.fetch_add(1, Ordering::Relaxed);
+    COUNTERS
+        .read_bytes
+        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    Ok(bytes)
+}
+
+/// Reads `handle` back (counted), blocking until the GPU is done: native code only (the
+/// browser cannot block; it uses [`read`]).
+///
+/// # Errors
+/// [`KernelError::Device`] when the device cannot return the data.
+#[cfg(not(target_family = "wasm"))]
+pub fn read_blocking(client: &Client, handle: Handle) -> Result<Vec<u8>> {
+    let bytes = client
+        .read_one(handle)
+        .map_err(|e| KernelError::Device(format!("{e:?}")))?
+        .to_vec();
+    COUNTERS.reads.fetch_add(1, Ordering::Relaxed);
+    COUNTERS
+        .read_bytes
+        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    Ok(bytes)
+}
+
+/// The step's words on the GPU (one upload), with its row counts.
+#[derive(Debug, Clone)]
+pub struct StepBuffer {
+    handle: Handle,
     rows: usize,
-    reduce: Reduce,
+    tail: usize,
+    capacity: usize,
 }
 
-impl cubecl::prelude::KernelMetadata for Matmul {
-    fn id(&self) -> KernelId {
-        KernelId::new::<Self>().info((type_code(self.ty), self.rows, self.reduce.lanes()))
+impl StepBuffer {
+    /// Uploads `step`.
+    pub fn new(client: &Client, step: &Step) -> Self {
+        Self {
+            handle: upload_words(client, step.words()),
+            rows: step.rows(),
+            tail: step.tail(),
+            capacity: step.capacity(),
+        }
     }
 
-    fn address_type(&self) -> ElemType {
-        ElemType::UInt(UIntKind::U32)
-    }
-}
-
-impl CubeKernel for Matmul {
-    fn define(&self) -> cubecl::prelude::KernelDefinition {
-        definition()
+    /// The cache capacity its kernels address.
+    pub fn capacity(&self) -> usize {
+        self.capacity
     }
 
-    fn source(&self) -> Option<PrecompiledSource> {
-        Some(PrecompiledSource {
-            source: matmul_source(self.ty, self.rows, self.reduce),
-            entrypoint_name: "main".to_string(),
-            lang: "wgsl",
-        })
-    }
-}
-
-/// The embedding lookup kernel for one weight type (see the module docs).
-#[derive(Debug, Clone, Copy)]
-pub struct Embed {
-    ty: WeightType,
-}
-
-impl cubecl::prelude::KernelMetadata for Embed {
-    fn id(&self) -> KernelId {
-        KernelId::new::<Self>().info(type_code(self.ty))
+    /// Rows of the forward.
+    pub fn rows(&self) -> usize {
+        self.rows
     }
 
-    fn address_type(&self) -> ElemType {
-        ElemType::UInt(UIntKind::U32)
+    /// Rows that get logits.
+    pub fn tail(&self) -> usize {
+        self.tail
+    }
+
+    pub(crate) fn handle(&self) -> &Handle {
+        &self.handle
     }
 }
 
-impl CubeKernel for Embed {
-    fn define(&self) -> cubecl::prelude::KernelDefinition {
-        definition()
-    }
+/// Which of the step's rows a product runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rows {
+    /// Every row of the forward.
+    All,
+    /// The last rows, those that get logits.
+    Tail,
+}
 
-    fn source(&self) -> Option<PrecompiledSource> {
-        Some(PrecompiledSource {
-            source: embed_source(self.ty),
-            entrypoint_name: "main".to_string(),
-            lang: "wgsl",
-        })
+impl Rows {
+    fn count(self, step: &StepBuffer) -> usize {
+        match self {
+            Self::All => step.rows,
+            Self::Tail => step.tail,
+        }
     }
 }
 
@@ -245,11 +700,12 @@ impl CubeKernel for Embed {
 /// [`KernelError::TooLarge`] when one row alone does not fit, [`KernelError::RaggedRow`] when
 /// `cols` is not a whole number of blocks.
 pub fn split_rows(
-    ty: WeightType,
+    ty: impl Into<GpuType>,
     rows: usize,
     cols: usize,
     max_bytes: u64,
 ) -> Result<Vec<Range<usize>>> {
+    let ty = ty.into();
     let row_bytes = row_bytes(ty, cols)?;
     let usable = usize::try_from(max_bytes.saturating_sub(4)).unwrap_or(usize::MAX);
     let per_part = usable / row_bytes.max(1);
@@ -266,7 +722,7 @@ pub fn split_rows(
         .collect())
 }
 
-fn row_bytes(ty: WeightType, cols: usize) -> Result<usize> {
+fn row_bytes(ty: GpuType, cols: usize) -> Result<usize> {
     if cols == 0 || !cols.is_multiple_of(ty.block_values()) {
         return Err(KernelError::RaggedRow {
             cols,
@@ -289,35 +745,119 @@ pub fn padded_words(blocks: &[u8]) -> Vec<u8> {
     out
 }
 
-/// One part of a weight matrix on the GPU: its blocks (see [`padded_words`]) and the
-/// parameters [`Matmul`] and [`Embed`] read.
+/// One part of a weight matrix on the GPU: its blocks (see [`padded_words`]) and the output
+/// rows of the whole matrix it holds.
 #[derive(Debug, Clone)]
 pub struct GpuPart {
     /// The part's padded block bytes.
     pub weights: Handle,
     /// The output rows of the whole matrix this part holds.
     pub rows: Range<usize>,
-    /// [`Matmul`]'s parameters for the launch of rows 0..16, made once at upload: decode and
-    /// verification launch only that one, so a step uploads no parameters.
-    first_launch: Handle,
+    /// The embedding lookup's parameters for this part, made at upload.
+    embed_params: Handle,
 }
 
-/// [`Matmul`]'s parameters: `[out_rows, n_in, row_bytes, y_stride, y_offset, groups_x, row0]`.
-fn matmul_params(
-    part: &Range<usize>,
-    cols: usize,
-    row_bytes: usize,
-    rows: usize,
-    row0: usize,
-) -> [u32; 7] {
-    let (gx, _) = grid(part.len().div_ceil(ROWS_PER_GROUP));
-    [part.len(), cols, row_bytes, rows, part.start, gx, row0].map(|v| v as u32)
+/// One matmul launch: its weight bindings, their types, parameters made once, and its
+/// workgroups.
+#[derive(Debug, Clone)]
+struct MatmulLaunch {
+    weights: Vec<Handle>,
+    types: Vec<GpuType>,
+    params: Handle,
+    groups: usize,
+    rows: Rows,
+}
+
+/// What the matmul reads from its parameter buffer (matmul.wgsl): the matrices' output ranges
+/// and row bytes, where its outputs go, and which of the step's row counts it runs over.
+struct MatmulParams {
+    n_in: usize,
+    y_stride: usize,
+    y_offset: usize,
+    outputs: usize,
+    groups: usize,
+    rows: Rows,
+    bias: bool,
+    /// The first output of matrices 1 and 2 (`outputs` where there are fewer).
+    firsts: [usize; 2],
+    row_bytes: [usize; 3],
+}
+
+impl MatmulParams {
+    fn words(&self) -> Result<Vec<u32>> {
+        let (gx, _) = grid(self.groups);
+        let values = [
+            self.n_in,
+            self.y_stride,
+            self.y_offset,
+            self.outputs,
+            gx,
+            usize::from(self.rows == Rows::Tail),
+            usize::from(self.bias),
+            self.firsts[0],
+            self.firsts[1],
+            self.row_bytes[0],
+            self.row_bytes[1],
+            self.row_bytes[2],
+        ];
+        let mut words = values
+            .iter()
+            .map(|&v| {
+                u32::try_from(v).map_err(|_| KernelError::Shape {
+                    what: "a matmul parameter (at most u32::MAX)",
+                    expected: u32::MAX as usize,
+                    found: v,
+                })
+            })
+            .collect::<Result<Vec<u32>>>()?;
+        words.push(NEG_INF_BITS);
+        Ok(words)
+    }
+}
+
+impl MatmulLaunch {
+    /// Enqueues the product of the step's rows of `x` into `y` (and `bias`, or a stand-in).
+    #[allow(clippy::too_many_arguments)] // one launch's bindings
+    fn run(
+        &self,
+        client: &Client,
+        reduce: Reduce,
+        epilogue: Epilogue,
+        x: &Handle,
+        y: &Handle,
+        bias: Option<&Handle>,
+        step: &StepBuffer,
+    ) {
+        let rows = self.rows.count(step);
+        let (gx, gy) = grid(self.groups);
+        let w0 = &self.weights[0];
+        let w = |b: usize| self.weights.get(b).unwrap_or(w0).clone().binding();
+        launch(
+            client,
+            Shader::Matmul {
+                types: self.types.clone(),
+                rows: row_bound(rows),
+                reduce,
+                epilogue,
+            },
+            CubeCount::Static(gx as u32, gy as u32, rows.div_ceil(MAX_ROWS) as u32),
+            KernelArguments::new()
+                .with_buffer(w(0))
+                .with_buffer(w(1))
+                .with_buffer(w(2))
+                .with_buffer(x.clone().binding())
+                .with_buffer(y.clone().binding())
+                .with_buffer(bias.unwrap_or(&self.params).clone().binding())
+                .with_buffer(self.params.clone().binding())
+                .with_buffer(step.handle().clone().binding()),
+        );
+    }
 }
 
 /// A `[rows, cols]` matrix of GGUF blocks in GPU memory, split by output rows where needed.
 #[derive(Debug, Clone)]
 pub struct GpuMatrix {
-    ty: WeightType,
+    ty: GpuType,
     rows: usize,
     cols: usize,
     parts: Vec<GpuPart>,
@@ -332,12 +872,13 @@ impl GpuMatrix {
     /// [`KernelError::Shape`] for a size that does not match the shape, and as [`split_rows`].
     pub fn upload(
         client: &Client,
-        ty: WeightType,
+        ty: impl Into<GpuType>,
         rows: usize,
         cols: usize,
         blocks: &[u8],
         max_binding: u64,
     ) -> Result<Self> {
+        let ty = ty.into();
         let rb = row_bytes(ty, cols)?;
         let total = rows.checked_mul(rb).ok_or(KernelError::Overflow {
             what: "weight bytes",
@@ -367,12 +908,13 @@ impl GpuMatrix {
     /// [`KernelError::Shape`] for a part of the wrong size.
     pub fn upload_with<'b, E: From<KernelError>>(
         client: &Client,
-        ty: WeightType,
+        ty: impl Into<GpuType>,
         rows: usize,
         cols: usize,
         max_binding: u64,
         mut read: impl FnMut(Range<u64>) -> std::result::Result<Cow<'b, [u8]>, E>,
     ) -> std::result::Result<Self, E> {
+        let ty = ty.into();
         let rb = row_bytes(ty, cols)?;
         let mut parts = Vec::new();
         for range in split_rows(ty, rows, cols, max_binding)? {
@@ -394,11 +936,15 @@ impl GpuMatrix {
                 }
                 Cow::Borrowed(b) => padded_words(b),
             };
+            COUNTERS.uploads.fetch_add(1, Ordering::Relaxed);
+            COUNTERS
+                .upload_bytes
+                .fetch_add(padded.len() as u64, Ordering::Relaxed);
+            let embed_params = [range.len(), cols, rb, range.start].map(|v| v as u32);
             parts.push(GpuPart {
                 // `create` takes the buffer as is (`create_from_slice` would copy it twice).
                 weights: client.create(Bytes::from_bytes_vec(padded)),
-                first_launch: client
-                    .create_from_slice(&u32_bytes(&matmul_params(&range, cols, rb, rows, 0))),
+                embed_params: upload_words(client, &embed_params),
                 rows: range,
             });
         }
@@ -436,7 +982,7 @@ impl GpuMatrix {
     }
 
     /// The block type.
-    pub fn ty(&self) -> WeightType {
+    pub fn ty(&self) -> GpuType {
         self.ty
     }
 
@@ -461,96 +1007,258 @@ impl GpuMatrix {
     }
 
     /// Enqueues `y[t, rows] = x[t, cols] · Wᵀ` on `client`: `x` holds `t` f32 rows of `cols`
-    /// values, `y` room for `t` f32 rows of [`GpuMatrix::rows`] values (both contiguous). Rows
-    /// go [`MAX_ROWS`] at a time (a prefill reads the weights once per 16 rows); each row's
-    /// result is the same whichever launch computes it.
+    /// values, `y` room for `t` f32 rows of [`GpuMatrix::rows`] values (both contiguous). One
+    /// launch per part whatever `t` (16 rows a workgroup); each row's result is the same
+    /// whichever launch computes it. Uploads `t` as a step of its own: a forward pass of the
+    /// model runs a [`MatrixGroup`] with the forward's step instead.
     ///
     /// # Errors
-    /// [`KernelError::TooManyRows`] for t = 0, [`KernelError::Shape`] for buffers smaller than
-    /// the shapes need.
+    /// [`KernelError::Shape`] for t = 0 or buffers smaller than the shapes need.
     pub fn matmul(&self, client: &Client, x: &Handle, y: &Handle, t: usize) -> Result<()> {
-        if t == 0 {
-            return Err(KernelError::TooManyRows {
-                rows: 0,
-                max: MAX_ROWS,
-            });
-        }
-        self.check_size("x", x, t * self.cols * 4)?;
-        self.check_size("y", y, t * self.rows * 4)?;
-        let rb = row_bytes(self.ty, self.cols)?;
-        for row0 in (0..t).step_by(MAX_ROWS) {
-            let m = (t - row0).min(MAX_ROWS);
-            for part in &self.parts {
-                let (gx, gy) = grid(part.rows.len().div_ceil(ROWS_PER_GROUP));
-                let params = if row0 == 0 {
-                    part.first_launch.clone()
-                } else {
-                    let p = matmul_params(&part.rows, self.cols, rb, self.rows, row0);
-                    client.create_from_slice(&u32_bytes(&p))
-                };
-                client.launch(
-                    Box::new(Matmul {
-                        ty: self.ty,
-                        rows: m,
-                        reduce: self.reduce,
-                    }),
-                    CubeCount::Static(gx as u32, gy as u32, 1),
-                    KernelArguments::new()
-                        .with_buffer(part.weights.clone().binding())
-                        .with_buffer(x.clone().binding())
-                        .with_buffer(y.clone().binding())
-                        .with_buffer(params.binding()),
-                );
-            }
-        }
-        Ok(())
+        let ids = vec![0; t];
+        let step = StepBuffer::new(client, &Step::chain(&ids, 0, t, self.rows)?);
+        MatrixGroup::new(client, vec![self.clone()], Epilogue::Store, None, Rows::All)?
+            .run(client, x, y, &step)
     }
 
-    /// Enqueues the lookup of `n_ids` rows: `ids` holds u32 row indices (each below
-    /// [`GpuMatrix::rows`]; the caller checks them), `out` room for `n_ids` f32 rows of
-    /// [`GpuMatrix::cols`] values.
+    /// Enqueues the lookup of the step's token ids (each below [`GpuMatrix::rows`]; the caller
+    /// checks them): `out` has room for the step's rows of [`GpuMatrix::cols`] values.
     ///
     /// # Errors
-    /// [`KernelError::Shape`] for buffers of the wrong size or more ids than one dispatch takes.
-    pub fn embed(&self, client: &Client, ids: &Handle, out: &Handle, n_ids: usize) -> Result<()> {
-        self.check_size("ids", ids, n_ids * 4)?;
-        self.check_size("out", out, n_ids * self.cols * 4)?;
-        if n_ids == 0 || n_ids > MAX_GROUPS_PER_DIM {
+    /// [`KernelError::Shape`] for an output buffer too small or more ids than one dispatch
+    /// takes.
+    pub fn embed(&self, client: &Client, step: &StepBuffer, out: &Handle) -> Result<()> {
+        let n_ids = step.rows();
+        check_size("out", out, n_ids * self.cols * 4)?;
+        if n_ids > MAX_GROUPS_PER_DIM {
             return Err(KernelError::Shape {
                 what: "token ids in one lookup (at most 65,535)",
-                expected: n_ids.clamp(1, MAX_GROUPS_PER_DIM),
+                expected: MAX_GROUPS_PER_DIM,
                 found: n_ids,
             });
         }
-        let rb = row_bytes(self.ty, self.cols)?;
         let gx = (self.cols / 32).div_ceil(EMBED_THREADS);
         for part in &self.parts {
-            let params = [part.rows.len(), self.cols, rb, part.rows.start, n_ids].map(|v| v as u32);
-            let params = client.create_from_slice(u32_bytes(&params).as_slice());
-            client.launch(
-                Box::new(Embed { ty: self.ty }),
+            launch(
+                client,
+                Shader::Embed(self.ty),
                 CubeCount::Static(gx as u32, n_ids as u32, 1),
                 KernelArguments::new()
                     .with_buffer(part.weights.clone().binding())
-                    .with_buffer(ids.clone().binding())
+                    .with_buffer(step.handle().clone().binding())
                     .with_buffer(out.clone().binding())
-                    .with_buffer(params.binding()),
+                    .with_buffer(part.embed_params.clone().binding()),
             );
         }
         Ok(())
     }
+}
 
-    fn check_size(&self, what: &'static str, handle: &Handle, want: usize) -> Result<()> {
-        let have = usize::try_from(handle.size()).unwrap_or(usize::MAX);
-        if have < want {
-            return Err(KernelError::Shape {
+/// Up to three matrices that multiply the same activations in one launch (q | k | v, with
+/// their biases; gate | up, with SiLU(gate)·up computed in the kernel), or one matrix (one
+/// launch per part), with what the sums become ([`Epilogue`]). Parameters are made once, here;
+/// a launch uploads nothing.
+#[derive(Debug, Clone)]
+pub struct MatrixGroup {
+    launches: Vec<MatmulLaunch>,
+    epilogue: Epilogue,
+    reduce: Reduce,
+    bias: Option<Handle>,
+    cols: usize,
+    outputs: usize,
+    bytes: u64,
+}
+
+impl MatrixGroup {
+    /// Groups `members` (each `[rows_i, cols]`, the same cols) whose outputs go, numbered
+    /// through the members in order, into a `[rows, outputs]` y (SwiGLU: `[rows, rows_0]`),
+    /// computed over the step's `rows`; `bias` (Store only) adds one value per output.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for no member or more than three, widths that differ, a SwiGLU
+    /// that is not two members of equal rows, a bias of the wrong length or with another
+    /// epilogue, or several members where one is split into parts.
+    pub fn new(
+        client: &Client,
+        members: Vec<GpuMatrix>,
+        epilogue: Epilogue,
+        bias: Option<&[f32]>,
+        rows: Rows,
+    ) -> Result<Self> {
+        let shape = |what, expected, found| {
+            Err(KernelError::Shape {
                 what,
-                expected: want,
-                found: have,
+                expected,
+                found,
+            })
+        };
+        let n = members.len();
+        let Some(first) = members.first() else {
+            return shape("matrices in a group (1 to 3)", 1, 0);
+        };
+        if n > 3 {
+            return shape("matrices in a group (1 to 3)", 3, n);
+        }
+        let cols = first.cols;
+        if let Some(m) = members.iter().find(|m| m.cols != cols) {
+            return shape("input width of a group's matrices", cols, m.cols);
+        }
+        let total: usize = members.iter().map(GpuMatrix::rows).sum();
+        if epilogue == Epilogue::SwiGlu && (n != 2 || members[1].rows != first.rows) {
+            return shape(
+                "gate and up rows of a SwiGLU",
+                first.rows,
+                total - first.rows,
+            );
+        }
+        let outputs = if epilogue == Epilogue::SwiGlu {
+            first.rows
+        } else {
+            total
+        };
+        if let Some(b) = bias
+            && (b.len() != total || epilogue != Epilogue::Store)
+        {
+            return shape(
+                "bias values of a group (one per output, Store only)",
+                total,
+                b.len(),
+            );
+        }
+        let row_bytes: Vec<usize> = members
+            .iter()
+            .map(|m| row_bytes(m.ty, m.cols))
+            .collect::<Result<_>>()?;
+        let mut launches = Vec::new();
+        if n == 1 {
+            // One matrix: one launch per part, each writing its own columns of y.
+            for part in &first.parts {
+                let groups = part.rows.len().div_ceil(ROWS_PER_GROUP);
+                let params = MatmulParams {
+                    n_in: cols,
+                    y_stride: total,
+                    y_offset: part.rows.start,
+                    outputs: part.rows.len(),
+                    groups,
+                    rows,
+                    bias: bias.is_some(),
+                    firsts: [part.rows.len(); 2],
+                    row_bytes: [row_bytes[0]; 3],
+                };
+                launches.push(MatmulLaunch {
+                    weights: vec![part.weights.clone()],
+                    types: vec![first.ty],
+                    params: upload_words(client, &params.words()?),
+                    groups,
+                    rows,
+                });
+            }
+        } else {
+            if let Some(m) = members.iter().find(|m| m.parts.len() != 1) {
+                return shape(
+                    "parts of a grouped matrix (one binding each)",
+                    1,
+                    m.parts.len(),
+                );
+            }
+            let firsts = [
+                first.rows,
+                members
+                    .get(2)
+                    .map_or(total, |_| first.rows + members[1].rows),
+            ];
+            let groups = if epilogue == Epilogue::SwiGlu {
+                first.rows.div_ceil(2)
+            } else {
+                total.div_ceil(ROWS_PER_GROUP)
+            };
+            let params = MatmulParams {
+                n_in: cols,
+                y_stride: outputs,
+                y_offset: 0,
+                outputs: total,
+                groups,
+                rows,
+                bias: bias.is_some(),
+                firsts,
+                row_bytes: [
+                    row_bytes[0],
+                    row_bytes[1],
+                    row_bytes.get(2).copied().unwrap_or(row_bytes[0]),
+                ],
+            };
+            launches.push(MatmulLaunch {
+                weights: members.iter().map(|m| m.parts[0].weights.clone()).collect(),
+                types: members.iter().map(GpuMatrix::ty).collect(),
+                params: upload_words(client, &params.words()?),
+                groups,
+                rows,
             });
+        }
+        Ok(Self {
+            launches,
+            epilogue,
+            reduce: first.reduce,
+            bias: bias.map(|b| upload_f32(client, b)),
+            cols,
+            outputs,
+            bytes: members.iter().map(GpuMatrix::bytes).sum(),
+        })
+    }
+
+    /// Outputs per row of y.
+    pub fn outputs(&self) -> usize {
+        self.outputs
+    }
+
+    /// Bytes of blocks one product reads.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Launches per product.
+    pub fn launches(&self) -> usize {
+        self.launches.len()
+    }
+
+    /// Enqueues the product over the step's rows: `x` holds them (`cols` values each), `y`
+    /// room for as many rows of [`MatrixGroup::outputs`] values (read as well as written with
+    /// [`Epilogue::Add`]).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for buffers smaller than the shapes need.
+    pub fn run(&self, client: &Client, x: &Handle, y: &Handle, step: &StepBuffer) -> Result<()> {
+        let rows = self
+            .launches
+            .first()
+            .map_or(step.rows, |l| l.rows.count(step));
+        check_size("x", x, rows * self.cols * 4)?;
+        check_size("y", y, rows * self.outputs * 4)?;
+        for l in &self.launches {
+            l.run(
+                client,
+                self.reduce,
+                self.epilogue,
+                x,
+                y,
+                self.bias.as_ref(),
+                step,
+            );
         }
         Ok(())
     }
+}
+
+fn check_size(what: &'static str, handle: &Handle, want: usize) -> Result<()> {
+    let have = usize::try_from(handle.size()).unwrap_or(usize::MAX);
+    if have < want {
+        return Err(KernelError::Shape {
+            what,
+            expected: want,
+            found: have,
+        });
+    }
+    Ok(())
 }
 
 /// Workgroups (x, y) covering `groups` with x within every adapter's per-dimension limit.

@@ -1,0 +1,23 @@
+// A token tree's accepted path moved into place in one layer's cache: for each move
+// (from, to), every key and value head's row `from` copied to row `to`. Moves go root first and
+// never read a row an earlier move wrote (KvCache::keep_rows), so they run one after another
+// in one workgroup per head.
+
+@group(0) @binding(0) var<storage, read_write> kv: array<f32>; // [2, n_kv, capacity, head_dim]
+@group(0) @binding(1) var<storage, read_write> mv: array<u32>; // [n, capacity, from_0, to_0, …]
+// [head_dim]
+@group(0) @binding(2) var<storage, read_write> p: array<u32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let cap = mv[1];
+    let hd = p[0];
+    let head = wg.x * cap * hd;
+    for (var i = 0u; i < mv[0]; i++) {
+        let src = head + mv[2u + 2u * i] * hd;
+        let to = head + mv[3u + 2u * i] * hd;
+        for (var d = lid; d < hd; d += 64u) {
+            kv[to + d] = kv[src + d];
+        }
+    }
+}

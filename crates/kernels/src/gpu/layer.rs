@@ -1,0 +1,455 @@
+//! The kernels of a Llama block besides its matrix products, and the logits' summary: each a
+//! type holding its parameter buffer (made once, at load) and one `run` that launches it over a
+//! forward's [`StepBuffer`].
+
+use cubecl::client::Client;
+use cubecl::prelude::CubeCount;
+use cubecl::server::{Handle, KernelArguments};
+
+use super::{NEG_INF_BITS, Shader, StepBuffer, check_size, launch, upload_f32, upload_words};
+use crate::error::{KernelError, Result};
+
+fn word(what: &'static str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| KernelError::Shape {
+        what,
+        expected: u32::MAX as usize,
+        found: v,
+    })
+}
+
+/// RMSNorm with its weight: `y = x / rms(x) · g` per row.
+#[derive(Debug, Clone)]
+pub struct Norm {
+    weight: Handle,
+    every_row: Handle,
+    tail_rows: Handle,
+    d: usize,
+}
+
+impl Norm {
+    /// A norm of `weight.len()` values with `eps` (finite, > 0: the model's config checks it).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for an empty weight.
+    pub fn new(client: &Client, weight: &[f32], eps: f32) -> Result<Self> {
+        let d = weight.len();
+        if d == 0 {
+            return Err(KernelError::Shape {
+                what: "values of a norm's weight",
+                expected: 1,
+                found: 0,
+            });
+        }
+        let dw = word("norm width", d)?;
+        Ok(Self {
+            weight: upload_f32(client, weight),
+            every_row: upload_words(client, &[dw, eps.to_bits(), 0]),
+            tail_rows: upload_words(client, &[dw, eps.to_bits(), 1]),
+            d,
+        })
+    }
+
+    /// Enqueues the norm of the step's rows of `x` into `y`: every row, or with `tail` only
+    /// the last (logit) rows, into the first rows of `y`.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for buffers smaller than the shapes need.
+    pub fn run(
+        &self,
+        client: &Client,
+        x: &Handle,
+        y: &Handle,
+        step: &StepBuffer,
+        tail: bool,
+    ) -> Result<()> {
+        let out_rows = if tail { step.tail() } else { step.rows() };
+        check_size("norm input", x, step.rows() * self.d * 4)?;
+        check_size("norm output", y, out_rows * self.d * 4)?;
+        let params = if tail {
+            &self.tail_rows
+        } else {
+            &self.every_row
+        };
+        launch(
+            client,
+            Shader::Norm,
+            CubeCount::Static(word("rows", out_rows)?, 1, 1),
+            KernelArguments::new()
+                .with_buffer(x.clone().binding())
+                .with_buffer(self.weight.clone().binding())
+                .with_buffer(y.clone().binding())
+                .with_buffer(params.clone().binding())
+                .with_buffer(step.handle().clone().binding()),
+        );
+        Ok(())
+    }
+}
+
+/// The attention heads of a layer. A layer's KV cache is one buffer `[2, kv_heads, capacity,
+/// head_dim]` f32 (keys, then values); the capacity is the step's ([`Step::with_capacity`]).
+///
+/// [`Step::with_capacity`]: super::Step::with_capacity
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heads {
+    /// Query heads.
+    pub heads: usize,
+    /// Key / value heads (dividing `heads`).
+    pub kv_heads: usize,
+    /// Values per head (even, at most 256).
+    pub head_dim: usize,
+}
+
+impl Heads {
+    /// Bytes of one layer's cache of `capacity` rows.
+    ///
+    /// # Errors
+    /// [`KernelError::Overflow`] past usize.
+    pub fn cache_bytes(&self, capacity: usize) -> Result<usize> {
+        2usize
+            .checked_mul(self.kv_heads)
+            .and_then(|v| v.checked_mul(capacity))
+            .and_then(|v| v.checked_mul(self.head_dim))
+            .and_then(|v| v.checked_mul(4))
+            .ok_or(KernelError::Overflow {
+                what: "KV cache bytes",
+                rows: capacity,
+                cols: self.kv_heads * self.head_dim,
+            })
+    }
+
+    fn check(&self) -> Result<()> {
+        let ok = self.kv_heads > 0
+            && self.heads.is_multiple_of(self.kv_heads)
+            && self.heads >= self.kv_heads
+            && self.head_dim.is_multiple_of(2)
+            && (2..=256).contains(&self.head_dim);
+        if ok {
+            Ok(())
+        } else {
+            Err(KernelError::Shape {
+                what: "heads (a multiple of the KV heads) and head width (even, 2 to 256)",
+                expected: self.kv_heads.max(1),
+                found: self.heads,
+            })
+        }
+    }
+
+    fn words(&self) -> Result<[u32; 3]> {
+        Ok([
+            word("heads", self.heads)?,
+            word("KV heads", self.kv_heads)?,
+            word("head width", self.head_dim)?,
+        ])
+    }
+}
+
+/// RoPE on the query and key heads of a q | k | v product, queries out, keys and values into
+/// the layer's cache; Qwen3's per-head norms where the model has them. The table is the
+/// model's, shared by every layer's copy ([`Rope::with_head_norms`]).
+#[derive(Debug, Clone)]
+pub struct Rope {
+    heads: Heads,
+    params: Handle,
+    /// `[2, head_dim]`: q_norm then k_norm (zeros where there are none).
+    norms: Handle,
+    head_norm: bool,
+    /// `[context, head_dim / 2, 2]` cos, sin.
+    table: Handle,
+    context: usize,
+}
+
+impl Rope {
+    /// RoPE for `heads` with the model's `cos` / `sin` tables (`[context, head_dim / 2]`
+    /// each), halves or interleaved pairs; `eps` for per-head norms.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for tables of the wrong size or a bad head shape.
+    pub fn new(
+        client: &Client,
+        heads: Heads,
+        (cos, sin): (&[f32], &[f32]),
+        halves: bool,
+        eps: f32,
+    ) -> Result<Self> {
+        heads.check()?;
+        let half = heads.head_dim / 2;
+        if cos.len() != sin.len() || cos.is_empty() || !cos.len().is_multiple_of(half) {
+            return Err(KernelError::Shape {
+                what: "RoPE table values (context × head_dim / 2, cos and sin alike)",
+                expected: cos.len(),
+                found: sin.len(),
+            });
+        }
+        let table: Vec<f32> = cos.iter().zip(sin).flat_map(|(&c, &s)| [c, s]).collect();
+        let [h, kv, d] = heads.words()?;
+        Ok(Self {
+            heads,
+            params: upload_words(client, &[h, kv, d, u32::from(halves), eps.to_bits()]),
+            norms: upload_f32(client, &vec![0.0; 2 * heads.head_dim]),
+            head_norm: false,
+            table: upload_f32(client, &table),
+            context: cos.len() / half,
+        })
+    }
+
+    /// The same RoPE (sharing its table) after per-head RMSNorms with weights `q_norm` and
+    /// `k_norm` (`head_dim` values each: Qwen3).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for weights of the wrong length.
+    pub fn with_head_norms(&self, client: &Client, q_norm: &[f32], k_norm: &[f32]) -> Result<Self> {
+        let hd = self.heads.head_dim;
+        if q_norm.len() != hd || k_norm.len() != hd {
+            return Err(KernelError::Shape {
+                what: "per-head norm values",
+                expected: hd,
+                found: q_norm.len().max(k_norm.len()),
+            });
+        }
+        Ok(Self {
+            norms: upload_f32(client, &[q_norm, k_norm].concat()),
+            head_norm: true,
+            ..self.clone()
+        })
+    }
+
+    /// The positions the table covers.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// Enqueues RoPE over the step's rows of `qkv` (`[rows, (heads + 2 kv_heads) · head_dim]`),
+    /// queries into `q` (`[rows, heads · head_dim]`), keys and values into `kv` at cache rows
+    /// `start..start + rows` (every position below [`Rope::context`]: the caller checks).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for buffers smaller than the shapes need.
+    pub fn run(
+        &self,
+        client: &Client,
+        qkv: &Handle,
+        q: &Handle,
+        kv: &Handle,
+        step: &StepBuffer,
+    ) -> Result<()> {
+        let s = &self.heads;
+        let rows = step.rows();
+        check_size(
+            "q | k | v",
+            qkv,
+            rows * (s.heads + 2 * s.kv_heads) * s.head_dim * 4,
+        )?;
+        check_size("queries", q, rows * s.heads * s.head_dim * 4)?;
+        check_size("KV cache", kv, s.cache_bytes(step.capacity())?)?;
+        launch(
+            client,
+            Shader::Rope {
+                head_norm: self.head_norm,
+            },
+            CubeCount::Static(word("heads", s.heads + s.kv_heads)?, word("rows", rows)?, 1),
+            KernelArguments::new()
+                .with_buffer(qkv.clone().binding())
+                .with_buffer(q.clone().binding())
+                .with_buffer(kv.clone().binding())
+                .with_buffer(self.table.clone().binding())
+                .with_buffer(self.norms.clone().binding())
+                .with_buffer(self.params.clone().binding())
+                .with_buffer(step.handle().clone().binding()),
+        );
+        Ok(())
+    }
+}
+
+/// Attention over a layer's cache for every query head of the step's rows.
+#[derive(Debug, Clone)]
+pub struct Attention {
+    heads: Heads,
+    params: Handle,
+}
+
+impl Attention {
+    /// Attention for `heads`, scores scaled by 1/√head_dim.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for a bad head shape.
+    pub fn new(client: &Client, heads: Heads) -> Result<Self> {
+        heads.check()?;
+        let [h, kv, d] = heads.words()?;
+        let scale = 1.0 / (heads.head_dim as f32).sqrt();
+        Ok(Self {
+            heads,
+            params: upload_words(client, &[h, kv, d, scale.to_bits()]),
+        })
+    }
+
+    /// Enqueues attention of the step's rows' queries `q` (`[rows, heads · head_dim]`) over
+    /// `kv` into `out` (same shape as `q`).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for buffers smaller than the shapes need.
+    pub fn run(
+        &self,
+        client: &Client,
+        q: &Handle,
+        kv: &Handle,
+        out: &Handle,
+        step: &StepBuffer,
+    ) -> Result<()> {
+        let s = &self.heads;
+        let rows = step.rows();
+        check_size("queries", q, rows * s.heads * s.head_dim * 4)?;
+        check_size("attention output", out, rows * s.heads * s.head_dim * 4)?;
+        check_size("KV cache", kv, s.cache_bytes(step.capacity())?)?;
+        launch(
+            client,
+            Shader::Attention,
+            CubeCount::Static(word("heads", s.heads)?, word("rows", rows)?, 1),
+            KernelArguments::new()
+                .with_buffer(q.clone().binding())
+                .with_buffer(kv.clone().binding())
+                .with_buffer(out.clone().binding())
+                .with_buffer(self.params.clone().binding())
+                .with_buffer(step.handle().clone().binding()),
+        );
+        Ok(())
+    }
+}
+
+/// Words a row's summary takes (summary.wgsl).
+pub const SUMMARY_WORDS: usize = 7;
+
+/// The top-2 summary of rows of logits (summary.wgsl).
+#[derive(Debug, Clone)]
+pub struct Summary {
+    params: Handle,
+    vocab: usize,
+}
+
+impl Summary {
+    /// Summaries of rows of `vocab` logits.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for an empty vocabulary or one past u32.
+    pub fn new(client: &Client, vocab: usize) -> Result<Self> {
+        if vocab == 0 {
+            return Err(KernelError::Shape {
+                what: "vocabulary of a logit summary",
+                expected: 1,
+                found: 0,
+            });
+        }
+        Ok(Self {
+            params: upload_words(client, &[word("vocabulary", vocab)?, 0, NEG_INF_BITS]),
+            vocab,
+        })
+    }
+
+    /// Enqueues the summaries of the first `rows` rows of `logits` into `out`
+    /// (`rows × SUMMARY_WORDS` words).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for buffers smaller than the shapes need.
+    pub fn run(&self, client: &Client, logits: &Handle, out: &Handle, rows: usize) -> Result<()> {
+        check_size("logits", logits, rows * self.vocab * 4)?;
+        check_size("summaries", out, rows * SUMMARY_WORDS * 4)?;
+        launch(
+            client,
+            Shader::Summary,
+            CubeCount::Static(word("rows", rows)?, 1, 1),
+            KernelArguments::new()
+                .with_buffer(logits.clone().binding())
+                .with_buffer(out.clone().binding())
+                .with_buffer(self.params.clone().binding()),
+        );
+        Ok(())
+    }
+}
+
+/// Moves a token tree's accepted rows into place in a layer's cache, and copies whole caches.
+#[derive(Debug, Clone)]
+pub struct CopyRows {
+    heads: Heads,
+    params: Handle,
+}
+
+impl CopyRows {
+    /// Row moves for caches of `heads`.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for a bad head shape.
+    pub fn new(client: &Client, heads: Heads) -> Result<Self> {
+        heads.check()?;
+        Ok(Self {
+            heads,
+            params: upload_words(client, &[word("head width", heads.head_dim)?]),
+        })
+    }
+
+    /// The moves `(from, to)` in caches of `capacity` rows, as the kernel reads them: one
+    /// upload a step, shared by every layer's launch.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for a row past the capacity.
+    pub fn moves(
+        &self,
+        client: &Client,
+        moves: &[(usize, usize)],
+        capacity: usize,
+    ) -> Result<Handle> {
+        let mut words = vec![word("moves", moves.len())?, word("capacity", capacity)?];
+        for &(from, to) in moves {
+            if from.max(to) >= capacity {
+                return Err(KernelError::Shape {
+                    what: "a moved cache row (below the capacity)",
+                    expected: capacity,
+                    found: from.max(to),
+                });
+            }
+            words.extend([word("row", from)?, word("row", to)?]);
+        }
+        Ok(upload_words(client, &words))
+    }
+
+    /// Enqueues the moves (made by [`CopyRows::moves`] for this cache's capacity) in `kv`.
+    pub fn run(&self, client: &Client, kv: &Handle, moves: &Handle) -> Result<()> {
+        launch(
+            client,
+            Shader::Copy,
+            CubeCount::Static(word("heads", 2 * self.heads.kv_heads)?, 1, 1),
+            KernelArguments::new()
+                .with_buffer(kv.clone().binding())
+                .with_buffer(moves.clone().binding())
+                .with_buffer(self.params.clone().binding()),
+        );
+        Ok(())
+    }
+}
+
+/// A copy of `src` (`bytes`, a multiple of 4) made on the device: a new buffer.
+///
+/// # Errors
+/// [`KernelError::Shape`] for a size that is not whole words or past the source.
+pub fn clone_buffer(client: &Client, src: &Handle, bytes: usize) -> Result<Handle> {
+    check_size("copied buffer", src, bytes)?;
+    if !bytes.is_multiple_of(4) {
+        return Err(KernelError::Shape {
+            what: "bytes of a copied buffer (whole words)",
+            expected: bytes.div_ceil(4) * 4,
+            found: bytes,
+        });
+    }
+    let dst = client.empty(bytes.max(4));
+    let words = bytes / 4;
+    let (gx, gy) = super::grid(words.div_ceil(256));
+    let params = upload_words(client, &[word("words", words)?, word("groups", gx)?]);
+    launch(
+        client,
+        Shader::Clone,
+        CubeCount::Static(word("groups", gx)?, word("groups", gy)?, 1),
+        KernelArguments::new()
+            .with_buffer(src.clone().binding())
+            .with_buffer(dst.clone().binding())
+            .with_buffer(params.binding()),
+    );
+    Ok(dst)
+}

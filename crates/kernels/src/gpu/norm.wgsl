@@ -1,0 +1,42 @@
+// RMSNorm of rows of x: y[r, i] = x[r', i] / sqrt(mean_i x[r', i]² + eps) · g[i], one workgroup
+// per output row r (the dispatch's width: the forward's rows, or its last `tail` rows, r' =
+// rows − tail + r). The sum of squares is taken in a fixed order per row (64 strided partial
+// sums, then a fixed tree), so a row's result does not depend on the rows beside it.
+
+@group(0) @binding(0) var<storage, read_write> x: array<f32>; // [rows, d]
+@group(0) @binding(1) var<storage, read_write> g: array<f32>; // [d]
+@group(0) @binding(2) var<storage, read_write> y: array<f32>; // [rows or tail, d]
+// [d, eps (f32 bits), tail (1: the last s[1] rows of x, 0: every row)]
+@group(0) @binding(3) var<storage, read_write> p: array<u32>;
+@group(0) @binding(4) var<storage, read_write> s: array<u32>; // step (step.rs)
+
+var<workgroup> part: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let d = p[0];
+    let eps = bitcast<f32>(p[1]);
+    var src = wg.x;
+    if p[2] != 0u {
+        src = s[0] - s[1] + wg.x;
+    }
+    let xb = src * d;
+    var sum = 0.0;
+    for (var i = lid; i < d; i += 64u) {
+        let v = x[xb + i];
+        sum += v * v;
+    }
+    part[lid] = sum;
+    workgroupBarrier();
+    for (var step = 32u; step > 0u; step >>= 1u) {
+        if lid < step {
+            part[lid] += part[lid + step];
+        }
+        workgroupBarrier();
+    }
+    let inv = 1.0 / sqrt(part[0] / f32(d) + eps);
+    let yb = wg.x * d;
+    for (var i = lid; i < d; i += 64u) {
+        y[yb + i] = x[xb + i] * inv * g[i];
+    }
+}

@@ -1,0 +1,44 @@
+// The reads of GGUF block bytes from the weight binding `w` (u32 words), included once per
+// weight binding of a kernel: the kernel source renames `w` and every function here (and the
+// type's `load_group`, in decode/) with the binding's suffix, so a kernel over several matrices
+// of different types reads each through its own copy.
+
+// The 4 bytes at byte offset `off` (any alignment), little-endian. The weight buffer carries one
+// word of padding past its last block, so `w[i + 1]` exists.
+fn word_at(off: u32) -> u32 {
+    let i = off >> 2u;
+    let s = (off & 3u) * 8u;
+    if s == 0u {
+        return w[i];
+    }
+    return (w[i] >> s) | (w[i + 1u] << (32u - s));
+}
+
+fn f16_at(off: u32) -> f32 {
+    return unpack2x16float(word_at(off)).x;
+}
+
+fn byte_at(off: u32) -> u32 {
+    return (w[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu;
+}
+
+// Q4_K / Q5_K: the 6-bit scale and minimum of sub-block j from the 12 scale bytes at `off`.
+fn scale_min_k4(off: u32, j: u32) -> vec2<f32> {
+    if j < 4u {
+        return vec2<f32>(f32(byte_at(off + j) & 63u), f32(byte_at(off + j + 4u) & 63u));
+    }
+    let a = byte_at(off + j + 4u);
+    let sc = (a & 15u) | ((byte_at(off + j - 4u) >> 6u) << 4u);
+    let m = (a >> 4u) | ((byte_at(off + j) >> 6u) << 4u);
+    return vec2<f32>(f32(sc), f32(m));
+}
+
+// Q4_K / Q5_K: the scales of sub-block j of the super-block at `off` (f16 d and dmin, then the
+// 12 scale bytes): value = d·sc·q − dmin·m.
+fn k_scales(off: u32, j: u32) {
+    let dm = unpack2x16float(word_at(off));
+    let sm = scale_min_k4(off + 4u, j);
+    s0 = dm.x * sm.x;
+    s1 = s0;
+    mn = -dm.y * sm.y;
+}

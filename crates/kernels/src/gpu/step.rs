@@ -1,0 +1,222 @@
+//! The step buffer: what one forward pass tells every kernel it launches, written to the GPU
+//! once per forward (one small write, no parameters uploaded per launch).
+//!
+//! Layout, in u32 words:
+//! - `[0]` rows of this forward, `[1]` the last rows that get logits (`tail`), `[2]` the logit
+//!   limit (outputs of the output head at or past it are −inf), `[3]` the cache row of the
+//!   first row (`start`: the cache's length before the forward), `[4]` the cache's capacity
+//!   (rows per head in its buffers), `[5..8]` zero;
+//! - `[8 .. 8 + rows]` the token ids ([`IDS`]);
+//! - `[8 + rows + 4r ..]` row r's position (RoPE), `lo` and the two words of its tree mask:
+//!   row r sees cache rows `0..lo` and `lo + b` for every bit b set in the mask.
+
+use crate::error::{KernelError, Result};
+
+/// Where the token ids start in the step buffer.
+pub const IDS: usize = 8;
+
+/// Most rows of a token tree the GPU's attention can tell apart (one 64-bit mask a row).
+pub const MAX_TREE_ROWS: usize = 64;
+
+/// One forward's step words (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    words: Vec<u32>,
+    rows: usize,
+    tail: usize,
+}
+
+fn word(what: &'static str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| KernelError::Shape {
+        what,
+        expected: u32::MAX as usize,
+        found: v,
+    })
+}
+
+impl Step {
+    fn header(ids: &[u32], tail: usize, limit: usize, start: usize) -> Result<Vec<u32>> {
+        let rows = ids.len();
+        if rows == 0 || tail == 0 || tail > rows {
+            return Err(KernelError::Shape {
+                what: "rows of a forward (at least 1) and its logit rows (1 to rows)",
+                expected: rows.max(1),
+                found: tail,
+            });
+        }
+        let mut words = Vec::with_capacity(IDS + 5 * rows);
+        words.extend([
+            word("rows", rows)?,
+            word("tail", tail)?,
+            word("logit limit", limit)?,
+            word("start", start)?,
+            word("capacity", start + rows)?,
+            0,
+            0,
+            0,
+        ]);
+        words.extend_from_slice(ids);
+        Ok(words)
+    }
+
+    /// A chain: `ids` at cache rows and positions `start..`, each row seeing every row before
+    /// it and itself; logits for the last `tail` rows, for outputs below `limit`.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for no rows, a tail of 0 or past the rows, or a count past u32.
+    pub fn chain(ids: &[u32], start: usize, tail: usize, limit: usize) -> Result<Self> {
+        let mut words = Self::header(ids, tail, limit, start)?;
+        for r in 0..ids.len() {
+            let pos = word("position", start + r)?;
+            words.extend([pos, pos + 1, 0, 0]);
+        }
+        Ok(Self {
+            words,
+            rows: ids.len(),
+            tail,
+        })
+    }
+
+    /// The last `ids.len()` rows of a token tree whose rows start at cache row `base`
+    /// (`parents` lists every row of the tree, the new ones last; the earlier ones are cached at
+    /// `base..start`): row r sits at position `base` + its depth and sees the cache before
+    /// `base`, its ancestors and itself, so its attention equals the chain's over its path.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for a parent list that does not end with these rows, a parent
+    /// that is not an earlier row, or a tree of more than [`MAX_TREE_ROWS`] rows.
+    pub fn tree(
+        ids: &[u32],
+        base: usize,
+        parents: &[Option<usize>],
+        tail: usize,
+        limit: usize,
+    ) -> Result<Self> {
+        let n = parents.len();
+        if n > MAX_TREE_ROWS || ids.len() > n {
+            return Err(KernelError::Shape {
+                what: "rows of a token tree on the GPU",
+                expected: MAX_TREE_ROWS.min(n.max(ids.len())),
+                found: n.max(ids.len()),
+            });
+        }
+        let first = n - ids.len();
+        let mut words = Self::header(ids, tail, limit, base + first)?;
+        let mut depth = Vec::with_capacity(n);
+        let mut mask = Vec::<u64>::with_capacity(n);
+        for (a, &p) in parents.iter().enumerate() {
+            match p {
+                None => {
+                    depth.push(0);
+                    mask.push(1 << a);
+                }
+                Some(p) if p < a => {
+                    depth.push(depth[p] + 1);
+                    mask.push(mask[p] | 1 << a);
+                }
+                Some(p) => {
+                    return Err(KernelError::Shape {
+                        what: "a tree row's parent (an earlier row)",
+                        expected: a,
+                        found: p,
+                    });
+                }
+            }
+        }
+        let lo = word("tree base", base)?;
+        for a in first..n {
+            let pos = word("position", base + depth[a])?;
+            words.extend([pos, lo, mask[a] as u32, (mask[a] >> 32) as u32]);
+        }
+        Ok(Self {
+            words,
+            rows: ids.len(),
+            tail,
+        })
+    }
+
+    /// The same step over a cache of `capacity` rows (the layout of its buffers; the row count
+    /// of the step alone, start + rows, where no cache is read).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for a capacity below the rows the step writes.
+    pub fn with_capacity(mut self, capacity: usize) -> Result<Self> {
+        let end = self.words[3] as usize + self.rows;
+        if capacity < end {
+            return Err(KernelError::Shape {
+                what: "cache rows a forward needs (its start plus its rows)",
+                expected: end,
+                found: capacity,
+            });
+        }
+        self.words[4] = word("capacity", capacity)?;
+        Ok(self)
+    }
+
+    /// The cache capacity the step's kernels address.
+    pub fn capacity(&self) -> usize {
+        self.words[4] as usize
+    }
+
+    /// Rows of the forward.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Rows that get logits (the last ones).
+    pub fn tail(&self) -> usize {
+        self.tail
+    }
+
+    /// The words, as the kernels read them.
+    pub fn words(&self) -> &[u32] {
+        &self.words
+    }
+
+    /// Row r's position, `lo` and tree mask (for tests).
+    pub fn row(&self, r: usize) -> Option<(u32, u32, u64)> {
+        let at = IDS + self.rows + 4 * r;
+        let w = self.words.get(at..at + 4)?;
+        Some((w[0], w[1], u64::from(w[2]) | u64::from(w[3]) << 32))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_sees_what_came_before() {
+        let s = Step::chain(&[5, 6, 7], 10, 3, 100).unwrap();
+        assert_eq!(
+            &s.words()[..IDS + 3],
+            &[3, 3, 100, 10, 13, 0, 0, 0, 5, 6, 7]
+        );
+        assert_eq!(s.clone().with_capacity(20).unwrap().capacity(), 20);
+        assert!(s.clone().with_capacity(12).is_err());
+        assert_eq!(s.row(0), Some((10, 11, 0)));
+        assert_eq!(s.row(2), Some((12, 13, 0)));
+        assert!(Step::chain(&[], 0, 1, 1).is_err());
+        assert!(Step::chain(&[1], 0, 2, 1).is_err());
+    }
+
+    #[test]
+    fn a_tree_row_sees_its_ancestors() {
+        // 0 ─ 1 ─ 3
+        //   └ 2
+        let parents = [None, Some(0), Some(0), Some(1)];
+        let s = Step::tree(&[9, 8, 7, 6], 20, &parents, 4, 50).unwrap();
+        assert_eq!(s.words()[3], 20);
+        assert_eq!(s.row(0), Some((20, 20, 0b0001)));
+        assert_eq!(s.row(2), Some((21, 20, 0b0101)));
+        assert_eq!(s.row(3), Some((22, 20, 0b1011)));
+        // Grown by its last two rows: they start at cache row 22.
+        let s = Step::tree(&[7, 6], 20, &parents, 2, 50).unwrap();
+        assert_eq!(s.words()[3], 22);
+        assert_eq!(s.row(1), Some((22, 20, 0b1011)));
+        // Bad parents, too many rows.
+        assert!(Step::tree(&[1, 2], 0, &[None, Some(1)], 2, 5).is_err());
+        let long: Vec<Option<usize>> = (0usize..65).map(|i| i.checked_sub(1)).collect();
+        assert!(Step::tree(&[1], 0, &long, 1, 5).is_err());
+    }
+}

@@ -1,0 +1,130 @@
+// What greedy verification needs of a row of logits, so that a step reads back a few words a
+// row instead of the vocabulary: the best and second-best token (value descending, lowest id
+// first among equals, as the host verifier ranks them), the sum of exp(z − z1) over the row,
+// and the first NaN or +inf with its value (the host refuses such a row). One workgroup of 256
+// threads per row; every reduction runs in a fixed order, so a row's summary does not depend on
+// the rows beside it.
+
+@group(0) @binding(0) var<storage, read_write> z: array<f32>;   // [rows, vocab]
+// [rows, 7]: top1, z1 bits, top2 (0xffffffff: none), z2 bits, sum bits, bad id, bad value bits
+@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+// [vocab, row_from (the first row of z summarised), the bits of −inf]
+@group(0) @binding(2) var<storage, read_write> p: array<u32>;
+
+var<workgroup> v1s: array<f32, 256>;
+var<workgroup> i1s: array<u32, 256>;
+var<workgroup> v2s: array<f32, 256>;
+var<workgroup> i2s: array<u32, 256>;
+var<workgroup> bads: array<u32, 256>;
+var<workgroup> sums: array<f32, 256>;
+
+const NONE: u32 = 0xffffffffu;
+
+// Whether (va, ia) ranks before (vb, ib).
+fn before(va: f32, ia: u32, vb: f32, ib: u32) -> bool {
+    return va > vb || (va == vb && ia < ib);
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let vocab = p[0];
+    let ninf = bitcast<f32>(p[2]);
+    let base = (p[1] + wg.x) * vocab;
+    var v1 = ninf;
+    var i1 = NONE;
+    var v2 = ninf;
+    var i2 = NONE;
+    var bad = NONE;
+    for (var i = lid; i < vocab; i += 256u) {
+        let v = z[base + i];
+        let b = bitcast<u32>(v);
+        // NaN or +inf: every exponent bit set, and not −inf.
+        if (b & 0x7f800000u) == 0x7f800000u && b != 0xff800000u {
+            bad = min(bad, i);
+        } else if before(v, i, v1, i1) {
+            v2 = v1;
+            i2 = i1;
+            v1 = v;
+            i1 = i;
+        } else if before(v, i, v2, i2) {
+            v2 = v;
+            i2 = i;
+        }
+    }
+    v1s[lid] = v1;
+    i1s[lid] = i1;
+    v2s[lid] = v2;
+    i2s[lid] = i2;
+    bads[lid] = bad;
+    workgroupBarrier();
+    for (var step = 128u; step > 0u; step >>= 1u) {
+        if lid < step {
+            let o = lid + step;
+            var a1 = v1s[lid];
+            var ia1 = i1s[lid];
+            var a2 = v2s[lid];
+            var ia2 = i2s[lid];
+            let b1 = v1s[o];
+            let ib1 = i1s[o];
+            let b2 = v2s[o];
+            let ib2 = i2s[o];
+            // The best two of {a1, a2} ∪ {b1, b2}, each pair already in order.
+            if before(b1, ib1, a1, ia1) {
+                if before(b2, ib2, a1, ia1) {
+                    a2 = b2;
+                    ia2 = ib2;
+                } else {
+                    a2 = a1;
+                    ia2 = ia1;
+                }
+                a1 = b1;
+                ia1 = ib1;
+            } else if before(b1, ib1, a2, ia2) {
+                a2 = b1;
+                ia2 = ib1;
+            }
+            v1s[lid] = a1;
+            i1s[lid] = ia1;
+            v2s[lid] = a2;
+            i2s[lid] = ia2;
+            bads[lid] = min(bads[lid], bads[o]);
+        }
+        workgroupBarrier();
+    }
+    let mx = v1s[0];
+    var sum = 0.0;
+    for (var i = lid; i < vocab; i += 256u) {
+        let v = z[base + i];
+        // −inf and the bad values add nothing (a row with a bad value is refused anyway).
+        if v > -3.0e38 && v <= mx {
+            sum += exp(v - mx);
+        }
+    }
+    sums[lid] = sum;
+    workgroupBarrier();
+    for (var step = 128u; step > 0u; step >>= 1u) {
+        if lid < step {
+            sums[lid] += sums[lid + step];
+        }
+        workgroupBarrier();
+    }
+    if lid == 0u {
+        let o = wg.x * 7u;
+        out[o] = i1s[0];
+        out[o + 1u] = bitcast<u32>(mx);
+        var top2 = i2s[0];
+        if !(v2s[0] > ninf) {
+            top2 = NONE;
+        }
+        out[o + 2u] = top2;
+        out[o + 3u] = bitcast<u32>(v2s[0]);
+        out[o + 4u] = bitcast<u32>(sums[0]);
+        let b = bads[0];
+        out[o + 5u] = b;
+        var bv = 0u;
+        if b != NONE {
+            bv = bitcast<u32>(z[base + b]);
+        }
+        out[o + 6u] = bv;
+    }
+}

@@ -1,0 +1,572 @@
+//! The block kernels besides the matrix products, on wgpu (lavapipe where there is no GPU),
+//! against f64 references: RMSNorm (every row and the last rows), RoPE with the cache write
+//! (both pairings, Qwen3's head norm), attention over a chain and over a token tree, the top-2
+//! summary (ties, −inf, NaN) and a tree's row moves. The properties the model relies on are
+//! checked bit for bit: a row's attention alone equals the same row beside others, and a tree
+//! row equals the chain over its path; a matmul group equals its members run alone.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{bits, cols_for, dequantized, random_matrix};
+use cubecl::client::Client;
+use cubecl::server::Handle;
+use cubecl::wgpu::WgpuDevice;
+use mars_kernels::WeightType;
+use mars_kernels::gpu::{
+    Attention, CopyRows, Epilogue, GpuMatrix, Heads, MatrixGroup, Norm, Rope, Rows, SUMMARY_WORDS,
+    Step, StepBuffer, Summary, clone_buffer, upload_f32,
+};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{Rng, SeedableRng};
+
+fn client() -> Client {
+    cubecl::Device::Wgpu(WgpuDevice::default()).client()
+}
+
+fn read_f32(client: &Client, h: Handle) -> Vec<f32> {
+    let bytes = client.read_one(h).unwrap();
+    bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+fn read_u32(client: &Client, h: Handle) -> Vec<u32> {
+    let bytes = client.read_one(h).unwrap();
+    bytes
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+fn normal(rng: &mut ChaCha8Rng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| (rng.next_u32() as f32 / u32::MAX as f32 * 2.0 - 1.0) * scale)
+        .collect()
+}
+
+/// Rows of the caches the attention tests use.
+const CAP: usize = 160;
+
+fn step(client: &Client, s: &Step) -> StepBuffer {
+    StepBuffer::new(client, s)
+}
+
+#[test]
+fn rms_norm_matches_f64_on_every_row_and_the_last_rows() {
+    let client = client();
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let (rows, d) = (5, 200);
+    let x = normal(&mut rng, rows * d, 3.0);
+    let g = normal(&mut rng, d, 1.5);
+    let norm = Norm::new(&client, &g, 1e-5).unwrap();
+    let xh = upload_f32(&client, &x);
+    let s = step(&client, &Step::chain(&[0; 5], 0, 2, 1).unwrap());
+    let want = |r: usize| -> Vec<f64> {
+        let row = &x[r * d..(r + 1) * d];
+        let ms = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / d as f64;
+        let inv = 1.0 / (ms + 1e-5).sqrt();
+        row.iter()
+            .zip(&g)
+            .map(|(&v, &w)| f64::from(v) * inv * f64::from(w))
+            .collect()
+    };
+    let y = client.empty(rows * d * 4);
+    norm.run(&client, &xh, &y, &s, false).unwrap();
+    let all = read_f32(&client, y);
+    let tail = client.empty(2 * d * 4);
+    norm.run(&client, &xh, &tail, &s, true).unwrap();
+    let tail = read_f32(&client, tail);
+    for r in 0..rows {
+        for (i, w) in want(r).iter().enumerate() {
+            let got = f64::from(all[r * d + i]);
+            assert!(
+                (got - w).abs() <= 1e-5 * w.abs().max(1.0),
+                "row {r} [{i}]: {got} vs {w}"
+            );
+        }
+    }
+    // The last two rows, bit for bit the same values as computed with every row.
+    assert_eq!(bits(&tail), bits(&all[3 * d..]));
+}
+
+/// Per KV head, a key or value row in f64.
+type Heads64 = Vec<Vec<f64>>;
+
+/// The reference: q, k rotated at `pos` (pairs as the kernel pairs them), then softmax(q·k /
+/// √hd) over the visible cache rows, in f64.
+struct Reference {
+    shape: Heads,
+    halves: bool,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl Reference {
+    fn rotate(&self, x: &[f32], pos: usize) -> Vec<f64> {
+        let hd = self.shape.head_dim;
+        let half = hd / 2;
+        let mut out = vec![0f64; hd];
+        for i in 0..half {
+            let (a, b) = if self.halves {
+                (i, i + half)
+            } else {
+                (2 * i, 2 * i + 1)
+            };
+            let (c, s) = (
+                f64::from(self.cos[pos * half + i]),
+                f64::from(self.sin[pos * half + i]),
+            );
+            let (xa, xb) = (f64::from(x[a]), f64::from(x[b]));
+            out[a] = xa * c - xb * s;
+            out[b] = xa * s + xb * c;
+        }
+        out
+    }
+}
+
+fn tables(context: usize, hd: usize) -> (Vec<f32>, Vec<f32>) {
+    let half = hd / 2;
+    let mut cos = Vec::new();
+    let mut sin = Vec::new();
+    for pos in 0..context {
+        for i in 0..half {
+            let a = pos as f64 * 10_000f64.powf(-2.0 * i as f64 / hd as f64);
+            cos.push(a.cos() as f32);
+            sin.push(a.sin() as f32);
+        }
+    }
+    (cos, sin)
+}
+
+/// Runs RoPE then attention for the rows of `s` with `qkv`, on `kv`; returns the outputs.
+fn rope_attend(
+    client: &Client,
+    (rope, attn): (&Rope, &Attention),
+    shape: Heads,
+    qkv: &[f32],
+    kv: &Handle,
+    s: &Step,
+) -> Vec<f32> {
+    let rows = s.rows();
+    let sb = step(client, &s.clone().with_capacity(CAP).unwrap());
+    let q = client.empty(rows * shape.heads * shape.head_dim * 4);
+    let out = client.empty(rows * shape.heads * shape.head_dim * 4);
+    rope.run(client, &upload_f32(client, qkv), &q, kv, &sb)
+        .unwrap();
+    attn.run(client, &q, kv, &out, &sb).unwrap();
+    read_f32(client, out)
+}
+
+#[test]
+fn rope_and_attention_match_f64_over_chains_and_trees() {
+    let client = client();
+    let mut rng = ChaCha8Rng::seed_from_u64(2);
+    for (halves, hd, heads, kv_heads) in [(false, 64, 6, 2), (true, 128, 4, 4), (true, 32, 3, 1)] {
+        let shape = Heads {
+            heads,
+            kv_heads,
+            head_dim: hd,
+        };
+        let (cos, sin) = tables(200, hd);
+        let rope = Rope::new(&client, shape, (&cos, &sin), halves, 1e-6).unwrap();
+        let attn = Attention::new(&client, shape).unwrap();
+        let reference = Reference {
+            shape,
+            halves,
+            cos,
+            sin,
+        };
+        let width = (heads + 2 * kv_heads) * hd;
+        // A prefix of 70 rows (more than one 64-key block), then 5 rows as a chain.
+        let kv = client.empty(shape.cache_bytes(CAP).unwrap());
+        let prefix = normal(&mut rng, 70 * width, 2.0);
+        rope_attend(
+            &client,
+            (&rope, &attn),
+            shape,
+            &prefix,
+            &kv,
+            &Step::chain(&[0; 70], 0, 1, 1).unwrap(),
+        );
+        let rows = normal(&mut rng, 5 * width, 2.0);
+        let chain = rope_attend(
+            &client,
+            (&rope, &attn),
+            shape,
+            &rows,
+            &kv,
+            &Step::chain(&[0; 5], 70, 5, 1).unwrap(),
+        );
+        // The reference over the keys the chain wrote: rows 0..70 from the prefix, then these.
+        let all: Vec<f32> = [prefix.as_slice(), rows.as_slice()].concat();
+        let keys: Vec<(Heads64, Heads64)> = (0..75)
+            .map(|p| {
+                let row = &all[p * width..(p + 1) * width];
+                let k = (0..kv_heads)
+                    .map(|g| reference.rotate(&row[(heads + g) * hd..(heads + g + 1) * hd], p))
+                    .collect();
+                let v = (0..kv_heads)
+                    .map(|g| {
+                        row[(heads + kv_heads + g) * hd..(heads + kv_heads + g + 1) * hd]
+                            .iter()
+                            .map(|&v| f64::from(v))
+                            .collect()
+                    })
+                    .collect();
+                (k, v)
+            })
+            .collect();
+        let attend = |q: &[f64], g: usize, visible: &[usize]| -> Vec<f64> {
+            let scores: Vec<f64> = visible
+                .iter()
+                .map(|&j| {
+                    q.iter().zip(&keys[j].0[g]).map(|(a, b)| a * b).sum::<f64>()
+                        / (hd as f64).sqrt()
+                })
+                .collect();
+            let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let l: f64 = w.iter().sum();
+            let mut out = vec![0f64; hd];
+            for (wi, &j) in w.iter().zip(visible) {
+                for (o, v) in out.iter_mut().zip(&keys[j].1[g]) {
+                    *o += wi * v / l;
+                }
+            }
+            out
+        };
+        for r in 0..5 {
+            let visible: Vec<usize> = (0..=70 + r).collect();
+            for h in 0..heads {
+                let q =
+                    reference.rotate(&rows[r * width + h * hd..r * width + (h + 1) * hd], 70 + r);
+                let want = attend(&q, h / (heads / kv_heads), &visible);
+                let got = &chain[(r * heads + h) * hd..(r * heads + h + 1) * hd];
+                for (d, (&g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (f64::from(g) - w).abs() < 2e-4,
+                        "halves {halves} row {r} head {h} [{d}]: {g} vs {w}"
+                    );
+                }
+            }
+        }
+        // Row 3 alone, after rows 0..3 are cached: the same bits as beside the others.
+        let alone = rope_attend(
+            &client,
+            (&rope, &attn),
+            shape,
+            &rows[3 * width..4 * width],
+            &kv,
+            &Step::chain(&[0], 73, 1, 1).unwrap(),
+        );
+        assert_eq!(
+            bits(&alone),
+            bits(&chain[3 * heads * hd..4 * heads * hd]),
+            "row alone"
+        );
+
+        // A tree at base 70: 0 ─ 1 ─ 3, 0 ─ 2 ─ 4; row 4's path is 0, 2, 4 and row 3's 0, 1, 3.
+        let parents = [None, Some(0), Some(0), Some(1), Some(2)];
+        let tree_kv = client.empty(shape.cache_bytes(CAP).unwrap());
+        rope_attend(
+            &client,
+            (&rope, &attn),
+            shape,
+            &prefix,
+            &tree_kv,
+            &Step::chain(&[0; 70], 0, 1, 1).unwrap(),
+        );
+        let nodes = normal(&mut rng, 5 * width, 2.0);
+        let tree = rope_attend(
+            &client,
+            (&rope, &attn),
+            shape,
+            &nodes,
+            &tree_kv,
+            &Step::tree(&[0; 5], 70, &parents, 5, 1).unwrap(),
+        );
+        for path in [[0usize, 2, 4], [0, 1, 3]] {
+            let chain_kv = client.empty(shape.cache_bytes(CAP).unwrap());
+            rope_attend(
+                &client,
+                (&rope, &attn),
+                shape,
+                &prefix,
+                &chain_kv,
+                &Step::chain(&[0; 70], 0, 1, 1).unwrap(),
+            );
+            let path_rows: Vec<f32> = path
+                .iter()
+                .flat_map(|&a| nodes[a * width..(a + 1) * width].to_vec())
+                .collect();
+            let chain = rope_attend(
+                &client,
+                (&rope, &attn),
+                shape,
+                &path_rows,
+                &chain_kv,
+                &Step::chain(&[0; 3], 70, 3, 1).unwrap(),
+            );
+            for (d, &a) in path.iter().enumerate() {
+                assert_eq!(
+                    bits(&tree[a * heads * hd..(a + 1) * heads * hd]),
+                    bits(&chain[d * heads * hd..(d + 1) * heads * hd]),
+                    "halves {halves}: tree row {a} vs the chain over {path:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn qwen3_head_norm_comes_before_rope() {
+    let client = client();
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let shape = Heads {
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 64,
+    };
+    let (cos, sin) = tables(8, 64);
+    let (qn, kn) = (normal(&mut rng, 64, 1.0), normal(&mut rng, 64, 1.0));
+    let rope = Rope::new(&client, shape, (&cos, &sin), true, 1e-6)
+        .unwrap()
+        .with_head_norms(&client, &qn, &kn)
+        .unwrap();
+    let width = 4 * 64;
+    let qkv = normal(&mut rng, width, 2.0);
+    let s = step(
+        &client,
+        &Step::chain(&[0], 5, 1, 1)
+            .unwrap()
+            .with_capacity(8)
+            .unwrap(),
+    );
+    let q = client.empty(2 * 64 * 4);
+    let kv = client.empty(shape.cache_bytes(8).unwrap());
+    rope.run(&client, &upload_f32(&client, &qkv), &q, &kv, &s)
+        .unwrap();
+    let q = read_f32(&client, q);
+    let kv = read_f32(&client, kv);
+    let reference = Reference {
+        shape,
+        halves: true,
+        cos,
+        sin,
+    };
+    let normed = |x: &[f32], w: &[f32]| -> Vec<f32> {
+        let ms = x.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / 64.0;
+        let inv = 1.0 / (ms + 1e-6).sqrt();
+        x.iter()
+            .zip(w)
+            .map(|(&v, &w)| (f64::from(v) * inv) as f32 * w)
+            .collect()
+    };
+    let want_q1 = reference.rotate(&normed(&qkv[64..128], &qn), 5);
+    let want_k = reference.rotate(&normed(&qkv[128..192], &kn), 5);
+    for d in 0..64 {
+        assert!((f64::from(q[64 + d]) - want_q1[d]).abs() < 1e-4, "q [{d}]");
+        // Key head 0 at cache row 5; its value head copied as it is.
+        assert!(
+            (f64::from(kv[5 * 64 + d]) - want_k[d]).abs() < 1e-4,
+            "k [{d}]"
+        );
+        assert_eq!(kv[8 * 64 + 5 * 64 + d], qkv[192 + d], "v [{d}]");
+    }
+}
+
+#[test]
+fn the_summary_ranks_as_the_verifier_does() {
+    let client = client();
+    let mut rng = ChaCha8Rng::seed_from_u64(4);
+    let vocab = 1000;
+    let mut z = normal(&mut rng, 5 * vocab, 8.0);
+    // Row 1: a tie for first place at ids 700 and 300 (300 first, 700 the runner-up).
+    z[vocab + 300] = 50.0;
+    z[vocab + 700] = 50.0;
+    // Row 2: everything −inf but one id.
+    for v in &mut z[2 * vocab..3 * vocab] {
+        *v = f32::NEG_INFINITY;
+    }
+    z[2 * vocab + 17] = 1.0;
+    // Row 3: a NaN at 40 and +inf at 900 (the lowest id is reported).
+    z[3 * vocab + 900] = f32::INFINITY;
+    z[3 * vocab + 40] = f32::NAN;
+    let summary = Summary::new(&client, vocab).unwrap();
+    let out = client.empty(5 * SUMMARY_WORDS * 4);
+    summary
+        .run(&client, &upload_f32(&client, &z), &out, 5)
+        .unwrap();
+    let out = read_u32(&client, out);
+    for r in [0, 1, 2, 4] {
+        let row = &z[r * vocab..(r + 1) * vocab];
+        let mut order: Vec<usize> = (0..vocab).collect();
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+        let w = &out[r * SUMMARY_WORDS..(r + 1) * SUMMARY_WORDS];
+        assert_eq!(w[0] as usize, order[0], "row {r} top1");
+        assert_eq!(f32::from_bits(w[1]), row[order[0]]);
+        if row[order[1]] == f32::NEG_INFINITY {
+            assert_eq!(w[2], u32::MAX, "row {r}: no runner-up");
+        } else {
+            assert_eq!(w[2] as usize, order[1], "row {r} top2");
+            assert_eq!(f32::from_bits(w[3]), row[order[1]]);
+        }
+        let sum: f64 = row
+            .iter()
+            .map(|&v| (f64::from(v) - f64::from(row[order[0]])).exp())
+            .sum();
+        let got = f64::from(f32::from_bits(w[4]));
+        assert!((got - sum).abs() < 1e-5 * sum, "row {r} sum {got} vs {sum}");
+        assert_eq!(w[5], u32::MAX, "row {r}: nothing bad");
+    }
+    assert_eq!((out[SUMMARY_WORDS], out[SUMMARY_WORDS + 2]), (300, 700));
+    let bad = &out[3 * SUMMARY_WORDS..4 * SUMMARY_WORDS];
+    assert_eq!(bad[5], 40);
+    assert!(f32::from_bits(bad[6]).is_nan());
+}
+
+#[test]
+fn a_trees_rows_move_into_place() {
+    let client = client();
+    let shape = Heads {
+        heads: 2,
+        kv_heads: 2,
+        head_dim: 96,
+    };
+    let n = shape.cache_bytes(12).unwrap() / 4;
+    let before: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let kv = upload_f32(&client, &before);
+    let copy = CopyRows::new(&client, shape).unwrap();
+    let moves = copy.moves(&client, &[(7, 5), (9, 6)], 12).unwrap();
+    copy.run(&client, &kv, &moves).unwrap();
+    let after = read_f32(&client, kv);
+    let mut want = before.clone();
+    for head in 0..4 {
+        for (from, to) in [(7, 5), (9, 6)] {
+            for d in 0..96 {
+                want[(head * 12 + to) * 96 + d] = before[(head * 12 + from) * 96 + d];
+            }
+        }
+    }
+    assert_eq!(bits(&after), bits(&want));
+    assert!(copy.moves(&client, &[(12, 3)], 12).is_err());
+    // A cache cloned on the device equals its source.
+    let kv = upload_f32(&client, &before);
+    let copied = clone_buffer(&client, &kv, n * 4).unwrap();
+    assert_eq!(bits(&read_f32(&client, copied)), bits(&before));
+}
+
+/// q | k | v in one launch (three types, with biases) equals each matrix alone plus its bias;
+/// gate | up with SiLU(gate)·up, and a residual added in place, equal their definitions.
+#[test]
+fn a_group_equals_its_members_alone() {
+    let client = client();
+    let max = client.properties().memory.max_page_size;
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let cols = cols_for(WeightType::Q4K, 256);
+    let upload = |w: &mars_kernels::QMatrix| {
+        GpuMatrix::upload(&client, w.ty(), w.rows(), w.cols(), w.blocks(), max).unwrap()
+    };
+    let ws = [
+        random_matrix(WeightType::Q4K, 12, cols, &mut rng),
+        random_matrix(WeightType::Q8_0, 8, cols, &mut rng),
+        random_matrix(WeightType::Q6K, 8, cols, &mut rng),
+    ];
+    let gs: Vec<GpuMatrix> = ws.iter().map(upload).collect();
+    let bias = normal(&mut rng, 28, 1.0);
+    let qkv =
+        MatrixGroup::new(&client, gs.clone(), Epilogue::Store, Some(&bias), Rows::All).unwrap();
+    assert_eq!(qkv.launches(), 1);
+    for m in [1, 3, 16, 20] {
+        let x = normal(&mut rng, m * cols, 1.0);
+        let xh = upload_f32(&client, &x);
+        let s = step(
+            &client,
+            &Step::chain(&vec![0; m], 0, m, usize::MAX >> 40).unwrap(),
+        );
+        let y = client.empty(m * 28 * 4);
+        qkv.run(&client, &xh, &y, &s).unwrap();
+        let y = read_f32(&client, y);
+        let mut first = 0;
+        for g in &gs {
+            let alone = client.empty(m * g.rows() * 4);
+            g.matmul(&client, &xh, &alone, m).unwrap();
+            let alone = read_f32(&client, alone);
+            for r in 0..m {
+                for o in 0..g.rows() {
+                    let want = alone[r * g.rows() + o] + bias[first + o];
+                    assert_eq!(
+                        y[r * 28 + first + o].to_bits(),
+                        want.to_bits(),
+                        "m {m} row {r} output {}",
+                        first + o
+                    );
+                }
+            }
+            first += g.rows();
+        }
+    }
+
+    // gate | up: silu(gate) · up, within f32 rounding of the definition over the exact products.
+    let gate = random_matrix(WeightType::Q4K, 10, cols, &mut rng);
+    let up = random_matrix(WeightType::Q5_0, 10, cols, &mut rng);
+    let swiglu = MatrixGroup::new(
+        &client,
+        vec![upload(&gate), upload(&up)],
+        Epilogue::SwiGlu,
+        None,
+        Rows::All,
+    )
+    .unwrap();
+    assert_eq!(swiglu.outputs(), 10);
+    let m = 5;
+    let x = normal(&mut rng, m * cols, 1.0);
+    let s = step(&client, &Step::chain(&vec![0; m], 0, m, 1).unwrap());
+    let y = client.empty(m * 10 * 4);
+    swiglu
+        .run(&client, &upload_f32(&client, &x), &y, &s)
+        .unwrap();
+    let y = read_f32(&client, y);
+    let (gd, ud) = (dequantized(&gate), dequantized(&up));
+    for r in 0..m {
+        for j in 0..10 {
+            let dot = |w: &[f32]| -> f64 {
+                w[j * cols..(j + 1) * cols]
+                    .iter()
+                    .zip(&x[r * cols..(r + 1) * cols])
+                    .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                    .sum()
+            };
+            let (g, u) = (dot(&gd), dot(&ud));
+            let want = g / (1.0 + (-g).exp()) * u;
+            let got = f64::from(y[r * 10 + j]);
+            assert!(
+                (got - want).abs() < 1e-4 * want.abs().max(1.0),
+                "row {r} [{j}]: {got} vs {want}"
+            );
+        }
+    }
+
+    // A residual added in place: y0 + x·Wᵀ.
+    let add = MatrixGroup::new(
+        &client,
+        vec![upload(&ws[0])],
+        Epilogue::Add,
+        None,
+        Rows::All,
+    )
+    .unwrap();
+    let y0 = normal(&mut rng, m * 12, 3.0);
+    let yh = upload_f32(&client, &y0);
+    let xh = upload_f32(&client, &x);
+    add.run(&client, &xh, &yh, &s).unwrap();
+    let sum = read_f32(&client, yh);
+    let alone = client.empty(m * 12 * 4);
+    gs[0].matmul(&client, &xh, &alone, m).unwrap();
+    let alone = read_f32(&client, alone);
+    for i in 0..m * 12 {
+        assert_eq!(sum[i].to_bits(), (y0[i] + alone[i]).to_bits(), "[{i}]");
+    }
+}
