@@ -69,6 +69,41 @@ fn rows_cost(target: &Target, ids: &[u32]) -> Result<Vec<(usize, f64)>> {
     Ok(out)
 }
 
+/// What one forward pass of one row after `ids` asks of the GPU (the GPU path; `None`
+/// elsewhere): launches in all and by kernel kind, and per layer those the layers make (all
+/// but the embedding lookup, the final norm and the head).
+fn gpu_forward(target: &Target, ids: &[u32]) -> Result<Option<serde_json::Value>> {
+    let model = target.model();
+    if !matches!(
+        model.weight_path(),
+        mars_model::WeightPath::GpuBlocks { .. }
+    ) {
+        return Ok(None);
+    }
+    let mut cache = model.new_cache(ids.len() + 1)?;
+    model
+        .forward_last(&ids[..ids.len() - 1], &mut cache)?
+        .read()?;
+    let before = mars_model::gpu_counts();
+    let logits = model.forward(&ids[ids.len() - 1..], &mut cache)?;
+    let after = mars_model::gpu_counts();
+    logits.read()?;
+    let d = after.since(&before);
+    let by_kind: serde_json::Map<String, serde_json::Value> = mars_model::GpuKernelKind::ALL
+        .iter()
+        .map(|k| (k.name().to_string(), d.by_kind[*k as usize].into()))
+        .collect();
+    let layers = model.config().n_layers;
+    let outside = d.by_kind[mars_model::GpuKernelKind::Embed as usize] + 2; // embed, norm, head
+    Ok(Some(serde_json::json!({
+        "launches": d.launches,
+        "by_kind": by_kind,
+        "launches_per_layer": d.launches.saturating_sub(outside) as f64 / layers.max(1) as f64,
+        "uploads": d.uploads,
+        "upload_bytes": d.upload_bytes,
+    })))
+}
+
 /// A field of this process's `/proc/self/status` in bytes (Linux), `None` where it cannot be
 /// read: `VmRSS` (all resident memory, the binary's code pages included) or `RssAnon` (resident
 /// heap and anonymous maps: the model's weights, caches and buffers, without the ~75 MB binary's
@@ -214,6 +249,7 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
     let (output, prefill_ms) = decode(&target, &run, ids.clone(), |_| Ok(()))?;
     let summary = output.summary;
     let rows = rows_cost(&target, &ids)?;
+    let forward = gpu_forward(&target, &ids)?;
     let report = serde_json::json!({
         "prompt_tokens": args.prompt_tokens,
         "prefill_tokens_per_second": args.prompt_tokens as f64 / (prefill_ms / 1e3).max(1e-9),
@@ -237,6 +273,22 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         // The decode's cache: prompt + generated tokens (+ the loop's one spare).
         "kv_cache_bytes": target.model().config().kv_bytes_per_token()
             .saturating_mul((args.prompt_tokens + args.decode_tokens + 1) as u64),
+        // What a decoded token and one forward pass asked of the GPU, counted (GPU path only).
+        "gpu": forward.map(|f| {
+            let per_token = |v: u64| v as f64 / summary.tokens.max(1) as f64;
+            let g = summary.gpu;
+            serde_json::json!({
+                "per_token": {
+                    "launches": per_token(g.launches),
+                    "uploads": per_token(g.uploads),
+                    "upload_bytes": per_token(g.upload_bytes),
+                    "reads": per_token(g.reads),
+                    "read_bytes": per_token(g.read_bytes),
+                },
+                "pipelines_compiled_after_warm_up": g.pipelines,
+                "forward_of_one_row": f,
+            })
+        }),
     });
     println!("{report}");
     let one = rows.first().map_or(1.0, |&(_, ms)| ms);

@@ -85,6 +85,51 @@ pub struct StepRecord {
     pub verify_ms: f64,
     /// The verifier's ledger for this step.
     pub ledger: Ledger,
+    /// What the step asked of the GPU (drafter, target and verification together).
+    pub gpu: GpuCost,
+}
+
+/// What decoding asked of the GPU on the GPU path (zeros elsewhere), counted as it happened by
+/// the kernels' counters, not estimated: kernel launches, kernels compiled into pipelines,
+/// buffers written from the host, and reads back to it (each a wait for the GPU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct GpuCost {
+    /// Kernel launches.
+    pub launches: u64,
+    /// Kernels compiled into pipelines (first uses).
+    pub pipelines: u64,
+    /// Buffers written from the host.
+    pub uploads: u64,
+    /// Bytes written from the host.
+    pub upload_bytes: u64,
+    /// Reads back to the host.
+    pub reads: u64,
+    /// Bytes read back.
+    pub read_bytes: u64,
+}
+
+impl GpuCost {
+    /// What happened between two snapshots of the counters.
+    pub fn between(earlier: &mars_model::GpuCounts, later: &mars_model::GpuCounts) -> Self {
+        let d = later.since(earlier);
+        Self {
+            launches: d.launches,
+            pipelines: d.pipelines,
+            uploads: d.uploads,
+            upload_bytes: d.upload_bytes,
+            reads: d.reads,
+            read_bytes: d.read_bytes,
+        }
+    }
+
+    fn absorb(&mut self, o: &GpuCost) {
+        self.launches += o.launches;
+        self.pipelines += o.pipelines;
+        self.uploads += o.uploads;
+        self.upload_bytes += o.upload_bytes;
+        self.reads += o.reads;
+        self.read_bytes += o.read_bytes;
+    }
 }
 
 /// Why a run ended.
@@ -142,6 +187,9 @@ pub struct RunSummary {
     pub tokens_per_second: f64,
     /// Why the run ended (`None` while running).
     pub stop: Option<StopReason>,
+    /// What the steps asked of the GPU, summed (prefill aside).
+    #[serde(default)]
+    pub gpu: GpuCost,
 }
 
 impl RunSummary {
@@ -164,6 +212,7 @@ impl RunSummary {
             verify_ms: 0.0,
             tokens_per_second: 0.0,
             stop: None,
+            gpu: GpuCost::default(),
         }
     }
 
@@ -181,6 +230,7 @@ impl RunSummary {
         self.prefill_ms += other.prefill_ms;
         self.draft_ms += other.draft_ms;
         self.verify_ms += other.verify_ms;
+        self.gpu.absorb(&other.gpu);
         let tokens = self.tokens as f64;
         self.tau = tokens / self.target_forwards.max(1) as f64;
         self.relaxed_share = self.relaxed as f64 / tokens.max(1.0);
@@ -201,6 +251,7 @@ impl RunSummary {
             nll_sum: step.tokens.iter().map(|r| r.nll).sum(),
             draft_ms: step.draft_ms,
             verify_ms: step.verify_ms,
+            gpu: step.gpu,
             ..Self::empty(None)
         }
     }
@@ -376,6 +427,7 @@ impl<D: Drafter> Decoder<D> {
         }
         let k = self.k.min(remaining - 1).min(room - 1);
 
+        let counted = mars_model::gpu_counts();
         let started = Instant::now();
         let draft = match (self.drafter.as_mut(), k) {
             (Some(d), 1..) => d.draft(&self.context, k, &mut self.draft_rng).await?,
@@ -570,6 +622,7 @@ impl<D: Drafter> Decoder<D> {
             draft_ms,
             verify_ms,
             ledger,
+            gpu: GpuCost::between(&counted, &mars_model::gpu_counts()),
         };
         self.totals.merge(&RunSummary::of_step(&record));
         if let Some(reason) = stop {

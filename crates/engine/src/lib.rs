@@ -20,7 +20,8 @@ mod race;
 mod session;
 
 pub use decoder::{
-    DecodeConfig, Decoder, Prefill, RunSummary, StepRecord, StopReason, TokenKind, TokenRecord,
+    DecodeConfig, Decoder, GpuCost, Prefill, RunSummary, StepRecord, StopReason, TokenKind,
+    TokenRecord,
 };
 pub use device::{Backend, GpuCaps, OpenDevice, WeightChoice, Weights, cores};
 pub use drafter::{AnyDrafter, Draft, Drafter, ModelDrafter, NgramDrafter, check_same_tokenizer};

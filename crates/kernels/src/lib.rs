@@ -22,6 +22,7 @@
 mod activation;
 mod attention;
 mod block;
+mod counts;
 mod error;
 #[cfg(feature = "gpu")]
 pub mod gpu;
@@ -37,6 +38,7 @@ mod x86;
 
 pub use attention::Heads;
 pub use block::{BLOCK, WeightType};
+pub use counts::{GpuCounts, Kind as GpuKernelKind, gpu_counts};
 pub use error::{KernelError, Result};
 pub use kernels::{Isa, Kernels, MAX_ROWS, Product};
 pub use qmatrix::{Layout, QMatrix};

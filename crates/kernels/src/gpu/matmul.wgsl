@@ -33,8 +33,8 @@ const TEAM: u32 = 16u;
 const TEAMS: u32 = 4u;
 
 // Every binding is read_write: the runtime sub-allocates buffers from shared pages, and WebGPU
-// refuses one buffer bound read-only and read-write in the same dispatch. Unused weight
-// bindings hold matrix 0's buffer again.
+// refuses one buffer bound read-only and read-write in the same dispatch (and one bound twice
+// for writing: unused bindings get small buffers of their own).
 @group(0) @binding(0) var<storage, read_write> w0: array<u32>;      // blocks, [rows_0, rb_0] + pad
 @group(0) @binding(1) var<storage, read_write> w1: array<u32>;      // blocks, [rows_1, rb_1] + pad
 @group(0) @binding(2) var<storage, read_write> w2: array<u32>;      // blocks, [rows_2, rb_2] + pad

@@ -28,8 +28,8 @@
 //! launch: rows, positions, token ids and tree masks are in one [`Step`] buffer written once per
 //! forward; shapes fixed by the model are in parameter buffers made at load.
 //!
-//! Every launch, upload and read goes through [`counts`]' counters (`launch`, `upload`,
-//! `read`), so what a step costs a GPU is counted, not estimated.
+//! Every launch, upload and read goes through the crate's counters ([`crate::gpu_counts`]:
+//! `launch`, `upload`, `read` here), so what a step costs a GPU is counted, not estimated.
 //!
 //! A matrix larger than the adapter's largest storage binding is split by output rows
 //! ([`split_rows`]); each part is its own buffer and launch, writing its own columns of `y`.
@@ -43,9 +43,6 @@ mod step;
 
 use core::ops::Range;
 use std::borrow::Cow;
-use std::collections::HashSet;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use cubecl::bytes::Bytes;
 use cubecl::client::Client;
@@ -60,6 +57,7 @@ pub use layer::{Attention, CopyRows, Heads, Norm, Rope, SUMMARY_WORDS, Summary, 
 pub use step::{IDS, MAX_TREE_ROWS, Step};
 
 use crate::block::WeightType;
+use crate::counts::{Kind, counted_launch, counted_read, counted_upload};
 use crate::error::{KernelError, Result};
 use crate::kernels::MAX_ROWS;
 
@@ -437,150 +435,15 @@ impl CubeKernel for Shader {
     }
 }
 
-/// The kinds of kernel, as [`GpuCounts`] splits launches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
-    /// Matrix products (with their epilogues).
-    Matmul = 0,
-    /// Embedding lookups.
-    Embed = 1,
-    /// RMSNorms.
-    Norm = 2,
-    /// RoPE and cache writes.
-    Rope = 3,
-    /// Attention.
-    Attention = 4,
-    /// Logit summaries.
-    Summary = 5,
-    /// Tree row moves and cache copies.
-    Copy = 6,
-}
-
-impl Kind {
-    /// Every kind, in [`GpuCounts::by_kind`]'s order.
-    pub const ALL: [Self; 7] = [
-        Self::Matmul,
-        Self::Embed,
-        Self::Norm,
-        Self::Rope,
-        Self::Attention,
-        Self::Summary,
-        Self::Copy,
-    ];
-
-    /// The kind's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Matmul => "matmul",
-            Self::Embed => "embed",
-            Self::Norm => "norm",
-            Self::Rope => "rope",
-            Self::Attention => "attention",
-            Self::Summary => "summary",
-            Self::Copy => "copy",
-        }
-    }
-}
-
-/// What the kernels of this module have asked of the GPU since the process started: counted
-/// where it is asked (every launch, upload and read goes through this module), so a step's
-/// cost is a difference of two snapshots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct GpuCounts {
-    /// Kernel launches (dispatches).
-    pub launches: u64,
-    /// Launches per [`Kind`], in [`Kind::ALL`]'s order.
-    pub by_kind: [u64; 7],
-    /// Distinct kernels launched: each is compiled into a pipeline once, on first use.
-    pub pipelines: u64,
-    /// Buffers written from the host (each a queue write).
-    pub uploads: u64,
-    /// Bytes written from the host.
-    pub upload_bytes: u64,
-    /// Reads back to the host (each waits for the GPU).
-    pub reads: u64,
-    /// Bytes read back.
-    pub read_bytes: u64,
-}
-
-impl GpuCounts {
-    /// What happened between `earlier` and `self`.
-    pub fn since(&self, earlier: &GpuCounts) -> GpuCounts {
-        let mut by_kind = [0; 7];
-        for (i, k) in by_kind.iter_mut().enumerate() {
-            *k = self.by_kind[i].saturating_sub(earlier.by_kind[i]);
-        }
-        GpuCounts {
-            launches: self.launches.saturating_sub(earlier.launches),
-            by_kind,
-            pipelines: self.pipelines.saturating_sub(earlier.pipelines),
-            uploads: self.uploads.saturating_sub(earlier.uploads),
-            upload_bytes: self.upload_bytes.saturating_sub(earlier.upload_bytes),
-            reads: self.reads.saturating_sub(earlier.reads),
-            read_bytes: self.read_bytes.saturating_sub(earlier.read_bytes),
-        }
-    }
-}
-
-struct Counters {
-    launches: AtomicU64,
-    by_kind: [AtomicU64; 7],
-    uploads: AtomicU64,
-    upload_bytes: AtomicU64,
-    reads: AtomicU64,
-    read_bytes: AtomicU64,
-    seen: Mutex<Option<HashSet<(u8, u64)>>>,
-}
-
-static COUNTERS: Counters = Counters {
-    launches: AtomicU64::new(0),
-    by_kind: [const { AtomicU64::new(0) }; 7],
-    uploads: AtomicU64::new(0),
-    upload_bytes: AtomicU64::new(0),
-    reads: AtomicU64::new(0),
-    read_bytes: AtomicU64::new(0),
-    seen: Mutex::new(None),
-};
-
-/// The counts so far (see [`GpuCounts`]).
-pub fn counts() -> GpuCounts {
-    let c = &COUNTERS;
-    let mut by_kind = [0; 7];
-    for (i, k) in by_kind.iter_mut().enumerate() {
-        *k = c.by_kind[i].load(Ordering::Relaxed);
-    }
-    let pipelines = c
-        .seen
-        .lock()
-        .map_or(0, |s| s.as_ref().map_or(0, |s| s.len() as u64));
-    GpuCounts {
-        launches: c.launches.load(Ordering::Relaxed),
-        by_kind,
-        pipelines,
-        uploads: c.uploads.load(Ordering::Relaxed),
-        upload_bytes: c.upload_bytes.load(Ordering::Relaxed),
-        reads: c.reads.load(Ordering::Relaxed),
-        read_bytes: c.read_bytes.load(Ordering::Relaxed),
-    }
-}
-
 /// Launches `shader` (counted).
 fn launch(client: &Client, shader: Shader, count: CubeCount, args: KernelArguments) {
-    let c = &COUNTERS;
-    c.launches.fetch_add(1, Ordering::Relaxed);
-    c.by_kind[shader.kind() as usize].fetch_add(1, Ordering::Relaxed);
-    if let Ok(mut seen) = c.seen.lock() {
-        seen.get_or_insert_with(HashSet::new).insert(shader.key());
-    }
+    counted_launch(shader.kind(), shader.key());
     client.launch(Box::new(shader), count, args);
 }
 
 /// A new GPU buffer holding `bytes` (counted as an upload).
 pub fn upload(client: &Client, bytes: &[u8]) -> Handle {
-    COUNTERS.uploads.fetch_add(1, Ordering::Relaxed);
-    COUNTERS
-        .upload_bytes
-        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    counted_upload(bytes.len());
     client.create_from_slice(bytes)
 }
 
@@ -609,10 +472,7 @@ pub async fn read(client: &Client, handle: Handle) -> Result<Vec<u8>> {
         .next()
         .map(|b| b.to_vec())
         .unwrap_or_default();
-    COUNTERS.reads.fetch_add(1, Ordering::Relaxed);
-    COUNTERS
-        .read_bytes
-        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    counted_read(bytes.len());
     Ok(bytes)
 }
 
@@ -627,10 +487,7 @@ pub fn read_blocking(client: &Client, handle: Handle) -> Result<Vec<u8>> {
         .read_one(handle)
         .map_err(|e| KernelError::Device(format!("{e:?}")))?
         .to_vec();
-    COUNTERS.reads.fetch_add(1, Ordering::Relaxed);
-    COUNTERS
-        .read_bytes
-        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    counted_read(bytes.len());
     Ok(bytes)
 }
 
@@ -766,6 +623,14 @@ struct MatmulLaunch {
     params: Handle,
     groups: usize,
     rows: Rows,
+    /// Stand-ins for the bindings this launch does not use (weights 1 and 2, the bias): each
+    /// its own small buffer, since WebGPU refuses one buffer bound twice for writing.
+    spare: [Handle; 3],
+}
+
+/// Stand-ins for a matmul's unused bindings (see [`MatmulLaunch::spare`]).
+fn spare_bindings(client: &Client) -> [Handle; 3] {
+    [(); 3].map(|()| upload(client, &[0; 8]))
 }
 
 /// What the matmul reads from its parameter buffer (matmul.wgsl): the matrices' output ranges
@@ -830,8 +695,10 @@ impl MatmulLaunch {
     ) {
         let rows = self.rows.count(step);
         let (gx, gy) = grid(self.groups);
-        let w0 = &self.weights[0];
-        let w = |b: usize| self.weights.get(b).unwrap_or(w0).clone().binding();
+        let w = |b: usize| {
+            let spare = &self.spare[b.saturating_sub(1).min(1)];
+            self.weights.get(b).unwrap_or(spare).clone().binding()
+        };
         launch(
             client,
             Shader::Matmul {
@@ -847,7 +714,7 @@ impl MatmulLaunch {
                 .with_buffer(w(2))
                 .with_buffer(x.clone().binding())
                 .with_buffer(y.clone().binding())
-                .with_buffer(bias.unwrap_or(&self.params).clone().binding())
+                .with_buffer(bias.unwrap_or(&self.spare[2]).clone().binding())
                 .with_buffer(self.params.clone().binding())
                 .with_buffer(step.handle().clone().binding()),
         );
@@ -936,10 +803,7 @@ impl GpuMatrix {
                 }
                 Cow::Borrowed(b) => padded_words(b),
             };
-            COUNTERS.uploads.fetch_add(1, Ordering::Relaxed);
-            COUNTERS
-                .upload_bytes
-                .fetch_add(padded.len() as u64, Ordering::Relaxed);
+            counted_upload(padded.len());
             let embed_params = [range.len(), cols, rb, range.start].map(|v| v as u32);
             parts.push(GpuPart {
                 // `create` takes the buffer as is (`create_from_slice` would copy it twice).
@@ -1151,6 +1015,7 @@ impl MatrixGroup {
                     params: upload_words(client, &params.words()?),
                     groups,
                     rows,
+                    spare: spare_bindings(client),
                 });
             }
         } else {
@@ -1193,6 +1058,7 @@ impl MatrixGroup {
                 params: upload_words(client, &params.words()?),
                 groups,
                 rows,
+                spare: spare_bindings(client),
             });
         }
         Ok(Self {

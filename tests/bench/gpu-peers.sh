@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# mars on wgpu beside llama.cpp's Vulkan backend on the same GGUF file and the same adapter, in
+# one run, taking turns for ROUNDS rounds (default 3; each ratio is taken within a round, then
+# the median printed): decode, prefill, and the cost of a pass of 1, 5 and 16 rows (a
+# verification pass of k + 1 rows) against llama.cpp's batches of 1, 5 and 16 tokens; mars's
+# GPU counts (launches per layer and per token, pipelines compiled after warm-up, uploads and
+# reads per token) and peak memory beside them. On a machine without a GPU the adapter is
+# lavapipe (Mesa's Vulkan on the CPU; llama.cpp skips CPU devices unless told, hence
+# GGML_VK_VISIBLE_DEVICES=0); on a real GPU the same command measures it. A benchmark command,
+# not a CI step (minutes per model on lavapipe).
+#   usage: bash tests/bench/gpu-peers.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]
+#   env:   ROUNDS (3), THREADS (the cores: llama.cpp's CPU threads; lavapipe uses every core)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+model=${1:?usage: gpu-peers.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]}
+pp=${2:-64}
+tg=${3:-32}
+rounds=${ROUNDS:-3}
+threads=${THREADS:-$(nproc)}
+[ -f "$model" ] || { echo "no such model file: $model" >&2; exit 1; }
+bin=$(bash ../shared/tools/llama-cpp.sh vulkan)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+cargo build --release -q
+mars="${CARGO_TARGET_DIR:-target}/release/mars"
+bench() { # llama-bench on the first Vulkan device, all layers on it; its peak RSS to $2
+  GGML_VK_VISIBLE_DEVICES=${GGML_VK_VISIBLE_DEVICES:-0} LD_LIBRARY_PATH="$bin" \
+    /usr/bin/time -f %M -o "$2" "$bin/llama-bench" -m "$model" -ngl 99 -t "$threads" -r 1 -o json "${@:3}" \
+    >"$1" 2>>"$out/llama-bench.log"
+}
+for r in $(seq 1 "$rounds"); do
+  /usr/bin/time -f %M -o "$out/mars-rss.$r" "$mars" speed --model "$model" --device wgpu \
+    --prompt-tokens "$pp" --decode-tokens "$tg" >"$out/mars.$r.json" 2>"$out/mars.$r.log"
+  bench "$out/pp.$r.json" "$out/pp-rss.$r" -p "$pp" -n 0
+  # -d: decode from the depth mars speed decodes at (after its prompt).
+  bench "$out/tg.$r.json" "$out/tg-rss.$r" -p 0 -n "$tg" -d "$pp"
+  # Batches of 5 and 16 tokens after the prompt: a verification pass of that many rows.
+  bench "$out/b5.$r.json" "$out/b-rss.$r" -p 5 -n 0 -d "$pp"
+  bench "$out/b16.$r.json" "$out/b-rss.$r" -p 16 -n 0 -d "$pp"
+done
+python3 - "$model" "$out" "$rounds" "$pp" "$tg" <<'PY'
+import json, os, statistics as st, sys
+model, out, rounds, pp, tg = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+def ts(kind, r):
+    return json.load(open(f"{out}/{kind}.{r}.json"))[0]["avg_ts"]
+runs = []
+for r in range(1, rounds + 1):
+    m = json.load(open(f"{out}/mars.{r}.json"))
+    runs.append({"m": m, "pp": ts("pp", r), "tg": ts("tg", r), "b5": 5e3 / ts("b5", r),
+                 "b16": 16e3 / ts("b16", r), "b1": 1e3 / ts("tg", r),
+                 "mars_rss": int(open(f"{out}/mars-rss.{r}").read()) * 1024,
+                 "llama_rss": max(int(open(f"{out}/{k}-rss.{r}").read()) for k in ("pp", "tg", "b")) * 1024})
+m = runs[-1]["m"]
+print(f"{os.path.basename(model)} on {m['adapter']}: {rounds} alternating rounds, "
+      f"prompt {pp} tokens, decode {tg}")
+print(f"| measure | mars (wgpu) | llama.cpp (Vulkan) | mars / llama.cpp | by round |")
+print(f"|---|---|---|---|---|")
+def row(name, mars, llama, higher_better=True, fmt="{:.2f}"):
+    ratios = [mars(x) / llama(x) for x in runs]
+    print(f"| {name} | {fmt.format(st.median(mars(x) for x in runs))} | "
+          f"{fmt.format(st.median(llama(x) for x in runs))} | {st.median(ratios):.2f}x | "
+          + " ".join(f"{v:.2f}" for v in ratios) + " |")
+row("decode tok/s", lambda x: x["m"]["decode_tokens_per_second"], lambda x: x["tg"])
+row("prefill tok/s", lambda x: x["m"]["prefill_tokens_per_second"], lambda x: x["pp"])
+for rows, key in [(1, "b1"), (5, "b5"), (16, "b16")]:
+    row(f"ms for a pass of {rows} rows (llama.cpp: a batch of {rows})",
+        lambda x, r=rows: x["m"]["forward_ms_by_rows"][str(r)], lambda x, k=key: x[k], fmt="{:.0f}")
+row("peak RSS (MiB)", lambda x: x["mars_rss"] / 2**20, lambda x: x["llama_rss"] / 2**20, fmt="{:.0f}")
+g = m.get("gpu")
+if g:
+    f, t = g["forward_of_one_row"], g["per_token"]
+    kinds = ", ".join(f"{k} {v}" for k, v in f["by_kind"].items() if v)
+    print(f"\nmars, counted: one forward of one row = {f['launches']} launches ({kinds}); "
+          f"{f['launches_per_layer']:.1f} per layer; {f['uploads']} upload ({f['upload_bytes']} B)")
+    print(f"mars, counted per decoded token: {t['launches']:.1f} launches, {t['uploads']:.2f} uploads "
+          f"({t['upload_bytes']:.0f} B), {t['reads']:.2f} reads ({t['read_bytes']:.0f} B); "
+          f"pipelines compiled after warm-up: {g['pipelines_compiled_after_warm_up']}")
+PY
