@@ -753,7 +753,7 @@ function showSummary(stopped) {
     const st = stats[p];
     if (!st) return `${PANE_NAMES[p]}: no tokens`;
     const extra = p === "target" ? "" : `, ${fmtX(x[p])} plain, τ ${st.tau.toFixed(2)}` + (p === "mars" ? `, relaxed ${pct(st.relaxed_share)} of tokens` : "");
-    return `${PANE_NAMES[p]}: ${st.tokens_per_second.toFixed(2)} tok/s (${st.tokens} tokens${extra})`;
+    return `${PANE_NAMES[p]}: ${st.tokens_per_second.toFixed(2)} tok/s (${st.tokens} tokens${extra})${gpuCost(st)}`;
   };
   const lines = [
     `mars race${stopped ? " (stopped early)" : ""} on ${compute ? compute.name : "an unknown device"}`,
@@ -763,6 +763,15 @@ function showSummary(stopped) {
   ];
   $("#summary").textContent = lines.join("\n");
   $("#copy-summary").disabled = false;
+}
+
+// What a step cost the GPU, counted by the kernels (the GPU path only): launches, reads back
+// (each a wait for the GPU) and bytes read back, per step.
+function gpuCost(st) {
+  const g = st.gpu;
+  const steps = Math.max(st.target_forwards, 1);
+  if (!g || !g.launches) return "";
+  return `; per step ${Math.round(g.launches / steps)} GPU launches, ${(g.reads / steps).toFixed(2)} reads of ${Math.round(g.read_bytes / Math.max(g.reads, 1))} B`;
 }
 
 async function copy(text, what) {

@@ -169,6 +169,27 @@ impl ModelDrafter {
         Ok(())
     }
 
+    /// Runs `tokens` and returns the greedy draft (the argmax over the target's ids). Where the
+    /// model summarises its logits on the GPU, the argmax comes from the summary (a few words
+    /// read back, not the vocabulary): the same token, lowest id first among ties, unless it is
+    /// an id the target lacks, when the row is read as on every other path.
+    async fn greedy_next(&mut self, tokens: &[u32], rng: &mut ChaCha8Rng) -> Result<u32> {
+        let last = self.model.forward_last(tokens, &mut self.cache)?; // [1, draft_vocab]
+        if let Some(top) = last.top2_async().await?
+            && let Some(s) = top.first()
+            && s.bad.is_none()
+            && (s.top1 as usize) < self.target_vocab
+        {
+            return Ok(s.top1);
+        }
+        let (_, dv) = last.dims();
+        let values = last.read_async().await?;
+        self.set_row(&values[..dv]);
+        Ok(self
+            .sampler
+            .sample_with_probs(&self.row, rng, &mut self.q)?)
+    }
+
     /// Copies one draft-vocabulary row into `self.row` as a target-vocabulary row.
     fn set_row(&mut self, values: &[f32]) {
         let tv = self.target_vocab;
@@ -305,19 +326,23 @@ impl Drafter for ModelDrafter {
         let greedy = self.sampler.sampling().is_greedy();
         let mut tokens = Vec::with_capacity(k);
         let mut probs = Vec::with_capacity(if greedy { 0 } else { k * self.target_vocab });
-        self.last_row(&context[fed..]).await?;
+        let mut feed = context[fed..].to_vec();
         loop {
-            let token = self
-                .sampler
-                .sample_with_probs(&self.row, rng, &mut self.q)?;
-            tokens.push(token);
-            if !greedy {
+            let token = if greedy {
+                self.greedy_next(&feed, rng).await?
+            } else {
+                self.last_row(&feed).await?;
+                let token = self
+                    .sampler
+                    .sample_with_probs(&self.row, rng, &mut self.q)?;
                 probs.extend_from_slice(&self.q);
-            }
+                token
+            };
+            tokens.push(token);
             if tokens.len() == k {
                 break;
             }
-            self.last_row(&[token]).await?;
+            feed = vec![token];
         }
         Ok(Draft {
             tokens,

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The GPU benchmark in one command, for the day a machine with a GPU runs it (it runs on
+# lavapipe too, Mesa's Vulkan on the CPU, where every figure is the emulator's):
+#   1. SmolLM2-135M, Qwen2.5-Coder-0.5B and -1.5B: `mars speed --device wgpu` beside llama.cpp's
+#      Vulkan backend, alternating rounds (tests/bench/gpu-peers.sh): decode, prefill, passes of
+#      1 / 5 / 16 rows, peak memory, and mars's counted launches, uploads and reads;
+#   2. speculative decoding on the GPU: the Qwen pair (0.5B draft model, k = 3) and prompt
+#      lookup on SmolLM2, greedy, Spec-Bench coding prompts: target-only, strict and MARS tok/s,
+#      speedups, τ, and what a step costs the GPU (launches, reads, bytes read back);
+#   3. with BROWSER=1, the page on the machine's WebGPU adapter beside wllama in the same headless
+#      Chromium (tests/bench/browser-cpu.sh with BACKEND=webgpu).
+# Writes the tables to OUT (default gpu-bench.md) and prints them.
+#   usage: bash tests/bench/gpu.sh [PROMPTS] [MAX_TOKENS]
+#   env:   ROUNDS (2), OUT, BROWSER, MARS_MODEL_DIR
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+prompts=${1:-6}
+max=${2:-64}
+export ROUNDS=${ROUNDS:-2}
+out=${OUT:-gpu-bench.md}
+dir="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}"
+smol="$dir/SmolLM2-135M-Instruct.Q4_1.gguf"
+draft="$dir/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"
+target="$dir/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf"
+[ -f "$smol" ] || bash tests/fetch-model.sh
+[ -f "$target" ] && [ -f "$draft" ] || bash tests/fetch-pair.sh
+cargo build --release -q
+mars="${CARGO_TARGET_DIR:-target}/release/mars"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+{
+  echo "# mars on the GPU: $(date -u +%F), $(uname -m), $(nproc) cores"
+  echo
+  echo "## 1. One model at a time, beside llama.cpp's Vulkan backend"
+  for m in "$smol" "$draft" "$target"; do
+    echo
+    bash tests/bench/gpu-peers.sh "$m" 64 32
+  done
+  echo
+  echo "## 2. Speculative decoding on the GPU (greedy, Spec-Bench coding, $prompts prompts, $max tokens)"
+  echo
+  echo "| model | drafter | method | tok/s | vs target-only | τ | launches / step | reads / step | bytes read / step |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+} | tee "$out"
+run() { # MODEL DRAFTER LABEL [args…]: one compare, its totals as table rows
+  local model=$1 drafter=$2 label=$3
+  shift 3
+  "$mars" compare --device wgpu --model "$model" --draft "$drafter" --chat --category coding \
+    --limit "$prompts" --max-tokens "$max" --prompts ../shared/bench/spec_bench.jsonl --json "$@" \
+    >"$tmp/c.json" 2>"$tmp/c.log" || { tail -3 "$tmp/c.log" >&2; return 1; }
+  python3 - "$tmp/c.json" "$(basename "$model")" "$label" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))["total"]
+for name in ("target", "strict", "mars"):
+    m = t[name]; s = m["summary"]; steps = max(s["target_forwards"], 1); g = s["gpu"]
+    tau = f"{s['tau']:.2f}" if name != "target" else "1.00"
+    print(f"| {sys.argv[2]} | {sys.argv[3]} | {name} | {s['tokens_per_second']:.2f} | {m['speedup']:.2f}x | "
+          f"{tau} | {g['launches'] / steps:.0f} | {g['reads'] / steps:.2f} | {g['read_bytes'] / steps:.0f} |")
+PY
+}
+{
+  run "$target" "model:$draft" "Qwen2.5-Coder-0.5B, k = 3" --k 3 --draft-vocab 32768
+  run "$smol" ngram "prompt lookup, k = 4" --k 4
+} | tee -a "$out"
+if [ "${BROWSER:-0}" = 1 ]; then
+  {
+    echo
+    echo "## 3. The page on this machine's WebGPU adapter beside wllama (headless Chromium)"
+    echo
+    BACKEND=webgpu bash tests/bench/browser-cpu.sh "$ROUNDS" "$max" --race \
+      "$(basename "$smol")" "$(basename "$target")" | tail -n 20
+  } | tee -a "$out"
+fi
+echo "wrote $out"
