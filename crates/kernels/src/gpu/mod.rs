@@ -805,9 +805,16 @@ impl GpuMatrix {
             };
             counted_upload(padded.len());
             let embed_params = [range.len(), cols, rb, range.start].map(|v| v as u32);
+            // `create` takes the buffer as is (`create_from_slice` would copy it twice).
+            let weights = client.create(Bytes::from_bytes_vec(padded));
+            // The runtime holds the part's bytes until their write is submitted, and it submits
+            // every `tasks_max` tasks (mars sets 512): flushed now, loading holds one part at a
+            // time on the host (the wasm heap's bound in the browser), as with CubeCL's 32.
+            client
+                .flush()
+                .map_err(|e| KernelError::Device(format!("{e:?}")))?;
             parts.push(GpuPart {
-                // `create` takes the buffer as is (`create_from_slice` would copy it twice).
-                weights: client.create(Bytes::from_bytes_vec(padded)),
+                weights,
                 embed_params: upload_words(client, &embed_params),
                 rows: range,
             });
