@@ -94,7 +94,10 @@ fn gpu_forward(target: &Target, ids: &[u32]) -> Result<Option<serde_json::Value>
         .map(|k| (k.name().to_string(), d.by_kind[*k as usize].into()))
         .collect();
     let layers = model.config().n_layers;
-    let outside = d.by_kind[mars_model::GpuKernelKind::Embed as usize] + 2; // embed, norm, head
+    // The embedding lookup, the final norm and the head's launches (one per part).
+    let outside = d.by_kind[mars_model::GpuKernelKind::Embed as usize]
+        + 1
+        + model.gpu_head_launches().unwrap_or(1) as u64;
     Ok(Some(serde_json::json!({
         "launches": d.launches,
         "by_kind": by_kind,

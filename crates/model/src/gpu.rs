@@ -232,6 +232,11 @@ impl GpuModel {
         }
     }
 
+    /// Launches the head's product takes (one per part of a split matrix).
+    pub(crate) fn head_launches(&self) -> usize {
+        self.lm_head.launches()
+    }
+
     /// Bytes of blocks one forward pass reads: every matrix, the embedding rows aside.
     pub(crate) fn matrix_bytes(&self) -> u64 {
         let blocks: u64 = self

@@ -346,6 +346,16 @@ impl Llama {
         self.weights
     }
 
+    /// Launches the head's product takes on the GPU path (one per part of a matrix over the
+    /// adapter's largest binding); `None` on the other paths.
+    pub fn gpu_head_launches(&self) -> Option<usize> {
+        match &self.body {
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Body::Gpu(m) => Some(m.head_launches()),
+            _ => None,
+        }
+    }
+
     /// Weights converted to Q8_0 at load because the kernels have no path for their type, as
     /// "name (type)" (empty on the f32 path).
     pub fn converted(&self) -> &[String] {
