@@ -675,18 +675,7 @@ impl<D: Drafter> Decoder<D> {
         if self.verifier.config().sampling.is_greedy()
             && let Some(s) = logits.top2_async().await?
         {
-            return Ok(Rows::Summaries(
-                s.into_iter()
-                    .map(|r| RowSummary {
-                        top1: r.top1,
-                        z1: r.z1,
-                        top2: r.top2,
-                        z2: r.z2,
-                        sum: r.sum,
-                        bad: r.bad,
-                    })
-                    .collect(),
-            ));
+            return Ok(Rows::Summaries(s));
         }
         Ok(Rows::Full(logits.read_async().await?)) // rows * vocab
     }

@@ -23,7 +23,7 @@ use mars_kernels::gpu::{
 use crate::config::{LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
 use crate::load::{freq_factors, packable_stored, read, rope_tables};
-use crate::logits::{Logits, RowTop2};
+use crate::logits::{Logits, RowSummary};
 use crate::tensors::{BlockTensors, Named, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
 use crate::weights::Weights;
 
@@ -440,7 +440,7 @@ impl GpuLogits {
     }
 
     /// Each row's top-2 summary: one launch and one read of `rows × 28` bytes.
-    pub(crate) async fn top2_async(&self) -> Result<Vec<RowTop2>> {
+    pub(crate) async fn top2_async(&self) -> Result<Vec<RowSummary>> {
         let out = self.client.empty(self.rows * SUMMARY_WORDS * 4);
         self.summary
             .run(&self.client, &self.handle, &out, self.rows)?;
@@ -452,7 +452,7 @@ impl GpuLogits {
         Ok(words
             .chunks_exact(SUMMARY_WORDS)
             .take(self.rows)
-            .map(|w| RowTop2 {
+            .map(|w| RowSummary {
                 top1: w[0],
                 z1: f32::from_bits(w[1]),
                 top2: (w[2] != u32::MAX).then_some(w[2]),

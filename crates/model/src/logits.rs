@@ -26,25 +26,11 @@ enum Inner {
     Gpu(Box<crate::gpu::GpuLogits>),
 }
 
-/// What greedy verification needs of a row of logits: its best two tokens (value descending,
-/// lowest id first among equals), the sum of exp(z − z1) over the row, and the first NaN or
-/// +inf in it. The GPU path computes it on the device ([`Logits::top2_async`]), so a greedy
-/// step reads back a few words a row instead of the vocabulary.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RowTop2 {
-    /// The best token.
-    pub top1: u32,
-    /// Its logit.
-    pub z1: f32,
-    /// The runner-up, `None` when every other logit is −inf.
-    pub top2: Option<u32>,
-    /// Its logit (−inf without one).
-    pub z2: f32,
-    /// Σ exp(z − z1) over the row (≥ 1), summed in f32 on the device.
-    pub sum: f64,
-    /// The first NaN or +inf in the row and its value, if any.
-    pub bad: Option<(u32, f32)>,
-}
+/// What greedy verification needs of a row of logits (`mars_verify::RowSummary`: its best two
+/// tokens, the sum of exp(z − z1) and the first NaN or +inf). The GPU path computes it on the
+/// device ([`Logits::top2_async`]), so a greedy step reads back a few words a row instead of the
+/// vocabulary.
+pub use mars_verify::RowSummary;
 
 impl Logits {
     pub(crate) fn host(values: Vec<f32>, rows: usize, vocab: usize) -> Self {
@@ -65,13 +51,13 @@ impl Logits {
         Self(Inner::Gpu(Box::new(l)))
     }
 
-    /// Each row's [`RowTop2`], computed where the logits are and read back small — `None`
+    /// Each row's [`RowSummary`], computed where the logits are and read back small — `None`
     /// where that would not save a read (the logits are already in host memory, or on the
     /// f32 burn path), so the caller reads the rows instead.
     ///
     /// # Errors
     /// [`ModelError::Readback`] or the kernels' error when the device cannot return the data.
-    pub async fn top2_async(&self) -> Result<Option<Vec<RowTop2>>> {
+    pub async fn top2_async(&self) -> Result<Option<Vec<RowSummary>>> {
         match &self.0 {
             #[cfg(any(feature = "wgpu", feature = "webgpu"))]
             Inner::Gpu(l) => l.top2_async().await.map(Some),
