@@ -85,19 +85,12 @@ impl Norm {
     }
 }
 
-/// The attention heads of a layer. A layer's KV cache is one buffer `[2, kv_heads, capacity,
-/// head_dim]` f32 (keys, then values); the capacity is the step's ([`Step::with_capacity`]).
+/// The attention heads of a layer: the CPU attention's [`Heads`], one type for both paths. On
+/// the GPU a layer's KV cache is one buffer `[2, kv_heads, capacity, head_dim]` f32 (keys, then
+/// values); the capacity is the step's ([`Step::with_capacity`]).
 ///
 /// [`Step::with_capacity`]: super::Step::with_capacity
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Heads {
-    /// Query heads.
-    pub heads: usize,
-    /// Key / value heads (dividing `heads`).
-    pub kv_heads: usize,
-    /// Values per head (even, at most 256).
-    pub head_dim: usize,
-}
+pub use crate::attention::Heads;
 
 impl Heads {
     /// Bytes of one layer's cache of `capacity` rows.
@@ -117,7 +110,8 @@ impl Heads {
             })
     }
 
-    fn check(&self) -> Result<()> {
+    /// What the GPU kernels take besides the CPU's rule: an even head width of 2 to 256.
+    fn check_gpu(&self) -> Result<()> {
         let ok = self.kv_heads > 0
             && self.heads.is_multiple_of(self.kv_heads)
             && self.heads >= self.kv_heads
@@ -171,7 +165,7 @@ impl Rope {
         halves: bool,
         eps: f32,
     ) -> Result<Self> {
-        heads.check()?;
+        heads.check_gpu()?;
         let half = heads.head_dim / 2;
         if cos.len() != sin.len() || cos.is_empty() || !cos.len().is_multiple_of(half) {
             return Err(KernelError::Shape {
@@ -273,7 +267,7 @@ impl Attention {
     /// # Errors
     /// [`KernelError::Shape`] for a bad head shape.
     pub fn new(client: &Client, heads: Heads) -> Result<Self> {
-        heads.check()?;
+        heads.check_gpu()?;
         let [h, kv, d] = heads.words()?;
         let scale = 1.0 / (heads.head_dim as f32).sqrt();
         Ok(Self {
@@ -378,7 +372,7 @@ impl CopyRows {
     /// # Errors
     /// [`KernelError::Shape`] for a bad head shape.
     pub fn new(client: &Client, heads: Heads) -> Result<Self> {
-        heads.check()?;
+        heads.check_gpu()?;
         Ok(Self {
             heads,
             params: upload_words(client, &[word("head width", heads.head_dim)?]),
