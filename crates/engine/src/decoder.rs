@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use mars_formats::{StreamDecoder, Tokenizer};
-use mars_model::{KvCache, Llama};
+use mars_model::{ChainLink, KvCache, Llama, WeightPath};
 use mars_verify::{
     Decision, DraftProbs, Ledger, Margin, NextKind, PositionRecord, RowSummary, TreeDraftProbs,
     TreeInput, Verifier, VerifyConfig, VerifyInput,
@@ -14,7 +14,7 @@ use rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
 use web_time::Instant;
 
-use crate::drafter::Drafter;
+use crate::drafter::{ChainedDraft, Drafter};
 use crate::error::{EngineError, Result};
 
 /// Settings of one run.
@@ -79,7 +79,9 @@ pub struct StepRecord {
     /// Text of this step's tokens (a stop token's text left out), never splitting a UTF-8
     /// character.
     pub text: String,
-    /// Milliseconds in the drafter.
+    /// Milliseconds in the drafter (a greedy draft model on the GPU only enqueues its work
+    /// here: it is done, and timed, with the target's, whose pass takes the drafts on the
+    /// device).
     pub draft_ms: f64,
     /// Milliseconds in the target's forward pass, readback and verification.
     pub verify_ms: f64,
@@ -429,10 +431,20 @@ impl<D: Drafter> Decoder<D> {
 
         let counted = mars_model::gpu_counts();
         let started = Instant::now();
-        let draft = match (self.drafter.as_mut(), k) {
+        let mut draft = match (self.drafter.as_mut(), k) {
             (Some(d), 1..) => d.draft(&self.context, k, &mut self.draft_rng).await?,
             _ => Default::default(),
         };
+        // A chain drafted on the GPU has only been enqueued: its time shows in the target's.
+        let draft_ms = started.elapsed().as_secs_f64() * 1e3;
+        let started = Instant::now();
+        let before = self.cache.len();
+        let mut linked = None;
+        if let Some(chained) = draft.chained.take() {
+            let (tokens, rows) = self.over_chain(&chained).await?;
+            draft.tokens = tokens;
+            linked = rows;
+        }
         // A chain is cut to k; a tree (k its depth) to the cache's room.
         let limit = if draft.parents.is_some() { room - 1 } else { k };
         let d = draft.tokens.len().min(limit);
@@ -459,21 +471,22 @@ impl<D: Drafter> Decoder<D> {
                 });
             }
         };
-        let draft_ms = started.elapsed().as_secs_f64() * 1e3;
-
-        let started = Instant::now();
         let last = self.context[self.context.len() - 1];
         let mut input = Vec::with_capacity(d + 1);
         input.push(last);
         input.extend_from_slice(draft_tokens);
-        let before = self.cache.len();
         // The verdict as the kept draft tokens (each with its kind, margin and logits row), then
         // the next token and its row, and the cache rows (after `before`) that hold the kept
         // path.
         let (target_rows, kept, next, ledger) = match &draft.parents {
             None => {
-                let logits = self.target.forward(&input, &mut self.cache)?; // [d + 1, vocab]
-                let rows = self.rows(logits).await?;
+                let rows = match linked {
+                    Some(rows) => rows,
+                    None => {
+                        let logits = self.target.forward(&input, &mut self.cache)?; // [d + 1, vocab]
+                        self.rows(logits).await?
+                    }
+                };
                 let verdict = match &rows {
                     Rows::Full(logits) => self.verifier.verify(
                         &VerifyInput {
@@ -666,6 +679,40 @@ impl<D: Drafter> Decoder<D> {
             margin,
             nll,
         }
+    }
+
+    /// The target over a greedy draft kept on the GPU ([`ChainedDraft`]): one forward over the
+    /// last token and the drafts, which it takes on the device, its rows' summaries written
+    /// after the drafts', and one read of them all. Returns the draft's ids, cut before a row
+    /// the drafter could not rank (a NaN or +inf: what followed it was fed a meaningless id,
+    /// and the target's rows up to the cut do not depend on the rows after it), and the
+    /// target's summaries of the rows over them. A target off the GPU path reads the drafts
+    /// and leaves the forward to the caller (`None`).
+    async fn over_chain(&mut self, c: &ChainedDraft) -> Result<(Vec<u32>, Option<Rows>)> {
+        let d = c.tokens;
+        let on_gpu = matches!(self.target.weight_path(), WeightPath::GpuBlocks { .. });
+        if on_gpu && d > 0 {
+            let last = self.context[self.context.len() - 1];
+            let link = ChainLink {
+                chain: &c.chain,
+                ids_from: 0,
+                ids: d,
+                summaries_at: d,
+            };
+            let logits = self
+                .target
+                .forward_linked(&[last], link, &mut self.cache, d + 1)?; // [d + 1, vocab]
+            logits.summarize_into(&c.chain)?;
+        }
+        let all = c.chain.read().await?;
+        let drafts = all.get(..d).unwrap_or_default();
+        let good = drafts.iter().take_while(|s| s.bad.is_none()).count();
+        let tokens = drafts[..good].iter().map(|s| s.top1).collect();
+        let rows = match all.get(d..d + good + 1) {
+            Some(target) if on_gpu && d > 0 => Some(Rows::Summaries(target.to_vec())),
+            _ => None,
+        };
+        Ok((tokens, rows))
     }
 
     /// The target's rows as verification needs them: a greedy step takes each row's summary

@@ -7,7 +7,7 @@
 //!   current suffix; deterministic (one-hot q), no model at all.
 
 use mars_formats::Tokenizer;
-use mars_model::{KvCache, Llama};
+use mars_model::{ChainLink, KvCache, Llama, SummaryChain};
 use mars_verify::{Sampler, Sampling};
 use rand_chacha::ChaCha8Rng;
 
@@ -18,7 +18,9 @@ use crate::error::{EngineError, Result};
 /// `None` means one-hot (each token had probability 1). With `parents` the tokens are a tree
 /// (each node's parent an earlier node, `None` for a child of the last accepted token; siblings
 /// in the order they are to be tried), verified in one target pass.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// A greedy model drafter on the GPU leaves its ids there (`chained`, `tokens` empty): the
+/// target takes them on the device, and the step reads drafts and verdict back at once.
+#[derive(Debug, Clone, Default)]
 pub struct Draft {
     /// Proposed ids.
     pub tokens: Vec<u32>,
@@ -26,6 +28,19 @@ pub struct Draft {
     pub probs: Option<Vec<f32>>,
     /// The tree's parent links, `[tokens.len()]`; `None` for a chain.
     pub parents: Option<Vec<Option<u32>>>,
+    /// A greedy chain whose ids are still on the GPU (then `tokens` is empty).
+    pub chained: Option<ChainedDraft>,
+}
+
+/// A greedy chain of `tokens` drafts kept on the GPU: chain rows `0..tokens` hold the draft
+/// model's row summaries (row i's best id is draft token i, the input of its forward i + 1);
+/// rows `tokens..=2·tokens` are room for the target's summaries of its `tokens + 1` rows.
+#[derive(Debug, Clone)]
+pub struct ChainedDraft {
+    /// The summaries.
+    pub chain: SummaryChain,
+    /// Draft tokens in it.
+    pub tokens: usize,
 }
 
 /// Something that proposes tokens. The loop calls [`Drafter::prefill`] once with the prompt, then
@@ -125,6 +140,15 @@ impl ModelDrafter {
         label: impl Into<String>,
     ) -> Result<Self> {
         let capacity = capacity.min(model.config().context_length);
+        // Ids the target lacks are never proposed: limiting the logits to the target's ids is
+        // what `set_row` does to a row read back, and lets a greedy draft on the GPU take its
+        // argmax there (a chained draft's ids are never checked on the host before the
+        // target reads them).
+        let model = if target_vocab < model.logit_ids() {
+            model.with_vocab_limit(target_vocab)?
+        } else {
+            model
+        };
         let cache = model.new_cache(capacity)?;
         Ok(Self {
             model,
@@ -188,6 +212,28 @@ impl ModelDrafter {
         Ok(self
             .sampler
             .sample_with_probs(&self.row, rng, &mut self.q)?)
+    }
+
+    /// A greedy chain of `k` drafts on the GPU with nothing read: `feed` then each draft's
+    /// argmax (the summary's best id, lowest id first among ties, as [`Self::greedy_next`]
+    /// reads it) fed back on the device. A row with a NaN or +inf cannot be ranked; the step
+    /// that reads the chain cuts the draft before it (what follows was fed a meaningless id).
+    fn draft_on_device(&mut self, feed: &[u32], k: usize, chain: SummaryChain) -> Result<Draft> {
+        for i in 0..k {
+            let link = ChainLink {
+                chain: &chain,
+                ids_from: i.saturating_sub(1),
+                ids: usize::from(i > 0),
+                summaries_at: i,
+            };
+            let host = if i == 0 { feed } else { &[] };
+            let last = self.model.forward_linked(host, link, &mut self.cache, 1)?; // [1, vocab]
+            last.summarize_into(&chain)?;
+        }
+        Ok(Draft {
+            chained: Some(ChainedDraft { chain, tokens: k }),
+            ..Draft::default()
+        })
     }
 
     /// Copies one draft-vocabulary row into `self.row` as a target-vocabulary row.
@@ -291,6 +337,7 @@ impl ModelDrafter {
             tokens,
             probs: None,
             parents: Some(parents),
+            chained: None,
         })
     }
 }
@@ -324,6 +371,9 @@ impl Drafter for ModelDrafter {
             return self.draft_tree(context, k).await;
         }
         let greedy = self.sampler.sampling().is_greedy();
+        if greedy && let Some(chain) = self.model.summary_chain(2 * k + 1)? {
+            return self.draft_on_device(&context[fed..], k, chain);
+        }
         let mut tokens = Vec::with_capacity(k);
         let mut probs = Vec::with_capacity(if greedy { 0 } else { k * self.target_vocab });
         let mut feed = context[fed..].to_vec();
@@ -348,6 +398,7 @@ impl Drafter for ModelDrafter {
             tokens,
             probs: (!greedy).then_some(probs),
             parents: None,
+            chained: None,
         })
     }
 
@@ -524,12 +575,14 @@ impl Drafter for NgramDrafter {
                 tokens,
                 probs: None,
                 parents: branched.then_some(parents),
+                chained: None,
             });
         }
         Ok(Draft {
             tokens: self.propose(context, k),
             probs: None,
             parents: None,
+            chained: None,
         })
     }
 

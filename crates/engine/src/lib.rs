@@ -24,7 +24,9 @@ pub use decoder::{
     TokenRecord,
 };
 pub use device::{Backend, GpuCaps, OpenDevice, WeightChoice, Weights, cores};
-pub use drafter::{AnyDrafter, Draft, Drafter, ModelDrafter, NgramDrafter, check_same_tokenizer};
+pub use drafter::{
+    AnyDrafter, ChainedDraft, Draft, Drafter, ModelDrafter, NgramDrafter, check_same_tokenizer,
+};
 pub use error::{EngineError, Result};
 pub use mars_formats::LayerSpec;
 pub use race::{MethodOutput, Race};

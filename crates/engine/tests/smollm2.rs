@@ -55,14 +55,63 @@ fn greedy_strict_speculation_equals_target_only_exactly_on_wgpu_blocks() {
     let (device, setup) = Device::wgpu_options()
         .init_with_setup()
         .expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
-    check(
-        &device,
-        LoadOptions::with_weights(WeightPath::GpuBlocks {
-            subgroups: mars_model::subgroup_lanes(&setup.adapter),
-        }),
-        0.0,
-        true,
-    );
+    let options = LoadOptions::with_weights(WeightPath::GpuBlocks {
+        subgroups: mars_model::subgroup_lanes(&setup.adapter),
+    });
+    check(&device, options, 0.0, true);
+    one_read_a_step(&device, options);
+}
+
+/// A greedy draft model on the GPU chains its drafts there and the target takes them there:
+/// each speculative step reads back once, the drafts' and the target's row summaries together
+/// (28 bytes a row: k drafts, k + 1 target rows).
+#[cfg(feature = "wgpu")]
+fn one_read_a_step(device: &Device, options: LoadOptions) {
+    let Some(bytes) = model_bytes() else { return };
+    let g = Gguf::parse(&bytes).unwrap();
+    let model = Llama::from_gguf(&g, device, options).unwrap();
+    let tokenizer = Arc::new(Tokenizer::from_gguf(&g).unwrap());
+    let prompt = tokenizer
+        .encode(
+            "The quick brown fox jumps over the lazy dog. The quick brown",
+            false,
+        )
+        .unwrap();
+    let vocab = model.config().vocab_size;
+    let k = 3;
+    let drafter = ModelDrafter::new(
+        model.with_layers(&[0, 1, 2, 3]).unwrap(),
+        256,
+        Sampling::GREEDY,
+        vocab,
+        "first:4",
+    )
+    .unwrap();
+    let config = DecodeConfig {
+        k,
+        verify: VerifyConfig {
+            sampling: Sampling::GREEDY,
+            mode: Mode::Strict,
+        },
+        max_tokens: 12,
+        seed: 0,
+        capacity: Some(256),
+    };
+    pollster::block_on(async {
+        let drafter = Some(AnyDrafter::Model(Box::new(drafter)));
+        let mut dec = mars_engine::Decoder::new(&model, tokenizer, drafter, &config, &prompt)
+            .await
+            .unwrap();
+        let mut steps = 0;
+        while let Some(step) = dec.step().await.unwrap() {
+            if step.drafted == k {
+                assert_eq!(step.gpu.reads, 1, "{:?}", step.gpu);
+                assert_eq!(step.gpu.read_bytes, (2 * k as u64 + 1) * 28);
+                steps += 1;
+            }
+        }
+        assert!(steps > 1, "{steps} full steps");
+    });
 }
 
 /// Every drafter × k ∈ {1, 4, 8} × three prompts against target-only (`quick`: one prompt,

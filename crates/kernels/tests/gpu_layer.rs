@@ -14,8 +14,8 @@ use cubecl::server::Handle;
 use cubecl::wgpu::WgpuDevice;
 use mars_kernels::WeightType;
 use mars_kernels::gpu::{
-    Attention, CopyRows, Epilogue, GpuMatrix, Heads, MatrixGroup, Norm, Rope, Rows, SUMMARY_WORDS,
-    Step, StepBuffer, Summary, clone_buffer, upload_f32,
+    Attention, CopyRows, Epilogue, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm, Rope, Rows,
+    SUMMARY_WORDS, Step, StepBuffer, Summary, clone_buffer, link_ids, upload_f32,
 };
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -396,8 +396,9 @@ fn the_summary_ranks_as_the_verifier_does() {
     z[3 * vocab + 40] = f32::NAN;
     let summary = Summary::new(&client, vocab).unwrap();
     let out = client.empty(5 * SUMMARY_WORDS * 4);
+    let s = step(&client, &Step::chain(&[0; 5], 0, 5, vocab).unwrap());
     summary
-        .run(&client, &upload_f32(&client, &z), &out, 5)
+        .run(&client, &upload_f32(&client, &z), &out, 5, &s)
         .unwrap();
     let out = read_u32(&client, out);
     for r in [0, 1, 2, 4] {
@@ -425,6 +426,76 @@ fn the_summary_ranks_as_the_verifier_does() {
     let bad = &out[3 * SUMMARY_WORDS..4 * SUMMARY_WORDS];
     assert_eq!(bad[5], 40);
     assert!(f32::from_bits(bad[6]).is_nan());
+}
+
+/// A greedy draft chained on the device: a step's summaries land at its link's chain row, the
+/// next step's linked rows take those rows' best ids, and the embedding reads them.
+#[test]
+fn a_linked_step_takes_its_ids_from_the_chain() {
+    let client = client();
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let (vocab, d) = (300, 64);
+    let z = normal(&mut rng, 2 * vocab, 4.0);
+    let best = |r: usize| {
+        let row = &z[r * vocab..(r + 1) * vocab];
+        (0..vocab).fold(0, |b, i| if row[i] > row[b] { i } else { b }) as u32
+    };
+    let summary = Summary::new(&client, vocab).unwrap();
+    // Chain rows 0..4: the two logit rows' summaries go to rows 1 and 2.
+    let chain = upload_f32(&client, &[0.0; 4 * SUMMARY_WORDS]);
+    let link = Link {
+        ids_from: 0,
+        ids: 0,
+        summaries_at: 1,
+    };
+    let s = step(
+        &client,
+        &Step::chain(&[0, 0], 0, 2, vocab)
+            .unwrap()
+            .with_link(link)
+            .unwrap(),
+    );
+    summary
+        .run(&client, &upload_f32(&client, &z), &chain, 2, &s)
+        .unwrap();
+    // Three rows: the host's id 7, then the best ids of chain rows 1 and 2.
+    let link = Link {
+        ids_from: 1,
+        ids: 2,
+        summaries_at: 0,
+    };
+    let next = Step::chain(&[7, 0, 0], 0, 3, vocab).unwrap();
+    let next = step(&client, &next.with_link(link).unwrap());
+    link_ids(&client, &next, &chain).unwrap();
+    let table = normal(&mut rng, vocab * d, 1.0);
+    let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let limit = client.properties().memory.max_page_size;
+    let w = GpuMatrix::upload(&client, GpuType::F32, vocab, d, &bytes, limit).unwrap();
+    let x = client.empty(3 * d * 4);
+    w.embed(&client, &next, &x).unwrap();
+    let x = read_f32(&client, x);
+    for (i, id) in [7, best(0), best(1)].into_iter().enumerate() {
+        let want = &table[id as usize * d..(id as usize + 1) * d];
+        assert_eq!(bits(&x[i * d..(i + 1) * d]), bits(want), "row {i}: id {id}");
+    }
+    let words = read_u32(&client, chain);
+    assert_eq!(
+        &words[..SUMMARY_WORDS],
+        &[0; SUMMARY_WORDS],
+        "row 0 untouched"
+    );
+    assert_eq!(
+        (words[SUMMARY_WORDS], words[2 * SUMMARY_WORDS]),
+        (best(0), best(1))
+    );
+    // A chain too short for the link is refused.
+    let short = client.empty(2 * SUMMARY_WORDS * 4);
+    assert!(link_ids(&client, &next, &short).is_err());
+    assert!(
+        summary
+            .run(&client, &upload_f32(&client, &z), &short, 2, &s)
+            .is_err()
+    );
 }
 
 #[test]

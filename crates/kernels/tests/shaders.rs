@@ -160,11 +160,12 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         Shader::Summary,
         Shader::Copy,
         Shader::Clone,
+        Shader::Link,
     ] {
         check(&format!("{shader:?}"), &shader.source(), false);
         checked += 1;
     }
-    assert_eq!(checked, GpuType::all().count() * (1 + 5 * 2 * 5 + 2) + 7);
+    assert_eq!(checked, GpuType::all().count() * (1 + 5 * 2 * 5 + 2) + 8);
 }
 
 #[test]

@@ -16,8 +16,8 @@ use burn::backend::Cube;
 use burn::tensor::{Device, Tensor};
 use cubecl::server::Handle;
 use mars_kernels::gpu::{
-    Attention, CopyRows, Epilogue, GpuMatrix, GpuType, Heads, MatrixGroup, Norm, PART_PAD, Reduce,
-    Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, clone_buffer,
+    Attention, CopyRows, Epilogue, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm, PART_PAD,
+    Reduce, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, clone_buffer, link_ids,
 };
 
 use crate::config::{LlamaConfig, RopeStyle};
@@ -266,13 +266,31 @@ impl GpuModel {
         })
     }
 
+    /// An empty chain of `rows` row summaries (see [`GpuChain`]).
+    pub(crate) fn chain(&self, rows: usize) -> Result<GpuChain> {
+        let bytes =
+            rows.checked_mul(SUMMARY_WORDS * 4)
+                .ok_or(mars_kernels::KernelError::Overflow {
+                    what: "summary chain bytes",
+                    rows,
+                    cols: SUMMARY_WORDS,
+                })?;
+        Ok(GpuChain {
+            client: self.client.clone(),
+            handle: self.client.empty(bytes.max(4)),
+            rows,
+        })
+    }
+
     /// One forward pass over `tokens` at cache rows `start..` (a chain, or with `tree` the last
     /// rows of a token tree, as in [`Llama::extend_tree`](crate::Llama::extend_tree)): the
-    /// logits of the last `tail` rows, ids at or past `limit` −inf.
+    /// logits of the last `tail` rows, ids at or past `limit` −inf. With `link`, the last
+    /// `link.ids` ids (placeholders in `tokens`) are taken on the device from the chain, and
+    /// the logits' summaries go to it at `link.summaries_at` ([`Link`]).
     ///
     /// # Errors
     /// [`ModelError::CacheKind`] for a cache of another model; the kernels' error for a tree
-    /// too large for the GPU's masks or a shape they cannot run.
+    /// too large for the GPU's masks, a chain too short for the link or a shape they cannot run.
     #[allow(clippy::too_many_arguments)] // the host path's forward's arguments, and the cache
     pub(crate) fn forward(
         &self,
@@ -283,6 +301,7 @@ impl GpuModel {
         tree: Option<(usize, &[Option<usize>])>,
         tail: usize,
         limit: usize,
+        link: Option<(&GpuChain, Link)>,
     ) -> Result<Logits> {
         if cache.layers.len() != self.layers.len() {
             return Err(ModelError::CacheKind);
@@ -292,7 +311,23 @@ impl GpuModel {
             None => Step::chain(tokens, start, tail, limit)?,
             Some((base, parents)) => Step::tree(tokens, base, parents, tail, limit)?,
         };
-        let step = StepBuffer::new(client, &step.with_capacity(cache.capacity)?);
+        let mut step = step.with_capacity(cache.capacity)?;
+        if let Some((chain, l)) = link {
+            if l.summaries_at
+                .checked_add(tail)
+                .is_none_or(|e| e > chain.rows)
+            {
+                return Err(ModelError::Config(format!(
+                    "summary chain of {} rows: {tail} summaries at row {} do not fit",
+                    chain.rows, l.summaries_at
+                )));
+            }
+            step = step.with_link(l)?;
+        }
+        let step = StepBuffer::new(client, &step);
+        if let Some((chain, _)) = link {
+            link_ids(client, &step, &chain.handle)?;
+        }
         let kv = cache.unique()?;
         let t = tokens.len();
         let (d, q) = (c.d_model, c.n_heads * c.head_dim);
@@ -324,6 +359,7 @@ impl GpuModel {
             rows: tail,
             vocab: c.vocab_size,
             summary: self.summary.clone(),
+            step,
         }))
     }
 }
@@ -409,7 +445,50 @@ impl GpuCache {
     }
 }
 
-/// Logits `[rows, vocab]` in a GPU buffer, with the kernel that summarises them.
+/// Row summaries a step keeps on the GPU until it reads them all at once: a greedy draft
+/// model's rows, each row's best id the next forward's input, then the target's rows over
+/// those drafts (`[rows, SUMMARY_WORDS]` u32).
+#[derive(Debug, Clone)]
+pub(crate) struct GpuChain {
+    client: Client,
+    handle: Handle,
+    rows: usize,
+}
+
+impl GpuChain {
+    pub(crate) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Every row's summary: one read of `rows × 28` bytes.
+    pub(crate) async fn read(&self) -> Result<Vec<RowSummary>> {
+        let bytes = mars_kernels::gpu::read(&self.client, self.handle.clone()).await?;
+        Ok(summaries(&bytes, self.rows))
+    }
+}
+
+/// Summaries as the summary kernel writes them (summary.wgsl), the first `rows`.
+fn summaries(bytes: &[u8], rows: usize) -> Vec<RowSummary> {
+    let words: Vec<u32> = bytes
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    words
+        .chunks_exact(SUMMARY_WORDS)
+        .take(rows)
+        .map(|w| RowSummary {
+            top1: w[0],
+            z1: f32::from_bits(w[1]),
+            top2: (w[2] != u32::MAX).then_some(w[2]),
+            z2: f32::from_bits(w[3]),
+            sum: f64::from(f32::from_bits(w[4])),
+            bad: (w[5] != u32::MAX).then(|| (w[5], f32::from_bits(w[6]))),
+        })
+        .collect()
+}
+
+/// Logits `[rows, vocab]` in a GPU buffer, with the kernel that summarises them and the step
+/// of the forward that computed them (where its summaries go in a chain).
 #[derive(Debug, Clone)]
 pub(crate) struct GpuLogits {
     client: Client,
@@ -417,6 +496,7 @@ pub(crate) struct GpuLogits {
     rows: usize,
     vocab: usize,
     summary: Summary,
+    step: StepBuffer,
 }
 
 impl GpuLogits {
@@ -441,26 +521,26 @@ impl GpuLogits {
 
     /// Each row's top-2 summary: one launch and one read of `rows × 28` bytes.
     pub(crate) async fn top2_async(&self) -> Result<Vec<RowSummary>> {
-        let out = self.client.empty(self.rows * SUMMARY_WORDS * 4);
+        let own = self.step.link().summaries_at + self.rows;
+        let out = self.client.empty(own * SUMMARY_WORDS * 4);
         self.summary
-            .run(&self.client, &self.handle, &out, self.rows)?;
+            .run(&self.client, &self.handle, &out, self.rows, &self.step)?;
         let bytes = mars_kernels::gpu::read(&self.client, out).await?;
-        let words: Vec<u32> = bytes
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        Ok(words
-            .chunks_exact(SUMMARY_WORDS)
-            .take(self.rows)
-            .map(|w| RowSummary {
-                top1: w[0],
-                z1: f32::from_bits(w[1]),
-                top2: (w[2] != u32::MAX).then_some(w[2]),
-                z2: f32::from_bits(w[3]),
-                sum: f64::from(f32::from_bits(w[4])),
-                bad: (w[5] != u32::MAX).then(|| (w[5], f32::from_bits(w[6]))),
-            })
-            .collect())
+        let at = self.step.link().summaries_at * SUMMARY_WORDS * 4;
+        Ok(summaries(&bytes[at.min(bytes.len())..], self.rows))
+    }
+
+    /// Enqueues each row's summary into `chain`, at the row the forward's link named (0
+    /// without one); nothing is read.
+    pub(crate) fn summarize_into(&self, chain: &GpuChain) -> Result<()> {
+        self.summary.run(
+            &self.client,
+            &self.handle,
+            &chain.handle,
+            self.rows,
+            &self.step,
+        )?;
+        Ok(())
     }
 
     /// Every value, blocking until the GPU is done (native code only).

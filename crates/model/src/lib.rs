@@ -33,6 +33,6 @@ pub use error::{ModelError, Result};
 pub use gpu::{blocks_unsupported, subgroup_lanes};
 pub use llama::Llama;
 pub use load::{DeviceLimits, LoadOptions, WeightPath};
-pub use logits::{Logits, RowSummary, read_f32, read_f32_async};
+pub use logits::{ChainLink, Logits, RowSummary, SummaryChain, read_f32, read_f32_async};
 /// What the GPU path's kernels have asked of the device so far (zeros without it).
 pub use mars_kernels::{GpuCounts, GpuKernelKind, gpu_counts};

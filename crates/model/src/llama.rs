@@ -10,7 +10,7 @@ use crate::config::{LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
 use crate::host::HostModel;
 use crate::load::WeightPath;
-use crate::logits::Logits;
+use crate::logits::{ChainLink, Logits, SummaryChain};
 
 /// A weight matrix and how it is applied to activations `[1, t, in]` (the f32 burn path, the
 /// reference on the CPU and on wgpu; packed CPU weights are in `host.rs`, GPU blocks in
@@ -177,7 +177,7 @@ impl Llama {
     /// [`ModelError::EmptyInput`], [`ModelError::TokenOutOfVocab`], or
     /// [`ModelError::ContextOverflow`] naming the cached, new and capacity counts.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Logits> {
-        self.forward_tail(tokens, cache, tokens.len())
+        self.forward_tail(tokens, cache, tokens.len(), None)
     }
 
     /// As [`Llama::forward`], returning only the last position's logits, `[1, vocab]`: what
@@ -187,7 +187,52 @@ impl Llama {
     /// # Errors
     /// As [`Llama::forward`].
     pub fn forward_last(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Logits> {
-        self.forward_tail(tokens, cache, 1)
+        self.forward_tail(tokens, cache, 1, None)
+    }
+
+    /// An empty [`SummaryChain`] of `rows` row summaries on the model's GPU, or `None` off the
+    /// GPU path (where logits are read whole and nothing is chained).
+    ///
+    /// # Errors
+    /// [`ModelError::Kernel`] for a size past usize.
+    #[cfg_attr(
+        not(any(feature = "wgpu", feature = "webgpu")),
+        allow(unused_variables)
+    )]
+    pub fn summary_chain(&self, rows: usize) -> Result<Option<SummaryChain>> {
+        match &self.body {
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Body::Gpu(m) => Ok(Some(SummaryChain::gpu(m.chain(rows)?))),
+            _ => Ok(None),
+        }
+    }
+
+    /// As [`Llama::forward`] over `tokens` followed by `link.ids` tokens the GPU chose: the
+    /// best ids of the chain's rows `link.ids_from..`, taken on the device, so that a greedy
+    /// draft and its verification need no read in between. Returns the last `rows` rows'
+    /// logits; [`Logits::summarize_into`] then writes their summaries at `link.summaries_at`.
+    /// The GPU path only.
+    ///
+    /// # Errors
+    /// As [`Llama::forward`]; [`ModelError::Unsupported`] off the GPU path;
+    /// [`ModelError::Config`] for `rows` of 0 or past the input, or summaries past the chain.
+    pub fn forward_linked(
+        &self,
+        tokens: &[u32],
+        link: ChainLink<'_>,
+        cache: &mut KvCache,
+        rows: usize,
+    ) -> Result<Logits> {
+        let mut input = tokens.to_vec();
+        // Placeholders: the link kernel writes the chosen ids over them on the device.
+        input.resize(tokens.len() + link.ids, 0);
+        if rows == 0 || rows > input.len() {
+            return Err(ModelError::Config(format!(
+                "logit rows {rows} of a forward over {} tokens (1 to all of them)",
+                input.len()
+            )));
+        }
+        self.forward_tail(&input, cache, rows, Some(link))
     }
 
     /// Runs a token tree after what `cache` holds in one pass and returns every row's logits,
@@ -258,7 +303,7 @@ impl Llama {
             #[cfg(any(feature = "wgpu", feature = "webgpu"))]
             Body::Gpu(m) => {
                 let cache = cache.gpu_layers().ok_or(ModelError::CacheKind)?;
-                m.forward(c, tokens, cache, start, tree, t, self.logit_ids)? // [t, vocab]
+                m.forward(c, tokens, cache, start, tree, t, self.logit_ids, None)? // [t, vocab]
             }
         };
         cache.advance(end);
@@ -309,10 +354,35 @@ impl Llama {
     }
 
     /// Logits of the last `rows` (1 ≤ rows ≤ t) positions, `[rows, vocab]`.
-    fn forward_tail(&self, tokens: &[u32], cache: &mut KvCache, rows: usize) -> Result<Logits> {
+    /// With `link`, the last `link.ids` tokens are placeholders the GPU fills from a chain.
+    fn forward_tail(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        rows: usize,
+        link: Option<ChainLink<'_>>,
+    ) -> Result<Logits> {
         let c = &self.config;
         let t = tokens.len();
         let (start, end) = self.check_input(tokens, cache)?;
+        #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+        let gpu_link = link.map(|l| {
+            let kernels = mars_kernels::gpu::Link {
+                ids_from: l.ids_from,
+                ids: l.ids,
+                summaries_at: l.summaries_at,
+            };
+            (l.chain.inner(), kernels)
+        });
+        #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+        let linked = matches!(self.body, Body::Gpu(_));
+        #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
+        let linked = false;
+        if link.is_some() && !linked {
+            return Err(ModelError::Unsupported(
+                "ids chained on a device: only the GPU path has them".into(),
+            ));
+        }
         let logits = match &self.body {
             Body::Tensors(m) => {
                 let all = m.forward(c, &self.device, tokens, cache, start, None)?; // [1, t, vocab]
@@ -334,7 +404,16 @@ impl Llama {
             #[cfg(any(feature = "wgpu", feature = "webgpu"))]
             Body::Gpu(m) => {
                 let cache = cache.gpu_layers().ok_or(ModelError::CacheKind)?;
-                m.forward(c, tokens, cache, start, None, rows, self.logit_ids)? // [rows, vocab]
+                m.forward(
+                    c,
+                    tokens,
+                    cache,
+                    start,
+                    None,
+                    rows,
+                    self.logit_ids,
+                    gpu_link,
+                )? // [rows, vocab]
             }
         };
         cache.advance(end);

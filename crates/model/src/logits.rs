@@ -32,6 +32,78 @@ enum Inner {
 /// vocabulary.
 pub use mars_verify::RowSummary;
 
+/// Row summaries a speculative step keeps on the GPU until one read at its end (the GPU path
+/// only: [`Llama::summary_chain`](crate::Llama::summary_chain)). A greedy draft model writes
+/// each row's summary here ([`Logits::summarize_into`]) and its next forward takes that row's
+/// best id on the device ([`Llama::forward_linked`](crate::Llama::forward_linked)); the target
+/// takes all the drafts the same way and writes its rows' summaries after them, so the host
+/// learns the drafts and the target's verdict from one read ([`SummaryChain::read`]).
+#[derive(Debug, Clone)]
+pub struct SummaryChain(ChainInner);
+
+#[derive(Debug, Clone)]
+enum ChainInner {
+    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+    Gpu(crate::gpu::GpuChain),
+    /// Never made: no path but the GPU's keeps summaries on a device.
+    #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
+    #[allow(dead_code)] // the type must exist for the engine, which never gets one here
+    None(std::convert::Infallible),
+}
+
+/// A forward's place in a [`SummaryChain`]: its last `ids` rows take as their token the best id
+/// of chain rows `ids_from..` (their ids in the forward's input are placeholders), and its
+/// logit rows' summaries go to chain rows `summaries_at..` when
+/// [`Logits::summarize_into`] is called.
+#[derive(Debug, Clone, Copy)]
+pub struct ChainLink<'a> {
+    /// The chain.
+    pub chain: &'a SummaryChain,
+    /// Chain row whose best id the first linked row takes.
+    pub ids_from: usize,
+    /// Rows (the forward's last) whose ids come from the chain.
+    pub ids: usize,
+    /// Chain row of the first logit row's summary.
+    pub summaries_at: usize,
+}
+
+impl SummaryChain {
+    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+    pub(crate) fn gpu(c: crate::gpu::GpuChain) -> Self {
+        Self(ChainInner::Gpu(c))
+    }
+
+    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+    pub(crate) fn inner(&self) -> &crate::gpu::GpuChain {
+        match &self.0 {
+            ChainInner::Gpu(c) => c,
+        }
+    }
+
+    /// Rows it holds.
+    pub fn rows(&self) -> usize {
+        match &self.0 {
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            ChainInner::Gpu(c) => c.rows(),
+            #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
+            ChainInner::None(n) => match *n {},
+        }
+    }
+
+    /// Every row's summary (rows never written read as zeros): one read, without blocking.
+    ///
+    /// # Errors
+    /// [`ModelError::Readback`] or the kernels' error when the device cannot return the data.
+    pub async fn read(&self) -> Result<Vec<RowSummary>> {
+        match &self.0 {
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            ChainInner::Gpu(c) => c.read().await,
+            #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
+            ChainInner::None(n) => match *n {},
+        }
+    }
+}
+
 impl Logits {
     pub(crate) fn host(values: Vec<f32>, rows: usize, vocab: usize) -> Self {
         debug_assert_eq!(values.len(), rows * vocab);
@@ -62,6 +134,26 @@ impl Logits {
             #[cfg(any(feature = "wgpu", feature = "webgpu"))]
             Inner::Gpu(l) => l.top2_async().await.map(Some),
             _ => Ok(None),
+        }
+    }
+
+    /// Enqueues each row's [`RowSummary`] into `chain`, at the row the forward's
+    /// [`ChainLink`] named (row 0 for a forward without one); nothing is read.
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] for logits not on the GPU path; the kernels' error for a
+    /// chain too short.
+    #[cfg_attr(
+        not(any(feature = "wgpu", feature = "webgpu")),
+        allow(unused_variables)
+    )]
+    pub fn summarize_into(&self, chain: &SummaryChain) -> Result<()> {
+        match &self.0 {
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Inner::Gpu(l) => l.summarize_into(chain.inner()),
+            _ => Err(ModelError::Unsupported(
+                "row summaries kept on a device: only the GPU path has them".into(),
+            )),
         }
     }
 

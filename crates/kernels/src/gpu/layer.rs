@@ -338,14 +338,23 @@ impl Summary {
         })
     }
 
-    /// Enqueues the summaries of the first `rows` rows of `logits` into `out`
-    /// (`rows × SUMMARY_WORDS` words).
+    /// Enqueues the summaries of the first `rows` rows of `logits` (a forward of `step`) into
+    /// `out`, from its row `step.link().summaries_at` on (`SUMMARY_WORDS` words a row).
     ///
     /// # Errors
     /// [`KernelError::Shape`] for buffers smaller than the shapes need.
-    pub fn run(&self, client: &Client, logits: &Handle, out: &Handle, rows: usize) -> Result<()> {
+    pub fn run(
+        &self,
+        client: &Client,
+        logits: &Handle,
+        out: &Handle,
+        rows: usize,
+        step: &StepBuffer,
+    ) -> Result<()> {
         check_size("logits", logits, rows * self.vocab * 4)?;
-        check_size("summaries", out, rows * SUMMARY_WORDS * 4)?;
+        let end = step.link().summaries_at.checked_add(rows);
+        let bytes = end.and_then(|e| e.checked_mul(SUMMARY_WORDS * 4));
+        check_size("summaries", out, bytes.unwrap_or(usize::MAX))?;
         launch(
             client,
             Shader::Summary,
@@ -353,10 +362,36 @@ impl Summary {
             KernelArguments::new()
                 .with_buffer(logits.clone().binding())
                 .with_buffer(out.clone().binding())
-                .with_buffer(self.params.clone().binding()),
+                .with_buffer(self.params.clone().binding())
+                .with_buffer(step.handle().clone().binding()),
         );
         Ok(())
     }
+}
+
+/// Enqueues what takes a step's linked ids from `chain` (link.wgsl): the step's last
+/// `step.link().ids` ids become the best ids of chain rows `ids_from..`, before the embedding
+/// reads them. Nothing to launch for a step without a link.
+///
+/// # Errors
+/// [`KernelError::Shape`] for a chain smaller than the link reads.
+pub fn link_ids(client: &Client, step: &StepBuffer, chain: &Handle) -> Result<()> {
+    let link = step.link();
+    if link.ids == 0 {
+        return Ok(());
+    }
+    let end = link.ids_from.checked_add(link.ids);
+    let bytes = end.and_then(|e| e.checked_mul(SUMMARY_WORDS * 4));
+    check_size("summary chain", chain, bytes.unwrap_or(usize::MAX))?;
+    launch(
+        client,
+        Shader::Link,
+        CubeCount::Static(1, 1, 1),
+        KernelArguments::new()
+            .with_buffer(step.handle().clone().binding())
+            .with_buffer(chain.clone().binding()),
+    );
+    Ok(())
 }
 
 /// Moves a token tree's accepted rows into place in a layer's cache, and copies whole caches.

@@ -53,8 +53,10 @@ use cubecl::prelude::{AddressType, CubeCount, ExecutionMode, KernelSettings, Sco
 use cubecl::server::{Handle, KernelArguments};
 use cubecl::{CubeKernel, PrecompiledSource};
 
-pub use layer::{Attention, CopyRows, Heads, Norm, Rope, SUMMARY_WORDS, Summary, clone_buffer};
-pub use step::{IDS, MAX_TREE_ROWS, Step};
+pub use layer::{
+    Attention, CopyRows, Heads, Norm, Rope, SUMMARY_WORDS, Summary, clone_buffer, link_ids,
+};
+pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
 
 use crate::block::WeightType;
 use crate::counts::{Kind, counted_launch, counted_read, counted_upload};
@@ -71,6 +73,7 @@ const ATTENTION: &str = include_str!("attention.wgsl");
 const SUMMARY: &str = include_str!("summary.wgsl");
 const COPY: &str = include_str!("copy.wgsl");
 const CLONE: &str = include_str!("clone.wgsl");
+const LINK: &str = include_str!("link.wgsl");
 
 /// Output rows per workgroup of the matmul (4 teams of 16 threads).
 const ROWS_PER_GROUP: usize = 4;
@@ -338,6 +341,8 @@ pub enum Shader {
     Copy,
     /// A buffer copied whole.
     Clone,
+    /// A step's linked ids taken from a summary chain.
+    Link,
 }
 
 impl Shader {
@@ -354,9 +359,13 @@ impl Shader {
             Self::Norm => NORM.to_string(),
             Self::Rope { head_norm } => ROPE.replace("{{head_norm}}", &head_norm.to_string()),
             Self::Attention => ATTENTION.to_string(),
-            Self::Summary => SUMMARY.to_string(),
+            Self::Summary => SUMMARY.replace("{{summaries_at}}", &(LINKED + 2).to_string()),
             Self::Copy => COPY.to_string(),
             Self::Clone => CLONE.to_string(),
+            Self::Link => LINK
+                .replace("{{ids_at}}", &IDS.to_string())
+                .replace("{{linked_at}}", &LINKED.to_string())
+                .replace("{{summary_words}}", &SUMMARY_WORDS.to_string()),
         }
     }
 
@@ -369,7 +378,7 @@ impl Shader {
             Self::Rope { .. } => Kind::Rope,
             Self::Attention => Kind::Attention,
             Self::Summary => Kind::Summary,
-            Self::Copy | Self::Clone => Kind::Copy,
+            Self::Copy | Self::Clone | Self::Link => Kind::Copy,
         }
     }
 
@@ -395,6 +404,7 @@ impl Shader {
             Self::Rope { head_norm } => u64::from(*head_norm),
             Self::Norm | Self::Attention | Self::Summary | Self::Copy => 0,
             Self::Clone => 1,
+            Self::Link => 2,
         };
         (self.kind() as u8, code)
     }
@@ -498,6 +508,7 @@ pub struct StepBuffer {
     rows: usize,
     tail: usize,
     capacity: usize,
+    link: Link,
 }
 
 impl StepBuffer {
@@ -508,7 +519,13 @@ impl StepBuffer {
             rows: step.rows(),
             tail: step.tail(),
             capacity: step.capacity(),
+            link: step.link(),
         }
+    }
+
+    /// Its place in a summary chain ([`Link`]; all zero without one).
+    pub fn link(&self) -> Link {
+        self.link
     }
 
     /// The cache capacity its kernels address.

@@ -5,7 +5,10 @@
 //! - `[0]` rows of this forward, `[1]` the last rows that get logits (`tail`), `[2]` the logit
 //!   limit (outputs of the output head at or past it are −inf), `[3]` the cache row of the
 //!   first row (`start`: the cache's length before the forward), `[4]` the cache's capacity
-//!   (rows per head in its buffers), `[5..8]` zero;
+//!   (rows per head in its buffers); `[5]` how many of the last rows take their id from a
+//!   chain of row summaries on the GPU ([`LINKED`]; 0: every id is the host's), `[6]` the
+//!   chain row of the first of them, `[7]` the chain row this forward's summaries go to
+//!   ([`Link`]: a greedy draft chained on the device, read back once a step);
 //! - `[8 .. 8 + rows]` the token ids ([`IDS`]);
 //! - `[8 + rows + 4r ..]` row r's position (RoPE), `lo` and the two words of its tree mask:
 //!   row r sees cache rows `0..lo` and `lo + b` for every bit b set in the mask.
@@ -14,6 +17,23 @@ use crate::error::{KernelError, Result};
 
 /// Where the token ids start in the step buffer.
 pub const IDS: usize = 8;
+
+/// Where the step's [`Link`] starts in the step buffer (three words).
+pub const LINKED: usize = 5;
+
+/// A forward's place in a chain of row summaries kept on the GPU: its last `ids` rows take as
+/// their token the best id (`top1`) of chain rows `ids_from..`, and its logit rows' summaries
+/// go to chain rows `summaries_at..`. A greedy drafter chains its drafts this way, and the
+/// target takes them, so that a step reads back once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Link {
+    /// Chain row whose best id the first linked row takes.
+    pub ids_from: usize,
+    /// Rows (the forward's last) whose ids come from the chain.
+    pub ids: usize,
+    /// Chain row of the first logit row's summary.
+    pub summaries_at: usize,
+}
 
 /// Most rows of a token tree the GPU's attention can tell apart (one 64-bit mask a row).
 pub const MAX_TREE_ROWS: usize = 64;
@@ -153,6 +173,34 @@ impl Step {
         Ok(self)
     }
 
+    /// The same step with its last `link.ids` ids taken on the device from a chain of row
+    /// summaries, and its summaries written at `link.summaries_at` (see [`Link`]).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for more linked rows than the step has, or a row past u32.
+    pub fn with_link(mut self, link: Link) -> Result<Self> {
+        if link.ids > self.rows {
+            return Err(KernelError::Shape {
+                what: "rows taking their id from a summary chain (at most the step's rows)",
+                expected: self.rows,
+                found: link.ids,
+            });
+        }
+        self.words[LINKED] = word("linked rows", link.ids)?;
+        self.words[LINKED + 1] = word("chain row", link.ids_from)?;
+        self.words[LINKED + 2] = word("chain row", link.summaries_at)?;
+        Ok(self)
+    }
+
+    /// The step's link (all zero without one).
+    pub fn link(&self) -> Link {
+        Link {
+            ids: self.words[LINKED] as usize,
+            ids_from: self.words[LINKED + 1] as usize,
+            summaries_at: self.words[LINKED + 2] as usize,
+        }
+    }
+
     /// The cache capacity the step's kernels address.
     pub fn capacity(&self) -> usize {
         self.words[4] as usize
@@ -198,6 +246,17 @@ mod tests {
         assert_eq!(s.row(2), Some((12, 13, 0)));
         assert!(Step::chain(&[], 0, 1, 1).is_err());
         assert!(Step::chain(&[1], 0, 2, 1).is_err());
+        let link = Link {
+            ids_from: 4,
+            ids: 2,
+            summaries_at: 6,
+        };
+        let linked = s.clone().with_link(link).unwrap();
+        assert_eq!(&linked.words()[LINKED..IDS], &[2, 4, 6]);
+        assert_eq!(linked.link(), link);
+        assert_eq!(s.link(), Link::default());
+        let too_many = Link { ids: 4, ..link };
+        assert!(s.with_link(too_many).is_err());
     }
 
     #[test]

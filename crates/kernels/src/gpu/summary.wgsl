@@ -6,10 +6,15 @@
 // the rows beside it.
 
 @group(0) @binding(0) var<storage, read_write> z: array<f32>;   // [rows, vocab]
-// [rows, 7]: top1, z1 bits, top2 (0xffffffff: none), z2 bits, sum bits, bad id, bad value bits
+// [at + rows, 7]: top1, z1 bits, top2 (0xffffffff: none), z2 bits, sum bits, bad id, bad value
+// bits; row r's summary goes to row at + r, `at` the step's link word (step.rs: 0, or a chain
+// row where a step keeps its summaries until its one read)
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
 // [vocab, row_from (the first row of z summarised), the bits of −inf]
 @group(0) @binding(2) var<storage, read_write> p: array<u32>;
+@group(0) @binding(3) var<storage, read_write> s: array<u32>;   // the forward's step words
+
+const SUMMARIES_AT: u32 = {{summaries_at}}u;
 
 var<workgroup> v1s: array<f32, 256>;
 var<workgroup> i1s: array<u32, 256>;
@@ -109,7 +114,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         workgroupBarrier();
     }
     if lid == 0u {
-        let o = wg.x * 7u;
+        let o = (s[SUMMARIES_AT] + wg.x) * 7u;
         out[o] = i1s[0];
         out[o + 1u] = bitcast<u32>(mx);
         var top2 = i2s[0];
