@@ -6,16 +6,18 @@
 //! bytes straight from the block, Q4_K and Q6_K sub-blocks with shifts and masks; Q5_0, Q5_1 and
 //! Q5_K through the scalar unpacking) and meets each activation row in i8 × i8 → i16 products
 //! (`i16x8_extmul_*`: |w·x| ≤ 128·127, two of them still fit an i16) summed pairwise into i32
-//! lanes. K-quant sub-blocks multiply their lane sums by their scale before the one horizontal
-//! sum per super-block and row. 16-bit float weights take the scalar path.
+//! lanes. K-quant groups meet their scale in `i32x4.dot_i16x8_s` (two 16-value groups first added
+//! in i16 lanes where they share a scale: Q4_K, Q5_K), and the minimum's Σ mn·Σx is two more
+//! such dots, before the one horizontal sum per super-block and row. 16-bit float weights take
+//! the scalar path.
 //!
 //! Relaxed SIMD's `i32x4.relaxed_dot_i8x16_i7x16_add` would halve the integer work for 4-bit
 //! weights, but a module that uses it does not validate in a browser without it (Safari), so it
 //! would need a second build; not done.
 
 use core::arch::wasm32::{
-    i8x16_shl, i16x8_add, i16x8_extmul_high_i8x16, i16x8_extmul_low_i8x16, i32x4_add,
-    i32x4_extadd_pairwise_i16x8, i32x4_extract_lane, i32x4_mul, i32x4_splat, u8x16_shr,
+    i8x16_shl, i16x8_add, i16x8_extmul_high_i8x16, i16x8_extmul_low_i8x16, i16x8_splat, i32x4_add,
+    i32x4_dot_i16x8, i32x4_extadd_pairwise_i16x8, i32x4_extract_lane, i32x4_splat, u8x16_shr,
     u8x16_splat, v128, v128_and, v128_load, v128_or,
 };
 
@@ -41,12 +43,26 @@ fn load_i8(q: &[i8], at: usize) -> v128 {
     unsafe { v128_load(s.as_ptr().cast()) }
 }
 
+/// Eight i16 values of `v` from `at`.
+#[inline(always)]
+fn load_i16(v: &[i16], at: usize) -> v128 {
+    let s = &v[at..at + 8];
+    // SAFETY: as in `load`: 16 readable bytes, unaligned reads allowed.
+    unsafe { v128_load(s.as_ptr().cast()) }
+}
+
+/// w·x over 16 bytes as eight i16 lanes, each the sum of two products (w, x i8; the caller
+/// bounds them so that the lanes fit).
+#[inline(always)]
+fn products(w: v128, x: v128) -> v128 {
+    i16x8_add(i16x8_extmul_low_i8x16(w, x), i16x8_extmul_high_i8x16(w, x))
+}
+
 /// Σ w·x over 16 bytes as four i32 partial sums (w, x i8; at most 128·127 per product, so a
 /// pair of products fits an i16).
 #[inline(always)]
 fn dot16(w: v128, x: v128) -> v128 {
-    let p = i16x8_add(i16x8_extmul_low_i8x16(w, x), i16x8_extmul_high_i8x16(w, x));
-    i32x4_extadd_pairwise_i16x8(p)
+    i32x4_extadd_pairwise_i16x8(products(w, x))
 }
 
 #[inline(always)]
@@ -157,27 +173,53 @@ fn k_block(ty: WeightType, block: &[u8]) -> [v128; 16] {
 }
 
 fn k_rows(ty: WeightType, w_row: &[u8], x: &QActs, out: &mut [f32]) {
+    const SUMS: usize = K_GROUP / K_SUM;
     let nblk = x.cols / K_GROUP;
     let bytes = ty.block_bytes();
+    // Q4_K and Q5_K scale 32 values at a time (`sc[2j] == sc[2j + 1]`), Q6_K 16.
+    let paired = ty != WeightType::Q6K;
     let mut acc = [0f32; MAX_ROWS];
     for (blk, block) in w_row.chunks_exact(bytes).enumerate().take(nblk) {
         let s = k_scales(ty, block);
         let q = k_block(ty, block);
-        let sc: [v128; 16] = std::array::from_fn(|h| i32x4_splat(i32::from(s.sc[h])));
+        let sc: [v128; 16] = std::array::from_fn(|h| i16x8_splat(s.sc[h]));
+        let mn = [load_i16(&s.mn, 0), load_i16(&s.mn, 8)];
         for (r, acc) in acc.iter_mut().enumerate().take(x.rows) {
             let at = r * nblk + blk;
-            let xq = &x.kq[at * K_GROUP..(at + 1) * K_GROUP];
-            let sums = &x.ks[at * (K_GROUP / K_SUM)..(at + 1) * (K_GROUP / K_SUM)];
-            // Lane sums of q·x per 16 values (≤ 4·63·127), times the group's scale (|sc| ≤
-            // 128), sixteen groups: < 2³¹ as in the scalar kernel.
+            // Whole groups as arrays: every load below is at a constant offset, unchecked.
+            let (Some(xq), Some(sums)) = (
+                x.kq.get(at * K_GROUP..)
+                    .and_then(<[i8]>::first_chunk::<K_GROUP>),
+                x.ks.get(at * SUMS..).and_then(<[i16]>::first_chunk::<SUMS>),
+            ) else {
+                break;
+            };
+            // q·x pairs in i16 lanes, then each lane pair times the group's scale into i32
+            // (`i32x4_dot_i16x8`). A lane holds 2 products (Q6_K: ≤ 2·63·128) or, where two
+            // 16-value groups share a scale, 4 (Q4_K ≤ 4·15·128, Q5_K ≤ 4·31·128): < 2¹⁵. The
+            // i32 sums are the scalar kernel's (< 2³¹, exact in any order).
             let mut dot = i32x4_splat(0);
-            let mut offset = 0i32;
-            for h in 0..K_GROUP / K_SUM {
-                dot = i32x4_add(dot, i32x4_mul(dot16(q[h], load_i8(xq, K_SUM * h)), sc[h]));
-                offset += i32::from(s.mn[h]) * i32::from(sums[h]);
+            if paired {
+                for j in 0..SUMS / 2 {
+                    let p = i16x8_add(
+                        products(q[2 * j], load_i8(xq, K_SUM * 2 * j)),
+                        products(q[2 * j + 1], load_i8(xq, K_SUM * (2 * j + 1))),
+                    );
+                    dot = i32x4_add(dot, i32x4_dot_i16x8(p, sc[2 * j]));
+                }
+            } else {
+                for h in 0..SUMS {
+                    let p = products(q[h], load_i8(xq, K_SUM * h));
+                    dot = i32x4_add(dot, i32x4_dot_i16x8(p, sc[h]));
+                }
             }
+            // Σ mn·Σx over the sixteen groups (|mn| ≤ 128, |Σx| ≤ 2032).
+            let offset = i32x4_add(
+                i32x4_dot_i16x8(load_i16(sums, 0), mn[0]),
+                i32x4_dot_i16x8(load_i16(sums, 8), mn[1]),
+            );
             let xd = x.kd[at];
-            *acc += s.d * xd * hsum(dot) as f32 - s.dmin * xd * offset as f32;
+            *acc += s.d * xd * hsum(dot) as f32 - s.dmin * xd * hsum(offset) as f32;
         }
     }
     out[..x.rows].copy_from_slice(&acc[..x.rows]);
