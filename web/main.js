@@ -664,17 +664,47 @@ function onStep(pane, step, summary) {
     span.className = kinds.includes("relaxed") ? "relaxed" : last.kind === "correction" ? "correction" : kinds.includes("exact") ? "exact" : last.kind;
   }
   span.textContent = step.text;
-  span.title = step.tokens.map((t) => {
+  const margins = step.tokens.map((t) => {
     const m = t.margin;
     const top2 = m.top2 ? `${m.top2.logit.toFixed(2)} (p ${m.top2.prob.toFixed(3)})` : "–";
     const ratio = m.logit_ratio == null ? "–" : m.logit_ratio.toFixed(3);
     return `${t.kind}: top-1 ${m.top1.logit.toFixed(2)} (p ${m.top1.prob.toFixed(3)}), top-2 ${top2}, z2/z1 ${ratio}, p2/p1 ${m.prob_ratio.toFixed(3)}`;
   }).join("\n");
+  if (step.nodes && step.nodes.length) {
+    span.dataset.tree = String(step.nodes.length);
+    span.title = `${margins}\n\n${drawTree(step.nodes)}`;
+  } else {
+    span.title = margins;
+  }
   out.appendChild(span);
   stats[pane] = summary;
   series[pane].push([summary.tokens, summary.tokens_per_second]);
   showStats();
   drawChart();
+}
+
+// A step's token tree as text for the tooltip: one node a line under its parent, the path the
+// verifier kept marked ✓ (others ·), siblings in the order they were tried.
+function drawTree(nodes) {
+  const children = new Map();
+  nodes.forEach((n, i) => {
+    const p = n.parent == null ? -1 : n.parent;
+    if (!children.has(p)) children.set(p, []);
+    children.get(p).push(i);
+  });
+  const kept = nodes.filter((n) => n.kept).length;
+  const lines = [`token tree: ${nodes.length} nodes, ${kept} kept (✓)`];
+  const walk = (parent, indent) => {
+    const kids = children.get(parent) || [];
+    kids.forEach((i, j) => {
+      const last = j === kids.length - 1;
+      const n = nodes[i];
+      lines.push(`${indent}${last ? "└" : "├"} ${n.kept ? "✓" : "·"} ${JSON.stringify(n.text)}`);
+      walk(i, indent + (last ? "   " : "│  "));
+    });
+  };
+  walk(-1, "");
+  return lines.join("\n");
 }
 
 function onDone(pane, summary) {

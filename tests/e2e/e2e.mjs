@@ -338,6 +338,27 @@ await test("without WebGPU the page races on the CPU: plain text equals native g
   });
 });
 
+await test("a token-tree race on the CPU: strict equals plain, and each tree step's tooltip draws its tree with the kept path", async () => {
+  await withPage([], async (page) => {
+    await page.goto(url({ model: "models/tiny.gguf", draft: "layers:first:1", tree: "8", prompt: TINY_PROMPT, chat: "0", "max-tokens": "12", autorun: "1" }));
+    for (const pane of PANES) await done(page, pane);
+    assert(await text(page, "strict") === await text(page, "target"), "strict over trees differs from plain decoding");
+    const trees = await page.$$eval('[data-pane="strict"] .output span[data-tree]', (es) => es.map((e) => ({ n: Number(e.dataset.tree), title: e.title })));
+    assert(trees.length > 0, "no step of the strict pane drew a tree");
+    for (const { n, title } of trees) {
+      const lines = title.split("\n");
+      const head = lines.findIndex((l) => l.startsWith("token tree: "));
+      assert(head >= 0 && new RegExp(`^token tree: ${n} nodes, \\d+ kept`).test(lines[head]), `tree header: ${title}`);
+      const drawn = lines.slice(head + 1);
+      assert(drawn.length === n && drawn.every((l) => /^[│ ]*[├└] [✓·] ".*"$/.test(l)), `tree lines: ${title}`);
+      // The kept nodes form one path from the root: each one deeper than the last.
+      const depths = drawn.filter((l) => / ✓ /.test(l)).map((l) => l.search(/[├└]/));
+      assert(depths.every((d, i) => d === 3 * i), `kept nodes are not a path from the root: ${title}`);
+    }
+    console.log(`  ${trees.length} tree steps drawn, e.g.\n${trees[0].title.split("\n").filter((l) => /^(token tree|[│ ]*[├└])/.test(l)).join("\n")}`);
+  });
+});
+
 await test("a truncated model file shows the loader's error", async () => {
   const bytes = readFileSync(join(models, "tiny.gguf"));
   writeFileSync(join(models, "truncated.gguf"), bytes.subarray(0, 1000));

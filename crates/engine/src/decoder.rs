@@ -61,6 +61,19 @@ pub struct TokenRecord {
     pub nll: f64,
 }
 
+/// A node of a step's token tree, as the page draws it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TreeNode {
+    /// The token id.
+    pub id: u32,
+    /// The token's text alone (a piece of a multi-byte character shows as U+FFFD).
+    pub text: String,
+    /// An earlier node; `None` for a child of the last accepted token (the root).
+    pub parent: Option<u32>,
+    /// On the path the verifier kept.
+    pub kept: bool,
+}
+
 /// One step of the loop.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepRecord {
@@ -79,6 +92,8 @@ pub struct StepRecord {
     /// Text of this step's tokens (a stop token's text left out), never splitting a UTF-8
     /// character.
     pub text: String,
+    /// A branched tree's nodes in draft order, for drawing it (empty for a chain).
+    pub nodes: Vec<TreeNode>,
     /// Milliseconds in the drafter (a greedy draft model on the GPU only enqueues its work
     /// here: it is done, and timed, with the target's, whose pass takes the drafts on the
     /// device).
@@ -331,6 +346,8 @@ pub struct Decoder<D> {
     prompt_len: usize,
     stop_ids: Vec<u32>,
     text: StreamDecoder<Arc<Tokenizer>>,
+    /// For a tree node's text.
+    tokenizer: Arc<Tokenizer>,
     stop: Option<StopReason>,
     totals: RunSummary,
 }
@@ -397,7 +414,8 @@ impl<D: Drafter> Decoder<D> {
             context: prompt.clone(),
             prompt_len: prompt.len(),
             stop_ids,
-            text: StreamDecoder::new(tokenizer),
+            text: StreamDecoder::new(tokenizer.clone()),
+            tokenizer,
             stop: None,
         })
     }
@@ -478,7 +496,7 @@ impl<D: Drafter> Decoder<D> {
         // The verdict as the kept draft tokens (each with its kind, margin and logits row), then
         // the next token and its row, and the cache rows (after `before`) that hold the kept
         // path.
-        let (target_rows, kept, next, ledger) = match &draft.parents {
+        let (target_rows, kept, next, ledger, nodes) = match &draft.parents {
             None => {
                 let rows = match linked {
                     Some(rows) => rows,
@@ -511,7 +529,7 @@ impl<D: Drafter> Decoder<D> {
                     .collect();
                 let next = (verdict.next, verdict.accepted);
                 self.cache.truncate(before + 1 + verdict.accepted)?;
-                (rows, kept, next, verdict.ledger)
+                (rows, kept, next, verdict.ledger, Vec::new())
             }
             Some(parents) => {
                 let parents = parents.get(..d).ok_or(EngineError::DraftTreeShape {
@@ -567,7 +585,18 @@ impl<D: Drafter> Decoder<D> {
                     .chain(verdict.path.iter().map(|&j| j + 1))
                     .collect();
                 self.cache.keep_rows(before, &path_rows)?;
-                (rows, kept, next, verdict.ledger)
+                let nodes = draft_tokens
+                    .iter()
+                    .zip(parents)
+                    .enumerate()
+                    .map(|(j, (&id, &parent))| TreeNode {
+                        id,
+                        text: self.tokenizer.decode(&[id]).unwrap_or_default(),
+                        parent,
+                        kept: verdict.path.contains(&j),
+                    })
+                    .collect();
+                (rows, kept, next, verdict.ledger, nodes)
             }
         };
         let verify_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -632,6 +661,7 @@ impl<D: Drafter> Decoder<D> {
             correction: next.kind == NextKind::Correction && d > 0,
             tokens,
             text,
+            nodes,
             draft_ms,
             verify_ms,
             ledger,

@@ -21,7 +21,7 @@ mod session;
 
 pub use decoder::{
     DecodeConfig, Decoder, GpuCost, Prefill, RunSummary, StepRecord, StopReason, TokenKind,
-    TokenRecord,
+    TokenRecord, TreeNode,
 };
 pub use device::{Backend, GpuCaps, OpenDevice, WeightChoice, Weights, cores};
 pub use drafter::{

@@ -72,6 +72,29 @@ pub async fn checked(mut dec: Decoder<AnyDrafter>, k: usize) -> Run {
             }
         }
         assert!(step.drafted <= k);
+        // A tree step carries its nodes, for drawing: the kept ones are a path from the root,
+        // and they are the tokens the step emitted first.
+        assert_eq!(step.tree, !step.nodes.is_empty(), "{step:?}");
+        if step.tree {
+            assert_eq!(step.nodes.len(), step.drafted);
+            let kept: Vec<(usize, &mars_engine::TreeNode)> = step
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| n.kept)
+                .collect();
+            for (i, (_, node)) in kept.iter().enumerate() {
+                let parent = i.checked_sub(1).map(|p| kept[p].0 as u32);
+                assert_eq!(
+                    node.parent, parent,
+                    "kept nodes are not a path: {:?}",
+                    step.nodes
+                );
+            }
+            for ((_, node), token) in kept.iter().zip(&step.tokens) {
+                assert_eq!(node.id, token.id, "{step:?}");
+            }
+        }
         records.extend(step.tokens.iter().copied());
     }
     (
