@@ -26,8 +26,8 @@ const DEFAULT_MODELS = [
 ];
 const CACHE = "mars-models-v1";
 
-// One click fills model, drafter, k, draft vocabulary, θ and prompt. What each preset runs
-// (name, drafter, k, draft vocabulary, prompts) is the engine's (mars-engine's PRESETS, sent with
+// One click fills model, drafter, k, draft vocabulary, tree, θ and prompt. What each preset runs
+// (name, drafter, k, draft vocabulary, tree, prompts) is the engine's (mars-engine's PRESETS, sent with
 // the worker's "ready" event, the first one pre-selected); the page adds only which files it
 // downloads. Sizes are the files the project's scripts fetch (sha256-pinned); a HEAD request
 // corrects them for another server's.
@@ -41,6 +41,7 @@ const PRESET_FILES = {
   },
   "smollm-layers": { model: SMOLLM, bytes: 98_362_432 },
 };
+PRESET_FILES["qwen-coder-tree"] = PRESET_FILES["qwen-coder"];
 let PRESETS = [];
 
 const params = new URLSearchParams(location.search);
@@ -80,11 +81,11 @@ const FIELDS = [
     share: (v) => v.trim() !== "", into: (s, v) => { s.draft_vocab = v.trim() ? Number(v) : null; },
   },
   {
-    id: "tree", url: "tree", defaults: () => "0", share: (v) => v !== "0" && v.trim() !== "",
+    id: "tree", url: "tree", defaults: () => "0", preset: (p) => String(p.tree), share: (v) => v !== "0" && v.trim() !== "",
     into: (s, v) => { s.tree = Number(v) || 0; },
   },
   {
-    id: "branch", url: "branch", defaults: (d) => String(d.branch), share: (v) => v !== String(defaults.branch),
+    id: "branch", url: "branch", defaults: (d) => String(d.branch), preset: (p) => String(p.branch), share: (v) => v !== String(defaults.branch),
     into: (s, v) => { s.branch = Number(v) || defaults.branch; },
   },
   { id: "mars-mode", url: "mars-mode", defaults: (d) => d.mars.mode, preset: () => defaults.mars.mode, into: (s, v) => { s.mars = { mode: v }; } },

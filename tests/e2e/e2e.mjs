@@ -199,7 +199,7 @@ await test("presets fill the fields, say their download size, and a copied link 
     // A bare visit downloads nothing until Run.
     await page.waitForFunction(() => /press Run/.test(document.querySelector("#status").textContent), null, { timeout: 60_000 });
     const presets = await page.$$eval(".preset", (bs) => bs.map((b) => ({ id: b.dataset.preset, disabled: b.disabled, size: b.querySelector(".size").textContent })));
-    assert(presets.length === 3, `presets ${JSON.stringify(presets)}`);
+    assert(presets.length === 4, `presets ${JSON.stringify(presets)}`);
     for (const p of presets.filter((p) => !p.disabled)) assert(/\d+(\.\d+)? (MB|GB)/.test(p.size), `${p.id} shows no size: ${p.size}`);
     // The pair loads a slice at a time now: offered, with its 1.6 GB download named.
     const qwen = presets.find((p) => p.id === "qwen-coder");
@@ -211,7 +211,11 @@ await test("presets fill the fields, say their download size, and a copied link 
     assert((await field("model-url")).endsWith("SmolLM2-135M-Instruct.Q4_1.gguf"), "lookup preset: model");
     assert(/replacing every "cat"/.test(await field("prompt")), "lookup preset: prompt");
     assert(await page.getAttribute('[data-preset="smollm-lookup"]', "aria-pressed") === "true", "lookup preset not marked");
+    // The tree preset sets the tree fields; a chain preset puts them back.
+    await page.click('[data-preset="qwen-coder-tree"]');
+    assert(await field("tree") === "16" && await field("branch") === "4" && await field("k") === "5", "tree preset: tree, branch, depth");
     await page.click('[data-preset="smollm-layers"]');
+    assert(await field("tree") === "0", "a chain preset leaves the tree on");
     assert((await field("draft")).startsWith("layers:"), "layer-skip preset: drafter");
     assert(await field("k") === defaults.k && await field("mars-theta") === defaults.theta, "layer-skip preset: k and θ are the engine's");
     assert(await page.getAttribute('[data-preset="smollm-lookup"]', "aria-pressed") === "false", "two presets marked");

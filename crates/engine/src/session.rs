@@ -64,6 +64,11 @@ pub struct Preset {
     pub k: usize,
     /// [`RunSettings::draft_vocab`].
     pub draft_vocab: Option<usize>,
+    /// [`RunSettings::tree`]: a token tree's node budget (0: chains of k); with a tree, k is its
+    /// depth.
+    pub tree: usize,
+    /// [`RunSettings::branch`].
+    pub branch: usize,
     /// Prompts it suits, the page's first.
     pub prompts: &'static [&'static str],
 }
@@ -93,7 +98,10 @@ pub const CHAT_PROMPTS: &[&str] = &[
 /// - the Qwen2.5-Coder pair (1.5B target, 0.5B draft) on coding prompts, k = 3, ids < 32768:
 ///   strict 1.56×, MARS 1.62× (`tests/bench/pair.sh`);
 /// - layer skip over SmolLM2's first 24 of 30 layers on open chat, k = 4: strict 0.27×,
-///   MARS 0.29× (τ 1.4: each drafted token costs 24/30 of a target step).
+///   MARS 0.29× (τ 1.4: each drafted token costs 24/30 of a target step);
+/// - the pair with a 16-node token tree (depth 5, 4 children), Spec-Bench coding: τ 4.36 against
+///   the chain's 3.12 (docs/mars.md#token-trees), but 0.40× plain decoding on a 2-core AVX2
+///   CPU, where a pass of 16 rows costs ~6× one row; it is there for a GPU, where it does not.
 pub const PRESETS: &[Preset] = &[
     Preset {
         id: "smollm-lookup",
@@ -102,6 +110,8 @@ pub const PRESETS: &[Preset] = &[
         drafter: "ngram",
         k: 4,
         draft_vocab: None,
+        tree: 0,
+        branch: BRANCH,
         prompts: COPY_PROMPTS,
     },
     Preset {
@@ -111,10 +121,9 @@ pub const PRESETS: &[Preset] = &[
         drafter: "model",
         k: 3,
         draft_vocab: Some(32_768),
-        prompts: &[
-            "Write a Python function `is_palindrome(s: str) -> bool` that ignores case and \
-             non-alphanumeric characters. Answer with code only.",
-        ],
+        tree: 0,
+        branch: BRANCH,
+        prompts: CODING_PROMPTS,
     },
     Preset {
         id: "smollm-layers",
@@ -124,8 +133,33 @@ pub const PRESETS: &[Preset] = &[
         drafter: "layers:first:24",
         k: 4,
         draft_vocab: None,
+        tree: 0,
+        branch: BRANCH,
         prompts: CHAT_PROMPTS,
     },
+    Preset {
+        id: "qwen-coder-tree",
+        name: "Qwen2.5-Coder 1.5B · 0.5B draft · token tree",
+        what: "coding, the draft model's 16-node token tree verified in one pass: more tokens a \
+               step than its chain, for a GPU, where 16 rows cost about one (on a CPU they cost \
+               several, and the tree is slower than plain decoding)",
+        drafter: "model",
+        k: 5,
+        draft_vocab: Some(32_768),
+        tree: 16,
+        branch: 4,
+        prompts: CODING_PROMPTS,
+    },
+];
+
+/// Children a tree node gets by default (a constant of its own: the presets are part of
+/// [`DEFAULTS`]).
+const BRANCH: usize = 4;
+
+/// The pair's coding prompt.
+const CODING_PROMPTS: &[&str] = &[
+    "Write a Python function `is_palindrome(s: str) -> bool` that ignores case and \
+     non-alphanumeric characters. Answer with code only.",
 ];
 
 impl Preset {
@@ -134,7 +168,7 @@ impl Preset {
         PRESETS.iter().find(|p| p.id == id)
     }
 
-    /// [`RunSettings::default`] with this preset's drafter, k and vocabulary limit; `draft_model`
+    /// [`RunSettings::default`] with this preset's drafter, k, vocabulary limit and tree; `draft_model`
     /// is the `model:` source where the preset drafts with a separate model.
     ///
     /// # Errors
@@ -153,6 +187,8 @@ impl Preset {
             drafter,
             k: self.k,
             draft_vocab: self.draft_vocab,
+            tree: self.tree,
+            branch: self.branch,
             ..RunSettings::default()
         })
     }
@@ -168,7 +204,7 @@ pub const DEFAULTS: Defaults = Defaults {
     temperature: 0.0,
     top_p: 1.0,
     seed: 0,
-    branch: 4,
+    branch: BRANCH,
     prompt: COPY_PROMPTS[0],
     presets: PRESETS,
 };
