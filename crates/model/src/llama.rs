@@ -223,9 +223,20 @@ impl Llama {
         cache: &mut KvCache,
         rows: usize,
     ) -> Result<Logits> {
+        let Some(t) = tokens
+            .len()
+            .checked_add(link.ids)
+            .filter(|&t| t <= cache.capacity())
+        else {
+            return Err(ModelError::ContextOverflow {
+                cached: cache.len(),
+                new: tokens.len().saturating_add(link.ids),
+                capacity: cache.capacity(),
+            });
+        };
         let mut input = tokens.to_vec();
         // Placeholders: the link kernel writes the chosen ids over them on the device.
-        input.resize(tokens.len() + link.ids, 0);
+        input.resize(t, 0);
         if rows == 0 || rows > input.len() {
             return Err(ModelError::Config(format!(
                 "logit rows {rows} of a forward over {} tokens (1 to all of them)",
