@@ -3,8 +3,9 @@
 //! exact in any order, and every float step is the scalar kernel's, in its order.
 //!
 //! A weight block is unpacked once into vectors of small integers (Q4_0/Q4_1 nibbles and Q8_0
-//! bytes straight from the block, Q4_K and Q6_K sub-blocks with shifts and masks; Q5_0, Q5_1 and
-//! Q5_K through the scalar unpacking) and meets each activation row in i8 × i8 → i16 products
+//! bytes straight from the block, Q5_0/Q5_1 high bits spread from their 32-bit word with a
+//! swizzle and a bit mask, Q4_K and Q6_K sub-blocks with shifts and masks; Q5_K through the
+//! scalar unpacking) and meets each activation row in i8 × i8 → i16 products
 //! (`i16x8_extmul_*`: |w·x| ≤ 128·127, two of them still fit an i16) summed pairwise into i32
 //! lanes. K-quant groups meet their scale in `i32x4.dot_i16x8_s` (two 16-value groups first added
 //! in i16 lanes where they share a scale: Q4_K, Q5_K), and the minimum's Σ mn·Σx is two more
@@ -16,9 +17,10 @@
 //! would need a second build; not done.
 
 use core::arch::wasm32::{
-    i8x16_shl, i16x8_add, i16x8_extmul_high_i8x16, i16x8_extmul_low_i8x16, i16x8_splat, i32x4_add,
-    i32x4_dot_i16x8, i32x4_extadd_pairwise_i16x8, i32x4_extract_lane, i32x4_splat, u8x16_shr,
-    u8x16_splat, v128, v128_and, v128_load, v128_or,
+    i8x16_ne, i8x16_shl, i8x16_sub, i8x16_swizzle, i16x8_add, i16x8_extmul_high_i8x16,
+    i16x8_extmul_low_i8x16, i16x8_splat, i32x4_add, i32x4_dot_i16x8, i32x4_extadd_pairwise_i16x8,
+    i32x4_extract_lane, i32x4_splat, u8x16, u8x16_shr, u8x16_splat, v128, v128_and, v128_load,
+    v128_or,
 };
 
 use crate::block::{BLOCK, WeightType, f16_at, k_quants, k_scales, unpack};
@@ -105,12 +107,42 @@ fn legacy_block(ty: WeightType, row: &[u8], b: usize) -> (v128, v128, f32, f32) 
             let v = load(block, at);
             (v128_and(v, u8x16_splat(0x0F)), u8x16_shr(v, 4), d, min)
         }
+        WeightType::Q5_0 | WeightType::Q5_1 => {
+            // d, (Q5_1: the minimum), 32 high bits, 16 bytes of nibbles.
+            let (high_at, low_at) = if ty == WeightType::Q5_1 {
+                (4, 8)
+            } else {
+                (2, 6)
+            };
+            let qh = load(block, high_at);
+            let v = load(block, low_at);
+            let w0 = v128_or(v128_and(v, u8x16_splat(0x0F)), high_bits(qh, 0));
+            let w1 = v128_or(u8x16_shr(v, 4), high_bits(qh, 2));
+            let d = f16_at(block, 0);
+            if ty == WeightType::Q5_1 {
+                (w0, w1, d, f16_at(block, 2))
+            } else {
+                let sixteen = u8x16_splat(16);
+                (i8x16_sub(w0, sixteen), i8x16_sub(w1, sixteen), d, 0.0)
+            }
+        }
         _ => {
             let sub = unpack(ty, row, b);
             let w: [u8; BLOCK] = sub.w.map(|v| v as u8);
             (load(&w, 0), load(&w, 16), sub.scale[0], sub.min)
         }
     }
+}
+
+/// Bit 4 of lane j set where bit j of the 16 bits in bytes `from`, `from + 1` of `qh` is: a
+/// Q5 block's high bits for 16 values (bytes 0–1: values 0–15; bytes 2–3: values 16–31).
+#[inline(always)]
+fn high_bits(qh: v128, from: u8) -> v128 {
+    let (a, b) = (from, from + 1);
+    let bytes = i8x16_swizzle(qh, u8x16(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b));
+    let bit = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
+    let set = i8x16_ne(v128_and(bytes, bit), u8x16_splat(0));
+    v128_and(set, u8x16_splat(0x10))
 }
 
 fn legacy_rows(ty: WeightType, w_row: &[u8], x: &QActs, out: &mut [f32]) {

@@ -45,3 +45,49 @@ fn simd128_equals_scalar_bit_for_bit_for_every_type_and_row_count() {
         }
     }
 }
+
+/// A benchmark, not a check (ignored; run with `cargo test -p mars-kernels --release --target
+/// wasm32-unknown-unknown --test wasm -- --include-ignored rows_cost`): what a pass of m rows
+/// costs the page's one wasm thread against one row, on the Qwen2.5-Coder-1.5B's FFN shapes
+/// (gate/up 8960 × 1536 Q4_K, down 1536 × 8960 Q6_K): the bound on speculation in the browser
+/// without a GPU. Prints the medians of 5 runs after a warm-up.
+#[wasm_bindgen_test]
+#[ignore]
+fn rows_cost() {
+    let mut rng = ChaCha8Rng::seed_from_u64(31);
+    let k = Kernels::with_isa(Isa::Simd128, 1).unwrap();
+    for (ty, out, cols) in [(WeightType::Q4K, 8960, 1536), (WeightType::Q6K, 1536, 8960)] {
+        let w = random_matrix(ty, out, cols, &mut rng);
+        // Warm-up: the browser compiles wasm in tiers, the first calls in its baseline tier.
+        let x = random_x(MAX_ROWS, cols, &mut rng);
+        let mut acts = QActs::default();
+        acts.quantize(&x, MAX_ROWS, cols).unwrap();
+        let mut y = vec![0f32; MAX_ROWS * out];
+        for _ in 0..20 {
+            k.matmul(&w, &acts, &mut y).unwrap();
+        }
+        let mut one = 0.0;
+        for m in [1, 2, 4, 8, MAX_ROWS] {
+            let x = random_x(m, cols, &mut rng);
+            let mut acts = QActs::default();
+            acts.quantize(&x, m, cols).unwrap();
+            let mut y = vec![0f32; m * out];
+            let mut ms: Vec<f64> = (0..5)
+                .map(|_| {
+                    let t = web_time::Instant::now();
+                    k.matmul(&w, &acts, &mut y).unwrap();
+                    t.elapsed().as_secs_f64() * 1e3
+                })
+                .collect();
+            ms.sort_by(f64::total_cmp);
+            if m == 1 {
+                one = ms[2];
+            }
+            console_log!(
+                "rows cost {ty:?} {out}x{cols}: {m} rows {:.2} ms, {:.2}x one row",
+                ms[2],
+                ms[2] / one
+            );
+        }
+    }
+}
