@@ -193,30 +193,9 @@ impl ModelDrafter {
         Ok(())
     }
 
-    /// Runs `tokens` and returns the greedy draft (the argmax over the target's ids). Where the
-    /// model summarises its logits on the GPU, the argmax comes from the summary (a few words
-    /// read back, not the vocabulary): the same token, lowest id first among ties, unless it is
-    /// an id the target lacks, when the row is read as on every other path.
-    async fn greedy_next(&mut self, tokens: &[u32], rng: &mut ChaCha8Rng) -> Result<u32> {
-        let last = self.model.forward_last(tokens, &mut self.cache)?; // [1, draft_vocab]
-        if let Some(top) = last.top2_async().await?
-            && let Some(s) = top.first()
-            && s.bad.is_none()
-            && (s.top1 as usize) < self.target_vocab
-        {
-            return Ok(s.top1);
-        }
-        let (_, dv) = last.dims();
-        let values = last.read_async().await?;
-        self.set_row(&values[..dv]);
-        Ok(self
-            .sampler
-            .sample_with_probs(&self.row, rng, &mut self.q)?)
-    }
-
     /// A greedy chain of `k` drafts on the GPU with nothing read: `feed` then each draft's
-    /// argmax (the summary's best id, lowest id first among ties, as [`Self::greedy_next`]
-    /// reads it) fed back on the device. A row with a NaN or +inf cannot be ranked; the step
+    /// argmax (the summary's best id, lowest id first among ties, as the host's greedy
+    /// sampler ranks them) fed back on the device. A row with a NaN or +inf cannot be ranked; the step
     /// that reads the chain cuts the draft before it (what follows was fed a meaningless id).
     fn draft_on_device(&mut self, feed: &[u32], k: usize, chain: SummaryChain) -> Result<Draft> {
         for i in 0..k {
@@ -378,16 +357,14 @@ impl Drafter for ModelDrafter {
         let mut probs = Vec::with_capacity(if greedy { 0 } else { k * self.target_vocab });
         let mut feed = context[fed..].to_vec();
         loop {
-            let token = if greedy {
-                self.greedy_next(&feed, rng).await?
-            } else {
-                self.last_row(&feed).await?;
-                let token = self
-                    .sampler
-                    .sample_with_probs(&self.row, rng, &mut self.q)?;
+            // Off the GPU blocks path no kernel summarises the logits: the row is read.
+            self.last_row(&feed).await?;
+            let token = self
+                .sampler
+                .sample_with_probs(&self.row, rng, &mut self.q)?;
+            if !greedy {
                 probs.extend_from_slice(&self.q);
-                token
-            };
+            }
             tokens.push(token);
             if tokens.len() == k {
                 break;
