@@ -549,7 +549,7 @@ fn eval_humaneval_runs_three_problems_in_the_sandbox() {
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(again.status.success(), "{err}");
     assert!(
-        err.contains("3 problems kept from the journal, 0 to run"),
+        err.contains("3 answers kept from the journal, 0 to run"),
         "{err}"
     );
     let w: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
@@ -563,4 +563,97 @@ fn eval_humaneval_runs_three_problems_in_the_sandbox() {
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(err.contains("k = 3") && err.contains("k = 2"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `--seeds 2` at T = 1 answers each problem once per seed, every method of an answer with the
+/// same seed: the answers of seed 8 equal those of a run with `--seed 8` alone, token for token,
+/// and the report counts both seeds' answers, with intervals.
+#[test]
+fn eval_humaneval_pairs_its_methods_over_seeds() {
+    let home = std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+    let data = std::env::var_os("MARS_DATA_DIR")
+        .map_or_else(|| home.join(".cache/mars/data"), std::path::PathBuf::from)
+        .join("HumanEval.jsonl");
+    let model = models::dir().join(models::QWEN_DRAFT);
+    if !model.exists() || !data.exists() {
+        assert!(
+            std::env::var_os("MARS_SKIP_MODEL_TESTS").is_some(),
+            "{} / {}: run `bash tests/setup.sh`",
+            model.display(),
+            data.display()
+        );
+        return;
+    }
+    let run = |seed: &str, seeds: &str| {
+        let args = [
+            "eval",
+            "humaneval",
+            "--model",
+            model.to_str().unwrap(),
+            "--draft",
+            "layers:first:16",
+            "--k",
+            "3",
+            "--problems",
+            "HumanEval/2,HumanEval/4",
+            "--max-tokens",
+            "24",
+            "--temperature",
+            "1",
+            "--seed",
+            seed,
+            "--seeds",
+            seeds,
+            "--json",
+        ];
+        let out = mars(&args, "");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let both = run("7", "2");
+    assert_eq!(both["problems"], 2);
+    assert_eq!(both["answers"], 4);
+    assert_eq!(both["seeds"], serde_json::json!([7, 8]));
+    let records = both["records"].as_array().unwrap();
+    let seeds: Vec<(&str, u64)> = records
+        .iter()
+        .map(|r| (r["task_id"].as_str().unwrap(), r["seed"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        seeds,
+        [
+            ("HumanEval/2", 7),
+            ("HumanEval/2", 8),
+            ("HumanEval/4", 7),
+            ("HumanEval/4", 8)
+        ]
+    );
+    let alone = run("8", "1");
+    let texts = |r: &serde_json::Value| -> Vec<String> {
+        r["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["text"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let eighth: Vec<&serde_json::Value> = records.iter().filter(|r| r["seed"] == 8).collect();
+    for (a, b) in eighth.iter().zip(alone["records"].as_array().unwrap()) {
+        assert_eq!(texts(a), texts(b), "{}", a["task_id"]);
+    }
+    // Seed 7 samples other text than seed 8 somewhere (24 tokens at T = 1, two problems).
+    let seventh: Vec<Vec<String>> = records
+        .iter()
+        .filter(|r| r["seed"] == 7)
+        .map(texts)
+        .collect();
+    let eighth: Vec<Vec<String>> = eighth.into_iter().map(texts).collect();
+    assert_ne!(seventh, eighth);
+    for m in both["methods"].as_array().unwrap() {
+        let passed = m["passed"].as_f64().unwrap();
+        assert!((m["pass_at_1"].as_f64().unwrap() - passed / 4.0).abs() < 1e-12);
+        let ci = m["pass_at_1_ci"].as_array().unwrap();
+        assert_eq!(ci.len(), 2);
+    }
 }

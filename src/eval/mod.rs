@@ -64,6 +64,11 @@ pub struct HumanEvalArgs {
     pub rho: Vec<f32>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    /// Paired sampling seeds: every problem is answered with --seed S, S + 1, …, S + N − 1, every
+    /// method of a problem with the same seed; pass@1 is the mean over problems and seeds, with
+    /// 95 % intervals from a bootstrap over problems.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub seeds: u64,
     /// Backend.
     #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
     pub device: DeviceArg,
@@ -123,9 +128,11 @@ struct Attempt {
     summary: RunSummary,
 }
 
+/// One problem answered by every method with one sampling seed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct ProblemRecord {
     task_id: String,
+    seed: u64,
     prompt_tokens: usize,
     attempts: Vec<Attempt>,
 }
@@ -135,14 +142,20 @@ struct ProblemRecord {
 struct MethodReport {
     method: String,
     mode: Option<Mode>,
+    /// Answers that pass (over problems and seeds).
     passed: usize,
     pass_at_1: f64,
+    /// 95 % interval of pass@1 (bootstrap over problems, see [`report::intervals`]).
+    pass_at_1_ci: [f64; 2],
     /// pass@1 relative to strict's.
     of_strict: f64,
+    /// 95 % interval of `of_strict`, paired: each resample takes a problem's answers of every
+    /// method and seed together.
+    of_strict_ci: [f64; 2],
     speedup: f64,
-    /// Problems this method passes and strict fails.
+    /// Answers (`task (seed s)` with several seeds) this method passes and strict fails.
     won: Vec<String>,
-    /// Problems strict passes and this method fails.
+    /// Answers strict passes and this method fails.
     lost: Vec<String>,
     summary: RunSummary,
 }
@@ -153,11 +166,14 @@ struct EvalRecord {
     drafter: String,
     k: usize,
     temperature: f32,
-    seed: u64,
+    /// The sampling seeds, each problem answered once per seed.
+    seeds: Vec<u64>,
     max_tokens: usize,
     isolation: String,
     limits: Limits,
     problems: usize,
+    /// Problems × seeds.
+    answers: usize,
     methods: Vec<MethodReport>,
     /// The relaxed setting the defaults rule picks (see [`choose_default`]), if any qualifies.
     default_choice: Option<String>,
@@ -257,6 +273,7 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         "temperature": runner.run.sampling.temperature,
         "top_p": runner.run.sampling.top_p,
         "seed": runner.run.seed,
+        "seeds": args.seeds,
         "max_tokens": runner.run.max_tokens,
         "methods": methods.iter().map(|(label, _, _)| label.clone()).collect::<Vec<_>>(),
         "timeout_s": args.timeout,
@@ -282,13 +299,25 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         }
         None => (None, Vec::new()),
     };
-    let (kept, todo): (Vec<&Problem>, Vec<&Problem>) = problems
+    let seeds: Vec<u64> = (0..args.seeds)
+        .map(|i| runner.run.seed.checked_add(i))
+        .collect::<Option<_>>()
+        .with_context(|| {
+            format!(
+                "--seed {} + --seeds {} overflows",
+                runner.run.seed, args.seeds
+            )
+        })?;
+    // (problem, seed) pairs not in the journal.
+    let todo: Vec<(&Problem, u64)> = problems
         .iter()
-        .partition(|p| done.iter().any(|r| r.task_id == p.task_id));
+        .flat_map(|p| seeds.iter().map(move |&s| (p, s)))
+        .filter(|(p, s)| !done.iter().any(|r| r.task_id == p.task_id && r.seed == *s))
+        .collect();
     if args.resume {
         eprintln!(
-            "resuming: {} problems kept from the journal, {} to run",
-            kept.len(),
+            "resuming: {} answers kept from the journal, {} to run",
+            problems.len() * seeds.len() - todo.len(),
             todo.len()
         );
     }
@@ -302,13 +331,14 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         journal.as_deref(),
         &done,
     )?;
-    // Problem order, whichever run measured each one.
+    // Problem and seed order, whichever run measured each one.
     let records: Vec<ProblemRecord> = problems
         .iter()
-        .filter_map(|p| {
+        .flat_map(|p| seeds.iter().map(move |&s| (p, s)))
+        .filter_map(|(p, s)| {
             done.iter()
                 .chain(&new)
-                .find(|r| r.task_id == p.task_id)
+                .find(|r| r.task_id == p.task_id && r.seed == s)
                 .cloned()
         })
         .collect();
@@ -319,7 +349,8 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         drafter: runner.run.drafter_label(),
         k: runner.run.k,
         temperature: runner.run.sampling.temperature,
-        seed: runner.run.seed,
+        answers: records.len(),
+        seeds,
         max_tokens: runner.run.max_tokens,
         isolation: sandbox.isolation().describe(),
         limits: sandbox.limits(),
@@ -347,7 +378,8 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
     Ok(())
 }
 
-/// Every problem: one prefill, then each method's decode, its code extracted and executed.
+/// Every (problem, seed): one prefill a problem, then each method's decode with that seed, its
+/// code extracted and executed.
 /// With `journal`, each finished problem's record is appended to it as one JSON line, so an
 /// interrupted run of an hour or more keeps what it measured (and `--resume` goes on from it);
 /// when stderr is not a terminal (a background run, CI) the progress bar is hidden and one line
@@ -355,7 +387,7 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
 fn run_problems(
     runner: &Runner,
     sandbox: &Sandbox,
-    problems: &[&Problem],
+    problems: &[(&Problem, u64)],
     methods: &[(String, Method, Mode)],
     check_determinism: bool,
     journal: Option<&Path>,
@@ -384,13 +416,19 @@ fn run_problems(
         None => None,
     };
     let mut records = Vec::with_capacity(problems.len());
-    for p in problems {
-        let race = runner.race(&code::instruction(p))?;
+    // A problem's prompt is prefilled once for all its seeds.
+    let mut last: Option<(&str, mars_engine::Race<'_>)> = None;
+    for &(p, seed) in problems {
+        let race = match last.take() {
+            Some((id, race)) if id == p.task_id => race,
+            _ => runner.race(&code::instruction(p))?,
+        };
         let mut attempts = Vec::with_capacity(methods.len());
         for (label, method, mode) in methods {
-            bar.set_message(format!("{} {label}", p.task_id));
+            bar.set_message(format!("{} s{seed} {label}", p.task_id));
             let run = RunSettings {
                 mars: *mode,
+                seed,
                 ..runner.run.clone()
             };
             let MethodOutput { text, summary, .. } =
@@ -420,6 +458,7 @@ fn run_problems(
         }
         let record = ProblemRecord {
             task_id: p.task_id.clone(),
+            seed,
             prompt_tokens: race.prompt_ids().len(),
             attempts,
         };
@@ -442,7 +481,7 @@ fn run_problems(
                 .map(|((label, _, _), n)| format!("{label} {n}"))
                 .collect();
             eprintln!(
-                "{} ({}/{total}) passed so far: {} · {:.0} min, eta {:.0} min",
+                "{} seed {seed} ({}/{total}) passed so far: {} · {:.0} min, eta {:.0} min",
                 p.task_id,
                 earlier.len() + done,
                 tally.join(", "),
@@ -451,6 +490,7 @@ fn run_problems(
             );
         }
         records.push(record);
+        last = Some((&p.task_id, race));
     }
     bar.finish_and_clear();
     Ok(records)
@@ -467,6 +507,7 @@ mod tests {
     fn record(task_id: &str, verdict: Verdict) -> ProblemRecord {
         ProblemRecord {
             task_id: task_id.into(),
+            seed: 0,
             prompt_tokens: 7,
             attempts: vec![Attempt {
                 method: "strict".into(),
@@ -552,7 +593,9 @@ mod tests {
             mode,
             passed: 0,
             pass_at_1: 0.0,
+            pass_at_1_ci: [f64::NAN; 2],
             of_strict,
+            of_strict_ci: [f64::NAN; 2],
             speedup,
             won: Vec::new(),
             lost: Vec::new(),
@@ -562,6 +605,100 @@ mod tests {
 
     fn paper(theta: f32) -> Option<Mode> {
         Some(Mode::resolve(Some(theta), None, DEFAULTS.mars).unwrap())
+    }
+
+    /// A problem answered with one seed by one method per verdict (true: passed).
+    fn answered(task_id: &str, seed: u64, verdicts: &[bool]) -> ProblemRecord {
+        let one = record(task_id, Verdict::Passed);
+        let attempts = verdicts
+            .iter()
+            .map(|&ok| Attempt {
+                outcome: Outcome {
+                    verdict: if ok {
+                        Verdict::Passed
+                    } else {
+                        Verdict::Failed {
+                            reason: "AssertionError".into(),
+                        }
+                    },
+                    ..one.attempts[0].outcome.clone()
+                },
+                ..one.attempts[0].clone()
+            })
+            .collect();
+        ProblemRecord {
+            seed,
+            attempts,
+            ..one
+        }
+    }
+
+    /// 40 problems × `seeds`: strict passes 30 problems, the third method 27 of those (90 % of
+    /// strict's) and nothing else; the first method (target-only) passes what strict passes.
+    fn forty_problems(seeds: u64, copies: usize) -> Vec<ProblemRecord> {
+        let mut out = Vec::new();
+        for c in 0..copies {
+            for p in 0..40 {
+                for seed in 0..seeds {
+                    let strict = p < 30;
+                    let mars = p < 27;
+                    out.push(answered(
+                        &format!("P/{c}/{p}"),
+                        seed,
+                        &[strict, strict, mars],
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn intervals_hold_the_estimate_pair_the_methods_and_narrow_with_more_problems() {
+        let records = forty_problems(1, 1);
+        let ci = report::intervals(3, &records);
+        let (pass, of_strict) = ci[2];
+        assert!(pass[0] < 0.675 && 0.675 < pass[1], "{pass:?}");
+        assert!(of_strict[0] < 0.9 && 0.9 < of_strict[1], "{of_strict:?}");
+        // The methods are paired: strict against itself, and target-only that passes exactly
+        // what strict passes, are 100 % in every resample, though their pass@1 varies.
+        for m in [0, 1] {
+            assert_eq!(ci[m].1, [1.0, 1.0], "method {m}");
+            assert!(ci[m].0[0] < 0.75 && 0.75 < ci[m].0[1], "{:?}", ci[m].0);
+        }
+        // Four times the problems: about half the width (1/√4).
+        let wide = of_strict[1] - of_strict[0];
+        let narrow = report::intervals(3, &forty_problems(1, 4))[2].1;
+        let ratio = (narrow[1] - narrow[0]) / wide;
+        assert!((0.35..0.7).contains(&ratio), "width ratio {ratio}");
+        // A second seed that repeats every verdict adds no information about other problems:
+        // the intervals are the bootstrap over problems, not over answers.
+        let twice = report::intervals(3, &forty_problems(2, 1));
+        assert_eq!(twice[2], ci[2]);
+        // Undefined where strict passes nothing.
+        let none = vec![answered("P/0", 0, &[false, false, true])];
+        assert!(report::intervals(3, &none)[2].1[0].is_nan());
+    }
+
+    #[test]
+    fn the_report_counts_answers_over_seeds_and_names_them() {
+        let methods = [
+            ("target-only".to_string(), Method::Target, Mode::Strict),
+            ("strict".to_string(), Method::Strict, Mode::Strict),
+            ("MARS".to_string(), Method::Mars, DEFAULTS.mars),
+        ];
+        let records = vec![
+            answered("HumanEval/0", 0, &[true, true, false]),
+            answered("HumanEval/0", 1, &[true, false, true]),
+            answered("HumanEval/1", 0, &[false, true, true]),
+            answered("HumanEval/1", 1, &[false, true, true]),
+        ];
+        let out = report(&methods, &records);
+        assert_eq!(out[2].passed, 3);
+        assert!((out[2].pass_at_1 - 0.75).abs() < 1e-12);
+        assert!((out[2].of_strict - 1.0).abs() < 1e-12);
+        assert_eq!(out[2].won, ["HumanEval/0 (seed 1)"]);
+        assert_eq!(out[2].lost, ["HumanEval/0 (seed 0)"]);
     }
 
     #[test]

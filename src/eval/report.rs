@@ -11,7 +11,11 @@ use mars_verify::Mode;
 use super::sandbox::Verdict;
 use super::{EvalRecord, KEEP_OF_STRICT, MethodReport, ProblemRecord};
 
-/// Per-method totals, speedups against target-only and verdict changes against strict.
+/// Bootstrap resamples behind each 95 % interval.
+const RESAMPLES: usize = 4000;
+
+/// Per-method totals with their intervals, speedups against target-only and verdict changes
+/// against strict.
 pub(super) fn report(
     methods: &[(String, Method, Mode)],
     records: &[ProblemRecord],
@@ -19,6 +23,15 @@ pub(super) fn report(
     let passed = |r: &ProblemRecord, i: usize| r.attempts[i].outcome.verdict == Verdict::Passed;
     let n = records.len().max(1) as f64;
     let strict_passed = records.iter().filter(|r| passed(r, 1)).count();
+    let intervals = intervals(methods.len(), records);
+    let several_seeds = records.iter().any(|r| r.seed != records[0].seed);
+    let answer_name = |r: &ProblemRecord| {
+        if several_seeds {
+            format!("{} (seed {})", r.task_id, r.seed)
+        } else {
+            r.task_id.clone()
+        }
+    };
     let mut out: Vec<MethodReport> = methods
         .iter()
         .enumerate()
@@ -35,7 +48,7 @@ pub(super) fn report(
                 records
                     .iter()
                     .filter(|r| cond(r))
-                    .map(|r| r.task_id.clone())
+                    .map(answer_name)
                     .collect::<Vec<_>>()
             };
             MethodReport {
@@ -43,11 +56,13 @@ pub(super) fn report(
                 mode: (*method == Method::Mars).then_some(*mode),
                 passed: count,
                 pass_at_1: count as f64 / n,
+                pass_at_1_ci: intervals[i].0,
                 of_strict: if strict_passed > 0 {
                     count as f64 / strict_passed as f64
                 } else {
                     f64::NAN
                 },
+                of_strict_ci: intervals[i].1,
                 speedup: 0.0,
                 won: ids(&|r| passed(r, i) && !passed(r, 1)),
                 lost: ids(&|r| !passed(r, i) && passed(r, 1)),
@@ -66,35 +81,122 @@ pub(super) fn report(
     out
 }
 
+/// 95 % percentile intervals of each method's pass@1 and of its pass@1 relative to strict's
+/// (method 1), by a bootstrap over problems: a resample draws problems with replacement and
+/// takes every answer of a drawn problem (all its seeds, all methods) together, so the seeds of
+/// a problem, and the methods that share a seed, stay paired, and the interval reflects how
+/// much the verdict depends on which problems were asked. The generator is seeded: a report is
+/// reproducible. An interval is NaN where it is undefined (no answers; strict passing nothing).
+pub(super) fn intervals(methods: usize, records: &[ProblemRecord]) -> Vec<([f64; 2], [f64; 2])> {
+    use rand_core::{Rng as _, SeedableRng as _};
+    // Per problem (in first-seen order): passes per method, and answers.
+    let mut problems: Vec<(&str, Vec<u64>, u64)> = Vec::new();
+    for r in records {
+        let at = match problems.iter().position(|(id, _, _)| *id == r.task_id) {
+            Some(at) => at,
+            None => {
+                problems.push((&r.task_id, vec![0; methods], 0));
+                problems.len() - 1
+            }
+        };
+        let (_, passes, answers) = &mut problems[at];
+        for (n, a) in passes.iter_mut().zip(&r.attempts) {
+            *n += u64::from(a.outcome.verdict == Verdict::Passed);
+        }
+        *answers += 1;
+    }
+    let nan = [f64::NAN; 2];
+    if problems.is_empty() || methods < 2 {
+        return vec![(nan, nan); methods];
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let mut pass = vec![Vec::with_capacity(RESAMPLES); methods];
+    let mut ratio = vec![Vec::with_capacity(RESAMPLES); methods];
+    let count = problems.len() as u64;
+    for _ in 0..RESAMPLES {
+        let mut passes = vec![0u64; methods];
+        let mut answers = 0u64;
+        for _ in 0..count {
+            // Uniform in 0..count (multiply-shift: no modulo bias worth a thought at 2^64).
+            let at = ((u128::from(rng.next_u64()) * u128::from(count)) >> 64) as usize;
+            let (_, p, a) = &problems[at];
+            for (n, x) in passes.iter_mut().zip(p) {
+                *n += x;
+            }
+            answers += a;
+        }
+        for m in 0..methods {
+            pass[m].push(passes[m] as f64 / answers as f64);
+            if passes[1] > 0 {
+                ratio[m].push(passes[m] as f64 / passes[1] as f64);
+            }
+        }
+    }
+    let percentiles = |mut v: Vec<f64>| {
+        if v.is_empty() {
+            return nan;
+        }
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| v[((q * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)];
+        [at(0.025), at(0.975)]
+    };
+    pass.into_iter()
+        .zip(ratio)
+        .map(|(p, r)| (percentiles(p), percentiles(r)))
+        .collect()
+}
+
+/// `x %` with its interval, `[lo–hi]`, when the interval is known.
+fn percent_with(x: f64, ci: [f64; 2]) -> String {
+    if ci.iter().all(|v| v.is_finite()) {
+        format!(
+            "{:.1} % [{:.1}–{:.1}]",
+            100.0 * x,
+            100.0 * ci[0],
+            100.0 * ci[1]
+        )
+    } else {
+        format!("{:.1} %", 100.0 * x)
+    }
+}
+
 pub(super) fn markdown(r: &EvalRecord) -> String {
     let mut s = String::new();
+    let seeds = match r.seeds.as_slice() {
+        [one] => format!("seed {one}"),
+        [first, .., last] => format!("seeds {first}–{last} (paired)"),
+        [] => "no seed".to_string(),
+    };
     let _ = writeln!(
         s,
-        "HumanEval · {} problems · {} · drafter {} · k={} · T={} · max {} tokens · seed {}",
-        r.problems, r.model, r.drafter, r.k, r.temperature, r.max_tokens, r.seed
+        "HumanEval · {} problems · {} · drafter {} · k={} · T={} · max {} tokens · {seeds}",
+        r.problems, r.model, r.drafter, r.k, r.temperature, r.max_tokens
     );
     let _ = writeln!(s, "sandbox: {}\n", r.isolation);
     let _ = writeln!(
         s,
-        "| method | pass@1 | of strict | speedup | τ | tok/s | relaxed | moved mass | won / lost vs strict |"
+        "| method | pass@1 [95 % interval] | of strict [95 % interval] | speedup | τ | tok/s | relaxed | moved mass | won / lost vs strict |"
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
     for m in &r.methods {
+        // With several seeds the lists run long: counts here, the answers in eval.json.
         let changes = |v: &[String]| {
             if v.is_empty() {
                 "—".to_string()
+            } else if r.seeds.len() > 1 {
+                v.len().to_string()
             } else {
                 v.join(", ")
             }
         };
         let _ = writeln!(
             s,
-            "| {} | {:.1} % ({}/{}) | {:.1} % | {:.2}× | {:.2} | {:.1} | {:.1} % | {:.2} | {} / {} |",
+            "| {} | {} ({}/{}) | {} | {:.2}× | {:.2} | {:.1} | {:.1} % | {:.2} | {} / {} |",
             m.method,
-            100.0 * m.pass_at_1,
+            percent_with(m.pass_at_1, m.pass_at_1_ci),
             m.passed,
-            r.problems,
-            100.0 * m.of_strict,
+            r.answers,
+            percent_with(m.of_strict, m.of_strict_ci),
             m.speedup,
             m.summary.tau,
             m.summary.tokens_per_second,
