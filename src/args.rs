@@ -154,6 +154,10 @@ pub struct DrafterArgs {
     /// A model drafter's tree: children per expanded node, and nodes expanded per depth.
     #[arg(long, value_name = "B", default_value_t = DEFAULTS.branch)]
     pub branch: usize,
+    /// A model drafter's tree keeps only nodes whose path's draft probability is at least P, and
+    /// stops growing where none reaches it (0: the node budget decides alone).
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub tree_min_p: f32,
 }
 
 impl DrafterArgs {
@@ -219,6 +223,7 @@ pub fn resolve(
         draft_vocab: drafter.draft_vocab,
         tree: drafter.tree,
         branch: drafter.branch,
+        tree_min_p: drafter.tree_min_p,
     };
     run.validate()
         .with_context(|| "checking the settings".to_string())?;

@@ -55,6 +55,9 @@ pub struct HumanEvalArgs {
     /// A model drafter's tree: children per expanded node, and nodes expanded per depth.
     #[arg(long, value_name = "B", default_value_t = DEFAULTS.branch)]
     pub branch: usize,
+    /// A model drafter's tree keeps only nodes whose path's draft probability is at least P.
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub tree_min_p: f32,
     /// MARS paper-mode thresholds, one run each: `--theta 0.9,0.95`.
     #[arg(long, value_delimiter = ',')]
     pub theta: Vec<f32>,
@@ -250,6 +253,7 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         draft_vocab: args.draft_vocab,
         tree: args.tree,
         branch: args.branch,
+        tree_min_p: args.tree_min_p,
         sampling: args.sampling.resolve()?,
         seed: args.sampling.seed,
         max_tokens: args.max_tokens,
@@ -270,6 +274,7 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         "draft_vocab": args.draft_vocab,
         "tree": args.tree,
         "branch": args.branch,
+        "tree_min_p": args.tree_min_p,
         "temperature": runner.run.sampling.temperature,
         "top_p": runner.run.sampling.top_p,
         "seed": runner.run.seed,

@@ -32,28 +32,14 @@ cargo build --release -q
   --k "$k" --max-tokens "$max" --threads "$threads" --prompts "$out/prompts.jsonl" --out "$out/mars" \
   ${vocab:+--draft-vocab "$vocab"}
 echo "== llama.cpp llama-speculative-simple, same prompts (ChatML), --spec-draft-n-max $k"
-python3 - "$out/prompts.jsonl" "$out" <<'PY'
-import json, sys
-for i, line in enumerate(open(sys.argv[1])):
-    q = json.loads(line)["turns"][0]
-    text = ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
-            f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n")
-    open(f"{sys.argv[2]}/p{i}.txt", "w").write(text)
-PY
+python3 tests/bench/llama-spec.py prompts "$category" 0 "$out"
 for p in "$out"/p*.txt; do
   LD_LIBRARY_PATH="$bin" "$bin/llama-speculative-simple" -m "$target" -md "$draft" --spec-type draft-simple -f "$p" \
     -n "$max" --temp 0 --top-k 1 -t "$threads" --spec-draft-n-max "$k" --spec-draft-n-min 0 \
     -c 4096 >>"$out/spec.log" 2>&1 || true
 done
-python3 - "$out/spec.log" <<'PY'
-import re, sys
-log = open(sys.argv[1]).read()
-tokens = sum(int(x) for x in re.findall(r"decoded\s+(\d+) tokens in", log))
-secs = sum(float(x) for x in re.findall(r"decoded\s+\d+ tokens in\s+([\d.]+) seconds", log))
-drafted = sum(int(x) for x in re.findall(r"n_drafted\s*=\s*(\d+)", log))
-accepted = sum(int(x) for x in re.findall(r"n_accept\s*=\s*(\d+)", log))
-print(f"llama.cpp speculative: {tokens} tokens in {secs:.1f} s = {tokens / max(secs, 1e-9):.2f} tok/s; "
-      f"drafts accepted {accepted}/{drafted} = {accepted / max(drafted, 1):.0%}")
-PY
+python3 tests/bench/llama-spec.py summary "$out/spec.log" | python3 -c "import json,sys; s=json.load(sys.stdin); \
+print(f\"llama.cpp speculative: {s['tokens']} tokens in {s['seconds']:.1f} s = {s['tokens_per_second']:.2f} tok/s; \
+drafts accepted {s['accepted']}/{s['drafted']} = {s['acceptance']:.0%}\")"
 LD_LIBRARY_PATH="$bin" "$bin/llama-bench" -m "$target" -t "$threads" -p 0 -n "$max" -r 3 -o json \
   2>/dev/null | python3 -c "import json,sys; print(f'llama.cpp target-only decode (llama-bench tg$max): {json.load(sys.stdin)[0][\"avg_ts\"]:.2f} tok/s')"

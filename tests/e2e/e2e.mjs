@@ -213,9 +213,10 @@ await test("presets fill the fields, say their download size, and a copied link 
     assert(await page.getAttribute('[data-preset="smollm-lookup"]', "aria-pressed") === "true", "lookup preset not marked");
     // The tree preset sets the tree fields; a chain preset puts them back.
     await page.click('[data-preset="qwen-coder-tree"]');
-    assert(await field("tree") === "16" && await field("branch") === "4" && await field("k") === "5", "tree preset: tree, branch, depth");
+    assert(await field("tree") === "16" && await field("branch") === "4" && await field("k") === "8" && await field("tree-min-p") === "0.3",
+      "tree preset: tree, branch, depth, floor");
     await page.click('[data-preset="smollm-layers"]');
-    assert(await field("tree") === "0", "a chain preset leaves the tree on");
+    assert(await field("tree") === "0" && await field("tree-min-p") === "0", "a chain preset leaves the tree on");
     assert((await field("draft")).startsWith("layers:"), "layer-skip preset: drafter");
     assert(await field("k") === defaults.k && await field("mars-theta") === defaults.theta, "layer-skip preset: k and θ are the engine's");
     assert(await page.getAttribute('[data-preset="smollm-lookup"]', "aria-pressed") === "false", "two presets marked");

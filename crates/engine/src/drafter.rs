@@ -102,6 +102,9 @@ pub struct ModelDrafter {
     tree: usize,
     /// Children per expanded node, and nodes expanded per depth.
     branch: usize,
+    /// ln of the least draft probability of a tree node's path ([`ModelDrafter::with_min_p`]);
+    /// −∞: no floor.
+    min_score: f64,
     /// The last tree's expanded nodes, cached at `base..` until the verdict is known.
     grown: Option<Grown>,
 }
@@ -160,6 +163,7 @@ impl ModelDrafter {
             q: Vec::new(),
             tree: 0,
             branch: 0,
+            min_score: f64::NEG_INFINITY,
             grown: None,
         })
     }
@@ -180,6 +184,25 @@ impl ModelDrafter {
         }
         self.tree = nodes;
         self.branch = branch;
+        Ok(self)
+    }
+
+    /// A tree keeps only nodes whose path's draft probability is at least `min_p` (0: every
+    /// node the budget allows), and stops growing where no node of the frontier reaches it.
+    /// A node's path probability is about its chance of being accepted, so where a target row
+    /// costs something (the CPU) a floor spends the budget where the draft is unsure and skips
+    /// the draft passes a deep tree would waste; llama.cpp's tree splits a branch only where
+    /// the draft's p > 0.1 for the same reason.
+    ///
+    /// # Errors
+    /// [`EngineError::Config`] for a `min_p` that is not finite or not in [0, 1).
+    pub fn with_min_p(mut self, min_p: f32) -> Result<Self> {
+        check_min_p(min_p)?;
+        self.min_score = if min_p > 0.0 {
+            f64::from(min_p).ln()
+        } else {
+            f64::NEG_INFINITY
+        };
         Ok(self)
     }
 
@@ -236,11 +259,18 @@ impl ModelDrafter {
         let mut nodes: Vec<Node> = Vec::new();
         let mut children = Vec::new();
         self.sampler.top(&self.row, self.branch, &mut children)?;
-        nodes.extend(children.iter().map(|&(token, p)| Node {
-            token,
-            parent: None,
-            score: p.ln(),
-        }));
+        let floor = self.min_score;
+        // Children come most probable first: those under the floor end the list.
+        nodes.extend(
+            children
+                .iter()
+                .map(|&(token, p)| Node {
+                    token,
+                    parent: None,
+                    score: p.ln(),
+                })
+                .take_while(|n| n.score >= floor),
+        );
         let mut frontier: Vec<usize> = (0..nodes.len()).collect();
         // Expanded nodes in cache order (row r at base + r), and each node's row.
         let mut grown = Grown {
@@ -286,12 +316,16 @@ impl ModelDrafter {
                 self.set_row(&values[i * dv..(i + 1) * dv]);
                 self.sampler.top(&self.row, self.branch, &mut children)?;
                 for &(token, p) in &children {
+                    let score = nodes[j].score + p.ln();
+                    if score < floor {
+                        break;
+                    }
                     frontier.push(nodes.len());
                     row_of.push(None);
                     nodes.push(Node {
                         token,
                         parent: Some(j),
-                        score: nodes[j].score + p.ln(),
+                        score,
                     });
                 }
             }
@@ -317,6 +351,19 @@ impl ModelDrafter {
             probs: None,
             parents: Some(parents),
             chained: None,
+        })
+    }
+}
+
+/// [`RunSettings::tree_min_p`](crate::RunSettings::tree_min_p)'s rule, the one check of it.
+pub(crate) fn check_min_p(min_p: f32) -> Result<()> {
+    if min_p.is_finite() && (0.0..1.0).contains(&min_p) {
+        Ok(())
+    } else {
+        Err(EngineError::Config {
+            field: "tree_min_p",
+            value: min_p.to_string(),
+            why: "a probability in [0, 1)",
         })
     }
 }

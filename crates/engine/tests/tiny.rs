@@ -352,16 +352,23 @@ fn model_drafter_trees(options: LoadOptions) {
     let race = pollster::block_on(target.race(prompt, &base, Some(&draft))).unwrap();
     let (reference, _, _) = common::race(&race, &base, Method::Target);
     for drafter in ["layers:0", "model:layer0.gguf"] {
-        for (k, tree, branch) in [(4, 8, 2), (3, 16, 4), (5, 12, 3), (2, 3, 1)] {
+        for (k, tree, branch, tree_min_p) in [
+            (4, 8, 2, 0.0),
+            (3, 16, 4, 0.0),
+            (5, 12, 3, 0.0),
+            (2, 3, 1, 0.0),
+            (5, 16, 4, 0.05),
+        ] {
             let settings = RunSettings {
                 drafter: drafter.parse().unwrap(),
                 k,
                 tree,
                 branch,
+                tree_min_p,
                 ..base.clone()
             };
             let what = format!(
-                "{:?} {drafter} k {k} tree {tree} branch {branch}",
+                "{:?} {drafter} k {k} tree {tree} branch {branch} min p {tree_min_p}",
                 options.weights
             );
             let (mut branched, mut kept) = (0, 0);
@@ -412,6 +419,79 @@ fn model_drafter_trees(options: LoadOptions) {
             ..
         })
     ));
+}
+
+/// A tree's probability floor keeps the nodes whose path is at least that probable: with a
+/// budget that never binds, each floor's tree is the unfloored tree less its less probable
+/// nodes (nested as the floor rises, shrinking), a floor no path reaches drafts nothing, and a
+/// floor outside [0, 1) is refused by name.
+#[test]
+fn a_tree_floor_drops_the_improbable_nodes_and_only_those() {
+    use mars_engine::Drafter;
+    use rand_core::SeedableRng;
+    let t = tiny_packed();
+    let context = prompt(&t);
+    let drafter = |min_p: f32| {
+        ModelDrafter::new(
+            t.model.with_layers(&[0]).unwrap(),
+            256,
+            Sampling::GREEDY,
+            257,
+            "layers 0",
+        )
+        .unwrap()
+        .with_tree(1000, 3)
+        .unwrap()
+        .with_min_p(min_p)
+    };
+    // Each node as its path from the root.
+    let paths = |min_p: f32| {
+        let mut d = drafter(min_p).unwrap();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+        pollster::block_on(async {
+            d.prefill(&context).await.unwrap();
+            let tree = d.draft(&context, 4, &mut rng).await.unwrap();
+            let parents = tree.parents.clone().unwrap();
+            let mut out = std::collections::BTreeSet::new();
+            for node in 0..tree.tokens.len() {
+                let mut path = vec![tree.tokens[node]];
+                let mut at = parents[node];
+                while let Some(p) = at {
+                    path.push(tree.tokens[p as usize]);
+                    at = parents[p as usize];
+                }
+                path.reverse();
+                out.insert(path);
+            }
+            out
+        })
+    };
+    let all = paths(0.0);
+    // Every expanded node's 3 children over 4 depths, 3 expanded a depth: 3 + 3·9 nodes.
+    assert_eq!(all.len(), 30);
+    let mut last = all.clone();
+    let mut sizes = Vec::new();
+    for min_p in [0.001, 0.01, 0.05, 0.2, 0.5] {
+        let kept = paths(min_p);
+        assert!(kept.is_subset(&last), "floor {min_p}");
+        // Every prefix of a kept path is kept (a parent is at least as probable).
+        for p in &kept {
+            assert!(kept.contains(&p[..p.len() - 1]) || p.len() == 1, "{p:?}");
+        }
+        sizes.push(kept.len());
+        last = kept;
+    }
+    assert!(sizes[0] > sizes[4], "the floor cut nothing: {sizes:?}");
+    assert!(paths(0.999_999).is_empty());
+    for bad in [1.0, -0.1, f32::NAN, f32::INFINITY] {
+        assert!(matches!(
+            drafter(bad),
+            Err(EngineError::Config {
+                field: "tree_min_p",
+                ..
+            })
+        ));
+    }
 }
 
 /// After a tree step the drafter keeps the accepted path's cached rows in place: its next tree
