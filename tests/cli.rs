@@ -464,12 +464,9 @@ fn default_run_without_the_model_says_how_to_fetch_it() {
     std::fs::remove_dir_all(&empty).ok();
 }
 
-/// `mars eval humaneval` on 3 problems with the 0.5B coder as target and a layer-skip drafter:
-/// every program runs twice with the same verdict (`--check-determinism` fails the run
-/// otherwise), nothing outlives a run, greedy strict writes target-only's code exactly, and
-/// pass@1 is what the verdicts say.
-#[test]
-fn eval_humaneval_runs_three_problems_in_the_sandbox() {
+/// The 0.5B coder, the eval tests' target, when it and HumanEval are in the caches; `None` only
+/// under `MARS_SKIP_MODEL_TESTS` (otherwise a missing file fails the test, naming the setup).
+fn humaneval_model() -> Option<std::path::PathBuf> {
     let home = std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
     let data = std::env::var_os("MARS_DATA_DIR")
         .map_or_else(|| home.join(".cache/mars/data"), std::path::PathBuf::from)
@@ -482,11 +479,14 @@ fn eval_humaneval_runs_three_problems_in_the_sandbox() {
             model.display(),
             data.display()
         );
-        return;
+        return None;
     }
-    let dir = std::env::temp_dir().join(format!("mars-eval-{}", std::process::id()));
-    let dir_arg = dir.to_str().unwrap();
-    let run = [
+    Some(model)
+}
+
+/// `mars eval humaneval` with `model` as target, its first 16 layers drafting 3 tokens a step.
+fn eval_args(model: &std::path::Path) -> Vec<&str> {
+    vec![
         "eval",
         "humaneval",
         "--model",
@@ -495,15 +495,34 @@ fn eval_humaneval_runs_three_problems_in_the_sandbox() {
         "layers:first:16",
         "--k",
         "3",
-        "--limit",
-        "3",
-        "--max-tokens",
-        "96",
-        "--check-determinism",
-        "--json",
-        "--out",
-        dir_arg,
-    ];
+    ]
+}
+
+/// `mars eval humaneval` on 3 problems with the 0.5B coder as target and a layer-skip drafter:
+/// every program runs twice with the same verdict (`--check-determinism` fails the run
+/// otherwise), nothing outlives a run, greedy strict writes target-only's code exactly, and
+/// pass@1 is what the verdicts say.
+#[test]
+fn eval_humaneval_runs_three_problems_in_the_sandbox() {
+    let Some(model) = humaneval_model() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("mars-eval-{}", std::process::id()));
+    let dir_arg = dir.to_str().unwrap();
+    let run = [
+        &eval_args(&model)[..],
+        &[
+            "--limit",
+            "3",
+            "--max-tokens",
+            "96",
+            "--check-determinism",
+            "--json",
+            "--out",
+            dir_arg,
+        ],
+    ]
+    .concat();
     let out = mars(&run, "");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
@@ -570,42 +589,27 @@ fn eval_humaneval_runs_three_problems_in_the_sandbox() {
 /// and the report counts both seeds' answers, with intervals.
 #[test]
 fn eval_humaneval_pairs_its_methods_over_seeds() {
-    let home = std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
-    let data = std::env::var_os("MARS_DATA_DIR")
-        .map_or_else(|| home.join(".cache/mars/data"), std::path::PathBuf::from)
-        .join("HumanEval.jsonl");
-    let model = models::dir().join(models::QWEN_DRAFT);
-    if !model.exists() || !data.exists() {
-        assert!(
-            std::env::var_os("MARS_SKIP_MODEL_TESTS").is_some(),
-            "{} / {}: run `bash tests/setup.sh`",
-            model.display(),
-            data.display()
-        );
+    let Some(model) = humaneval_model() else {
         return;
-    }
+    };
     let run = |seed: &str, seeds: &str| {
         let args = [
-            "eval",
-            "humaneval",
-            "--model",
-            model.to_str().unwrap(),
-            "--draft",
-            "layers:first:16",
-            "--k",
-            "3",
-            "--problems",
-            "HumanEval/2,HumanEval/4",
-            "--max-tokens",
-            "24",
-            "--temperature",
-            "1",
-            "--seed",
-            seed,
-            "--seeds",
-            seeds,
-            "--json",
-        ];
+            &eval_args(&model)[..],
+            &[
+                "--problems",
+                "HumanEval/2,HumanEval/4",
+                "--max-tokens",
+                "24",
+                "--temperature",
+                "1",
+                "--seed",
+                seed,
+                "--seeds",
+                seeds,
+                "--json",
+            ],
+        ]
+        .concat();
         let out = mars(&args, "");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{err}");

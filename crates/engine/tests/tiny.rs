@@ -451,19 +451,9 @@ fn a_tree_floor_drops_the_improbable_nodes_and_only_those() {
         pollster::block_on(async {
             d.prefill(&context).await.unwrap();
             let tree = d.draft(&context, 4, &mut rng).await.unwrap();
-            let parents = tree.parents.clone().unwrap();
-            let mut out = std::collections::BTreeSet::new();
-            for node in 0..tree.tokens.len() {
-                let mut path = vec![tree.tokens[node]];
-                let mut at = parents[node];
-                while let Some(p) = at {
-                    path.push(tree.tokens[p as usize]);
-                    at = parents[p as usize];
-                }
-                path.reverse();
-                out.insert(path);
-            }
-            out
+            (0..tree.tokens.len())
+                .map(|node| node_path(&tree, node))
+                .collect::<std::collections::BTreeSet<_>>()
         })
     };
     let all = paths(0.0);
@@ -521,15 +511,8 @@ fn a_tree_drafter_continues_as_a_fresh_one_after_the_kept_path() {
         let mut d = fresh();
         d.prefill(&context).await.unwrap();
         let tree = d.draft(&context, 4, &mut rng).await.unwrap();
-        let parents = tree.parents.clone().unwrap();
         for node in 0..tree.tokens.len() {
-            let mut path = vec![tree.tokens[node]];
-            let mut at = parents[node];
-            while let Some(p) = at {
-                path.push(tree.tokens[p as usize]);
-                at = parents[p as usize];
-            }
-            path.reverse();
+            let path = node_path(&tree, node);
             // The verifier kept the path and chose one more token (the new context's last).
             let mut next = context.clone();
             next.extend(&path);
@@ -736,6 +719,19 @@ fn bad_requests_are_typed_errors() {
 
 /// What a host-side draft proposes (a draft kept on a GPU has none of it yet).
 type Proposal<'a> = (&'a [u32], Option<&'a [Option<u32>]>, Option<&'a [f32]>);
+
+/// A tree draft's node as the tokens from the root down to it.
+fn node_path(tree: &Draft, node: usize) -> Vec<u32> {
+    let parents = tree.parents.as_deref().unwrap();
+    let mut path = vec![tree.tokens[node]];
+    let mut at = parents[node];
+    while let Some(p) = at {
+        path.push(tree.tokens[p as usize]);
+        at = parents[p as usize];
+    }
+    path.reverse();
+    path
+}
 
 fn proposal(d: &Draft) -> Proposal<'_> {
     assert!(d.chained.is_none(), "a host path's draft");
