@@ -21,7 +21,8 @@ SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 def prompts(category: str, limit: int, out: Path) -> None:
     n = 0
-    for line in open("../shared/bench/spec_bench.jsonl", encoding="utf-8"):
+    bench = Path("../shared/bench/spec_bench.jsonl").read_text(encoding="utf-8")
+    for line in bench.splitlines():
         q = json.loads(line)
         if q.get("category") != category:
             continue
