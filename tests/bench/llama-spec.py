@@ -39,7 +39,10 @@ def prompts(category: str, limit: int, out: Path) -> None:
 def summary(log: Path) -> dict[str, float]:
     text = log.read_text(encoding="utf-8", errors="replace")
     tokens = sum(int(x) for x in re.findall(r"decoded\s+(\d+) tokens in", text))
-    secs = sum(float(x) for x in re.findall(r"decoded\s+\d+ tokens in\s+([\d.]+) seconds", text))
+    secs = sum(
+        float(x)
+        for x in re.findall(r"decoded\s+\d+ tokens in\s+([\d.]+) seconds", text)
+    )
     drafted = sum(int(x) for x in re.findall(r"n_drafted\s*=\s*(\d+)", text))
     accepted = sum(int(x) for x in re.findall(r"n_accept\s*=\s*(\d+)", text))
     runs = len(re.findall(r"decoded\s+\d+ tokens in", text))
