@@ -1,14 +1,37 @@
-//! `mars generate` and `mars speed`: target-only decoding of a real model, through the engine's
-//! one decoding loop (a [`Decoder`](mars_engine::Decoder) with no drafter).
+//! `mars generate` and `mars speed`: one answer from a real model, streamed, by target-only,
+//! strict or MARS decoding through the engine's one decoding loop (a
+//! [`Decoder`](mars_engine::Decoder); no drafter for target-only).
 
 use std::io::Write;
 
 use anyhow::{Result, ensure};
 use mars_engine::{DEFAULTS, Method, MethodOutput, RunSettings, StopReason, Target};
+use mars_model::Llama;
 use serde::Serialize;
 
-use crate::args::{ModelArgs, SamplingArgs};
+use crate::args::{self, DrafterArgs, ModelArgs, RuleArgs, SamplingArgs};
 use crate::load;
+
+/// How `mars generate` decodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MethodArg {
+    /// The target alone, one token per forward pass.
+    Target,
+    /// Speculative decoding, lossless verification (greedy: exactly the target's own tokens).
+    Strict,
+    /// Speculative decoding, MARS verification (--theta / --rho; default θ = 0.95).
+    Mars,
+}
+
+impl From<MethodArg> for Method {
+    fn from(m: MethodArg) -> Self {
+        match m {
+            MethodArg::Target => Method::Target,
+            MethodArg::Strict => Method::Strict,
+            MethodArg::Mars => Method::Mars,
+        }
+    }
+}
 
 /// `mars generate` options.
 #[derive(Debug, clap::Args)]
@@ -26,6 +49,13 @@ pub struct GenerateArgs {
     pub max_tokens: usize,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    /// Decoding: the target alone, or speculative with the drafter below.
+    #[arg(long, value_enum, default_value_t = MethodArg::Target)]
+    pub method: MethodArg,
+    #[command(flatten)]
+    pub drafter: DrafterArgs,
+    #[command(flatten)]
+    pub rule: RuleArgs,
     /// Print one JSON object at the end instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -126,35 +156,33 @@ struct GenerateReport {
     tokens_per_second: f64,
     prefill_tokens_per_second: f64,
     stop_reason: &'static str,
+    method: Method,
+    /// The drafter, for strict and MARS.
+    drafter: Option<String>,
+    /// Tokens per target forward pass (1 for target-only).
+    tau: f64,
+    drafted: usize,
+    accepted: usize,
+    /// Share of the tokens MARS's relaxed rule accepted.
+    relaxed_share: f64,
 }
 
-/// Target-only settings: sampling, budget and seed; no drafter is built for [`Method::Target`].
-fn target_only(sampling: &SamplingArgs, max_tokens: usize, chat: bool) -> Result<RunSettings> {
-    let run = RunSettings {
-        sampling: sampling.resolve()?,
-        seed: sampling.seed,
-        max_tokens,
-        chat,
-        ..RunSettings::default()
-    };
-    run.validate()?;
-    Ok(run)
-}
-
-/// Decodes `ids` target-only through the engine's [`Race`](mars_engine::Race), calling
+/// Decodes `ids` by `method` through the engine's [`Race`](mars_engine::Race), calling
 /// `on_text` with each step's text; returns the run and the prefill's milliseconds.
 fn decode(
     target: &Target,
     run: &RunSettings,
+    method: Method,
+    draft_model: Option<&Llama>,
     ids: Vec<u32>,
     mut on_text: impl FnMut(&str) -> Result<()>,
 ) -> Result<(MethodOutput, f64)> {
     pollster::block_on(async {
-        let race = target.race_ids(ids, run.max_tokens, None).await?;
+        let race = target.race_ids(ids, run.max_tokens, draft_model).await?;
         // The first failed write ends the streaming; the run finishes and the error is returned.
         let mut failed = None;
         let out = race
-            .run(run, Method::Target, |step| {
+            .run(run, method, |step| {
                 if failed.is_none() {
                     failed = on_text(&step.text).err();
                 }
@@ -168,16 +196,31 @@ fn decode(
 }
 
 pub fn run_generate(args: &GenerateArgs) -> Result<()> {
-    let run = target_only(&args.sampling, args.max_tokens, args.chat)?;
-    let (target, _, _) = load::target(
+    let method = Method::from(args.method);
+    let run = args::resolve(
+        args.model.model.clone(),
+        args.model.device,
+        &args.drafter,
+        &args.rule,
+        &args.sampling,
+        args.max_tokens,
+        args.chat,
+    )?
+    .run;
+    let (target, open, _) = load::target(
         &args.model.model,
         args.model.device.into(),
         &args.model.kernels,
     )?;
+    // Target-only never drafts: no draft model to load.
+    let draft_model = match method {
+        Method::Target => None,
+        Method::Strict | Method::Mars => load::draft_model(&target, &run.drafter, &open)?,
+    };
     let ids = target.prompt_ids(&args.prompt, args.chat)?;
     let prompt_tokens = ids.len();
     let mut out = std::io::stdout().lock();
-    let (output, prefill_ms) = decode(&target, &run, ids, |text| {
+    let (output, prefill_ms) = decode(&target, &run, method, draft_model.as_ref(), ids, |text| {
         if !args.json {
             write!(out, "{text}")?;
             out.flush()?;
@@ -198,16 +241,31 @@ pub fn run_generate(args: &GenerateArgs) -> Result<()> {
             Some(StopReason::ContextLimit { .. }) => "context",
             Some(StopReason::Budget) | None => "max_tokens",
         },
+        method,
+        drafter: (method != Method::Target).then(|| run.drafter_label()),
+        tau: summary.tau,
+        drafted: summary.drafted,
+        accepted: summary.accepted,
+        relaxed_share: summary.relaxed_share,
     };
     if args.json {
         writeln!(out, "{}", serde_json::to_string(&report)?)?;
     } else {
         writeln!(out)?;
+        let speculation = match &report.drafter {
+            Some(drafter) => format!(", {:.2} tokens a target pass, {drafter}", report.tau),
+            None => String::new(),
+        };
         eprintln!(
-            "{} prompt tokens ({:.1} tok/s prefill), {} generated ({:.1} tok/s), stop: {}",
+            "{} prompt tokens ({:.1} tok/s prefill), {} generated {} ({:.1} tok/s{speculation}), stop: {}",
             report.prompt_tokens,
             report.prefill_tokens_per_second,
             report.tokens.len(),
+            match method {
+                Method::Target => "target-only",
+                Method::Strict => "with strict speculation",
+                Method::Mars => "with MARS speculation",
+            },
             report.tokens_per_second,
             report.stop_reason
         );
@@ -248,8 +306,16 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         max_tokens: 2,
         ..run.clone()
     };
-    decode(&target, &warm_up, ids[..2].to_vec(), |_| Ok(()))?;
-    let (output, prefill_ms) = decode(&target, &run, ids.clone(), |_| Ok(()))?;
+    decode(
+        &target,
+        &warm_up,
+        Method::Target,
+        None,
+        ids[..2].to_vec(),
+        |_| Ok(()),
+    )?;
+    let (output, prefill_ms) =
+        decode(&target, &run, Method::Target, None, ids.clone(), |_| Ok(()))?;
     let summary = output.summary;
     let rows = rows_cost(&target, &ids)?;
     let forward = gpu_forward(&target, &ids)?;

@@ -45,7 +45,8 @@ enum Command {
     /// Task accuracy of target-only, strict and MARS decoding: `mars eval humaneval`.
     #[command(subcommand)]
     Eval(eval::EvalTask),
-    /// Generate text from a GGUF model (target-only decoding), streaming it.
+    /// Generate text from a GGUF model, streaming it: target-only (the default), or
+    /// speculative with strict or MARS verification (`--method`, `--draft`, `--k`, `--tree`).
     Generate(generate::GenerateArgs),
     /// Measure target-only prefill and decode speed.
     Speed(generate::SpeedArgs),

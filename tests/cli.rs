@@ -209,6 +209,56 @@ fn generate_answers_with_the_real_model() {
     assert_eq!(a["tokens"].as_array().unwrap().len(), 12);
 }
 
+/// `mars generate --method strict` streams the target's own greedy tokens from a layer-skip
+/// chain and from a tree, drafting and keeping some; `--method mars` runs with its rule; the
+/// JSON names the method, the drafter and τ.
+#[test]
+fn generate_speculates_with_strict_and_mars() {
+    let path = std::env::temp_dir().join(format!("mars-tiny-spec-{}.gguf", std::process::id()));
+    std::fs::write(&path, mars_model::tiny::tiny_gguf(5).unwrap()).unwrap();
+    let model = path.to_str().unwrap();
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let base = [
+            "generate",
+            "--model",
+            model,
+            "--prompt",
+            "the cat sat on the mat; the dog sat on the",
+            "--max-tokens",
+            "24",
+            "--json",
+        ];
+        let out = mars(&[&base[..], extra].concat(), "");
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let target = run(&[]);
+    assert_eq!(target["method"], "target");
+    assert!(target["drafter"].is_null());
+    assert_eq!(target["tau"], 1.0);
+    let layers = ["--draft", "layers:0", "--k", "3"];
+    for extra in [
+        &["--method", "strict"][..],
+        &["--method", "strict", "--tree", "6", "--branch", "2"],
+    ] {
+        let strict = run(&[extra, &layers[..]].concat());
+        assert_eq!(strict["tokens"], target["tokens"], "{extra:?}");
+        assert_eq!(strict["method"], "strict");
+        assert_eq!(strict["drafter"], "layer skip 0");
+        assert!(strict["drafted"].as_u64().unwrap() > 0, "{extra:?}");
+        assert!(strict["accepted"].as_u64().unwrap() > 0, "{extra:?}");
+        assert!(strict["tau"].as_f64().unwrap() > 1.0, "{extra:?}");
+    }
+    let mars_run = run(&[&["--method", "mars", "--theta", "0.5"][..], &layers[..]].concat());
+    assert_eq!(mars_run["method"], "mars");
+    assert_eq!(mars_run["tokens"].as_array().unwrap().len(), 24);
+    std::fs::remove_file(&path).ok();
+}
+
 #[test]
 fn generate_is_the_same_on_cpu_and_wgpu() {
     let path = std::env::temp_dir().join(format!("mars-tiny-{}.gguf", std::process::id()));
