@@ -89,7 +89,7 @@ const FIELDS = [
     into: (s, v) => { s.branch = Number(v) || defaults.branch; },
   },
   {
-    id: "tree-min-p", url: "tree-min-p", defaults: () => "0", preset: (p) => String(p.tree_min_p), share: (v) => v !== "0" && v.trim() !== "",
+    id: "tree-min-p", url: "tree-min-p", defaults: () => "0", preset: (p) => short(p.tree_min_p), share: (v) => v !== "0" && v.trim() !== "",
     into: (s, v) => { s.tree_min_p = Number(v) || 0; },
   },
   { id: "mars-mode", url: "mars-mode", defaults: (d) => d.mars.mode, preset: () => defaults.mars.mode, into: (s, v) => { s.mars = { mode: v }; } },
