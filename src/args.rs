@@ -155,7 +155,8 @@ pub struct DrafterArgs {
     #[arg(long, value_name = "B", default_value_t = DEFAULTS.branch)]
     pub branch: usize,
     /// A model drafter's tree keeps only nodes whose path's draft probability is at least P, and
-    /// stops growing where none reaches it (0: the node budget decides alone).
+    /// stops growing where none reaches it (0: the node budget decides alone). Needs `--tree`
+    /// and a draft model or layer skip.
     #[arg(long, value_name = "P", default_value_t = 0.0)]
     pub tree_min_p: f32,
 }

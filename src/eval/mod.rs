@@ -56,6 +56,7 @@ pub struct HumanEvalArgs {
     #[arg(long, value_name = "B", default_value_t = DEFAULTS.branch)]
     pub branch: usize,
     /// A model drafter's tree keeps only nodes whose path's draft probability is at least P.
+    /// Needs `--tree` and a draft model or layer skip.
     #[arg(long, value_name = "P", default_value_t = 0.0)]
     pub tree_min_p: f32,
     /// MARS paper-mode thresholds, one run each: `--theta 0.9,0.95`.

@@ -334,7 +334,8 @@ pub struct RunSettings {
     #[serde(default = "default_branch")]
     pub branch: usize,
     /// A model drafter's tree keeps only nodes whose path's draft probability is at least this
-    /// (0: the budget decides alone), and stops growing where none reaches it.
+    /// (0: the budget decides alone), and stops growing where none reaches it. A floor without
+    /// such a tree (a chain, prompt lookup) is refused by [`RunSettings::validate`].
     #[serde(default)]
     pub tree_min_p: f32,
 }
@@ -403,6 +404,15 @@ impl RunSettings {
             });
         }
         crate::drafter::check_min_p(self.tree_min_p)?;
+        // A floor prunes a model drafter's tree; anywhere else it would be ignored without a
+        // word, so a run that asks for one without such a tree is refused instead.
+        if self.tree_min_p > 0.0 && (self.tree == 0 || self.drafter == DrafterSpec::Ngram) {
+            return Err(EngineError::Config {
+                field: "tree_min_p",
+                value: self.tree_min_p.to_string(),
+                why: "a floor prunes a model drafter's tree: needs tree > 0 and a draft model or layer skip",
+            });
+        }
         self.sampling.validate()?;
         self.mars.validate()?;
         Ok(())
@@ -743,6 +753,18 @@ mod tests {
                 draft_vocab: Some(0),
                 ..s.clone()
             },
+            // A floor with nothing to prune: a chain, or prompt lookup's tree.
+            RunSettings {
+                drafter: DrafterSpec::Layers(LayerSpec::First(2)),
+                tree_min_p: 0.3,
+                ..s.clone()
+            },
+            RunSettings {
+                drafter: DrafterSpec::Ngram,
+                tree: 16,
+                tree_min_p: 0.3,
+                ..s.clone()
+            },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
@@ -752,6 +774,13 @@ mod tests {
             ..s.clone()
         };
         limited.validate().unwrap();
+        RunSettings {
+            tree: 16,
+            tree_min_p: 0.3,
+            ..limited.clone()
+        }
+        .validate()
+        .unwrap();
         assert_eq!(limited.drafter_label(), "layer skip first:24, ids < 32768");
         let ngram = RunSettings {
             drafter: DrafterSpec::Ngram,
