@@ -6,8 +6,8 @@ use std::sync::Arc;
 use mars_formats::{StreamDecoder, Tokenizer};
 use mars_model::{ChainLink, KvCache, Llama, WeightPath};
 use mars_verify::{
-    Decision, DraftProbs, Ledger, Margin, NextKind, PositionRecord, RowSummary, TreeDraftProbs,
-    TreeInput, Verifier, VerifyConfig, VerifyInput,
+    Decision, DraftProbs, Ledger, Margin, NextKind, PositionRecord, RowSummary, SampleKeys,
+    TreeDraftProbs, TreeInput, Verifier, VerifyConfig, VerifyInput,
 };
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -342,6 +342,8 @@ pub struct Decoder<D> {
     vocab: usize,
     rng: ChaCha8Rng,
     draft_rng: ChaCha8Rng,
+    /// The run's seed: a GPU draws a sampling step's rows with noise keyed by it.
+    seed: u64,
     context: Vec<u32>,
     prompt_len: usize,
     stop_ids: Vec<u32>,
@@ -411,6 +413,7 @@ impl<D: Drafter> Decoder<D> {
             vocab: target.config().vocab_size,
             rng: ChaCha8Rng::seed_from_u64(config.seed),
             draft_rng,
+            seed: config.seed,
             context: prompt.clone(),
             prompt_len: prompt.len(),
             stop_ids,
@@ -502,7 +505,10 @@ impl<D: Drafter> Decoder<D> {
                     Some(rows) => rows,
                     None => {
                         let logits = self.target.forward(&input, &mut self.cache)?; // [d + 1, vocab]
-                        self.rows(logits).await?
+                        // Row r predicts the token after r drafts.
+                        let depths = (0..=d).collect::<Vec<_>>();
+                        let one_hot = matches!(draft_probs, DraftProbs::OneHot);
+                        self.rows(logits, &depths, one_hot).await?
                     }
                 };
                 let verdict = match &rows {
@@ -552,7 +558,14 @@ impl<D: Drafter> Decoder<D> {
                     )
                     .collect();
                 let logits = self.target.forward_tree(&input, &rows, &mut self.cache)?; // [d + 1, vocab]
-                let rows = self.rows(logits).await?;
+                // A node's row predicts the token one past its depth (the root's children: 1).
+                let mut depths = vec![0usize; d + 1];
+                for (j, p) in parents.iter().enumerate() {
+                    // A parent that is not an earlier node is refused by the verifier below.
+                    let parent = p.and_then(|p| depths.get(p as usize + 1).copied());
+                    depths[j + 1] = parent.unwrap_or(0) + 1;
+                }
+                let rows = self.rows(logits, &depths, true).await?;
                 let verdict = match &rows {
                     Rows::Full(logits) => self.verifier.verify_tree(
                         &TreeInput {
@@ -745,14 +758,31 @@ impl<D: Drafter> Decoder<D> {
         Ok((tokens, rows))
     }
 
-    /// The target's rows as verification needs them: a greedy step takes each row's summary
-    /// where the logits are on a GPU that computes it (a few words a row read back instead of
-    /// the vocabulary); otherwise the rows themselves.
-    async fn rows(&self, logits: mars_model::Logits) -> Result<Rows> {
-        if self.verifier.config().sampling.is_greedy()
-            && let Some(s) = logits.top2_async().await?
-        {
-            return Ok(Rows::Summaries(s));
+    /// The target's rows as verification needs them: where the logits are on a GPU that
+    /// summarises them, each row's summary (a few words a row read back instead of the
+    /// vocabulary) — greedy, or sampling without top-k / top-p over deterministic drafts, each
+    /// row drawn there by the Gumbel-max rule at its context position (`depths[r]` tokens past
+    /// the context's end; `mars_verify::noise`); otherwise the rows themselves (a draft
+    /// model's sampled chain needs p(x) / q(x) and the residual over the whole row).
+    async fn rows(
+        &self,
+        logits: mars_model::Logits,
+        depths: &[usize],
+        one_hot: bool,
+    ) -> Result<Rows> {
+        let sampling = self.verifier.config().sampling;
+        if sampling.summaries_suffice() && (sampling.is_greedy() || one_hot) {
+            let keys = (!sampling.is_greedy()).then(|| SampleKeys {
+                seed: self.seed,
+                temperature: sampling.temperature,
+                positions: depths
+                    .iter()
+                    .map(|&d| u32::try_from(self.context.len() + d).unwrap_or(u32::MAX))
+                    .collect(),
+            });
+            if let Some(s) = logits.summaries_async(keys.as_ref()).await? {
+                return Ok(Rows::Summaries(s));
+            }
         }
         Ok(Rows::Full(logits.read_async().await?)) // rows * vocab
     }
@@ -802,13 +832,15 @@ enum Rows {
     Summaries(Vec<RowSummary>),
 }
 
-/// −log softmax(row)[id] from a row's summary: the two tokens greedy can emit (any other
-/// token's logit is not in it: NaN).
+/// −log softmax(row)[id] from a row's summary: the two tokens greedy can emit and a sampling
+/// row's draw (any other token's logit is not in it: NaN).
 fn summary_nll(s: &RowSummary, id: u32) -> f64 {
     let z = if id == s.top1 {
         s.z1
     } else if Some(id) == s.top2 {
         s.z2
+    } else if let Some(d) = s.sample.filter(|d| d.token == id) {
+        d.logit
     } else {
         return f64::NAN;
     };

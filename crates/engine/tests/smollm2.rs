@@ -62,9 +62,89 @@ fn greedy_strict_speculation_equals_target_only_exactly_on_wgpu_blocks() {
     one_read_a_step(&device, options);
 }
 
+/// Sampling on the GPU path draws each row where it is (Gumbel-max with noise keyed by the seed
+/// and the row's context position, `mars_verify::noise`): a step over deterministic drafts
+/// reads back one 40-byte summary a row, and strict speculation — prompt lookup's chain, a
+/// layer-skip drafter's tree — emits target-only's text for the same seed token for token
+/// (rows are batch-invariant there), while another seed gives another text.
+#[cfg(feature = "wgpu")]
+#[test]
+fn sampled_strict_speculation_equals_target_only_on_wgpu_blocks() {
+    let Some(bytes) = model_bytes() else { return };
+    let (device, setup) = Device::wgpu_options()
+        .init_with_setup()
+        .expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+    let options = LoadOptions::with_weights(WeightPath::GpuBlocks {
+        subgroups: mars_model::subgroup_lanes(&setup.adapter),
+    });
+    let g = Gguf::parse(&bytes).unwrap();
+    let model = Llama::from_gguf(&g, &device, options).unwrap();
+    let tokenizer = Arc::new(Tokenizer::from_gguf(&g).unwrap());
+    let prompt = tokenizer
+        .encode(
+            "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the",
+            false,
+        )
+        .unwrap();
+    let vocab = model.config().vocab_size;
+    let sampling = Sampling::with_temperature(1.0);
+    let run = |drafter: Option<AnyDrafter>, k: usize, seed: u64| {
+        let config = DecodeConfig {
+            k,
+            verify: VerifyConfig {
+                sampling,
+                mode: Mode::Strict,
+            },
+            max_tokens: 14,
+            seed,
+            capacity: Some(256),
+        };
+        pollster::block_on(async {
+            let mut dec =
+                mars_engine::Decoder::new(&model, tokenizer.clone(), drafter, &config, &prompt)
+                    .await
+                    .unwrap();
+            let mut steps = Vec::new();
+            while let Some(step) = dec.step().await.unwrap() {
+                steps.push(step);
+            }
+            (dec.context()[prompt.len()..].to_vec(), steps)
+        })
+    };
+    let (reference, steps) = run(None, 0, 3);
+    for s in &steps {
+        assert_eq!((s.gpu.reads, s.gpu.read_bytes), (1, 40), "{:?}", s.gpu);
+    }
+    let (lookup, steps) = run(Some(AnyDrafter::Ngram(NgramDrafter::default())), 4, 3);
+    assert_eq!(lookup, reference, "prompt lookup");
+    for s in &steps {
+        assert_eq!(s.gpu.reads, 1, "{:?}", s.gpu);
+        assert_eq!(s.gpu.read_bytes, (s.drafted as u64 + 1) * 40);
+    }
+    let kept: usize = steps.iter().map(|s| s.accepted_exact).sum();
+    let tree = ModelDrafter::new(
+        model.with_layers(&[0, 1, 2, 3]).unwrap(),
+        256,
+        sampling,
+        vocab,
+        "first:4",
+    )
+    .unwrap()
+    .with_tree(8, 2)
+    .unwrap();
+    let (branched, steps) = run(Some(AnyDrafter::Model(Box::new(tree))), 4, 3);
+    assert_eq!(branched, reference, "a layer-skip tree");
+    let kept = kept + steps.iter().map(|s| s.accepted_exact).sum::<usize>();
+    assert!(
+        kept > 2,
+        "{kept} drafts kept: the comparison would be vacuous"
+    );
+    assert_ne!(run(None, 0, 4).0, reference, "seed 4 drew seed 3's text");
+}
+
 /// A greedy draft model on the GPU chains its drafts there and the target takes them there:
 /// each speculative step reads back once, the drafts' and the target's row summaries together
-/// (28 bytes a row: k drafts, k + 1 target rows).
+/// (40 bytes a row: k drafts, k + 1 target rows).
 #[cfg(feature = "wgpu")]
 fn one_read_a_step(device: &Device, options: LoadOptions) {
     let Some(bytes) = model_bytes() else { return };
@@ -106,7 +186,7 @@ fn one_read_a_step(device: &Device, options: LoadOptions) {
         while let Some(step) = dec.step().await.unwrap() {
             if step.drafted == k {
                 assert_eq!(step.gpu.reads, 1, "{:?}", step.gpu);
-                assert_eq!(step.gpu.read_bytes, (2 * k as u64 + 1) * 28);
+                assert_eq!(step.gpu.read_bytes, (2 * k as u64 + 1) * 40);
                 steps += 1;
             }
         }

@@ -14,9 +14,10 @@ use cubecl::server::Handle;
 use cubecl::wgpu::WgpuDevice;
 use mars_kernels::WeightType;
 use mars_kernels::gpu::{
-    Attention, CopyRows, Epilogue, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm, Rope, Rows,
-    SUMMARY_WORDS, Step, StepBuffer, Summary, clone_buffer, link_ids, upload_f32,
+    Attention, CopyRows, Draw, Epilogue, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm, Rope,
+    Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, clone_buffer, link_ids, upload_f32,
 };
+use mars_verify::noise::{gumbel_max, row_key};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
@@ -398,7 +399,7 @@ fn the_summary_ranks_as_the_verifier_does() {
     let out = client.empty(5 * SUMMARY_WORDS * 4);
     let s = step(&client, &Step::chain(&[0; 5], 0, 5, vocab).unwrap());
     summary
-        .run(&client, &upload_f32(&client, &z), &out, 5, &s)
+        .run(&client, &upload_f32(&client, &z), &out, 5, &s, None)
         .unwrap();
     let out = read_u32(&client, out);
     for r in [0, 1, 2, 4] {
@@ -426,6 +427,111 @@ fn the_summary_ranks_as_the_verifier_does() {
     let bad = &out[3 * SUMMARY_WORDS..4 * SUMMARY_WORDS];
     assert_eq!(bad[5], 40);
     assert!(f32::from_bits(bad[6]).is_nan());
+}
+
+/// A sampling step's summaries carry each row's Gumbel-max draw: the token the verifier's own
+/// noise (`mars_verify::noise`) picks on the host for the same key, its logit, and the sum at
+/// T, while the greedy words stay as they were; a row's draw changes with its key, and over
+/// many keys a row's draws follow softmax(z / T).
+#[test]
+fn the_summary_draws_as_the_verifier_does() {
+    let client = client();
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    let (vocab, rows, t) = (1000, 4, 0.7f32);
+    let mut z = normal(&mut rng, rows * vocab, 3.0);
+    // Row 3: all but three ids masked.
+    for v in &mut z[3 * vocab..4 * vocab] {
+        *v = f32::NEG_INFINITY;
+    }
+    z[3 * vocab + 5] = 1.0;
+    z[3 * vocab + 600] = 0.5;
+    z[3 * vocab + 999] = -1.0;
+    let summary = Summary::new(&client, vocab).unwrap();
+    let s = step(&client, &Step::chain(&[0; 4], 0, rows, vocab).unwrap());
+    let logits = upload_f32(&client, &z);
+    let run = |keys: &[u32], out: &Handle, draw: bool| {
+        let d = Draw::new(&client, t, keys).unwrap();
+        summary
+            .run(&client, &logits, out, rows, &s, draw.then_some(&d))
+            .unwrap();
+    };
+    let keys: Vec<u32> = (0..rows as u32).map(|r| row_key(42, 100 + r)).collect();
+    let (greedy, drawn) = (
+        client.empty(rows * SUMMARY_WORDS * 4),
+        client.empty(rows * SUMMARY_WORDS * 4),
+    );
+    run(&keys, &greedy, false);
+    run(&keys, &drawn, true);
+    let (greedy, drawn) = (read_u32(&client, greedy), read_u32(&client, drawn));
+    for r in 0..rows {
+        let row = &z[r * vocab..(r + 1) * vocab];
+        let w = &drawn[r * SUMMARY_WORDS..(r + 1) * SUMMARY_WORDS];
+        let g = &greedy[r * SUMMARY_WORDS..(r + 1) * SUMMARY_WORDS];
+        assert_eq!(&w[..7], &g[..7], "row {r}: the greedy words");
+        assert_eq!(g[7], u32::MAX, "row {r}: greedy draws nothing");
+        let z1 = f32::from_bits(w[1]);
+        let want = gumbel_max(row, z1, t, keys[r]).unwrap();
+        assert_eq!(w[7], want, "row {r}: the draw");
+        assert_eq!(f32::from_bits(w[8]), row[want as usize]);
+        let sum_t: f64 = row
+            .iter()
+            .map(|&v| ((f64::from(v) - f64::from(z1)) / f64::from(t)).exp())
+            .sum();
+        let got = f64::from(f32::from_bits(w[9]));
+        assert!(
+            (got - sum_t).abs() < 1e-5 * sum_t,
+            "row {r}: sum at T {got} vs {sum_t}"
+        );
+    }
+    assert!([5, 600, 999].contains(&drawn[3 * SUMMARY_WORDS + 7]));
+    // Row 3 over 400 keys: its three ids drawn as softmax(z / T) says (chi-square, 2 degrees of
+    // freedom, P(> 13.8) = 0.001).
+    let n = 400;
+    let keys: Vec<u32> = (0..n).map(|i| row_key(9, i)).collect();
+    let only3 = upload_f32(&client, &z[3 * vocab..4 * vocab].repeat(n as usize));
+    let many = Step::chain(&vec![0; n as usize], 0, n as usize, vocab).unwrap();
+    let many = step(&client, &many);
+    let out = client.empty(n as usize * SUMMARY_WORDS * 4);
+    let d = Draw::new(&client, t, &keys).unwrap();
+    summary
+        .run(&client, &only3, &out, n as usize, &many, Some(&d))
+        .unwrap();
+    let out = read_u32(&client, out);
+    let ids = [5usize, 600, 999];
+    let w: Vec<f64> = ids
+        .iter()
+        .map(|&i| (f64::from(z[3 * vocab + i] - 1.0) / f64::from(t)).exp())
+        .collect();
+    let total: f64 = w.iter().sum();
+    let chi2: f64 = ids
+        .iter()
+        .zip(&w)
+        .map(|(&i, &wi)| {
+            let seen = (0..n as usize)
+                .filter(|&r| out[r * SUMMARY_WORDS + 7] as usize == i)
+                .count() as f64;
+            let e = f64::from(n) * wi / total;
+            (seen - e).powi(2) / e
+        })
+        .sum();
+    assert!(chi2 < 13.8, "chi2 {chi2}");
+    // A temperature with no finite inverse is refused by name.
+    assert!(Draw::new(&client, 0.0, &keys).is_err());
+    assert!(Draw::new(&client, f32::NAN, &keys).is_err());
+    // Fewer keys than rows: refused.
+    let few = Draw::new(&client, t, &keys[..2]).unwrap();
+    assert!(
+        summary
+            .run(
+                &client,
+                &logits,
+                &client.empty(rows * SUMMARY_WORDS * 4),
+                rows,
+                &s,
+                Some(&few)
+            )
+            .is_err()
+    );
 }
 
 /// A greedy draft chained on the device: a step's summaries land at its link's chain row, the
@@ -456,7 +562,7 @@ fn a_linked_step_takes_its_ids_from_the_chain() {
             .unwrap(),
     );
     summary
-        .run(&client, &upload_f32(&client, &z), &chain, 2, &s)
+        .run(&client, &upload_f32(&client, &z), &chain, 2, &s, None)
         .unwrap();
     // Three rows: the host's id 7, then the best ids of chain rows 1 and 2.
     let link = Link {
@@ -493,7 +599,7 @@ fn a_linked_step_takes_its_ids_from_the_chain() {
     assert!(link_ids(&client, &next, &short).is_err());
     assert!(
         summary
-            .run(&client, &upload_f32(&client, &z), &short, 2, &s)
+            .run(&client, &upload_f32(&client, &z), &short, 2, &s, None)
             .is_err()
     );
 }

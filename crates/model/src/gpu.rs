@@ -16,16 +16,17 @@ use burn::backend::Cube;
 use burn::tensor::{Device, Tensor};
 use cubecl::server::Handle;
 use mars_kernels::gpu::{
-    Attention, CopyRows, Epilogue, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm, PART_PAD,
-    Reduce, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, clone_buffer, link_ids,
+    Attention, CopyRows, Draw, Epilogue, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm,
+    PART_PAD, Reduce, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, clone_buffer, link_ids,
 };
 
 use crate::config::{LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
 use crate::load::{freq_factors, packable_stored, read, rope_tables};
-use crate::logits::{Logits, RowSummary};
+use crate::logits::{Logits, RowSummary, SampleKeys};
 use crate::tensors::{BlockTensors, Named, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
 use crate::weights::Weights;
+use mars_verify::RowDraw;
 
 /// Largest part a matrix is uploaded in (and later multiplied as, one launch per part): a
 /// loader reading from a file not held in memory (the page's `Blob`) holds one part at a time,
@@ -460,7 +461,7 @@ impl GpuChain {
         self.rows
     }
 
-    /// Every row's summary: one read of `rows × 28` bytes.
+    /// Every row's summary: one read of `rows × 40` bytes.
     pub(crate) async fn read(&self) -> Result<Vec<RowSummary>> {
         let bytes = mars_kernels::gpu::read(&self.client, self.handle.clone()).await?;
         Ok(summaries(&bytes, self.rows))
@@ -483,6 +484,11 @@ fn summaries(bytes: &[u8], rows: usize) -> Vec<RowSummary> {
             z2: f32::from_bits(w[3]),
             sum: f64::from(f32::from_bits(w[4])),
             bad: (w[5] != u32::MAX).then(|| (w[5], f32::from_bits(w[6]))),
+            sample: (w[7] != u32::MAX).then(|| RowDraw {
+                token: w[7],
+                logit: f32::from_bits(w[8]),
+                sum: f64::from(f32::from_bits(w[9])),
+            }),
         })
         .collect()
 }
@@ -519,12 +525,39 @@ impl GpuLogits {
         Ok(v)
     }
 
-    /// Each row's top-2 summary: one launch and one read of `rows × 28` bytes.
-    pub(crate) async fn top2_async(&self) -> Result<Vec<RowSummary>> {
+    /// Each row's summary, drawn where `sample` says: one launch and one read of `rows × 40`
+    /// bytes (and one upload of the rows' noise keys when drawing).
+    pub(crate) async fn summaries_async(
+        &self,
+        sample: Option<&SampleKeys>,
+    ) -> Result<Vec<RowSummary>> {
+        let draw = match sample {
+            Some(s) => {
+                if s.positions.len() < self.rows {
+                    return Err(ModelError::Kernel(mars_kernels::KernelError::Shape {
+                        what: "context positions of the rows drawn",
+                        expected: self.rows,
+                        found: s.positions.len(),
+                    }));
+                }
+                let keys: Vec<u32> = s.positions[..self.rows]
+                    .iter()
+                    .map(|&p| mars_verify::noise::row_key(s.seed, p))
+                    .collect();
+                Some(Draw::new(&self.client, s.temperature, &keys)?)
+            }
+            None => None,
+        };
         let own = self.step.link().summaries_at + self.rows;
         let out = self.client.empty(own * SUMMARY_WORDS * 4);
-        self.summary
-            .run(&self.client, &self.handle, &out, self.rows, &self.step)?;
+        self.summary.run(
+            &self.client,
+            &self.handle,
+            &out,
+            self.rows,
+            &self.step,
+            draw.as_ref(),
+        )?;
         let bytes = mars_kernels::gpu::read(&self.client, out).await?;
         let at = self.step.link().summaries_at * SUMMARY_WORDS * 4;
         Ok(summaries(&bytes[at.min(bytes.len())..], self.rows))
@@ -539,6 +572,7 @@ impl GpuLogits {
             &chain.handle,
             self.rows,
             &self.step,
+            None,
         )?;
         Ok(())
     }
@@ -556,6 +590,6 @@ impl GpuLogits {
     /// covers the work, not just its submission).
     pub(crate) async fn wait(self) -> Result<()> {
         let first = GpuLogits { rows: 1, ..self };
-        first.top2_async().await.map(drop)
+        first.summaries_async(None).await.map(drop)
     }
 }

@@ -28,9 +28,9 @@ enum Inner {
 
 /// What greedy verification needs of a row of logits (`mars_verify::RowSummary`: its best two
 /// tokens, the sum of exp(z − z1) and the first NaN or +inf). The GPU path computes it on the
-/// device ([`Logits::top2_async`]), so a greedy step reads back a few words a row instead of the
+/// device ([`Logits::summaries_async`]), so a step reads back a few words a row instead of the
 /// vocabulary.
-pub use mars_verify::RowSummary;
+pub use mars_verify::{RowSummary, SampleKeys};
 
 /// Row summaries a speculative step keeps on the GPU until one read at its end (the GPU path
 /// only: [`Llama::summary_chain`](crate::Llama::summary_chain)). A greedy draft model writes
@@ -125,14 +125,24 @@ impl Logits {
 
     /// Each row's [`RowSummary`], computed where the logits are and read back small — `None`
     /// where that would not save a read (the logits are already in host memory, or on the
-    /// f32 burn path), so the caller reads the rows instead.
+    /// f32 burn path), so the caller reads the rows instead. With `sample`, each row also
+    /// carries its Gumbel-max draw at that temperature and its sum is taken there
+    /// (`mars_verify::noise`); `sample.positions` names each row's context position.
     ///
     /// # Errors
-    /// [`ModelError::Readback`] or the kernels' error when the device cannot return the data.
-    pub async fn top2_async(&self) -> Result<Option<Vec<RowSummary>>> {
+    /// [`ModelError::Readback`] or the kernels' error when the device cannot return the data,
+    /// or for fewer positions than rows.
+    #[cfg_attr(
+        not(any(feature = "wgpu", feature = "webgpu")),
+        allow(unused_variables)
+    )]
+    pub async fn summaries_async(
+        &self,
+        sample: Option<&SampleKeys>,
+    ) -> Result<Option<Vec<RowSummary>>> {
         match &self.0 {
             #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-            Inner::Gpu(l) => l.top2_async().await.map(Some),
+            Inner::Gpu(l) => l.summaries_async(sample).await.map(Some),
             _ => Ok(None),
         }
     }

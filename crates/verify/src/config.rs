@@ -62,6 +62,21 @@ impl Sampling {
         self.temperature == 0.0
     }
 
+    /// The temperature p is taken at: T, or 1 when greedy (margins are the model's softmax).
+    pub fn effective_temperature(&self) -> f32 {
+        if self.is_greedy() {
+            1.0
+        } else {
+            self.temperature
+        }
+    }
+
+    /// Whether a row's [`crate::RowSummary`] holds all a step needs (no top-k / top-p, which
+    /// need the row's sorted mass): greedy, or sampling by the row's Gumbel-max draw.
+    pub fn summaries_suffice(&self) -> bool {
+        self.top_k.is_none() && self.top_p >= 1.0
+    }
+
     /// Checks every field.
     ///
     /// # Errors

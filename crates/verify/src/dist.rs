@@ -34,9 +34,12 @@ pub(crate) struct Row {
     pub(crate) z2: f32,
     /// Sum of `Scratch::weights` after filtering (≥ 1: top-1's weight is exp(0)).
     pub(crate) sum: f64,
-    /// The weights of top-1 and top-2 where the row came as a [`RowSummary`] (greedy): there
-    /// are no per-token weights then, and no other token has a probability greedy needs.
+    /// The weights of top-1 and top-2 where the row came as a [`RowSummary`]: there are no
+    /// per-token weights then, and no other token has a probability the walk needs.
     pub(crate) top2_weights: Option<(f32, f32)>,
+    /// The row's token drawn where the row is ([`crate::noise`]); a sampling walk over
+    /// deterministic drafts takes it instead of drawing from the weights (a summary's row).
+    pub(crate) sampled: Option<u32>,
 }
 
 impl Row {
@@ -57,29 +60,46 @@ impl Row {
             .map_or(0.0, |&w| f64::from(w) / self.sum)
     }
 
-    /// The row a greedy step reads from a [`RowSummary`] (checked by the caller): what
-    /// [`process_row`] would give at T = 1 without top-k / top-p.
-    pub(crate) fn of_summary(s: &RowSummary) -> Self {
+    /// The row a step reads from a [`RowSummary`] (checked by the caller): what
+    /// [`process_row`] would give without top-k / top-p — greedy at T = 1 (the model's own
+    /// softmax, for margins), sampling at the draw's temperature with the summary's draw.
+    pub(crate) fn of_summary(s: &RowSummary, sampling: &Sampling) -> Self {
+        let draw = s.sample.filter(|_| !sampling.is_greedy());
+        let (t, sum) = match draw {
+            Some(d) => (sampling.temperature, d.sum),
+            None => (1.0, s.sum),
+        };
         let w2 = if s.top2.is_some() {
-            exp_nonpositive(s.z2 - s.z1)
+            exp_nonpositive((s.z2 - s.z1) / t)
         } else {
             0.0
         };
         Row {
             top1: s.top1,
             top2: s.top2.filter(|_| w2 > 0.0),
-            z1: s.z1,
-            z2: if w2 > 0.0 { s.z2 } else { f32::NEG_INFINITY },
-            sum: s.sum,
+            z1: s.z1 / t,
+            z2: if w2 > 0.0 {
+                s.z2 / t
+            } else {
+                f32::NEG_INFINITY
+            },
+            sum,
             top2_weights: Some((1.0, w2)),
+            sampled: draw.map(|d| d.token),
         }
+    }
+
+    /// A token drawn from p: the row's own draw where it came with one, else one uniform's.
+    pub(crate) fn draw<R: Rng + ?Sized>(&self, weights: &[f32], rng: &mut R) -> u32 {
+        self.sampled.unwrap_or_else(|| sample_p(self, weights, rng))
     }
 }
 
-/// What greedy verification needs of one row of target logits, where the logits are not read
-/// back whole (a GPU computes it and returns a few words a row): the best and second-best
-/// token (logit descending, lowest id first among equals), the sum of exp(z − z1) over the
-/// row, and the first NaN or +inf in it (which fails the step as a full row would).
+/// What verification needs of one row of target logits, where the logits are not read back
+/// whole (a GPU computes it and returns a few words a row): the best and second-best token
+/// (logit descending, lowest id first among equals), the sum of exp((z − z1) / T) over the
+/// row, the first NaN or +inf in it (which fails the step as a full row would), and for a
+/// sampling step the row's Gumbel-max draw ([`crate::noise`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RowSummary {
     /// The argmax.
@@ -94,6 +114,20 @@ pub struct RowSummary {
     pub sum: f64,
     /// The first NaN or +inf of the row and its value.
     pub bad: Option<(u32, f32)>,
+    /// A sampling step's draw; `None` for a greedy step.
+    pub sample: Option<RowDraw>,
+}
+
+/// A row's draw from softmax(z / T) ([`crate::noise::gumbel_max`]), with what a sampling step
+/// needs beside it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowDraw {
+    /// The token drawn.
+    pub token: u32,
+    /// Its logit.
+    pub logit: f32,
+    /// Σ exp((z − z1) / T) over the row (at least 1): p at T of the top two.
+    pub sum: f64,
 }
 
 /// Orders token ids by logit descending, then id ascending: the one ranking used for top-1,
@@ -114,11 +148,7 @@ pub(crate) fn process_row(logits: &[f32], sampling: &Sampling, scratch: &mut Scr
     // Pass 1: top-2 on raw logits. Temperature is a positive scale, so it does not reorder them.
     let (best1, top1, best2, top2) = top2_of(logits);
     // Greedy still reports margins, measured on the model's own softmax (T = 1).
-    let t_eff = if sampling.is_greedy() {
-        1.0
-    } else {
-        sampling.temperature
-    };
+    let t_eff = sampling.effective_temperature();
 
     // Pass 2: weights[i] = exp((l_i − l_max) / T) ≤ 1, fused with their sum. Dividing (rather
     // than multiplying by 1/T) keeps a tiny T from turning 0 · inf into NaN at the maximum.
@@ -147,6 +177,7 @@ pub(crate) fn process_row(logits: &[f32], sampling: &Sampling, scratch: &mut Scr
         z2: top2.map_or(f32::NEG_INFINITY, |_| best2 / t_eff),
         sum,
         top2_weights: None,
+        sampled: None,
     }
 }
 

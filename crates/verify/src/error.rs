@@ -8,15 +8,17 @@ pub enum VerifyError {
     /// `vocab` was zero.
     #[error("vocab must be at least 1, got 0")]
     EmptyVocab,
-    /// Row summaries were given for a sampling step: they carry what greedy verification
-    /// needs, not the distribution sampling draws from.
+    /// Row summaries were given for a step with top-k or top-p: they hold the unfiltered
+    /// distribution, and the filters need the row's sorted mass.
     #[error(
-        "row summaries verify greedy steps only; this verifier samples at temperature \
-         {temperature}: give it the logits"
+        "row summaries hold the unfiltered distribution; top_k {top_k:?} / top_p {top_p} \
+         need the logits"
     )]
-    SummaryNotGreedy {
-        /// The configured temperature.
-        temperature: f32,
+    SummaryFiltered {
+        /// The configured top-k.
+        top_k: Option<u32>,
+        /// The configured top-p.
+        top_p: f32,
     },
     /// Not one row summary per target row.
     #[error("{len} row summaries, expected {rows} (one per target row)")]

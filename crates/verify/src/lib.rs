@@ -60,13 +60,15 @@ mod test_reference;
 mod config;
 mod dist;
 mod error;
+pub mod noise;
 mod sample;
 pub mod tree;
 mod verify;
 
 pub use config::{DEFAULT_RHO, DEFAULT_THETA, Mode, PAPER_THETA, Sampling, VerifyConfig};
-pub use dist::RowSummary;
+pub use dist::{RowDraw, RowSummary};
 pub use error::{Result, VerifyError};
+pub use noise::SampleKeys;
 pub use sample::Sampler;
 pub use tree::{TreeDraftProbs, TreeInput, TreeVerdict};
 pub use verify::{

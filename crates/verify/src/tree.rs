@@ -15,6 +15,9 @@
 //!   drafter deterministically, e.g. its top-c, q = δ at each) it removes each rejected child
 //!   from r. Either way each test is one lossless speculative-sampling step against the
 //!   residual of the ones before, so the emitted token follows p exactly.
+//!   A row that comes with its own draw y (a GPU's [`crate::RowSummary`], [`crate::noise`])
+//!   keeps the first child equal to y, else y is the correction: the same law, read from the
+//!   draw instead of uniforms.
 //! - **MARS** where the criterion holds at a node (the same `Mode` test as on chains): the first
 //!   child in the target's live top-2 is kept (greedy: the argmax child first, then the
 //!   runner-up's) and the walk goes on — the released code's rule, over siblings; no child in
@@ -27,9 +30,7 @@ use rand_core::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::config::VerifyConfig;
-use crate::dist::{
-    Row, RowSummary, Scratch, process_row, sample_by, sample_p, sample_residual, uniform,
-};
+use crate::dist::{Row, RowSummary, Scratch, process_row, sample_by, sample_residual, uniform};
 use crate::error::{Result, VerifyError};
 use crate::verify::{
     Decision, Ledger, NextKind, NextToken, PositionRecord, check_draft_row, check_logit_rows,
@@ -153,7 +154,7 @@ fn walk<R: Rng + ?Sized>(
             let token = if greedy {
                 row.top1
             } else {
-                sample_p(&row, weights, rng)
+                row.draw(weights, rng)
             };
             break (token, NextKind::Bonus, margin);
         }
@@ -184,7 +185,7 @@ fn walk<R: Rng + ?Sized>(
                 }
                 Some(&j) => (Some(j), Decision::AcceptedRelaxed, 0),
                 // The authors' choice, as on chains: a relaxed rejection resamples from p.
-                None => (None, Decision::Rejected, sample_p(&row, weights, rng)),
+                None => (None, Decision::Rejected, row.draw(weights, rng)),
             },
             (false, false) => strict_siblings(&row, weights, kids, tokens, q_row, rng),
         };
@@ -242,6 +243,15 @@ fn strict_siblings<R: Rng + ?Sized>(
     q_row: Option<&[f32]>,
     rng: &mut R,
 ) -> (Option<usize>, Decision, u32) {
+    // A row with its own draw y (a summary's; children are deterministic then): keep the first
+    // child equal to y, else y is the correction. Child c_i is kept with probability p(c_i),
+    // and y given no match follows p without the children: recursive rejection's law.
+    if let Some(y) = row.sampled {
+        return match kids.iter().find(|&&j| tokens[j] == y) {
+            Some(&j) => (Some(j), Decision::AcceptedExact, 0),
+            None => (None, Decision::Rejected, y),
+        };
+    }
     // A single child is a chain position: the chain's own residual sampler (the same numbers).
     if let [j] = kids {
         let x = tokens[*j];
@@ -419,10 +429,11 @@ impl crate::Verifier {
         verify_tree(&config, self.scratch_mut(), input, rng)
     }
 
-    /// Verifies one greedy token tree (deterministic children) from each target row's
-    /// [`RowSummary`] (`tokens.len() + 1` of them: the root's row, then each node's), as
-    /// [`crate::Verifier::verify_summaries`] does a chain: the verdict
-    /// [`crate::Verifier::verify_tree`] gives on the rows they summarise.
+    /// Verifies one token tree (deterministic children) from each target row's [`RowSummary`]
+    /// (`tokens.len() + 1` of them: the root's row, then each node's), as
+    /// [`crate::Verifier::verify_summaries`] does a chain: greedy, the verdict
+    /// [`crate::Verifier::verify_tree`] gives on the rows they summarise; sampling, each row's
+    /// draw picks the child (or is the correction), recursive rejection's law.
     ///
     /// # Errors
     /// As [`crate::Verifier::verify_summaries`], and [`VerifyError::TreeParents`] /
@@ -444,7 +455,8 @@ impl crate::Verifier {
         }
         check_summaries(&config, rows, vocab, tokens.len() + 1)?;
         let children = tree_children(tokens, parents, vocab)?;
-        let row = |at: usize, _: &mut Scratch| Row::of_summary(&rows[at]);
+        let sampling = config.sampling;
+        let row = |at: usize, _: &mut Scratch| Row::of_summary(&rows[at], &sampling);
         let (t, c) = (tokens, children.as_slice());
         walk(
             &config,

@@ -4,7 +4,7 @@ use rand_core::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Mode, VerifyConfig};
-use crate::dist::{Row, RowSummary, Scratch, process_row, sample_p, sample_residual, uniform};
+use crate::dist::{Row, RowSummary, Scratch, process_row, sample_residual, uniform};
 use crate::error::{Result, VerifyError};
 
 /// The drafter's probabilities for the tokens it proposed.
@@ -237,12 +237,14 @@ impl Verifier {
         self.walk(draft_tokens, draft_probs, vocab, rows, rng)
     }
 
-    /// Verifies one greedy step from each target row's [`RowSummary`] (`k + 1` of them)
-    /// instead of its logits: the same verdict [`Verifier::verify`] gives on the rows they
-    /// summarise (tested), for a GPU that reads back a few words a row.
+    /// Verifies one step of deterministic drafts from each target row's [`RowSummary`] (`k + 1`
+    /// of them) instead of its logits, for a GPU that reads back a few words a row. Greedy:
+    /// the verdict [`Verifier::verify`] gives on the rows they summarise (tested). Sampling:
+    /// each row's own draw decides ([`crate::noise`]): a draft is kept iff it is the draw, else
+    /// the draw comes next — the law [`Verifier::verify`] gives, with other random numbers.
     ///
     /// # Errors
-    /// [`VerifyError::SummaryNotGreedy`] for a sampling verifier; [`VerifyError::SummaryRows`]
+    /// [`VerifyError::SummaryFiltered`] for top-k / top-p; [`VerifyError::SummaryRows`]
     /// for a count other than k + 1; [`VerifyError::DraftTokenOutOfVocab`]; for a row, the
     /// error its logits would give ([`VerifyError::NonFiniteLogit`],
     /// [`VerifyError::NoValidToken`]) or [`VerifyError::BadSummary`] for one no row could give.
@@ -255,7 +257,8 @@ impl Verifier {
     ) -> Result<Verdict> {
         check_summaries(&self.config, rows, vocab, draft_tokens.len() + 1)?;
         check_tokens(draft_tokens, vocab)?;
-        let row = |i: usize, _: &mut Scratch| Row::of_summary(&rows[i]);
+        let sampling = self.config.sampling;
+        let row = |i: usize, _: &mut Scratch| Row::of_summary(&rows[i], &sampling);
         self.walk(draft_tokens, DraftProbs::OneHot, vocab, row, rng)
     }
 
@@ -314,8 +317,12 @@ impl Verifier {
                 let token = match (greedy, relaxed) {
                     (true, _) => row.top1,
                     // The authors' choice: a relaxed rejection resamples from p itself.
-                    (false, true) => sample_p(&row, weights, rng),
-                    (false, false) => sample_residual(&row, weights, q_row, draft, rng),
+                    (false, true) => row.draw(weights, rng),
+                    // A row's own draw rejected the draft: it is the residual's draw.
+                    (false, false) => match row.sampled {
+                        Some(y) => y,
+                        None => sample_residual(&row, weights, q_row, draft, rng),
+                    },
                 };
                 let next = NextToken {
                     token,
@@ -336,7 +343,7 @@ impl Verifier {
         let token = if greedy {
             row.top1
         } else {
-            sample_p(&row, weights, rng)
+            row.draw(weights, rng)
         };
         let next = NextToken {
             token,
@@ -393,6 +400,12 @@ fn decide<R: Rng + ?Sized>(
         (false, true) if !in_top2 => Decision::Rejected,
         (false, true) if p_draft >= q_draft => Decision::AcceptedExact,
         (false, true) => Decision::AcceptedRelaxed,
+        // A row with its own draw (a summary's; its drafts are deterministic): keep the draft
+        // iff it is the draw, which happens with probability p(x) = min(1, p(x) / 1).
+        (false, false) if row.sampled.is_some() => match row.sampled == Some(draft) {
+            true => Decision::AcceptedExact,
+            false => Decision::Rejected,
+        },
         (false, false) if uniform(rng) < p_draft / q_draft => Decision::AcceptedExact,
         (false, false) => Decision::Rejected,
     }
@@ -532,9 +545,11 @@ pub(crate) fn check_summaries(
     vocab: usize,
     rows: usize,
 ) -> Result<()> {
-    if !config.sampling.is_greedy() {
-        return Err(VerifyError::SummaryNotGreedy {
-            temperature: config.sampling.temperature,
+    let sampling = config.sampling;
+    if !sampling.summaries_suffice() {
+        return Err(VerifyError::SummaryFiltered {
+            top_k: sampling.top_k,
+            top_p: sampling.top_p,
         });
     }
     if vocab == 0 {
@@ -578,6 +593,17 @@ pub(crate) fn check_summaries(
         }
         if !(s.sum >= 1.0 && s.sum.is_finite()) {
             return bad("a sum of exp(z − z1) below 1 or not finite");
+        }
+        if !sampling.is_greedy() {
+            let Some(d) = s.sample else {
+                return bad("a sampling step's summary without its draw");
+            };
+            if d.token as usize >= vocab || !(d.logit > f32::NEG_INFINITY && d.logit <= s.z1) {
+                return bad("a draw outside the vocabulary, of probability 0, or above the best");
+            }
+            if !(d.sum >= 1.0 && d.sum.is_finite()) {
+                return bad("a draw's sum of exp((z − z1) / T) below 1 or not finite");
+            }
         }
     }
     Ok(())

@@ -1,14 +1,18 @@
 //! Greedy verification from row summaries (what a GPU reads back instead of whole rows) gives
 //! the verdict the rows themselves give: chains and trees, strict and every MARS mode, rows with
-//! ties, negative and masked logits; the same errors for the same bad rows; sampling refused.
+//! ties, negative and masked logits; the same errors for the same bad rows. Sampling from
+//! summaries (each row's Gumbel-max draw) emits the draws, strict's text is target-only's, and
+//! its law is the target's (chi-square); top-k / top-p refused.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
+use common::{assert_matches_distribution, reference_probs};
 use common::{below, logits, ranking, rng};
+use mars_verify::noise::{gumbel_max, row_key};
 use mars_verify::{
-    DraftProbs, Mode, RowSummary, Sampling, TreeDraftProbs, TreeInput, Verifier, VerifyConfig,
-    VerifyError, VerifyInput,
+    DraftProbs, Mode, NextKind, RowDraw, RowSummary, Sampling, TreeDraftProbs, TreeInput, Verifier,
+    VerifyConfig, VerifyError, VerifyInput,
 };
 
 /// A row's summary computed the slow obvious way (a sort, an f64 sum).
@@ -31,7 +35,30 @@ fn summary(row: &[f32]) -> RowSummary {
         z2: second.map_or(f32::NEG_INFINITY, |&i| row[i]),
         sum,
         bad,
+        sample: None,
     }
+}
+
+/// A sampling step's summary the slow obvious way: the sum at `t` in f64, and the row's
+/// Gumbel-max draw under `key`.
+fn sampled(row: &[f32], t: f32, key: u32) -> RowSummary {
+    let mut s = summary(row);
+    let (z1, t64) = (f64::from(s.z1), f64::from(t));
+    let token = gumbel_max(row, s.z1, t, key).unwrap();
+    s.sample = Some(RowDraw {
+        token,
+        logit: row[token as usize],
+        sum: row.iter().map(|&v| ((f64::from(v) - z1) / t64).exp()).sum(),
+    });
+    s
+}
+
+fn sampler(mode: Mode, t: f32) -> Verifier {
+    Verifier::new(VerifyConfig {
+        mode,
+        sampling: Sampling::with_temperature(t),
+    })
+    .unwrap()
 }
 
 /// Rows of `vocab` logits: random, with ties for the top, negative rows and masked tails.
@@ -241,15 +268,168 @@ fn bad_summaries_get_the_rows_errors() {
         v(&low),
         Err(VerifyError::BadSummary { position: 0, .. })
     ));
+}
 
-    let sampling = Verifier::new(VerifyConfig {
-        mode: Mode::Strict,
-        sampling: Sampling::with_temperature(0.7),
-    })
-    .unwrap()
-    .verify_summaries(&sums, vocab, &draft, &mut rng(0));
-    assert!(matches!(
-        sampling,
-        Err(VerifyError::SummaryNotGreedy { .. })
-    ));
+/// Over random trees (chains among them) at T = 0.8: where strict decides, the kept child is
+/// its parent row's draw and the next token is its row's draw, so the text is the draws along
+/// the path — what target-only decoding with the same seed emits. MARS keeps a top-2 sibling
+/// where it relaxes and otherwise follows the draws too.
+#[test]
+fn sampling_from_summaries_emits_each_rows_draw() {
+    let (vocab, t) = (200, 0.8);
+    let mut kept_a_child = 0;
+    for seed in 0..300u64 {
+        let mut r = rng(seed + 11);
+        let n = 1 + below(&mut r, 10);
+        let chain = seed % 3 == 0;
+        let parents: Vec<Option<u32>> = (0..n)
+            .map(|j| match (j, chain) {
+                (0, _) => None,
+                (_, true) => Some(j as u32 - 1),
+                _ => (below(&mut r, 3) > 0).then(|| below(&mut r, j) as u32),
+            })
+            .collect();
+        let logits = rows(seed + 90, n + 1, vocab);
+        let sums: Vec<RowSummary> = logits
+            .chunks_exact(vocab)
+            .enumerate()
+            .map(|(i, row)| sampled(row, t, row_key(seed, i as u32)))
+            .collect();
+        let draw = |row: usize| sums[row].sample.unwrap().token;
+        // Children: their parent row's draw, its argmax or another token.
+        let tokens: Vec<u32> = parents
+            .iter()
+            .map(|p| {
+                let row = p.map_or(0, |p| p as usize + 1);
+                match below(&mut r, 3) {
+                    0 => draw(row),
+                    i => ranking(&logits[row * vocab..(row + 1) * vocab])[i - 1] as u32,
+                }
+            })
+            .collect();
+        for mode in MODES {
+            let got = sampler(mode, t)
+                .verify_tree_summaries(&sums, vocab, &tokens, &parents, &mut rng(0))
+                .unwrap();
+            let mut row = 0;
+            for (&j, p) in got.path.iter().zip(&got.positions) {
+                if !p.relaxed {
+                    assert_eq!(tokens[j], draw(row), "seed {seed} {mode:?}");
+                }
+                row = j + 1;
+            }
+            assert_eq!(got.next.token, draw(row), "seed {seed} {mode:?}: next");
+            kept_a_child += got.path.len();
+            if chain {
+                // A chain through verify_summaries gets the same verdict.
+                let v = sampler(mode, t)
+                    .verify_summaries(&sums, vocab, &tokens, &mut rng(0))
+                    .unwrap();
+                assert_eq!(v.accepted, got.path.len(), "seed {seed} {mode:?}");
+                assert_eq!(v.next.token, got.next.token);
+            }
+        }
+    }
+    assert!(kept_a_child > 300, "{kept_a_child} kept: no power");
+}
+
+/// The law: over many seeds, the first token a tree step emits from summaries follows the
+/// target's p at T (chi-square), whichever children the root has, and the second follows the
+/// kept child's row.
+#[test]
+fn sampling_from_summaries_is_lossless() {
+    let (vocab, t) = (6, 1.3);
+    let logits: Vec<f32> = vec![
+        2.0, 1.5, 0.3, -1.0, 1.0, 0.0, // root row
+        0.5, 0.4, 2.5, -0.5, 0.0, 1.0, // node 0's row
+        0.0, 0.0, 0.0, 0.0, 0.0, 0.0, // node 1's row
+        1.0, -2.0, 0.0, 3.0, 0.5, 0.5, // node 2's row
+    ];
+    // The root's children: tokens 1 and 4; node 0 (token 1) has one child, token 3.
+    let (tokens, parents) = ([1u32, 4, 3], [None, None, Some(0)]);
+    let p0 = reference_probs(&logits[..vocab], &Sampling::with_temperature(t));
+    let p1 = reference_probs(&logits[vocab..2 * vocab], &Sampling::with_temperature(t));
+    let (mut first, mut second) = (vec![0u64; vocab], vec![0u64; vocab]);
+    for seed in 0..20_000u64 {
+        let sums: Vec<RowSummary> = logits
+            .chunks_exact(vocab)
+            .enumerate()
+            .map(|(i, row)| {
+                // Node 2 is at depth 2, the others' rows at depth 1 (root 0).
+                let depth = [0, 1, 1, 2][i];
+                sampled(row, t, row_key(seed, 100 + depth))
+            })
+            .collect();
+        let v = sampler(Mode::Strict, t)
+            .verify_tree_summaries(&sums, vocab, &tokens, &parents, &mut rng(0))
+            .unwrap();
+        let emitted = v.emitted(&tokens);
+        first[emitted[0] as usize] += 1;
+        if v.path.first() == Some(&0) {
+            second[emitted[1] as usize] += 1;
+        }
+    }
+    assert_matches_distribution(&first, &p0, "the first token");
+    assert_matches_distribution(&second, &p1, "the token after child 0");
+}
+
+#[test]
+fn sampling_summaries_are_checked() {
+    let (vocab, t) = (50, 0.7);
+    let logits = rows(3, 3, vocab);
+    let good: Vec<RowSummary> = logits
+        .chunks_exact(vocab)
+        .map(|row| sampled(row, t, row_key(1, 2)))
+        .collect();
+    let draft = [1, 2];
+    let v = |s: &[RowSummary], sampling: Sampling| {
+        Verifier::new(VerifyConfig {
+            mode: Mode::Strict,
+            sampling,
+        })
+        .unwrap()
+        .verify_summaries(s, vocab, &draft, &mut rng(0))
+    };
+    let plain = Sampling::with_temperature(t);
+    assert!(v(&good, plain).is_ok());
+    for filtered in [
+        Sampling {
+            top_p: 0.9,
+            ..plain
+        },
+        Sampling {
+            top_k: Some(5),
+            ..plain
+        },
+    ] {
+        assert!(matches!(
+            v(&good, filtered),
+            Err(VerifyError::SummaryFiltered { .. })
+        ));
+    }
+    let mut undrawn = good.clone();
+    undrawn[1].sample = None;
+    let mut outside = good.clone();
+    let draw = good[0].sample.unwrap();
+    outside[0].sample = Some(RowDraw {
+        token: vocab as u32,
+        ..draw
+    });
+    let mut masked = good.clone();
+    masked[2].sample = Some(RowDraw {
+        logit: f32::NEG_INFINITY,
+        ..draw
+    });
+    let mut low = good.clone();
+    low[1].sample = Some(RowDraw { sum: 0.5, ..draw });
+    for (bad, position) in [(undrawn, 1), (outside, 0), (masked, 2), (low, 1)] {
+        assert!(
+            matches!(v(&bad, plain), Err(VerifyError::BadSummary { position: p, .. }) if p == position),
+            "row {position}"
+        );
+    }
+    // Greedy ignores a draw.
+    assert!(v(&good, Sampling::GREEDY).is_ok());
+    let next = v(&good, plain).unwrap().next;
+    assert!(matches!(next.kind, NextKind::Bonus | NextKind::Correction));
 }

@@ -310,13 +310,49 @@ impl Attention {
 }
 
 /// Words a row's summary takes (summary.wgsl).
-pub const SUMMARY_WORDS: usize = 7;
+pub const SUMMARY_WORDS: usize = 10;
 
-/// The top-2 summary of rows of logits (summary.wgsl).
+/// The top-2 summary of rows of logits (summary.wgsl), with each row's Gumbel-max draw when the
+/// step samples.
 #[derive(Debug, Clone)]
 pub struct Summary {
     params: Handle,
+    /// The draw's words of a greedy step: none (and 1 / T = 1, so the sum is at T = 1).
+    greedy: Handle,
     vocab: usize,
+}
+
+/// How a step's rows are drawn: greedy (`None` in [`Summary::run`]) or by the Gumbel-max rule at
+/// a temperature, with each row's noise key (`mars_verify::noise::row_key`).
+#[derive(Debug, Clone)]
+pub struct Draw {
+    words: Handle,
+    rows: usize,
+}
+
+impl Draw {
+    /// Uploads the draw's words: 1 / `temperature` and `keys` (`[rows]`, one a summarised row).
+    ///
+    /// # Errors
+    /// [`KernelError::NotFinite`] for a temperature whose inverse is not a finite positive
+    /// number (0, negative, subnormal or not finite).
+    pub fn new(client: &Client, temperature: f32, keys: &[u32]) -> Result<Self> {
+        let inv_t = 1.0 / temperature;
+        if !(inv_t > 0.0 && inv_t.is_finite()) {
+            return Err(KernelError::NotFinite {
+                what: "1 / the sampling temperature of a row draw",
+                index: 0,
+                value: inv_t,
+            });
+        }
+        let mut words = Vec::with_capacity(keys.len() + 2);
+        words.extend([1, inv_t.to_bits()]);
+        words.extend_from_slice(keys);
+        Ok(Self {
+            words: upload_words(client, &words),
+            rows: keys.len(),
+        })
+    }
 }
 
 impl Summary {
@@ -334,15 +370,18 @@ impl Summary {
         }
         Ok(Self {
             params: upload_words(client, &[word("vocabulary", vocab)?, 0, NEG_INF_BITS]),
+            greedy: upload_words(client, &[0, 1.0f32.to_bits()]),
             vocab,
         })
     }
 
     /// Enqueues the summaries of the first `rows` rows of `logits` (a forward of `step`) into
-    /// `out`, from its row `step.link().summaries_at` on (`SUMMARY_WORDS` words a row).
+    /// `out`, from its row `step.link().summaries_at` on (`SUMMARY_WORDS` words a row), each
+    /// with its draw where `draw` is given.
     ///
     /// # Errors
-    /// [`KernelError::Shape`] for buffers smaller than the shapes need.
+    /// [`KernelError::Shape`] for buffers smaller than the shapes need, or a draw with fewer
+    /// keys than rows.
     pub fn run(
         &self,
         client: &Client,
@@ -350,8 +389,17 @@ impl Summary {
         out: &Handle,
         rows: usize,
         step: &StepBuffer,
+        draw: Option<&Draw>,
     ) -> Result<()> {
         check_size("logits", logits, rows * self.vocab * 4)?;
+        if let Some(d) = draw.filter(|d| d.rows < rows) {
+            return Err(KernelError::Shape {
+                what: "noise keys of a row draw",
+                expected: rows,
+                found: d.rows,
+            });
+        }
+        let draw = draw.map_or(&self.greedy, |d| &d.words);
         let end = step.link().summaries_at.checked_add(rows);
         let bytes = end.and_then(|e| e.checked_mul(SUMMARY_WORDS * 4));
         check_size("summaries", out, bytes.unwrap_or(usize::MAX))?;
@@ -363,7 +411,8 @@ impl Summary {
                 .with_buffer(logits.clone().binding())
                 .with_buffer(out.clone().binding())
                 .with_buffer(self.params.clone().binding())
-                .with_buffer(step.handle().clone().binding()),
+                .with_buffer(step.handle().clone().binding())
+                .with_buffer(draw.clone().binding()),
         );
         Ok(())
     }

@@ -54,7 +54,7 @@ use cubecl::server::{Handle, KernelArguments};
 use cubecl::{CubeKernel, PrecompiledSource};
 
 pub use layer::{
-    Attention, CopyRows, Heads, Norm, Rope, SUMMARY_WORDS, Summary, clone_buffer, link_ids,
+    Attention, CopyRows, Draw, Heads, Norm, Rope, SUMMARY_WORDS, Summary, clone_buffer, link_ids,
 };
 pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
 
@@ -359,7 +359,9 @@ impl Shader {
             Self::Norm => NORM.to_string(),
             Self::Rope { head_norm } => ROPE.replace("{{head_norm}}", &head_norm.to_string()),
             Self::Attention => ATTENTION.to_string(),
-            Self::Summary => SUMMARY.replace("{{summaries_at}}", &(LINKED + 2).to_string()),
+            Self::Summary => SUMMARY
+                .replace("{{summaries_at}}", &(LINKED + 2).to_string())
+                .replace("{{summary_words}}", &SUMMARY_WORDS.to_string()),
             Self::Copy => COPY.to_string(),
             Self::Clone => CLONE.to_string(),
             Self::Link => LINK

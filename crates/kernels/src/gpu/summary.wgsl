@@ -1,20 +1,25 @@
-// What greedy verification needs of a row of logits, so that a step reads back a few words a
-// row instead of the vocabulary: the best and second-best token (value descending, lowest id
-// first among equals, as the host verifier ranks them), the sum of exp(z − z1) over the row,
-// and the first NaN or +inf with its value (the host refuses such a row). One workgroup of 256
-// threads per row; every reduction runs in a fixed order, so a row's summary does not depend on
-// the rows beside it.
+// What verification needs of a row of logits, so that a step reads back a few words a row
+// instead of the vocabulary: the best and second-best token (value descending, lowest id first
+// among equals, as the host verifier ranks them), the sum of exp(z − z1) over the row, the
+// first NaN or +inf with its value (the host refuses such a row), and for a sampling step the
+// row's Gumbel-max draw argmax((z − z1) / T + g) with the sum of exp((z − z1) / T), g a pure
+// function of the row's key and the id (mars_verify::noise, mirrored here line for line). One workgroup of 256 threads per
+// row; every reduction runs in a fixed order, so a row's summary does not depend on the rows
+// beside it.
 
 @group(0) @binding(0) var<storage, read_write> z: array<f32>;   // [rows, vocab]
-// [at + rows, 7]: top1, z1 bits, top2 (0xffffffff: none), z2 bits, sum bits, bad id, bad value
-// bits; row r's summary goes to row at + r, `at` the step's link word (step.rs: 0, or a chain
+// [at + rows, 10]: top1, z1 bits, top2 (0xffffffff: none), z2 bits, sum bits, bad id, bad
+// value bits, drawn id (0xffffffff: none), its logit bits, the sum at T bits; row r's summary goes to row at + r, `at` the step's link word (step.rs: 0, or a chain
 // row where a step keeps its summaries until its one read)
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
 // [vocab, row_from (the first row of z summarised), the bits of −inf]
 @group(0) @binding(2) var<storage, read_write> p: array<u32>;
 @group(0) @binding(3) var<storage, read_write> s: array<u32>;   // the forward's step words
+// [2 + rows]: 1 to draw (0: greedy), the bits of 1 / T (1 when greedy), each row's noise key
+@group(0) @binding(4) var<storage, read_write> keys: array<u32>;
 
 const SUMMARIES_AT: u32 = {{summaries_at}}u;
+const WORDS: u32 = {{summary_words}}u;
 
 var<workgroup> v1s: array<f32, 256>;
 var<workgroup> i1s: array<u32, 256>;
@@ -22,8 +27,37 @@ var<workgroup> v2s: array<f32, 256>;
 var<workgroup> i2s: array<u32, 256>;
 var<workgroup> bads: array<u32, 256>;
 var<workgroup> sums: array<f32, 256>;
+var<workgroup> sumts: array<f32, 256>;
+var<workgroup> gvs: array<f32, 256>;
+var<workgroup> gis: array<u32, 256>;
 
 const NONE: u32 = 0xffffffffu;
+
+// lowbias32 (Chris Wellons): mars_verify::noise::mix.
+fn mix(x0: u32) -> u32 {
+    var x = x0;
+    x ^= x >> 16u;
+    x *= 0x7feb352du;
+    x ^= x >> 15u;
+    x *= 0x846ca68bu;
+    return x ^ (x >> 16u);
+}
+
+// Standard Gumbel noise of `id` in the row keyed `key` (`salt` = mix(key ^ 0x9e3779b9), once a
+// row): mars_verify::noise::gumbel. E = −ln u comes from its series where u is near 1, since
+// `log` is only accurate to 2^-21 absolute on [0.5, 2].
+fn gumbel(key: u32, salt: u32, id: u32) -> f32 {
+    let h = mix(mix(key ^ id) ^ salt);
+    let u = f32((h >> 9u) * 2u + 1u) * (1.0 / 16777216.0);
+    let v = 1.0 - u;
+    var e: f32;
+    if v < 0.0625 {
+        e = v * (1.0 + v * (0.5 + v * (1.0 / 3.0 + v * (0.25 + v * (0.2 + v * (1.0 / 6.0))))));
+    } else {
+        e = -log(u);
+    }
+    return -log(e);
+}
 
 // Whether (va, ia) ranks before (vb, ib).
 fn before(va: f32, ia: u32, vb: f32, ib: u32) -> bool {
@@ -97,24 +131,49 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         workgroupBarrier();
     }
     let mx = v1s[0];
+    let draw = keys[0] == 1u;
+    let inv_t = bitcast<f32>(keys[1]);
+    let key = keys[2u + wg.x];
+    let salt = mix(key ^ 0x9e3779b9u);
     var sum = 0.0;
+    var sumt = 0.0;
+    var gv = ninf;
+    var gi = NONE;
     for (var i = lid; i < vocab; i += 256u) {
         let v = z[base + i];
         // −inf and the bad values add nothing (a row with a bad value is refused anyway).
         if v > -3.0e38 && v <= mx {
             sum += exp(v - mx);
+            if draw {
+                let x = (v - mx) * inv_t;
+                sumt += exp(x);
+                let g = x + gumbel(key, salt, i);
+                if before(g, i, gv, gi) {
+                    gv = g;
+                    gi = i;
+                }
+            }
         }
     }
     sums[lid] = sum;
+    sumts[lid] = sumt;
+    gvs[lid] = gv;
+    gis[lid] = gi;
     workgroupBarrier();
     for (var step = 128u; step > 0u; step >>= 1u) {
         if lid < step {
             sums[lid] += sums[lid + step];
+            sumts[lid] += sumts[lid + step];
+            let o = lid + step;
+            if before(gvs[o], gis[o], gvs[lid], gis[lid]) {
+                gvs[lid] = gvs[o];
+                gis[lid] = gis[o];
+            }
         }
         workgroupBarrier();
     }
     if lid == 0u {
-        let o = (s[SUMMARIES_AT] + wg.x) * 7u;
+        let o = (s[SUMMARIES_AT] + wg.x) * WORDS;
         out[o] = i1s[0];
         out[o + 1u] = bitcast<u32>(mx);
         var top2 = i2s[0];
@@ -131,5 +190,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             bv = bitcast<u32>(z[base + b]);
         }
         out[o + 6u] = bv;
+        let d = gis[0];
+        out[o + 7u] = d;
+        var dv = 0u;
+        if d != NONE {
+            dv = bitcast<u32>(z[base + d]);
+        }
+        out[o + 8u] = dv;
+        out[o + 9u] = bitcast<u32>(sumts[0]);
     }
 }

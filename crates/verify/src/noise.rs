@@ -1,0 +1,152 @@
+//! Sampling by the Gumbel-max rule with counter-based noise, so that a GPU can draw a row's
+//! token where the row is and read back its id instead of the vocabulary.
+//!
+//! x = argmax_i ((z_i − z1) / T + g_i), with g_i independent standard Gumbel variables, is
+//! distributed exactly as softmax(z / T). Here g_i is a pure function of (seed, position, id)
+//! ([`gumbel`]): no generator state, so any device computes the same noise for the same row,
+//! and `summary.wgsl` mirrors this file line for line. `position` is the context index of the
+//! token the row predicts, which makes the draw a function of the prefix and the seed alone:
+//!
+//! - each context position is decided once, with noise no earlier decision looked at (rows a
+//!   rejected step computed past its cut were never used to decide anything), so the emitted
+//!   text follows the target's distribution exactly;
+//! - with deterministic drafts (prompt lookup, every tree's children), "keep the child equal
+//!   to the row's draw, else emit the draw" keeps each child with the probability SpecInfer's
+//!   recursive rejection gives with one-hot q, and emits what target-only decoding with the
+//!   same seed emits, token for token.
+//!
+//! The uniform behind g has 23 bits (u ∈ [2⁻²⁴, 1 − 2⁻²⁴]), so g ∈ [−2.8, 16.6]: a token more
+//! than ~19 nats (at T) below the top one cannot be drawn — each such token's probability is
+//! below 4·10⁻⁹ of the top's. E = −ln u is taken from the series of −ln(1 − v) where u is near
+//! 1, because a GPU's `log` is only accurate to 2⁻²¹ absolute there (WGSL's bound on [0.5, 2]),
+//! which would swamp the small E that give a rare token its chance.
+
+use serde::{Deserialize, Serialize};
+
+/// Chris Wellons' `lowbias32` integer hash (a bijection on u32 with near-ideal avalanche).
+#[inline]
+fn mix(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^ (x >> 16)
+}
+
+/// The per-row part of the noise's key: (seed, position) hashed once a row.
+#[inline]
+pub fn row_key(seed: u64, position: u32) -> u32 {
+    mix(mix(mix(seed as u32) ^ (seed >> 32) as u32) ^ position)
+}
+
+/// The standard Gumbel noise of token `id` in the row keyed by [`row_key`].
+///
+/// Two rounds of the hash a token: with one (`mix(key ^ id)`), two rows whose keys differ in
+/// low bits would share values at shifted ids.
+#[inline]
+pub fn gumbel(row_key: u32, id: u32) -> f32 {
+    of_bits(mix(mix(row_key ^ id) ^ mix(row_key ^ 0x9e37_79b9)))
+}
+
+/// Standard Gumbel noise from 32 random bits (23 of them used).
+#[inline]
+fn of_bits(h: u32) -> f32 {
+    // u = (2m + 1) · 2⁻²⁴, exact in f32; v = 1 − u is exact too (Sterbenz) for u ≥ ½.
+    let u = ((h >> 9) * 2 + 1) as f32 * (1.0 / 16_777_216.0);
+    let v = 1.0 - u;
+    let e = if v < 0.0625 {
+        // −ln(1 − v) = v + v²/2 + … + v⁶/6, truncation below 10⁻⁸ relative at v < 1/16.
+        v * (1.0 + v * (0.5 + v * (1.0 / 3.0 + v * (0.25 + v * (0.2 + v * (1.0 / 6.0))))))
+    } else {
+        -u.ln()
+    };
+    -e.ln()
+}
+
+/// What a row needs to be sampled where it is: the run's seed, the sampling temperature and
+/// each row's context position (`[rows]`: row r predicts the token at `positions[r]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SampleKeys {
+    /// The run's seed.
+    pub seed: u64,
+    /// Sampling temperature (> 0).
+    pub temperature: f32,
+    /// Context index of the token each row predicts, `[rows]`.
+    pub positions: Vec<u32>,
+}
+
+/// The Gumbel-max draw of one row of logits (the reference the GPU kernel is tested against):
+/// argmax over finite z of (z − z1) / T + g, lowest id among equals; `None` for a row without a
+/// finite logit. `z1` is the row's maximum.
+pub fn gumbel_max(logits: &[f32], z1: f32, temperature: f32, key: u32) -> Option<u32> {
+    let inv_t = 1.0 / temperature;
+    let mut best: Option<(f32, u32)> = None;
+    for (id, &z) in logits.iter().enumerate() {
+        if !z.is_finite() {
+            continue;
+        }
+        let id = id as u32;
+        let v = (z - z1) * inv_t + gumbel(key, id);
+        if best.is_none_or(|(b, _)| v > b) {
+            best = Some((v, id));
+        }
+    }
+    best.map(|(_, id)| id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The uniform behind the noise is uniform: 64 equal bins over many (row, id) pairs pass a
+    /// chi-square test, and the Gumbel values have the distribution's mean (Euler's γ).
+    #[test]
+    fn the_noise_is_gumbel() {
+        let bins = 64;
+        let mut counts = vec![0u64; bins];
+        let mut total = 0.0f64;
+        let n = 200_000u32;
+        for i in 0..n {
+            let key = row_key(7, i / 1000);
+            let g = gumbel(key, i % 1000);
+            assert!(g.is_finite() && (-3.0..17.0).contains(&g), "{g}");
+            total += f64::from(g);
+            // Back to the uniform: u = exp(−exp(−g)).
+            let u = (-(-f64::from(g)).exp()).exp();
+            counts[((u * bins as f64) as usize).min(bins - 1)] += 1;
+        }
+        let expected = f64::from(n) / bins as f64;
+        let chi2: f64 = counts
+            .iter()
+            .map(|&c| (c as f64 - expected).powi(2) / expected)
+            .sum();
+        // 63 degrees of freedom: the 99.9 % point is 103.4.
+        assert!(chi2 < 103.4, "chi2 {chi2}");
+        let mean = total / f64::from(n);
+        assert!((mean - 0.577_215_7).abs() < 0.01, "mean {mean}");
+    }
+
+    /// The series branch and `ln` agree where they meet, and the smallest E stays positive.
+    #[test]
+    fn the_noise_is_continuous_and_finite_at_its_ends() {
+        let v = 0.0625f32;
+        let series =
+            v * (1.0 + v * (0.5 + v * (1.0 / 3.0 + v * (0.25 + v * (0.2 + v * (1.0 / 6.0))))));
+        assert!((series - -(1.0 - v).ln()).abs() < 1e-7);
+        // The extreme bits give the documented range, and every value in between is finite.
+        assert!(
+            (of_bits(0) - -(16.635_532f32).ln()).abs() < 1e-5,
+            "{}",
+            of_bits(0)
+        );
+        assert!(
+            (of_bits(u32::MAX) - 16.635_532).abs() < 1e-3,
+            "{}",
+            of_bits(u32::MAX)
+        );
+        for h in (0..=u32::MAX).step_by(4099) {
+            let g = of_bits(h);
+            assert!(g.is_finite() && (-2.82..16.64).contains(&g), "{h}: {g}");
+        }
+    }
+}
