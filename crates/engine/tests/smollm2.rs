@@ -46,10 +46,11 @@ fn greedy_strict_speculation_equals_target_only_on_the_f32_path_up_to_near_ties(
 /// On wgpu (lavapipe here, so one prompt, two drafters, k = 4) on the GPU path: every kernel
 /// gives a row the same result whatever rows are beside it (matmuls, norms, RoPE, attention,
 /// the head), so greedy strict speculation gives target-only's tokens exactly, as on the
-/// packed CPU path.
+/// packed CPU path, and so does sampled strict speculation over deterministic drafts for the
+/// same seed.
 #[cfg(feature = "wgpu")]
 #[test]
-fn greedy_strict_speculation_equals_target_only_exactly_on_wgpu_blocks() {
+fn strict_speculation_equals_target_only_exactly_on_wgpu_blocks() {
     // As the CLI opens it: the kernels' sums meet through subgroups where the adapter has
     // them (lavapipe: 8 lanes).
     let (device, setup) = Device::wgpu_options()
@@ -60,6 +61,22 @@ fn greedy_strict_speculation_equals_target_only_exactly_on_wgpu_blocks() {
     });
     check(&device, options, 0.0, true);
     one_read_a_step(&device, options);
+    sampled_strict_equals_target_only(&device, options);
+}
+
+/// The model and tokenizer of SmolLM2 on `device`, and `prompt` as its tokens (no template).
+#[cfg(feature = "wgpu")]
+fn loaded(
+    device: &Device,
+    options: LoadOptions,
+    prompt: &str,
+) -> Option<(Llama, Arc<Tokenizer>, Vec<u32>)> {
+    let bytes = model_bytes()?;
+    let g = Gguf::parse(&bytes).unwrap();
+    let model = Llama::from_gguf(&g, device, options).unwrap();
+    let tokenizer = Arc::new(Tokenizer::from_gguf(&g).unwrap());
+    let prompt = tokenizer.encode(prompt, false).unwrap();
+    Some((model, tokenizer, prompt))
 }
 
 /// Sampling on the GPU path draws each row where it is (Gumbel-max with noise keyed by the seed
@@ -68,24 +85,11 @@ fn greedy_strict_speculation_equals_target_only_exactly_on_wgpu_blocks() {
 /// layer-skip drafter's tree — emits target-only's text for the same seed token for token
 /// (rows are batch-invariant there), while another seed gives another text.
 #[cfg(feature = "wgpu")]
-#[test]
-fn sampled_strict_speculation_equals_target_only_on_wgpu_blocks() {
-    let Some(bytes) = model_bytes() else { return };
-    let (device, setup) = Device::wgpu_options()
-        .init_with_setup()
-        .expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
-    let options = LoadOptions::with_weights(WeightPath::GpuBlocks {
-        subgroups: mars_model::subgroup_lanes(&setup.adapter),
-    });
-    let g = Gguf::parse(&bytes).unwrap();
-    let model = Llama::from_gguf(&g, &device, options).unwrap();
-    let tokenizer = Arc::new(Tokenizer::from_gguf(&g).unwrap());
-    let prompt = tokenizer
-        .encode(
-            "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the",
-            false,
-        )
-        .unwrap();
+fn sampled_strict_equals_target_only(device: &Device, options: LoadOptions) {
+    let text = "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the";
+    let Some((model, tokenizer, prompt)) = loaded(device, options, text) else {
+        return;
+    };
     let vocab = model.config().vocab_size;
     let sampling = Sampling::with_temperature(1.0);
     let run = |drafter: Option<AnyDrafter>, k: usize, seed: u64| {
@@ -147,16 +151,10 @@ fn sampled_strict_speculation_equals_target_only_on_wgpu_blocks() {
 /// (40 bytes a row: k drafts, k + 1 target rows).
 #[cfg(feature = "wgpu")]
 fn one_read_a_step(device: &Device, options: LoadOptions) {
-    let Some(bytes) = model_bytes() else { return };
-    let g = Gguf::parse(&bytes).unwrap();
-    let model = Llama::from_gguf(&g, device, options).unwrap();
-    let tokenizer = Arc::new(Tokenizer::from_gguf(&g).unwrap());
-    let prompt = tokenizer
-        .encode(
-            "The quick brown fox jumps over the lazy dog. The quick brown",
-            false,
-        )
-        .unwrap();
+    let text = "The quick brown fox jumps over the lazy dog. The quick brown";
+    let Some((model, tokenizer, prompt)) = loaded(device, options, text) else {
+        return;
+    };
     let vocab = model.config().vocab_size;
     let k = 3;
     let drafter = ModelDrafter::new(

@@ -59,6 +59,14 @@ fn gumbel(key: u32, salt: u32, id: u32) -> f32 {
     return -log(e);
 }
 
+// The bits of the row's value at `id`, 0 for none.
+fn value_bits(base: u32, id: u32) -> u32 {
+    if id == NONE {
+        return 0u;
+    }
+    return bitcast<u32>(z[base + id]);
+}
+
 // Whether (va, ia) ranks before (vb, ib).
 fn before(va: f32, ia: u32, vb: f32, ib: u32) -> bool {
     return va > vb || (va == vb && ia < ib);
@@ -185,18 +193,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         out[o + 4u] = bitcast<u32>(sums[0]);
         let b = bads[0];
         out[o + 5u] = b;
-        var bv = 0u;
-        if b != NONE {
-            bv = bitcast<u32>(z[base + b]);
-        }
-        out[o + 6u] = bv;
+        out[o + 6u] = value_bits(base, b);
         let d = gis[0];
         out[o + 7u] = d;
-        var dv = 0u;
-        if d != NONE {
-            dv = bitcast<u32>(z[base + d]);
-        }
-        out[o + 8u] = dv;
+        out[o + 8u] = value_bits(base, d);
         out[o + 9u] = bitcast<u32>(sumts[0]);
     }
 }
