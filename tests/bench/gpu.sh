@@ -4,8 +4,9 @@
 #   1. SmolLM2-135M, Qwen2.5-Coder-0.5B and -1.5B: `mars speed --device wgpu` beside llama.cpp's
 #      Vulkan backend, alternating rounds (tests/bench/gpu-peers.sh): decode, prefill, passes of
 #      1 / 5 / 16 rows, peak memory, and mars's counted launches, uploads and reads;
-#   2. speculative decoding on the GPU: the Qwen pair (0.5B draft model, k = 3) and prompt
-#      lookup on SmolLM2, greedy, Spec-Bench coding prompts: target-only, strict and MARS tok/s,
+#   2. speculative decoding on the GPU: the Qwen pair (0.5B draft model, k = 3, greedy; the
+#      tree preset at T = 1) and prompt lookup on SmolLM2 (greedy and T = 1, whose rows are
+#      drawn on the GPU), Spec-Bench coding prompts: target-only, strict and MARS tok/s,
 #      speedups, τ, and what a step costs the GPU (launches, reads, bytes read back);
 #   3. with BROWSER=1, the page on the machine's WebGPU adapter beside wllama in the same headless
 #      Chromium (tests/bench/browser-cpu.sh with BACKEND=webgpu).
@@ -38,7 +39,7 @@ trap 'rm -rf "$tmp"' EXIT
     bash tests/bench/gpu-peers.sh "$m" "${PEERS_PP:-64}" "${PEERS_TG:-32}"
   done
   echo
-  echo "## 2. Speculative decoding on the GPU (greedy, Spec-Bench coding, $prompts prompts, $max tokens)"
+  echo "## 2. Speculative decoding on the GPU (greedy unless T = 1 is named, Spec-Bench coding, $prompts prompts, $max tokens)"
   echo
   echo "| model | drafter | method | tok/s | vs target-only | τ | launches / step | reads / step | bytes read / step |"
   echo "|---|---|---|---|---|---|---|---|---|"
@@ -61,7 +62,10 @@ PY
 }
 {
   run "$target" "model:$draft" "Qwen2.5-Coder-0.5B, k = 3" --k 3 --draft-vocab 32768
+  run "$target" "model:$draft" "0.5B tree (16 nodes, depth 8, branch 4, floor 0.3), T = 1" \
+    --tree 16 --k 8 --branch 4 --tree-min-p 0.3 --draft-vocab 32768 --temperature 1
   run "$smol" ngram "prompt lookup, k = 4" --k 4
+  run "$smol" ngram "prompt lookup, k = 4, T = 1" --k 4 --temperature 1
 } | tee -a "$out"
 if [ "${BROWSER:-0}" = 1 ]; then
   {
