@@ -7,7 +7,7 @@
 //!   current suffix; deterministic (one-hot q), no model at all.
 
 use mars_formats::Tokenizer;
-use mars_model::{ChainLink, KvCache, Llama, SummaryChain};
+use mars_model::{ChainLink, KvCache, Llama, Logits, SummaryChain};
 use mars_verify::{Sampler, Sampling};
 use rand_chacha::ChaCha8Rng;
 
@@ -238,6 +238,40 @@ impl ModelDrafter {
         })
     }
 
+    /// The `branch` children of each of the `rows` rows of `logits` (most probable first, as
+    /// [`Sampler::top`] ranks them): reduced where the logits are when they are on a GPU and no
+    /// top-k / top-p is set (`2 × branch + 3` words a row read back), else from the rows read
+    /// whole.
+    async fn children(&mut self, logits: Logits, rows: usize) -> Result<Vec<Vec<(u32, f64)>>> {
+        let sampling = *self.sampler.sampling();
+        let (_, dv) = logits.dims();
+        // Ids the target lacks are never proposed (as `set_row` drops them).
+        let cols = dv.min(self.target_vocab);
+        if sampling.summaries_suffice()
+            && let Some(tops) = logits
+                .top_async(self.branch, cols, sampling.effective_temperature())
+                .await?
+        {
+            return tops
+                .iter()
+                .map(|t| {
+                    let mut out = Vec::new();
+                    self.sampler.top_of(t, self.branch, &mut out)?;
+                    Ok(out)
+                })
+                .collect();
+        }
+        let values = logits.read_async().await?; // rows * draft_vocab
+        let mut all = Vec::with_capacity(rows);
+        for i in 0..rows {
+            self.set_row(&values[i * dv..(i + 1) * dv]);
+            let mut out = Vec::new();
+            self.sampler.top(&self.row, self.branch, &mut out)?;
+            all.push(out);
+        }
+        Ok(all)
+    }
+
     /// Copies one draft-vocabulary row into `self.row` as a target-vocabulary row.
     fn set_row(&mut self, values: &[f32]) {
         let tv = self.target_vocab;
@@ -254,11 +288,10 @@ impl ModelDrafter {
     /// draws), so the verifier treats q as one-hot, which is what is lossless for them.
     async fn draft_tree(&mut self, context: &[u32], depth: usize) -> Result<Draft> {
         let fed = self.cache.len();
-        self.last_row(&context[fed..]).await?;
+        let last = self.model.forward_last(&context[fed..], &mut self.cache)?; // [1, draft_vocab]
+        let children = self.children(last, 1).await?.pop().unwrap_or_default();
         let base = self.cache.len();
         let mut nodes: Vec<Node> = Vec::new();
-        let mut children = Vec::new();
-        self.sampler.top(&self.row, self.branch, &mut children)?;
         let floor = self.min_score;
         // Children come most probable first: those under the floor end the list.
         nodes.extend(
@@ -309,13 +342,10 @@ impl ModelDrafter {
                 &grown.parents,
                 &mut self.cache,
             )?; // [frontier, draft_vocab]
-            let (_, dv) = logits.dims();
-            let values = logits.read_async().await?; // frontier * draft_vocab
             let expanded = std::mem::take(&mut frontier);
-            for (i, &j) in expanded.iter().enumerate() {
-                self.set_row(&values[i * dv..(i + 1) * dv]);
-                self.sampler.top(&self.row, self.branch, &mut children)?;
-                for &(token, p) in &children {
+            let all = self.children(logits, expanded.len()).await?;
+            for (&j, children) in expanded.iter().zip(&all) {
+                for &(token, p) in children {
                     let score = nodes[j].score + p.ln();
                     if score < floor {
                         break;

@@ -81,7 +81,7 @@ fn loaded(
 
 /// Sampling on the GPU path draws each row where it is (Gumbel-max with noise keyed by the seed
 /// and the row's context position, `mars_verify::noise`): a step over deterministic drafts
-/// reads back one 40-byte summary a row, and strict speculation — prompt lookup's chain, a
+/// reads back one 40-byte summary a row (a tree drafter its frontier's top-c), and strict speculation — prompt lookup's chain, a
 /// layer-skip drafter's tree — emits target-only's text for the same seed token for token
 /// (rows are batch-invariant there), while another seed gives another text.
 #[cfg(feature = "wgpu")]
@@ -138,6 +138,11 @@ fn sampled_strict_equals_target_only(device: &Device, options: LoadOptions) {
     .unwrap();
     let (branched, steps) = run(Some(AnyDrafter::Model(Box::new(tree))), 4, 3);
     assert_eq!(branched, reference, "a layer-skip tree");
+    // The drafter's frontier rows come back as their top-2 (7 words a row), the target's as
+    // summaries: a step reads a few hundred bytes where it read whole rows of 49,152 logits.
+    for s in &steps {
+        assert!(s.gpu.read_bytes < 4096, "{:?}", s.gpu);
+    }
     let kept = kept + steps.iter().map(|s| s.accepted_exact).sum::<usize>();
     assert!(
         kept > 2,

@@ -15,7 +15,7 @@ use cubecl::wgpu::WgpuDevice;
 use mars_kernels::WeightType;
 use mars_kernels::gpu::{
     Attention, CopyRows, Draw, Epilogue, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm, Rope,
-    Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, clone_buffer, link_ids, upload_f32,
+    Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, TopRows, clone_buffer, link_ids, upload_f32,
 };
 use mars_verify::noise::{gumbel_max, row_key};
 use rand_chacha::ChaCha8Rng;
@@ -532,6 +532,70 @@ fn the_summary_draws_as_the_verifier_does() {
             )
             .is_err()
     );
+}
+
+/// A tree drafter's frontier rows reduced on the device: each row's best c of its first `cols`
+/// values in the verifier's order (value descending, lowest id first, −inf never listed), the
+/// sum at T and the first bad value, for every list length a workgroup size is chosen for.
+#[test]
+fn the_top_c_ranks_as_the_verifier_does() {
+    let client = client();
+    let mut rng = ChaCha8Rng::seed_from_u64(8);
+    let (stride, cols, rows, t) = (900, 800, 5, 0.8f32);
+    let mut z = normal(&mut rng, rows * stride, 4.0);
+    // Row 1: a three-way tie for first place; row 2: only two allowed values; row 3: a NaN
+    // at 50 and +inf at 20 (the lowest reported); row 4: its best value past `cols`.
+    for i in [600, 200, 400] {
+        z[stride + i] = 40.0;
+    }
+    for v in &mut z[2 * stride..3 * stride] {
+        *v = f32::NEG_INFINITY;
+    }
+    z[2 * stride + 9] = 1.0;
+    z[2 * stride + 3] = 2.0;
+    z[3 * stride + 50] = f32::NAN;
+    z[3 * stride + 20] = f32::INFINITY;
+    z[4 * stride + 850] = 99.0;
+    let logits = upload_f32(&client, &z);
+    for c in [1, 3, 4, 5, 8, 9, 16] {
+        let top = TopRows::new(&client, c, stride, cols, t).unwrap();
+        let out = client.empty(rows * top.words() * 4);
+        top.run(&client, &logits, &out, rows).unwrap();
+        let out = read_u32(&client, out);
+        for r in [0, 1, 2, 4] {
+            let row = &z[r * stride..r * stride + cols];
+            let mut order: Vec<usize> = (0..cols).filter(|&i| row[i] > f32::NEG_INFINITY).collect();
+            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+            let w = &out[r * top.words()..(r + 1) * top.words()];
+            for j in 0..c {
+                match order.get(j) {
+                    Some(&i) => {
+                        assert_eq!(w[2 * j] as usize, i, "c {c} row {r} rank {j}");
+                        assert_eq!(f32::from_bits(w[2 * j + 1]), row[i]);
+                    }
+                    None => assert_eq!(w[2 * j], u32::MAX, "c {c} row {r}: nothing at rank {j}"),
+                }
+            }
+            let z1 = f64::from(row[order[0]]);
+            let sum: f64 = row
+                .iter()
+                .map(|&v| ((f64::from(v) - z1) / f64::from(t)).exp())
+                .sum();
+            let got = f64::from(f32::from_bits(w[2 * c]));
+            assert!(
+                (got - sum).abs() < 1e-5 * sum,
+                "c {c} row {r}: sum {got} vs {sum}"
+            );
+            assert_eq!(w[2 * c + 1], u32::MAX, "c {c} row {r}: nothing bad");
+        }
+        let bad = &out[3 * top.words()..4 * top.words()];
+        assert_eq!(bad[2 * c + 1], 20);
+        assert_eq!(f32::from_bits(bad[2 * c + 2]), f32::INFINITY);
+    }
+    assert!(TopRows::new(&client, 0, stride, cols, t).is_err());
+    assert!(TopRows::new(&client, 17, stride, cols, t).is_err());
+    assert!(TopRows::new(&client, 4, stride, stride + 1, t).is_err());
+    assert!(TopRows::new(&client, 4, stride, cols, 0.0).is_err());
 }
 
 /// A greedy draft chained on the device: a step's summaries land at its link's chain row, the

@@ -94,7 +94,9 @@ fn translate(
         .write(module, info, None)
         .map_err(|e| format!("{what}: HLSL {shader_model:?}: {e}"))?;
     assert!(
-        text.contains("[numthreads(64, 1, 1)]") || text.contains("[numthreads(256, 1, 1)]"),
+        ["64", "128", "256"]
+            .iter()
+            .any(|n| text.contains(&format!("[numthreads({n}, 1, 1)]"))),
         "{what}: no HLSL entry in\n{text}"
     );
     Ok(())
@@ -158,6 +160,10 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         Shader::Rope { head_norm: true },
         Shader::Attention,
         Shader::Summary,
+        Shader::Top { c: 1 },
+        Shader::Top { c: 4 },
+        Shader::Top { c: 8 },
+        Shader::Top { c: 16 },
         Shader::Copy,
         Shader::Clone,
         Shader::Link,
@@ -165,7 +171,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         check(&format!("{shader:?}"), &shader.source(), false);
         checked += 1;
     }
-    assert_eq!(checked, GpuType::all().count() * (1 + 5 * 2 * 5 + 2) + 8);
+    assert_eq!(checked, GpuType::all().count() * (1 + 5 * 2 * 5 + 2) + 12);
 }
 
 #[test]

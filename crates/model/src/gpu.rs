@@ -16,14 +16,15 @@ use burn::backend::Cube;
 use burn::tensor::{Device, Tensor};
 use cubecl::server::Handle;
 use mars_kernels::gpu::{
-    Attention, CopyRows, Draw, Epilogue, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm,
-    PART_PAD, Reduce, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, clone_buffer, link_ids,
+    Attention, CopyRows, Draw, Epilogue, GpuMatrix, GpuType, Heads, Link, MAX_TOP, MatrixGroup,
+    Norm, PART_PAD, Reduce, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, TopRows,
+    clone_buffer, link_ids,
 };
 
 use crate::config::{LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
 use crate::load::{freq_factors, packable_stored, read, rope_tables};
-use crate::logits::{Logits, RowSummary, SampleKeys};
+use crate::logits::{Logits, RowSummary, RowTop, SampleKeys};
 use crate::tensors::{BlockTensors, Named, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
 use crate::weights::Weights;
 use mars_verify::RowDraw;
@@ -561,6 +562,50 @@ impl GpuLogits {
         let bytes = mars_kernels::gpu::read(&self.client, out).await?;
         let at = self.step.link().summaries_at * SUMMARY_WORDS * 4;
         Ok(summaries(&bytes[at.min(bytes.len())..], self.rows))
+    }
+
+    /// Each row's best `c` of its first `cols` values at `temperature` (top.wgsl): one launch and
+    /// one read of `rows × (2c + 3)` words; `None` where the kernel cannot (c past
+    /// [`MAX_TOP`], no finite 1 / T).
+    pub(crate) async fn top_async(
+        &self,
+        c: usize,
+        cols: usize,
+        temperature: f32,
+    ) -> Result<Option<Vec<RowTop>>> {
+        if !(1..=MAX_TOP).contains(&c) || !(1.0 / temperature).is_finite() {
+            return Ok(None);
+        }
+        let top = TopRows::new(
+            &self.client,
+            c,
+            self.vocab,
+            cols.min(self.vocab),
+            temperature,
+        )?;
+        let out = self.client.empty(self.rows * top.words() * 4);
+        top.run(&self.client, &self.handle, &out, self.rows)?;
+        let bytes = mars_kernels::gpu::read(&self.client, out).await?;
+        let words: Vec<u32> = bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        Ok(Some(
+            words
+                .chunks_exact(top.words())
+                .take(self.rows)
+                .map(|w| RowTop {
+                    best: w[..2 * c]
+                        .chunks_exact(2)
+                        .filter(|p| p[0] != u32::MAX)
+                        .map(|p| (p[0], f32::from_bits(p[1])))
+                        .collect(),
+                    sum: f64::from(f32::from_bits(w[2 * c])),
+                    bad: (w[2 * c + 1] != u32::MAX)
+                        .then(|| (w[2 * c + 1], f32::from_bits(w[2 * c + 2]))),
+                })
+                .collect(),
+        ))
     }
 
     /// Enqueues each row's summary into `chain`, at the row the forward's link named (0

@@ -30,7 +30,7 @@ enum Inner {
 /// tokens, the sum of exp(z − z1) and the first NaN or +inf). The GPU path computes it on the
 /// device ([`Logits::summaries_async`]), so a step reads back a few words a row instead of the
 /// vocabulary.
-pub use mars_verify::{RowSummary, SampleKeys};
+pub use mars_verify::{RowSummary, RowTop, SampleKeys};
 
 /// Row summaries a speculative step keeps on the GPU until one read at its end (the GPU path
 /// only: [`Llama::summary_chain`](crate::Llama::summary_chain)). A greedy draft model writes
@@ -143,6 +143,32 @@ impl Logits {
         match &self.0 {
             #[cfg(any(feature = "wgpu", feature = "webgpu"))]
             Inner::Gpu(l) => l.summaries_async(sample).await.map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Each row's best `c` values among its first `cols` (ids at or past `cols` are never
+    /// ranked) with the sum of exp((z − z1) / `temperature`), computed where the logits are
+    /// and read back small (`2c + 3` words a row) — `None` where that would not save a read
+    /// (host memory, the f32 burn path) or cannot be done there (`c` past
+    /// `mars_kernels::gpu::MAX_TOP`, a temperature whose inverse is not finite), so the caller
+    /// reads the rows instead. A tree drafter's frontier ([`mars_verify::Sampler::top_of`]).
+    ///
+    /// # Errors
+    /// [`ModelError::Readback`] or the kernels' error when the device cannot return the data.
+    #[cfg_attr(
+        not(any(feature = "wgpu", feature = "webgpu")),
+        allow(unused_variables)
+    )]
+    pub async fn top_async(
+        &self,
+        c: usize,
+        cols: usize,
+        temperature: f32,
+    ) -> Result<Option<Vec<RowTop>>> {
+        match &self.0 {
+            #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+            Inner::Gpu(l) => l.top_async(c, cols, temperature).await,
             _ => Ok(None),
         }
     }

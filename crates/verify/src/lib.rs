@@ -69,7 +69,7 @@ pub use config::{DEFAULT_RHO, DEFAULT_THETA, Mode, PAPER_THETA, Sampling, Verify
 pub use dist::{RowDraw, RowSummary};
 pub use error::{Result, VerifyError};
 pub use noise::SampleKeys;
-pub use sample::Sampler;
+pub use sample::{RowTop, Sampler};
 pub use tree::{TreeDraftProbs, TreeInput, TreeVerdict};
 pub use verify::{
     Candidate, Decision, DraftProbs, Ledger, Margin, NextKind, NextToken, PositionRecord, Verdict,

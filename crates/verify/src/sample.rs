@@ -5,8 +5,8 @@
 use rand_core::Rng;
 
 use crate::config::Sampling;
-use crate::dist::{Scratch, process_row, sample_p};
-use crate::error::Result;
+use crate::dist::{Scratch, exp_nonpositive, process_row, sample_p};
+use crate::error::{Result, VerifyError};
 use crate::verify::{DraftProbs, VerifyInput, check_input};
 
 /// Draws tokens from processed rows of logits, reusing its buffers across calls.
@@ -108,6 +108,84 @@ impl Sampler {
         for (_, p) in out.iter_mut() {
             *p /= row.sum;
         }
+        Ok(())
+    }
+}
+
+/// A row reduced where it is to its best values (a GPU's top-c kernel), for
+/// [`Sampler::top_of`]: `2c + 3` words read back instead of the row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowTop {
+    /// The best values with their ids, descending, lowest id first among equals; −inf never
+    /// listed.
+    pub best: Vec<(u32, f32)>,
+    /// Σ exp((z − z1) / T) over the row, T the sampler's (1 when greedy); at least 1.
+    pub sum: f64,
+    /// The first NaN or +inf of the row and its value.
+    pub bad: Option<(u32, f32)>,
+}
+
+impl Sampler {
+    /// What [`Sampler::top`] gives for the row `row` reduces (its best `c` with their
+    /// probabilities), for a sampler without top-k / top-p.
+    ///
+    /// # Errors
+    /// [`VerifyError::SummaryFiltered`] for top-k / top-p (they need the row's sorted mass); the
+    /// row's own error for a bad value or no allowed token; [`VerifyError::BadSummary`] for a
+    /// reduction no row could give.
+    pub fn top_of(&self, row: &RowTop, c: usize, out: &mut Vec<(u32, f64)>) -> Result<()> {
+        let sampling = self.sampling;
+        if !sampling.summaries_suffice() {
+            return Err(VerifyError::SummaryFiltered {
+                top_k: sampling.top_k,
+                top_p: sampling.top_p,
+            });
+        }
+        if let Some((token, value)) = row.bad {
+            return Err(VerifyError::NonFiniteLogit {
+                position: 0,
+                token,
+                value,
+            });
+        }
+        let bad = |why| VerifyError::BadSummary { position: 0, why };
+        let Some(&(_, z1)) = row.best.first() else {
+            return Err(VerifyError::NoValidToken { position: 0 });
+        };
+        if !(row.sum >= 1.0 && row.sum.is_finite()) {
+            return Err(bad("a sum of exp((z − z1) / T) below 1 or not finite"));
+        }
+        if !row
+            .best
+            .windows(2)
+            .all(|w| w[0].1 > w[1].1 || (w[0].1 == w[1].1 && w[0].0 < w[1].0))
+            || !row
+                .best
+                .iter()
+                .all(|&(_, z)| z > f32::NEG_INFINITY && z < f32::INFINITY)
+        {
+            return Err(bad("best values out of order, repeated or not finite"));
+        }
+        // The weights process_row would give these tokens: exp((z − z1) / T) in f32 (a
+        // multiply where 1 / T is finite, as there).
+        let t = sampling.effective_temperature();
+        let inv_t = 1.0 / t;
+        let shifted = |z: f32| {
+            if inv_t.is_finite() {
+                (z - z1) * inv_t
+            } else {
+                (z - z1) / t
+            }
+        };
+        out.clear();
+        out.extend(
+            row.best
+                .iter()
+                .take(c)
+                .map(|&(id, z)| (id, exp_nonpositive(shifted(z))))
+                .filter(|&(_, w)| w > 0.0)
+                .map(|(id, w)| (id, f64::from(w) / row.sum)),
+        );
         Ok(())
     }
 }

@@ -11,8 +11,8 @@ use common::{assert_matches_distribution, reference_probs};
 use common::{below, logits, ranking, rng};
 use mars_verify::noise::{gumbel_max, row_key};
 use mars_verify::{
-    DraftProbs, Mode, NextKind, RowDraw, RowSummary, Sampling, TreeDraftProbs, TreeInput, Verifier,
-    VerifyConfig, VerifyError, VerifyInput,
+    DraftProbs, Mode, NextKind, RowDraw, RowSummary, RowTop, Sampler, Sampling, TreeDraftProbs,
+    TreeInput, Verifier, VerifyConfig, VerifyError, VerifyInput,
 };
 
 /// A row's summary computed the slow obvious way (a sort, an f64 sum).
@@ -432,4 +432,85 @@ fn sampling_summaries_are_checked() {
     assert!(v(&good, Sampling::GREEDY).is_ok());
     let next = v(&good, plain).unwrap().next;
     assert!(matches!(next.kind, NextKind::Bonus | NextKind::Correction));
+}
+
+/// A row's top-c reduction, the slow obvious way: a sort, an f64 sum at `t`.
+fn top_of_row(row: &[f32], c: usize, t: f32) -> RowTop {
+    let order = ranking(row);
+    let z1 = f64::from(row[order[0]]);
+    RowTop {
+        best: order
+            .iter()
+            .take(c)
+            .filter(|&&i| row[i] > f32::NEG_INFINITY)
+            .map(|&i| (i as u32, row[i]))
+            .collect(),
+        sum: row
+            .iter()
+            .map(|&v| ((f64::from(v) - z1) / f64::from(t)).exp())
+            .sum(),
+        bad: None,
+    }
+}
+
+/// A tree drafter's children from a row's top-c reduction (what a GPU reads back) are those
+/// `Sampler::top` picks from the row itself, greedy (ranked at T = 1) and sampling, with ties,
+/// masked tails and rows with fewer allowed tokens than c; bad reductions are refused.
+#[test]
+fn children_from_a_top_c_reduction_are_the_rows() {
+    let vocab = 120;
+    for seed in 0..200 {
+        // Rows 0..5 of `rows` cover ties (1, 4) and a masked tail (2); row 5 allows 2 tokens.
+        let all = rows(seed + 300, 5, vocab);
+        let mut logits = vec![f32::NEG_INFINITY; vocab];
+        match seed as usize % 6 {
+            5 => (logits[7], logits[90]) = (0.5, 2.0),
+            r => logits.copy_from_slice(&all[r * vocab..(r + 1) * vocab]),
+        }
+        let c = 1 + seed as usize % 7;
+        for t in [0.0, 0.7, 1.0, 1.6] {
+            let mut sampler = Sampler::new(Sampling::with_temperature(t)).unwrap();
+            let (mut want, mut got) = (Vec::new(), Vec::new());
+            sampler.top(&logits, c, &mut want).unwrap();
+            let reduced = top_of_row(&logits, c, if t == 0.0 { 1.0 } else { t });
+            sampler.top_of(&reduced, c, &mut got).unwrap();
+            let ids = |v: &[(u32, f64)]| v.iter().map(|&(i, _)| i).collect::<Vec<_>>();
+            assert_eq!(ids(&got), ids(&want), "seed {seed} t {t}");
+            for ((_, g), (_, w)) in got.iter().zip(&want) {
+                assert!(
+                    (g - w).abs() < 1e-6 * w.max(1e-3),
+                    "seed {seed} t {t}: {g} vs {w}"
+                );
+            }
+        }
+    }
+    let sampler = Sampler::new(Sampling::with_temperature(1.0)).unwrap();
+    let good = top_of_row(&rows(1, 1, vocab), 3, 1.0);
+    let mut out = Vec::new();
+    let refused = |row: &RowTop| sampler.top_of(row, 3, &mut Vec::new()).is_err();
+    assert!(!refused(&good));
+    assert!(refused(&RowTop {
+        bad: Some((4, f32::NAN)),
+        ..good.clone()
+    }));
+    assert!(refused(&RowTop {
+        best: Vec::new(),
+        ..good.clone()
+    }));
+    assert!(refused(&RowTop {
+        sum: 0.5,
+        ..good.clone()
+    }));
+    let mut reversed = good.clone();
+    reversed.best.reverse();
+    assert!(refused(&reversed));
+    let filtered = Sampler::new(Sampling {
+        top_p: 0.9,
+        ..Sampling::with_temperature(1.0)
+    })
+    .unwrap();
+    assert!(matches!(
+        filtered.top_of(&good, 3, &mut out),
+        Err(VerifyError::SummaryFiltered { .. })
+    ));
 }

@@ -418,6 +418,92 @@ impl Summary {
     }
 }
 
+/// Most children a tree node may take from [`TopRows`].
+pub const MAX_TOP: usize = 16;
+
+/// Each row's best `c` values with the sum of exp((z − z1) / T) and the first bad value
+/// (top.wgsl): what a tree drafter needs of its frontier rows, `2c + 3` words a row.
+#[derive(Debug, Clone)]
+pub struct TopRows {
+    params: Handle,
+    c: usize,
+    stride: usize,
+}
+
+impl TopRows {
+    /// The best `c` (1..=[`MAX_TOP`]) of the first `cols` values of rows `stride` values apart,
+    /// at `temperature` (1 for greedy: the model's own softmax).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for `c` or `cols` out of range; [`KernelError::NotFinite`] for a
+    /// temperature whose inverse is not a finite positive number.
+    pub fn new(
+        client: &Client,
+        c: usize,
+        stride: usize,
+        cols: usize,
+        temperature: f32,
+    ) -> Result<Self> {
+        if !(1..=MAX_TOP).contains(&c) {
+            return Err(KernelError::Shape {
+                what: "children a row (top-c)",
+                expected: MAX_TOP,
+                found: c,
+            });
+        }
+        if cols == 0 || cols > stride {
+            return Err(KernelError::Shape {
+                what: "columns ranked of a row (at least 1, at most the row)",
+                expected: stride,
+                found: cols,
+            });
+        }
+        let inv_t = 1.0 / temperature;
+        if !(inv_t > 0.0 && inv_t.is_finite()) {
+            return Err(KernelError::NotFinite {
+                what: "1 / the temperature of a top-c",
+                index: 0,
+                value: inv_t,
+            });
+        }
+        let words = [
+            word("row stride", stride)?,
+            word("columns", cols)?,
+            inv_t.to_bits(),
+            NEG_INF_BITS,
+        ];
+        Ok(Self {
+            params: upload_words(client, &words),
+            c,
+            stride,
+        })
+    }
+
+    /// Words a row's result takes.
+    pub fn words(&self) -> usize {
+        2 * self.c + 3
+    }
+
+    /// Enqueues the results of the first `rows` rows of `logits` into `out`.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for buffers smaller than the shapes need.
+    pub fn run(&self, client: &Client, logits: &Handle, out: &Handle, rows: usize) -> Result<()> {
+        check_size("logits", logits, rows * self.stride * 4)?;
+        check_size("top-c results", out, rows * self.words() * 4)?;
+        launch(
+            client,
+            Shader::Top { c: self.c },
+            CubeCount::Static(word("rows", rows)?, 1, 1),
+            KernelArguments::new()
+                .with_buffer(logits.clone().binding())
+                .with_buffer(out.clone().binding())
+                .with_buffer(self.params.clone().binding()),
+        );
+        Ok(())
+    }
+}
+
 /// Enqueues what takes a step's linked ids from `chain` (link.wgsl): the step's last
 /// `step.link().ids` ids become the best ids of chain rows `ids_from..`, before the embedding
 /// reads them. Nothing to launch for a step without a link.

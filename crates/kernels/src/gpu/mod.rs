@@ -54,7 +54,8 @@ use cubecl::server::{Handle, KernelArguments};
 use cubecl::{CubeKernel, PrecompiledSource};
 
 pub use layer::{
-    Attention, CopyRows, Draw, Heads, Norm, Rope, SUMMARY_WORDS, Summary, clone_buffer, link_ids,
+    Attention, CopyRows, Draw, Heads, MAX_TOP, Norm, Rope, SUMMARY_WORDS, Summary, TopRows,
+    clone_buffer, link_ids,
 };
 pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
 
@@ -71,6 +72,7 @@ const NORM: &str = include_str!("norm.wgsl");
 const ROPE: &str = include_str!("rope.wgsl");
 const ATTENTION: &str = include_str!("attention.wgsl");
 const SUMMARY: &str = include_str!("summary.wgsl");
+const TOP: &str = include_str!("top.wgsl");
 const COPY: &str = include_str!("copy.wgsl");
 const CLONE: &str = include_str!("clone.wgsl");
 const LINK: &str = include_str!("link.wgsl");
@@ -337,6 +339,11 @@ pub enum Shader {
     Attention,
     /// The logits' top-2 summary.
     Summary,
+    /// A tree drafter's rows reduced to their best `c`.
+    Top {
+        /// Values kept a row.
+        c: usize,
+    },
     /// A tree's accepted rows moved into place.
     Copy,
     /// A buffer copied whole.
@@ -362,6 +369,18 @@ impl Shader {
             Self::Summary => SUMMARY
                 .replace("{{summaries_at}}", &(LINKED + 2).to_string())
                 .replace("{{summary_words}}", &SUMMARY_WORDS.to_string()),
+            Self::Top { c } => {
+                // Workgroup memory holds every thread's list: fewer threads for longer lists
+                // keep it at 8 KiB, under WebGPU's 16 KiB.
+                let threads = match c {
+                    0..=4 => 256,
+                    5..=8 => 128,
+                    _ => 64,
+                };
+                TOP.replace("{{c}}", &c.to_string())
+                    .replace("{{threads}}", &threads.to_string())
+                    .replace("{{cells}}", &(threads * c.max(&1)).to_string())
+            }
             Self::Copy => COPY.to_string(),
             Self::Clone => CLONE.to_string(),
             Self::Link => LINK
@@ -379,7 +398,7 @@ impl Shader {
             Self::Norm => Kind::Norm,
             Self::Rope { .. } => Kind::Rope,
             Self::Attention => Kind::Attention,
-            Self::Summary => Kind::Summary,
+            Self::Summary | Self::Top { .. } => Kind::Summary,
             Self::Copy | Self::Clone | Self::Link => Kind::Copy,
         }
     }
@@ -405,6 +424,7 @@ impl Shader {
             Self::Embed(ty) => u64::from(type_code(*ty)),
             Self::Rope { head_norm } => u64::from(*head_norm),
             Self::Norm | Self::Attention | Self::Summary | Self::Copy => 0,
+            Self::Top { c } => 3 + *c as u64,
             Self::Clone => 1,
             Self::Link => 2,
         };
