@@ -322,6 +322,24 @@ pub struct Summary {
     vocab: usize,
 }
 
+/// 1 / `temperature`, the factor the kernels scale logits by.
+///
+/// # Errors
+/// [`KernelError::NotFinite`] naming `what` where it is not a finite positive number (a
+/// temperature of 0, negative, subnormal or not finite).
+fn inverse_temperature(temperature: f32, what: &'static str) -> Result<f32> {
+    let inv_t = 1.0 / temperature;
+    if inv_t > 0.0 && inv_t.is_finite() {
+        Ok(inv_t)
+    } else {
+        Err(KernelError::NotFinite {
+            what,
+            index: 0,
+            value: inv_t,
+        })
+    }
+}
+
 /// How a step's rows are drawn: greedy (`None` in [`Summary::run`]) or by the Gumbel-max rule at
 /// a temperature, with each row's noise key (`mars_verify::noise::row_key`).
 #[derive(Debug, Clone)]
@@ -337,14 +355,7 @@ impl Draw {
     /// [`KernelError::NotFinite`] for a temperature whose inverse is not a finite positive
     /// number (0, negative, subnormal or not finite).
     pub fn new(client: &Client, temperature: f32, keys: &[u32]) -> Result<Self> {
-        let inv_t = 1.0 / temperature;
-        if !(inv_t > 0.0 && inv_t.is_finite()) {
-            return Err(KernelError::NotFinite {
-                what: "1 / the sampling temperature of a row draw",
-                index: 0,
-                value: inv_t,
-            });
-        }
+        let inv_t = inverse_temperature(temperature, "1 / the sampling temperature of a row draw")?;
         let mut words = Vec::with_capacity(keys.len() + 2);
         words.extend([1, inv_t.to_bits()]);
         words.extend_from_slice(keys);
@@ -458,14 +469,7 @@ impl TopRows {
                 found: cols,
             });
         }
-        let inv_t = 1.0 / temperature;
-        if !(inv_t > 0.0 && inv_t.is_finite()) {
-            return Err(KernelError::NotFinite {
-                what: "1 / the temperature of a top-c",
-                index: 0,
-                value: inv_t,
-            });
-        }
+        let inv_t = inverse_temperature(temperature, "1 / the temperature of a top-c")?;
         let words = [
             word("row stride", stride)?,
             word("columns", cols)?,
