@@ -514,3 +514,75 @@ fn children_from_a_top_c_reduction_are_the_rows() {
         Err(VerifyError::SummaryFiltered { .. })
     ));
 }
+
+#[cfg(not(target_arch = "wasm32"))]
+mod prop {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arbitrary_summary() -> impl Strategy<Value = RowSummary> {
+        let float = proptest::num::f32::ANY;
+        (
+            (0u32..12, float, proptest::option::of(0u32..12), float),
+            (
+                proptest::num::f64::ANY,
+                proptest::option::of((0u32..12, float)),
+            ),
+            proptest::option::of((0u32..12, float, proptest::num::f64::ANY)),
+        )
+            .prop_map(|((top1, z1, top2, z2), (sum, bad), draw)| RowSummary {
+                top1,
+                z1,
+                top2,
+                z2,
+                sum,
+                bad,
+                sample: draw.map(|(token, logit, sum)| RowDraw { token, logit, sum }),
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// Arbitrary summaries (ids past the vocabulary, NaN and infinities, missing or bad
+        /// draws, sums below 1) and arbitrary top-c reductions never panic the verifier or the
+        /// sampler, greedy or sampling: a verdict or a typed error. A verdict's tokens are in
+        /// the vocabulary and its kept path is a chain from the root.
+        #[test]
+        fn arbitrary_summaries_never_panic(
+            sums in proptest::collection::vec(arbitrary_summary(), 0..6),
+            tokens in proptest::collection::vec(0u32..12, 0..5),
+            parents in proptest::collection::vec(proptest::option::of(0u32..6), 0..5),
+            best in proptest::collection::vec((0u32..12, proptest::num::f32::ANY), 0..5),
+            top_sum in proptest::num::f64::ANY,
+            t in prop_oneof![Just(0.0f32), Just(0.7), Just(1.0), Just(1e-30)],
+            vocab in 1usize..12,
+        ) {
+            for mode in MODES {
+                let sampling = Sampling::with_temperature(t);
+                let mut v = Verifier::new(VerifyConfig { mode, sampling }).unwrap();
+                if let Ok(verdict) = v.verify_summaries(&sums, vocab, &tokens, &mut rng(0)) {
+                    prop_assert!(verdict.accepted <= tokens.len());
+                    prop_assert!((verdict.next.token as usize) < vocab);
+                }
+                if let Ok(verdict) =
+                    v.verify_tree_summaries(&sums, vocab, &tokens, &parents, &mut rng(0))
+                {
+                    prop_assert!((verdict.next.token as usize) < vocab);
+                    let mut at = None;
+                    for &j in &verdict.path {
+                        prop_assert_eq!(parents[j], at.map(|a: usize| a as u32));
+                        at = Some(j);
+                    }
+                }
+            }
+            let sampler = Sampler::new(Sampling::with_temperature(t)).unwrap();
+            let row = RowTop { best: best.clone(), sum: top_sum, bad: None };
+            let mut out = Vec::new();
+            if sampler.top_of(&row, 3, &mut out).is_ok() {
+                prop_assert!(out.len() <= 3);
+                prop_assert!(out.iter().all(|&(_, p)| p > 0.0 && p <= 1.0));
+            }
+        }
+    }
+}
