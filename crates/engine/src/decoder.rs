@@ -14,7 +14,7 @@ use rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
 use web_time::Instant;
 
-use crate::drafter::{ChainedDraft, Drafter};
+use crate::drafter::{ChainedDraft, DraftRandom, Drafter};
 use crate::error::{EngineError, Result};
 
 /// Settings of one run.
@@ -341,9 +341,9 @@ pub struct Decoder<D> {
     max_tokens: usize,
     vocab: usize,
     rng: ChaCha8Rng,
-    draft_rng: ChaCha8Rng,
-    /// The run's seed: a GPU draws a sampling step's rows with noise keyed by it.
-    seed: u64,
+    /// The drafter's generator and the run's seed: a GPU draws a sampling step's rows, the
+    /// target's and a chained draft's, with noise keyed by it.
+    draft_rng: DraftRandom,
     context: Vec<u32>,
     prompt_len: usize,
     stop_ids: Vec<u32>,
@@ -396,8 +396,6 @@ impl<D: Drafter> Decoder<D> {
             d.prefill(&prompt).await?;
         }
         let prefill_ms = target_ms + started.elapsed().as_secs_f64() * 1e3;
-        let mut draft_rng = ChaCha8Rng::seed_from_u64(config.seed);
-        draft_rng.set_stream(1);
         let stop_ids = tokenizer.stop_ids.clone();
         Ok(Self {
             target: target.clone(),
@@ -412,8 +410,7 @@ impl<D: Drafter> Decoder<D> {
             max_tokens: config.max_tokens,
             vocab: target.config().vocab_size,
             rng: ChaCha8Rng::seed_from_u64(config.seed),
-            draft_rng,
-            seed: config.seed,
+            draft_rng: DraftRandom::new(config.seed),
             context: prompt.clone(),
             prompt_len: prompt.len(),
             stop_ids,
@@ -724,16 +721,20 @@ impl<D: Drafter> Decoder<D> {
         }
     }
 
-    /// The target over a greedy draft kept on the GPU ([`ChainedDraft`]): one forward over the
-    /// last token and the drafts, which it takes on the device, its rows' summaries written
-    /// after the drafts', and one read of them all. Returns the draft's ids, cut before a row
-    /// the drafter could not rank (a NaN or +inf: what followed it was fed a meaningless id,
-    /// and the target's rows up to the cut do not depend on the rows after it), and the
-    /// target's summaries of the rows over them. A target off the GPU path reads the drafts
-    /// and leaves the forward to the caller (`None`).
+    /// The target over a draft kept on the GPU ([`ChainedDraft`]): one forward over the last
+    /// token and the drafts, which it takes on the device, and one read. Where summaries hold
+    /// what verification needs, the target's rows are summarised (and drawn, when sampling, with
+    /// the noise a drawn draft used: a draft is kept iff it is the target's draw) after the
+    /// drafts', and that one read returns both; else (greedy with top-k / top-p) the rows are
+    /// read after the drafts. Returns the draft's ids, cut before a row the drafter could not
+    /// rank (a NaN or +inf: what followed it was fed a meaningless id, and the target's rows up
+    /// to the cut do not depend on the rows after it), and the target's rows over them. A
+    /// target off the GPU path reads the drafts and leaves the forward to the caller (`None`).
     async fn over_chain(&mut self, c: &ChainedDraft) -> Result<(Vec<u32>, Option<Rows>)> {
         let d = c.tokens;
         let on_gpu = matches!(self.target.weight_path(), WeightPath::GpuBlocks { .. });
+        let summarised = self.verifier.config().sampling.summaries_suffice();
+        let mut full = None;
         if on_gpu && d > 0 {
             let last = self.context[self.context.len() - 1];
             let link = ChainLink {
@@ -745,17 +746,41 @@ impl<D: Drafter> Decoder<D> {
             let logits = self
                 .target
                 .forward_linked(&[last], link, &mut self.cache, d + 1)?; // [d + 1, vocab]
-            logits.summarize_into(&c.chain)?;
+            if summarised {
+                let depths: Vec<usize> = (0..=d).collect();
+                logits.summarize_into(&c.chain, self.sample_keys(&depths).as_ref())?;
+            } else {
+                full = Some(logits);
+            }
         }
         let all = c.chain.read().await?;
         let drafts = all.get(..d).unwrap_or_default();
         let good = drafts.iter().take_while(|s| s.bad.is_none()).count();
-        let tokens = drafts[..good].iter().map(|s| s.top1).collect();
-        let rows = match all.get(d..d + good + 1) {
-            Some(target) if on_gpu && d > 0 => Some(Rows::Summaries(target.to_vec())),
+        let tokens = drafts[..good].iter().map(RowSummary::token).collect();
+        let rows = match (full, all.get(d..d + good + 1)) {
+            (Some(logits), _) => {
+                let mut values = logits.read_async().await?; // (d + 1) * vocab
+                values.truncate((good + 1) * self.vocab);
+                Some(Rows::Full(values))
+            }
+            (None, Some(target)) if on_gpu && d > 0 => Some(Rows::Summaries(target.to_vec())),
             _ => None,
         };
         Ok((tokens, rows))
+    }
+
+    /// Each row's noise key input when the step samples (`None` when greedy): row r predicts
+    /// the token `depths[r]` past the context's end.
+    fn sample_keys(&self, depths: &[usize]) -> Option<SampleKeys> {
+        let sampling = self.verifier.config().sampling;
+        (!sampling.is_greedy()).then(|| SampleKeys {
+            seed: self.draft_rng.seed,
+            temperature: sampling.temperature,
+            positions: depths
+                .iter()
+                .map(|&d| u32::try_from(self.context.len() + d).unwrap_or(u32::MAX))
+                .collect(),
+        })
     }
 
     /// The target's rows as verification needs them: where the logits are on a GPU that
@@ -772,14 +797,7 @@ impl<D: Drafter> Decoder<D> {
     ) -> Result<Rows> {
         let sampling = self.verifier.config().sampling;
         if sampling.summaries_suffice() && (sampling.is_greedy() || one_hot) {
-            let keys = (!sampling.is_greedy()).then(|| SampleKeys {
-                seed: self.seed,
-                temperature: sampling.temperature,
-                positions: depths
-                    .iter()
-                    .map(|&d| u32::try_from(self.context.len() + d).unwrap_or(u32::MAX))
-                    .collect(),
-            });
+            let keys = self.sample_keys(depths);
             if let Some(s) = logits.summaries_async(keys.as_ref()).await? {
                 return Ok(Rows::Summaries(s));
             }

@@ -8,8 +8,9 @@
 
 use mars_formats::Tokenizer;
 use mars_model::{ChainLink, KvCache, Llama, Logits, SummaryChain};
-use mars_verify::{Sampler, Sampling};
+use mars_verify::{SampleKeys, Sampler, Sampling};
 use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
 
 use crate::error::{EngineError, Result};
 
@@ -18,7 +19,7 @@ use crate::error::{EngineError, Result};
 /// `None` means one-hot (each token had probability 1). With `parents` the tokens are a tree
 /// (each node's parent an earlier node, `None` for a child of the last accepted token; siblings
 /// in the order they are to be tried), verified in one target pass.
-/// A greedy model drafter on the GPU leaves its ids there (`chained`, `tokens` empty): the
+/// A model drafter's chain on the GPU leaves its ids there (`chained`, `tokens` empty): the
 /// target takes them on the device, and the step reads drafts and verdict back at once.
 #[derive(Debug, Clone, Default)]
 pub struct Draft {
@@ -28,19 +29,43 @@ pub struct Draft {
     pub probs: Option<Vec<f32>>,
     /// The tree's parent links, `[tokens.len()]`; `None` for a chain.
     pub parents: Option<Vec<Option<u32>>>,
-    /// A greedy chain whose ids are still on the GPU (then `tokens` is empty).
+    /// A chain whose ids are still on the GPU (then `tokens` is empty).
     pub chained: Option<ChainedDraft>,
 }
 
-/// A greedy chain of `tokens` drafts kept on the GPU: chain rows `0..tokens` hold the draft
-/// model's row summaries (row i's best id is draft token i, the input of its forward i + 1);
-/// rows `tokens..=2·tokens` are room for the target's summaries of its `tokens + 1` rows.
+/// A chain of `tokens` drafts kept on the GPU: chain rows `0..tokens` hold the draft model's
+/// row summaries (row i's token — its best id, or its draw when sampling — is draft token i,
+/// the input of its forward i + 1); rows `tokens..=2·tokens` are room for the target's
+/// summaries of its `tokens + 1` rows.
 #[derive(Debug, Clone)]
 pub struct ChainedDraft {
     /// The summaries.
     pub chain: SummaryChain,
     /// Draft tokens in it.
     pub tokens: usize,
+}
+
+/// A drafter's randomness: the host's generator, which samples a row read back, and the run's
+/// seed, whose counter-based noise ([`mars_verify::noise`]) a GPU draws a chained draft with.
+/// That noise is the target's own, position by position: the draft model's draw of a position
+/// and the target's are one Gumbel-max coupling, equal wherever the two distributions are
+/// close, and a draft kept iff it equals the target's draw leaves target-only's text.
+#[derive(Debug, Clone)]
+pub struct DraftRandom {
+    /// The host's generator (its own stream, apart from the verifier's).
+    pub rng: ChaCha8Rng,
+    /// The run's seed.
+    pub seed: u64,
+}
+
+impl DraftRandom {
+    /// A run's drafter randomness: stream 1 of the seed's generator (the verifier takes
+    /// stream 0) and the seed's noise.
+    pub fn new(seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        rng.set_stream(1);
+        Self { rng, seed }
+    }
 }
 
 /// Something that proposes tokens. The loop calls [`Drafter::prefill`] once with the prompt, then
@@ -58,7 +83,8 @@ pub trait Drafter {
     async fn prefill(&mut self, prompt: &[u32]) -> Result<()>;
 
     /// Proposes at most `k` tokens to follow `context` (the prompt and everything accepted).
-    async fn draft(&mut self, context: &[u32], k: usize, rng: &mut ChaCha8Rng) -> Result<Draft>;
+    async fn draft(&mut self, context: &[u32], k: usize, random: &mut DraftRandom)
+    -> Result<Draft>;
 
     /// The verifier kept `kept` (the context but its last token, which is not yet fed
     /// anywhere): forget anything past it (a tree drafter keeps the accepted path's rows).
@@ -216,11 +242,20 @@ impl ModelDrafter {
         Ok(())
     }
 
-    /// A greedy chain of `k` drafts on the GPU with nothing read: `feed` then each draft's
-    /// argmax (the summary's best id, lowest id first among ties, as the host's greedy
-    /// sampler ranks them) fed back on the device. A row with a NaN or +inf cannot be ranked; the step
-    /// that reads the chain cuts the draft before it (what follows was fed a meaningless id).
-    fn draft_on_device(&mut self, feed: &[u32], k: usize, chain: SummaryChain) -> Result<Draft> {
+    /// A chain of `k` drafts on the GPU with nothing read: `feed` then each draft fed back on
+    /// the device — greedy, its argmax (the summary's best id, lowest id first among ties, as
+    /// the host's greedy sampler ranks them); with `sample`, its Gumbel-max draw at the
+    /// position it predicts (`at + i` for draft i), the noise the target draws that position
+    /// with. A row with a NaN or +inf cannot be ranked; the step that reads the chain cuts the
+    /// draft before it (what follows was fed a meaningless id).
+    fn draft_on_device(
+        &mut self,
+        feed: &[u32],
+        k: usize,
+        chain: SummaryChain,
+        mut sample: Option<SampleKeys>,
+        at: usize,
+    ) -> Result<Draft> {
         for i in 0..k {
             let link = ChainLink {
                 chain: &chain,
@@ -230,7 +265,10 @@ impl ModelDrafter {
             };
             let host = if i == 0 { feed } else { &[] };
             let last = self.model.forward_linked(host, link, &mut self.cache, 1)?; // [1, vocab]
-            last.summarize_into(&chain)?;
+            if let Some(s) = sample.as_mut() {
+                s.positions = vec![u32::try_from(at + i).unwrap_or(u32::MAX)];
+            }
+            last.summarize_into(&chain, sample.as_ref())?;
         }
         Ok(Draft {
             chained: Some(ChainedDraft { chain, tokens: k }),
@@ -412,7 +450,12 @@ impl Drafter for ModelDrafter {
         Ok(())
     }
 
-    async fn draft(&mut self, context: &[u32], k: usize, rng: &mut ChaCha8Rng) -> Result<Draft> {
+    async fn draft(
+        &mut self,
+        context: &[u32],
+        k: usize,
+        random: &mut DraftRandom,
+    ) -> Result<Draft> {
         let fed = self.cache.len();
         // The cache never holds more than context minus its last token (rollback ensures it).
         let pending = context.len().saturating_sub(fed);
@@ -426,9 +469,19 @@ impl Drafter for ModelDrafter {
         if self.tree > 0 {
             return self.draft_tree(context, k).await;
         }
-        let greedy = self.sampler.sampling().is_greedy();
-        if greedy && let Some(chain) = self.model.summary_chain(2 * k + 1)? {
-            return self.draft_on_device(&context[fed..], k, chain);
+        let sampling = *self.sampler.sampling();
+        let greedy = sampling.is_greedy();
+        // On the GPU the chain stays there: greedy (top-k / top-p never move an argmax) or
+        // drawn by the Gumbel-max rule where no filter needs the row's sorted mass.
+        if (greedy || sampling.summaries_suffice())
+            && let Some(chain) = self.model.summary_chain(2 * k + 1)?
+        {
+            let sample = (!greedy).then(|| SampleKeys {
+                seed: random.seed,
+                temperature: sampling.temperature,
+                positions: Vec::new(),
+            });
+            return self.draft_on_device(&context[fed..], k, chain, sample, context.len());
         }
         let mut tokens = Vec::with_capacity(k);
         let mut probs = Vec::with_capacity(if greedy { 0 } else { k * self.target_vocab });
@@ -438,7 +491,7 @@ impl Drafter for ModelDrafter {
             self.last_row(&feed).await?;
             let token = self
                 .sampler
-                .sample_with_probs(&self.row, rng, &mut self.q)?;
+                .sample_with_probs(&self.row, &mut random.rng, &mut self.q)?;
             if !greedy {
                 probs.extend_from_slice(&self.q);
             }
@@ -617,7 +670,12 @@ impl Drafter for NgramDrafter {
         Ok(())
     }
 
-    async fn draft(&mut self, context: &[u32], k: usize, _rng: &mut ChaCha8Rng) -> Result<Draft> {
+    async fn draft(
+        &mut self,
+        context: &[u32],
+        k: usize,
+        _random: &mut DraftRandom,
+    ) -> Result<Draft> {
         if self.tree > 0 {
             let (tokens, parents) = self.propose_tree(context, k, self.tree);
             // A tree without a branch is a chain: the chain's path (the same verdicts).
@@ -673,10 +731,15 @@ impl Drafter for AnyDrafter {
         }
     }
 
-    async fn draft(&mut self, context: &[u32], k: usize, rng: &mut ChaCha8Rng) -> Result<Draft> {
+    async fn draft(
+        &mut self,
+        context: &[u32],
+        k: usize,
+        random: &mut DraftRandom,
+    ) -> Result<Draft> {
         match self {
-            Self::Model(d) => d.draft(context, k, rng).await,
-            Self::Ngram(d) => d.draft(context, k, rng).await,
+            Self::Model(d) => d.draft(context, k, random).await,
+            Self::Ngram(d) => d.draft(context, k, random).await,
         }
     }
 

@@ -25,7 +25,8 @@ pub use decoder::{
 };
 pub use device::{Backend, GpuCaps, OpenDevice, WeightChoice, Weights, cores};
 pub use drafter::{
-    AnyDrafter, ChainedDraft, Draft, Drafter, ModelDrafter, NgramDrafter, check_same_tokenizer,
+    AnyDrafter, ChainedDraft, Draft, DraftRandom, Drafter, ModelDrafter, NgramDrafter,
+    check_same_tokenizer,
 };
 pub use error::{EngineError, Result};
 pub use mars_formats::LayerSpec;

@@ -144,6 +144,31 @@ fn sampled_strict_equals_target_only(device: &Device, options: LoadOptions) {
         assert!(s.gpu.read_bytes < 4096, "{:?}", s.gpu);
     }
     let kept = kept + steps.iter().map(|s| s.accepted_exact).sum::<usize>();
+    // A draft model's sampled chain stays on the GPU: each draft is its row's draw with the
+    // noise the target draws that position with, kept iff it is the target's draw, so the
+    // text is target-only's and a step reads the chain once (40 bytes a row: k drafts, k + 1
+    // target rows).
+    let k = 3;
+    let chain = ModelDrafter::new(
+        model.with_layers(&[0, 1, 2, 3]).unwrap(),
+        256,
+        sampling,
+        vocab,
+        "first:4",
+    )
+    .unwrap();
+    let (chained, steps) = run(Some(AnyDrafter::Model(Box::new(chain))), k, 3);
+    assert_eq!(chained, reference, "a layer-skip draft's sampled chain");
+    for s in &steps {
+        assert_eq!(s.gpu.reads, 1, "{:?}", s.gpu);
+        assert!(s.gpu.read_bytes <= (2 * k as u64 + 1) * 40, "{:?}", s.gpu);
+    }
+    let chain_kept: usize = steps.iter().map(|s| s.accepted_exact).sum();
+    assert!(
+        chain_kept > 0,
+        "no sampled draft kept: the coupling would be vacuous"
+    );
+    let kept = kept + chain_kept;
     assert!(
         kept > 2,
         "{kept} drafts kept: the comparison would be vacuous"

@@ -428,7 +428,6 @@ fn model_drafter_trees(options: LoadOptions) {
 #[test]
 fn a_tree_floor_drops_the_improbable_nodes_and_only_those() {
     use mars_engine::Drafter;
-    use rand_core::SeedableRng;
     let t = tiny_packed();
     let context = prompt(&t);
     let drafter = |min_p: f32| {
@@ -447,7 +446,7 @@ fn a_tree_floor_drops_the_improbable_nodes_and_only_those() {
     // Each node as its path from the root.
     let paths = |min_p: f32| {
         let mut d = drafter(min_p).unwrap();
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+        let mut rng = mars_engine::DraftRandom::new(0);
         pollster::block_on(async {
             d.prefill(&context).await.unwrap();
             let tree = d.draft(&context, 4, &mut rng).await.unwrap();
@@ -489,7 +488,6 @@ fn a_tree_floor_drops_the_improbable_nodes_and_only_those() {
 #[test]
 fn a_tree_drafter_continues_as_a_fresh_one_after_the_kept_path() {
     use mars_engine::Drafter;
-    use rand_core::SeedableRng;
     let t = tiny_packed();
     let context = prompt(&t);
     let fresh = || {
@@ -504,7 +502,7 @@ fn a_tree_drafter_continues_as_a_fresh_one_after_the_kept_path() {
         .with_tree(12, 3)
         .unwrap()
     };
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let mut rng = mars_engine::DraftRandom::new(0);
     pollster::block_on(async {
         let mut checked = 0;
         // Keep each node's path in turn (the deepest ones were expanded, the leaves not).

@@ -598,8 +598,9 @@ fn the_top_c_ranks_as_the_verifier_does() {
     assert!(TopRows::new(&client, 4, stride, cols, 0.0).is_err());
 }
 
-/// A greedy draft chained on the device: a step's summaries land at its link's chain row, the
-/// next step's linked rows take those rows' best ids, and the embedding reads them.
+/// A draft chained on the device: a step's summaries land at its link's chain row, the next
+/// step's linked rows take those rows' best ids (greedy) or draws (sampling), and the
+/// embedding reads them.
 #[test]
 fn a_linked_step_takes_its_ids_from_the_chain() {
     let client = client();
@@ -648,7 +649,7 @@ fn a_linked_step_takes_its_ids_from_the_chain() {
         let want = &table[id as usize * d..(id as usize + 1) * d];
         assert_eq!(bits(&x[i * d..(i + 1) * d]), bits(want), "row {i}: id {id}");
     }
-    let words = read_u32(&client, chain);
+    let words = read_u32(&client, chain.clone());
     assert_eq!(
         &words[..SUMMARY_WORDS],
         &[0; SUMMARY_WORDS],
@@ -658,6 +659,38 @@ fn a_linked_step_takes_its_ids_from_the_chain() {
         (words[SUMMARY_WORDS], words[2 * SUMMARY_WORDS]),
         (best(0), best(1))
     );
+    // A drawn chain (a sampling drafter's): the linked rows take each row's draw, at a
+    // temperature where it is seldom the best id.
+    let t = 4.0;
+    let keys: Vec<u32> = (0..2).map(|r| row_key(13, 50 + r)).collect();
+    let draw = Draw::new(&client, t, &keys).unwrap();
+    let logits = upload_f32(&client, &z);
+    summary
+        .run(&client, &logits, &chain, 2, &s, Some(&draw))
+        .unwrap();
+    link_ids(&client, &next, &chain).unwrap();
+    let x = client.empty(3 * d * 4);
+    w.embed(&client, &next, &x).unwrap();
+    let x = read_f32(&client, x);
+    let drawn: Vec<u32> = (0..2)
+        .map(|r| {
+            let row = &z[r * vocab..(r + 1) * vocab];
+            let z1 = row[best(r) as usize];
+            gumbel_max(row, z1, t, keys[r]).unwrap()
+        })
+        .collect();
+    assert!(
+        (0..2).any(|r| drawn[r] != best(r)),
+        "the draws are the best ids: the check would not tell them apart"
+    );
+    for (i, id) in [7, drawn[0], drawn[1]].into_iter().enumerate() {
+        let want = &table[id as usize * d..(id as usize + 1) * d];
+        assert_eq!(
+            bits(&x[i * d..(i + 1) * d]),
+            bits(want),
+            "row {i}: drawn id {id}"
+        );
+    }
     // A chain too short for the link is refused.
     let short = client.empty(2 * SUMMARY_WORDS * 4);
     assert!(link_ids(&client, &next, &short).is_err());

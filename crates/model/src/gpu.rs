@@ -447,9 +447,9 @@ impl GpuCache {
     }
 }
 
-/// Row summaries a step keeps on the GPU until it reads them all at once: a greedy draft
-/// model's rows, each row's best id the next forward's input, then the target's rows over
-/// those drafts (`[rows, SUMMARY_WORDS]` u32).
+/// Row summaries a step keeps on the GPU until it reads them all at once: a draft model's
+/// rows, each row's token (its best id, or its draw when sampling) the next forward's input,
+/// then the target's rows over those drafts (`[rows, SUMMARY_WORDS]` u32).
 #[derive(Debug, Clone)]
 pub(crate) struct GpuChain {
     client: Client,
@@ -532,23 +532,7 @@ impl GpuLogits {
         &self,
         sample: Option<&SampleKeys>,
     ) -> Result<Vec<RowSummary>> {
-        let draw = match sample {
-            Some(s) => {
-                if s.positions.len() < self.rows {
-                    return Err(ModelError::Kernel(mars_kernels::KernelError::Shape {
-                        what: "context positions of the rows drawn",
-                        expected: self.rows,
-                        found: s.positions.len(),
-                    }));
-                }
-                let keys: Vec<u32> = s.positions[..self.rows]
-                    .iter()
-                    .map(|&p| mars_verify::noise::row_key(s.seed, p))
-                    .collect();
-                Some(Draw::new(&self.client, s.temperature, &keys)?)
-            }
-            None => None,
-        };
+        let draw = self.draw(sample)?;
         let own = self.step.link().summaries_at + self.rows;
         let out = self.client.empty(own * SUMMARY_WORDS * 4);
         self.summary.run(
@@ -562,6 +546,25 @@ impl GpuLogits {
         let bytes = mars_kernels::gpu::read(&self.client, out).await?;
         let at = self.step.link().summaries_at * SUMMARY_WORDS * 4;
         Ok(summaries(&bytes[at.min(bytes.len())..], self.rows))
+    }
+
+    /// The rows' noise keys uploaded for the summary kernel's draws (`None`: greedy).
+    fn draw(&self, sample: Option<&SampleKeys>) -> Result<Option<Draw>> {
+        let Some(s) = sample else {
+            return Ok(None);
+        };
+        if s.positions.len() < self.rows {
+            return Err(ModelError::Kernel(mars_kernels::KernelError::Shape {
+                what: "context positions of the rows drawn",
+                expected: self.rows,
+                found: s.positions.len(),
+            }));
+        }
+        let keys: Vec<u32> = s.positions[..self.rows]
+            .iter()
+            .map(|&p| mars_verify::noise::row_key(s.seed, p))
+            .collect();
+        Ok(Some(Draw::new(&self.client, s.temperature, &keys)?))
     }
 
     /// Each row's best `c` of its first `cols` values at `temperature` (top.wgsl): one launch and
@@ -609,15 +612,20 @@ impl GpuLogits {
     }
 
     /// Enqueues each row's summary into `chain`, at the row the forward's link named (0
-    /// without one); nothing is read.
-    pub(crate) fn summarize_into(&self, chain: &GpuChain) -> Result<()> {
+    /// without one), drawn where `sample` says; nothing is read.
+    pub(crate) fn summarize_into(
+        &self,
+        chain: &GpuChain,
+        sample: Option<&SampleKeys>,
+    ) -> Result<()> {
+        let draw = self.draw(sample)?;
         self.summary.run(
             &self.client,
             &self.handle,
             &chain.handle,
             self.rows,
             &self.step,
-            None,
+            draw.as_ref(),
         )?;
         Ok(())
     }

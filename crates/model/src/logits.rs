@@ -33,11 +33,12 @@ enum Inner {
 pub use mars_verify::{RowSummary, RowTop, SampleKeys};
 
 /// Row summaries a speculative step keeps on the GPU until one read at its end (the GPU path
-/// only: [`Llama::summary_chain`](crate::Llama::summary_chain)). A greedy draft model writes
-/// each row's summary here ([`Logits::summarize_into`]) and its next forward takes that row's
-/// best id on the device ([`Llama::forward_linked`](crate::Llama::forward_linked)); the target
-/// takes all the drafts the same way and writes its rows' summaries after them, so the host
-/// learns the drafts and the target's verdict from one read ([`SummaryChain::read`]).
+/// only: [`Llama::summary_chain`](crate::Llama::summary_chain)). A draft model writes each
+/// row's summary here ([`Logits::summarize_into`]) and its next forward takes that row's token
+/// on the device ([`Llama::forward_linked`](crate::Llama::forward_linked)) — its best id, or
+/// its draw when sampling ([`RowSummary::token`]); the target takes all the drafts the same way
+/// and writes its rows' summaries after them, so the host learns the drafts and the target's
+/// verdict from one read ([`SummaryChain::read`]).
 #[derive(Debug, Clone)]
 pub struct SummaryChain(ChainInner);
 
@@ -51,15 +52,15 @@ enum ChainInner {
     None(std::convert::Infallible),
 }
 
-/// A forward's place in a [`SummaryChain`]: its last `ids` rows take as their token the best id
-/// of chain rows `ids_from..` (their ids in the forward's input are placeholders), and its
+/// A forward's place in a [`SummaryChain`]: its last `ids` rows take as their token the token
+/// ([`RowSummary::token`]) of chain rows `ids_from..` (their ids in the forward's input are placeholders), and its
 /// logit rows' summaries go to chain rows `summaries_at..` when
 /// [`Logits::summarize_into`] is called.
 #[derive(Debug, Clone, Copy)]
 pub struct ChainLink<'a> {
     /// The chain.
     pub chain: &'a SummaryChain,
-    /// Chain row whose best id the first linked row takes.
+    /// Chain row whose token the first linked row takes.
     pub ids_from: usize,
     /// Rows (the forward's last) whose ids come from the chain.
     pub ids: usize,
@@ -174,19 +175,20 @@ impl Logits {
     }
 
     /// Enqueues each row's [`RowSummary`] into `chain`, at the row the forward's
-    /// [`ChainLink`] named (row 0 for a forward without one); nothing is read.
+    /// [`ChainLink`] named (row 0 for a forward without one), each row drawn where `sample`
+    /// says (as [`Logits::summaries_async`]); nothing is read.
     ///
     /// # Errors
     /// [`ModelError::Unsupported`] for logits not on the GPU path; the kernels' error for a
-    /// chain too short.
+    /// chain too short or fewer positions than rows.
     #[cfg_attr(
         not(any(feature = "wgpu", feature = "webgpu")),
         allow(unused_variables)
     )]
-    pub fn summarize_into(&self, chain: &SummaryChain) -> Result<()> {
+    pub fn summarize_into(&self, chain: &SummaryChain, sample: Option<&SampleKeys>) -> Result<()> {
         match &self.0 {
             #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-            Inner::Gpu(l) => l.summarize_into(chain.inner()),
+            Inner::Gpu(l) => l.summarize_into(chain.inner(), sample),
             _ => Err(ModelError::Unsupported(
                 "row summaries kept on a device: only the GPU path has them".into(),
             )),

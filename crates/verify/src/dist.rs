@@ -118,6 +118,14 @@ pub struct RowSummary {
     pub sample: Option<RowDraw>,
 }
 
+impl RowSummary {
+    /// The token the row gives on its own: its draw when sampled, else its best (greedy's draw).
+    /// A drafter chained on the GPU feeds this token to its next forward (link.wgsl).
+    pub fn token(&self) -> u32 {
+        self.sample.map_or(self.top1, |d| d.token)
+    }
+}
+
 /// A row's draw from softmax(z / T) ([`crate::noise::gumbel_max`]), with what a sampling step
 /// needs beside it.
 #[derive(Debug, Clone, Copy, PartialEq)]

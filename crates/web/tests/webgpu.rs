@@ -189,4 +189,42 @@ async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
         assert_eq!(tree.generated(), target.generated(), "{label}");
         web_sys_log(&format!("{label}: {branched} tree steps"));
     }
+    // Sampling on the GPU blocks path: the layer-skip drafter's chain stays on the device,
+    // each draft drawn with the noise the target draws its position with and kept iff it is
+    // the target's draw, so strict emits target-only's text for the seed.
+    if matches!(model.weight_path(), WeightPath::GpuBlocks { .. }) {
+        let sampling = Sampling::with_temperature(1.0);
+        let sampled = |k| DecodeConfig {
+            verify: VerifyConfig {
+                sampling,
+                mode: Mode::Strict,
+            },
+            seed: 5,
+            ..config(k)
+        };
+        let mut target =
+            Decoder::<AnyDrafter>::new(&model, tokenizer.clone(), None, &sampled(0), &prompt)
+                .await
+                .unwrap();
+        target.run(|_| {}).await.unwrap();
+        let drafter = ModelDrafter::new(
+            model.with_layers(&[0]).unwrap(),
+            64,
+            sampling,
+            257,
+            "layers 0",
+        )
+        .unwrap();
+        let drafter = AnyDrafter::Model(Box::new(drafter));
+        let mut spec = Decoder::new(&model, tokenizer, Some(drafter), &sampled(4), &prompt)
+            .await
+            .unwrap();
+        let mut kept = 0;
+        while let Some(step) = spec.step().await.unwrap() {
+            assert_eq!(step.gpu.reads, 1, "{:?}", step.gpu);
+            kept += step.accepted_exact;
+        }
+        assert_eq!(spec.generated(), target.generated(), "a sampled chain");
+        web_sys_log(&format!("sampled chain: {kept} drafts kept"));
+    }
 }

@@ -22,12 +22,12 @@ pub const IDS: usize = 8;
 pub const LINKED: usize = 5;
 
 /// A forward's place in a chain of row summaries kept on the GPU: its last `ids` rows take as
-/// their token the best id (`top1`) of chain rows `ids_from..`, and its logit rows' summaries
-/// go to chain rows `summaries_at..`. A greedy drafter chains its drafts this way, and the
-/// target takes them, so that a step reads back once.
+/// their token that of chain rows `ids_from..` (the draw where the row was drawn, else the best
+/// id), and its logit rows' summaries go to chain rows `summaries_at..`. A drafter chains its
+/// drafts this way, and the target takes them, so that a step reads back once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Link {
-    /// Chain row whose best id the first linked row takes.
+    /// Chain row whose token the first linked row takes.
     pub ids_from: usize,
     /// Rows (the forward's last) whose ids come from the chain.
     pub ids: usize,
