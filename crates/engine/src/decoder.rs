@@ -509,7 +509,7 @@ impl<D: Drafter> Decoder<D> {
                     }
                 };
                 let verdict = match &rows {
-                    Rows::Full(logits) => self.verifier.verify(
+                    Rows::Full { values: logits, .. } => self.verifier.verify(
                         &VerifyInput {
                             target_logits: logits,
                             vocab: self.vocab,
@@ -564,7 +564,7 @@ impl<D: Drafter> Decoder<D> {
                 }
                 let rows = self.rows(logits, &depths, true).await?;
                 let verdict = match &rows {
-                    Rows::Full(logits) => self.verifier.verify_tree(
+                    Rows::Full { values: logits, .. } => self.verifier.verify_tree(
                         &TreeInput {
                             target_logits: logits,
                             vocab: self.vocab,
@@ -710,7 +710,17 @@ impl<D: Drafter> Decoder<D> {
         margin: Margin,
     ) -> TokenRecord {
         let nll = match rows {
-            Rows::Full(logits) => nll(&logits[row * self.vocab..(row + 1) * self.vocab], id),
+            Rows::Full { values, sums } => {
+                let row_values = &values[row * self.vocab..(row + 1) * self.vocab];
+                match sums {
+                    // A top-k row: the other values' mass is in its sum.
+                    Some(sums) => sums.get(row).map_or(f64::NAN, |&sum| {
+                        let max = row_values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                        sum.ln() - f64::from(row_values[id as usize] - max)
+                    }),
+                    None => nll(row_values, id),
+                }
+            }
             Rows::Summaries(s) => s.get(row).map_or(f64::NAN, |s| summary_nll(s, id)),
         };
         TokenRecord {
@@ -734,7 +744,7 @@ impl<D: Drafter> Decoder<D> {
         let d = c.tokens;
         let on_gpu = matches!(self.target.weight_path(), WeightPath::GpuBlocks { .. });
         let summarised = self.verifier.config().sampling.summaries_suffice();
-        let mut full = None;
+        let mut unsummarised = None;
         if on_gpu && d > 0 {
             let last = self.context[self.context.len() - 1];
             let link = ChainLink {
@@ -750,18 +760,19 @@ impl<D: Drafter> Decoder<D> {
                 let depths: Vec<usize> = (0..=d).collect();
                 logits.summarize_into(&c.chain, self.sample_keys(&depths).as_ref())?;
             } else {
-                full = Some(logits);
+                unsummarised = Some(logits);
             }
         }
         let all = c.chain.read().await?;
         let drafts = all.get(..d).unwrap_or_default();
         let good = drafts.iter().take_while(|s| s.bad.is_none()).count();
         let tokens = drafts[..good].iter().map(RowSummary::token).collect();
-        let rows = match (full, all.get(d..d + good + 1)) {
+        let rows = match (unsummarised, all.get(d..d + good + 1)) {
             (Some(logits), _) => {
-                let mut values = logits.read_async().await?; // (d + 1) * vocab
-                values.truncate((good + 1) * self.vocab);
-                Some(Rows::Full(values))
+                let depths: Vec<usize> = (0..=d).collect();
+                let mut rows = self.rows(logits, &depths, true).await?;
+                rows.truncate(good + 1, self.vocab);
+                Some(rows)
             }
             (None, Some(target)) if on_gpu && d > 0 => Some(Rows::Summaries(target.to_vec())),
             _ => None,
@@ -787,8 +798,11 @@ impl<D: Drafter> Decoder<D> {
     /// summarises them, each row's summary (a few words a row read back instead of the
     /// vocabulary) — greedy, or sampling without top-k / top-p over deterministic drafts, each
     /// row drawn there by the Gumbel-max rule at its context position (`depths[r]` tokens past
-    /// the context's end; `mars_verify::noise`); otherwise the rows themselves (a draft
-    /// model's sampled chain needs p(x) / q(x) and the residual over the whole row).
+    /// the context's end; `mars_verify::noise`); with top-k there, each row's best k (`2k + 3`
+    /// words a row: top-k and top-p after it keep nothing else, so the verdict is the whole
+    /// rows'); otherwise the rows themselves (a draft model's sampled chain read to the host
+    /// needs p(x) / q(x) and the residual over the whole row; top-p alone needs the row's
+    /// sorted mass).
     async fn rows(
         &self,
         logits: mars_model::Logits,
@@ -802,7 +816,18 @@ impl<D: Drafter> Decoder<D> {
                 return Ok(Rows::Summaries(s));
             }
         }
-        Ok(Rows::Full(logits.read_async().await?)) // rows * vocab
+        if let Some(k) = sampling.top_k
+            && let Some((values, sums)) = logits.top_k_rows_async(k as usize, self.vocab).await?
+        {
+            return Ok(Rows::Full {
+                values,
+                sums: Some(sums),
+            });
+        }
+        Ok(Rows::Full {
+            values: logits.read_async().await?, // rows * vocab
+            sums: None,
+        })
     }
 
     fn finish(&mut self, reason: StopReason) -> Option<StepRecord> {
@@ -842,12 +867,32 @@ impl<D: Drafter> Decoder<D> {
     }
 }
 
-/// A step's target rows: whole, or summarised where greedy verification needs no more.
+/// A step's target rows: whole, or summarised where verification needs no more.
 enum Rows {
-    /// `[rows, vocab]` logits.
-    Full(Vec<f32>),
+    /// `[rows, vocab]` logits: whole, or with top-k each row's best k and −inf elsewhere
+    /// (`mars_model::Logits::top_k_rows_async`: the same verdicts), then with `sums`, each
+    /// row's Σ exp(z − z1) over the whole row.
+    Full {
+        values: Vec<f32>,
+        sums: Option<Vec<f64>>,
+    },
     /// One summary a row.
     Summaries(Vec<RowSummary>),
+}
+
+impl Rows {
+    /// Keeps the first `rows` rows.
+    fn truncate(&mut self, rows: usize, vocab: usize) {
+        match self {
+            Self::Full { values, sums } => {
+                values.truncate(rows * vocab);
+                if let Some(s) = sums {
+                    s.truncate(rows);
+                }
+            }
+            Self::Summaries(s) => s.truncate(rows),
+        }
+    }
 }
 
 /// −log softmax(row)[id] from a row's summary: the two tokens greedy can emit and a sampling

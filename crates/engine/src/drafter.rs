@@ -236,10 +236,23 @@ impl ModelDrafter {
     /// target lacks are dropped, ids the drafter lacks are −inf (never proposed).
     async fn last_row(&mut self, tokens: &[u32]) -> Result<()> {
         let last = self.model.forward_last(tokens, &mut self.cache)?; // [1, draft_vocab]
-        let (_, dv) = last.dims();
-        let values = last.read_async().await?;
-        self.set_row(&values[..dv]);
+        let (values, width) = self.host_rows(last).await?;
+        self.set_row(&values[..width]);
         Ok(())
+    }
+
+    /// `logits` on the host, `[rows, width]`: with top-k where a GPU reduces them, each row's
+    /// best k of the ids the target has and −inf elsewhere (all the sampler's top-k keeps:
+    /// `Logits::top_k_rows_async`, `2k + 3` words a row read back); else the rows whole.
+    async fn host_rows(&self, logits: Logits) -> Result<(Vec<f32>, usize)> {
+        let (_, dv) = logits.dims();
+        let cols = dv.min(self.target_vocab);
+        if let Some(k) = self.sampler.sampling().top_k
+            && let Some((values, _)) = logits.top_k_rows_async(k as usize, cols).await?
+        {
+            return Ok((values, cols));
+        }
+        Ok((logits.read_async().await?, dv)) // rows * draft_vocab
     }
 
     /// A chain of `k` drafts on the GPU with nothing read: `feed` then each draft fed back on
@@ -279,7 +292,7 @@ impl ModelDrafter {
     /// The `branch` children of each of the `rows` rows of `logits` (most probable first, as
     /// [`Sampler::top`] ranks them): reduced where the logits are when they are on a GPU and no
     /// top-k / top-p is set (`2 × branch + 3` words a row read back), else from the rows read
-    /// whole.
+    /// back ([`ModelDrafter::host_rows`]: their best top-k where a GPU can, whole otherwise).
     async fn children(&mut self, logits: Logits, rows: usize) -> Result<Vec<Vec<(u32, f64)>>> {
         let sampling = *self.sampler.sampling();
         let (_, dv) = logits.dims();
@@ -299,10 +312,10 @@ impl ModelDrafter {
                 })
                 .collect();
         }
-        let values = logits.read_async().await?; // rows * draft_vocab
+        let (values, width) = self.host_rows(logits).await?;
         let mut all = Vec::with_capacity(rows);
         for i in 0..rows {
-            self.set_row(&values[i * dv..(i + 1) * dv]);
+            self.set_row(&values[i * width..(i + 1) * width]);
             let mut out = Vec::new();
             self.sampler.top(&self.row, self.branch, &mut out)?;
             all.push(out);

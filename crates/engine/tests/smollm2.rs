@@ -62,6 +62,7 @@ fn strict_speculation_equals_target_only_exactly_on_wgpu_blocks() {
     check(&device, options, 0.0, true);
     one_read_a_step(&device, options);
     sampled_strict_equals_target_only(&device, options);
+    top_k_rows_are_read_as_their_top_k(&device, options);
 }
 
 /// The model and tokenizer of SmolLM2 on `device`, and `prompt` as its tokens (no template).
@@ -174,6 +175,122 @@ fn sampled_strict_equals_target_only(device: &Device, options: LoadOptions) {
         "{kept} drafts kept: the comparison would be vacuous"
     );
     assert_ne!(run(None, 0, 4).0, reference, "seed 4 drew seed 3's text");
+}
+
+/// With top-k, rows come back as their best k (`2k + 3` words a row) and −inf elsewhere: the
+/// sampler draws the same token from them, with the same processed distribution bit for bit
+/// (top-k, then top-p), as from the whole rows, and their sums are the whole rows'. A sampled
+/// run with top-k then reads a few hundred bytes a row: the target's rows and a draft model's.
+#[cfg(feature = "wgpu")]
+fn top_k_rows_are_read_as_their_top_k(device: &Device, options: LoadOptions) {
+    use rand_core::SeedableRng;
+    let text = "The quick brown fox jumps over the lazy dog. The quick brown";
+    let Some((model, tokenizer, prompt)) = loaded(device, options, text) else {
+        return;
+    };
+    let vocab = model.config().vocab_size;
+    let mut cache = model.new_cache(64).unwrap();
+    let logits = model.forward(&prompt, &mut cache).unwrap(); // [prompt, vocab]
+    let (rows, width) = logits.dims();
+    let whole = logits.clone().read().unwrap();
+    for (k, t, top_p) in [
+        (1, 1.0, 1.0),
+        (20, 0.8, 0.9),
+        (40, 1.0, 1.0),
+        (64, 1.5, 0.95),
+    ] {
+        let (reduced, sums) = pollster::block_on(logits.top_k_rows_async(k, vocab))
+            .unwrap()
+            .expect("the GPU reduces the rows");
+        assert_eq!(reduced.len(), rows * vocab);
+        let sampling = Sampling {
+            temperature: t,
+            top_k: Some(k as u32),
+            top_p,
+        };
+        let mut sampler = mars_verify::Sampler::new(sampling).unwrap();
+        for r in 0..rows {
+            let full = &whole[r * width..r * width + vocab];
+            let top = &reduced[r * vocab..(r + 1) * vocab];
+            assert_eq!(
+                top.iter().filter(|v| v.is_finite()).count(),
+                k,
+                "row {r}: k values kept"
+            );
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(r as u64);
+            let x = sampler.sample_with_probs(full, &mut rng, &mut a).unwrap();
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(r as u64);
+            let y = sampler.sample_with_probs(top, &mut rng, &mut b).unwrap();
+            assert_eq!(x, y, "k {k} row {r}");
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&a),
+                bits(&b),
+                "k {k} row {r}: the processed distribution"
+            );
+            let max = full.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let sum: f64 = full.iter().map(|&v| f64::from(v - max).exp()).sum();
+            assert!(
+                (sums[r] - sum).abs() < 1e-4 * sum,
+                "row {r}: {} vs {sum}",
+                sums[r]
+            );
+        }
+        // The reduction's parameters are uploaded once: reading again uploads nothing.
+        let before = mars_model::gpu_counts();
+        let again = pollster::block_on(logits.top_k_rows_async(k, vocab)).unwrap();
+        let cost = mars_model::gpu_counts().since(&before);
+        assert_eq!((cost.uploads, cost.reads), (0, 1), "{cost:?}");
+        assert_eq!(again.map(|a| a.1), Some(sums));
+    }
+    let sampling = Sampling {
+        temperature: 0.8,
+        top_k: Some(20),
+        top_p: 0.9,
+    };
+    let run = |drafter: Option<AnyDrafter>, k: usize| {
+        let config = DecodeConfig {
+            k,
+            verify: VerifyConfig {
+                sampling,
+                mode: Mode::Strict,
+            },
+            max_tokens: 10,
+            seed: 1,
+            capacity: Some(256),
+        };
+        pollster::block_on(async {
+            let mut dec =
+                mars_engine::Decoder::new(&model, tokenizer.clone(), drafter, &config, &prompt)
+                    .await
+                    .unwrap();
+            let mut steps = Vec::new();
+            while let Some(step) = dec.step().await.unwrap() {
+                steps.push(step);
+            }
+            steps
+        })
+    };
+    // (2 · 20 + 3) words a row: 172 bytes.
+    for s in run(None, 0) {
+        assert_eq!((s.gpu.reads, s.gpu.read_bytes), (1, 172), "{:?}", s.gpu);
+    }
+    let drafter = ModelDrafter::new(
+        model.with_layers(&[0, 1, 2, 3]).unwrap(),
+        256,
+        sampling,
+        vocab,
+        "first:4",
+    )
+    .unwrap();
+    let steps = run(Some(AnyDrafter::Model(Box::new(drafter))), 3);
+    assert_eq!(steps.iter().map(|s| s.tokens.len()).sum::<usize>(), 10);
+    for s in &steps {
+        // A read a draft and one for the target's rows.
+        assert_eq!(s.gpu.reads, s.drafted as u64 + 1, "{:?}", s.gpu);
+        assert_eq!(s.gpu.read_bytes, (2 * s.drafted as u64 + 1) * 172);
+    }
 }
 
 /// A greedy draft model on the GPU chains its drafts there and the target takes them there:

@@ -534,9 +534,10 @@ fn the_summary_draws_as_the_verifier_does() {
     );
 }
 
-/// A tree drafter's frontier rows reduced on the device: each row's best c of its first `cols`
-/// values in the verifier's order (value descending, lowest id first, −inf never listed), the
-/// sum at T and the first bad value, for every list length a workgroup size is chosen for.
+/// Rows reduced to their best c on the device (a tree drafter's frontier, a top-k sampler's
+/// rows): each row's best c of its first `cols` values in the verifier's order (value
+/// descending, lowest id first, −inf never listed), the sum at T and the first bad value, for
+/// every list length a workgroup size is chosen for (256 threads to 16).
 #[test]
 fn the_top_c_ranks_as_the_verifier_does() {
     let client = client();
@@ -557,7 +558,7 @@ fn the_top_c_ranks_as_the_verifier_does() {
     z[3 * stride + 20] = f32::INFINITY;
     z[4 * stride + 850] = 99.0;
     let logits = upload_f32(&client, &z);
-    for c in [1, 3, 4, 5, 8, 9, 16] {
+    for c in [1, 3, 4, 5, 8, 9, 16, 20, 33, 64] {
         let top = TopRows::new(&client, c, stride, cols, t).unwrap();
         let out = client.empty(rows * top.words() * 4);
         top.run(&client, &logits, &out, rows).unwrap();
@@ -593,7 +594,7 @@ fn the_top_c_ranks_as_the_verifier_does() {
         assert_eq!(f32::from_bits(bad[2 * c + 2]), f32::INFINITY);
     }
     assert!(TopRows::new(&client, 0, stride, cols, t).is_err());
-    assert!(TopRows::new(&client, 17, stride, cols, t).is_err());
+    assert!(TopRows::new(&client, 65, stride, cols, t).is_err());
     assert!(TopRows::new(&client, 4, stride, stride + 1, t).is_err());
     assert!(TopRows::new(&client, 4, stride, cols, 0.0).is_err());
 }

@@ -94,7 +94,7 @@ fn translate(
         .write(module, info, None)
         .map_err(|e| format!("{what}: HLSL {shader_model:?}: {e}"))?;
     assert!(
-        ["64", "128", "256"]
+        ["16", "32", "64", "128", "256"]
             .iter()
             .any(|n| text.contains(&format!("[numthreads({n}, 1, 1)]"))),
         "{what}: no HLSL entry in\n{text}"
@@ -164,6 +164,8 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         Shader::Top { c: 4 },
         Shader::Top { c: 8 },
         Shader::Top { c: 16 },
+        Shader::Top { c: 32 },
+        Shader::Top { c: 64 },
         Shader::Copy,
         Shader::Clone,
         Shader::Link,
@@ -171,7 +173,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         check(&format!("{shader:?}"), &shader.source(), false);
         checked += 1;
     }
-    assert_eq!(checked, GpuType::all().count() * (1 + 5 * 2 * 5 + 2) + 12);
+    assert_eq!(checked, GpuType::all().count() * (1 + 5 * 2 * 5 + 2) + 14);
 }
 
 #[test]

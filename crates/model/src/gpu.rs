@@ -134,6 +134,7 @@ pub(crate) struct GpuModel {
     out_norm: Norm,
     lm_head: MatrixGroup,
     summary: Summary,
+    tops: TopCache,
     copy: CopyRows,
     heads: Heads,
     /// Tensors converted to Q8_0 at load (no kernel takes their type), as "name (type)".
@@ -219,6 +220,7 @@ impl GpuModel {
             out_norm: Norm::new(&client, &out_norm, c.rms_eps)?,
             lm_head: MatrixGroup::new(&client, vec![head], Epilogue::Store, None, Rows::Tail)?,
             summary: Summary::new(&client, v)?,
+            tops: TopCache::default(),
             copy: CopyRows::new(&client, heads)?,
             heads,
             converted: Arc::new(converted),
@@ -361,6 +363,7 @@ impl GpuModel {
             rows: tail,
             vocab: c.vocab_size,
             summary: self.summary.clone(),
+            tops: self.tops.clone(),
             step,
         }))
     }
@@ -503,7 +506,46 @@ pub(crate) struct GpuLogits {
     rows: usize,
     vocab: usize,
     summary: Summary,
+    tops: TopCache,
     step: StepBuffer,
+}
+
+/// The top-c reductions a model has used, by (c, stride, columns, 1 / T bits): their parameters are
+/// uploaded once, not at every tree depth or sampled step (a model uses one or two).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TopCache(Arc<std::sync::Mutex<Vec<(TopKey, TopRows)>>>);
+
+/// (c, stride, columns, 1 / T bits).
+type TopKey = (usize, usize, usize, u32);
+
+impl TopCache {
+    /// Most reductions kept; past it the oldest is dropped.
+    const KEPT: usize = 8;
+
+    fn get(
+        &self,
+        client: &Client,
+        c: usize,
+        stride: usize,
+        cols: usize,
+        t: f32,
+    ) -> Result<TopRows> {
+        let key = (c, stride, cols, t.to_bits());
+        // A poisoned lock only means another thread panicked mid-push: the list is still whole.
+        let mut kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, top)) = kept.iter().find(|(k, _)| *k == key) {
+            return Ok(top.clone());
+        }
+        let top = TopRows::new(client, c, stride, cols, t)?;
+        if kept.len() == Self::KEPT {
+            kept.remove(0);
+        }
+        kept.push((key, top.clone()));
+        Ok(top)
+    }
 }
 
 impl GpuLogits {
@@ -579,7 +621,7 @@ impl GpuLogits {
         if !(1..=MAX_TOP).contains(&c) || !(1.0 / temperature).is_finite() {
             return Ok(None);
         }
-        let top = TopRows::new(
+        let top = self.tops.get(
             &self.client,
             c,
             self.vocab,

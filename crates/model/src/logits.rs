@@ -174,6 +174,40 @@ impl Logits {
         }
     }
 
+    /// The rows as a top-`k` sampler sees them, reduced where the logits are ([`Logits::top_async`],
+    /// `2k + 3` words a row read back): `[rows, cols]` values, each row's best `k` of its first
+    /// `cols` kept and every other value −inf (a NaN or +inf kept where it was, so the row is
+    /// refused as it would be whole), and each row's Σ exp(z − z1) over those `cols` (for its
+    /// log-probabilities). Top-k, and top-p after it, keep nothing outside a row's best k, so
+    /// what the sampler and the verifier compute from these rows is what they compute from the
+    /// whole ones, bit for bit (ties at the k-th value broken by id, as theirs are). `None`
+    /// where that would not save a read or cannot be done there (as [`Logits::top_async`]).
+    ///
+    /// # Errors
+    /// [`ModelError::Readback`] or the kernels' error when the device cannot return the data.
+    pub async fn top_k_rows_async(
+        &self,
+        k: usize,
+        cols: usize,
+    ) -> Result<Option<(Vec<f32>, Vec<f64>)>> {
+        let (rows, stride) = self.dims();
+        let cols = cols.min(stride);
+        let Some(tops) = self.top_async(k, cols, 1.0).await? else {
+            return Ok(None);
+        };
+        let mut values = vec![f32::NEG_INFINITY; rows * cols]; // [rows, cols]
+        let mut sums = Vec::with_capacity(rows);
+        for (row, top) in values.chunks_exact_mut(cols.max(1)).zip(&tops) {
+            for &(id, z) in top.best.iter().chain(&top.bad) {
+                if let Some(v) = row.get_mut(id as usize) {
+                    *v = z;
+                }
+            }
+            sums.push(top.sum);
+        }
+        Ok(Some((values, sums)))
+    }
+
     /// Enqueues each row's [`RowSummary`] into `chain`, at the row the forward's
     /// [`ChainLink`] named (row 0 for a forward without one), each row drawn where `sample`
     /// says (as [`Logits::summaries_async`]); nothing is read.

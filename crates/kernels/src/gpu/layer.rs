@@ -429,11 +429,13 @@ impl Summary {
     }
 }
 
-/// Most children a tree node may take from [`TopRows`].
-pub const MAX_TOP: usize = 16;
+/// Most values a row keeps in [`TopRows`]: a tree node's children, or a top-k sampler's k
+/// (llama.cpp's default top-k is 40; model cards ask 20–50).
+pub const MAX_TOP: usize = 64;
 
 /// Each row's best `c` values with the sum of exp((z − z1) / T) and the first bad value
-/// (top.wgsl): what a tree drafter needs of its frontier rows, `2c + 3` words a row.
+/// (top.wgsl): what a tree drafter needs of its frontier rows, and all a top-k sampler or
+/// verifier needs of a row, `2c + 3` words a row.
 #[derive(Debug, Clone)]
 pub struct TopRows {
     params: Handle,

@@ -375,7 +375,9 @@ impl Shader {
                 let threads = match c {
                     0..=4 => 256,
                     5..=8 => 128,
-                    _ => 64,
+                    9..=16 => 64,
+                    17..=32 => 32,
+                    _ => 16,
                 };
                 TOP.replace("{{c}}", &c.to_string())
                     .replace("{{threads}}", &threads.to_string())

@@ -1,5 +1,6 @@
-// A tree drafter's frontier rows reduced to what choosing children needs (mars_verify's
-// `Sampler::top_of`): each row's best C values (descending, lowest id first among equals, −inf
+// Rows reduced to what choosing a tree's children needs (mars_verify's `Sampler::top_of`), or
+// a top-k sampler's row (every value but the best k is out of its distribution): each row's
+// best C values (descending, lowest id first among equals, −inf
 // never listed) over its first `cols` values, the sum of exp((z − z1) / T) over them, and the
 // first NaN or +inf with its value — 2C + 3 words a row read back instead of the row. One
 // workgroup per row; each thread keeps its own best C in order, then the lists are merged in a
