@@ -291,6 +291,53 @@ fn top_k_rows_are_read_as_their_top_k(device: &Device, options: LoadOptions) {
         assert_eq!(s.gpu.reads, s.drafted as u64 + 1, "{:?}", s.gpu);
         assert_eq!(s.gpu.read_bytes, (2 * s.drafted as u64 + 1) * 172);
     }
+    // Greedy with top-k: a draft model still chains its drafts on the device (top-k never
+    // moves an argmax), and the target's rows come back as their top-k after the chain (the
+    // summaries' sums would ignore the filter): two reads a step, target-only's text.
+    let greedy = Sampling {
+        temperature: 0.0,
+        top_k: Some(20),
+        top_p: 1.0,
+    };
+    let run = |drafter: Option<AnyDrafter>, k: usize| {
+        let config = DecodeConfig {
+            k,
+            verify: VerifyConfig {
+                sampling: greedy,
+                mode: Mode::Strict,
+            },
+            max_tokens: 10,
+            seed: 1,
+            capacity: Some(256),
+        };
+        pollster::block_on(async {
+            let mut dec =
+                mars_engine::Decoder::new(&model, tokenizer.clone(), drafter, &config, &prompt)
+                    .await
+                    .unwrap();
+            let mut reads = Vec::new();
+            while let Some(step) = dec.step().await.unwrap() {
+                reads.push((step.gpu.reads, step.drafted));
+            }
+            (dec.generated().to_vec(), reads)
+        })
+    };
+    let (reference, _) = run(None, 0);
+    let drafter = ModelDrafter::new(
+        model.with_layers(&[0, 1, 2, 3]).unwrap(),
+        256,
+        greedy,
+        vocab,
+        "first:4",
+    )
+    .unwrap();
+    let (chained, reads) = run(Some(AnyDrafter::Model(Box::new(drafter))), 3);
+    assert_eq!(chained, reference, "greedy with top-k over a chained draft");
+    // (A step with nothing left to draft reads the target's rows alone.)
+    assert!(
+        reads.iter().all(|&(r, d)| r == 1 + u64::from(d > 0)),
+        "{reads:?}"
+    );
 }
 
 /// A greedy draft model on the GPU chains its drafts there and the target takes them there:

@@ -175,15 +175,52 @@ mod tests {
             "{want} tv {tv}"
         );
         // The direct O(V²) sum; equal distributions always agree.
-        let direct: f64 = (0..p.len())
+        let slow = direct(&p, &q);
+        assert!((want - slow).abs() < 1e-12, "{want} vs {slow}");
+        assert!((coupled_acceptance(&p, &p) - 1.0).abs() < 1e-12);
+    }
+
+    /// The direct O(V²) sum of [`coupled_acceptance`].
+    fn direct(p: &[f64], q: &[f64]) -> f64 {
+        (0..p.len())
             .filter(|&x| p[x] > 0.0 && q[x] > 0.0)
             .map(|x| {
                 let d: f64 = (0..p.len()).map(|y| (p[y] / p[x]).max(q[y] / q[x])).sum();
                 1.0 / d
             })
-            .sum();
-        assert!((want - direct).abs() < 1e-12, "{want} vs {direct}");
-        assert!((coupled_acceptance(&p, &p) - 1.0).abs() < 1e-12);
+            .sum()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 1000,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// For any two distributions — zeros, ties of q/p and disjoint supports among them —
+        /// the sorted sum is the direct one and lies between (1 − TV) / (1 + TV) and 1 − TV.
+        #[test]
+        fn coupled_acceptance_is_the_direct_sum_within_its_bounds(
+            w in proptest::collection::vec(
+                (
+                    proptest::prop_oneof![proptest::strategy::Just(0.0f64), proptest::strategy::Just(0.25), 0.0f64..1.0],
+                    proptest::prop_oneof![proptest::strategy::Just(0.0f64), proptest::strategy::Just(0.25), 0.0f64..1.0],
+                ),
+                1..12,
+            )
+        ) {
+            let (sa, sb) = w.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+            proptest::prop_assume!(sa > 0.0 && sb > 0.0);
+            let p: Vec<f64> = w.iter().map(|(x, _)| x / sa).collect();
+            let q: Vec<f64> = w.iter().map(|(_, y)| y / sb).collect();
+            let fast = coupled_acceptance(&p, &q);
+            let slow = direct(&p, &q);
+            proptest::prop_assert!((fast - slow).abs() < 1e-9, "{} vs {}", fast, slow);
+            let tv: f64 = p.iter().zip(&q).map(|(a, b)| (a - b).abs()).sum::<f64>() / 2.0;
+            proptest::prop_assert!(fast <= 1.0 - tv + 1e-9, "{} above 1 - TV {}", fast, tv);
+            proptest::prop_assert!(fast >= (1.0 - tv) / (1.0 + tv) - 1e-9, "{} tv {}", fast, tv);
+        }
     }
 
     /// The uniform behind the noise is uniform: 64 equal bins over many (row, id) pairs pass a
