@@ -80,6 +80,37 @@ fn loaded(
     Some((model, tokenizer, prompt))
 }
 
+/// A strict run of at most `max_tokens` after `prompt`: its generated ids and its steps.
+#[cfg(feature = "wgpu")]
+fn decode(
+    model: &Llama,
+    tokenizer: &Arc<Tokenizer>,
+    prompt: &[u32],
+    drafter: Option<AnyDrafter>,
+    (k, sampling, max_tokens, seed): (usize, Sampling, usize, u64),
+) -> (Vec<u32>, Vec<mars_engine::StepRecord>) {
+    let config = DecodeConfig {
+        k,
+        verify: VerifyConfig {
+            sampling,
+            mode: Mode::Strict,
+        },
+        max_tokens,
+        seed,
+        capacity: Some(256),
+    };
+    pollster::block_on(async {
+        let mut dec = mars_engine::Decoder::new(model, tokenizer.clone(), drafter, &config, prompt)
+            .await
+            .unwrap();
+        let mut steps = Vec::new();
+        while let Some(step) = dec.step().await.unwrap() {
+            steps.push(step);
+        }
+        (dec.generated().to_vec(), steps)
+    })
+}
+
 /// Sampling on the GPU path draws each row where it is (Gumbel-max with noise keyed by the seed
 /// and the row's context position, `mars_verify::noise`): a step over deterministic drafts
 /// reads back one 40-byte summary a row (a tree drafter its frontier's top-c), and strict speculation — prompt lookup's chain, a
@@ -94,27 +125,13 @@ fn sampled_strict_equals_target_only(device: &Device, options: LoadOptions) {
     let vocab = model.config().vocab_size;
     let sampling = Sampling::with_temperature(1.0);
     let run = |drafter: Option<AnyDrafter>, k: usize, seed: u64| {
-        let config = DecodeConfig {
-            k,
-            verify: VerifyConfig {
-                sampling,
-                mode: Mode::Strict,
-            },
-            max_tokens: 14,
-            seed,
-            capacity: Some(256),
-        };
-        pollster::block_on(async {
-            let mut dec =
-                mars_engine::Decoder::new(&model, tokenizer.clone(), drafter, &config, &prompt)
-                    .await
-                    .unwrap();
-            let mut steps = Vec::new();
-            while let Some(step) = dec.step().await.unwrap() {
-                steps.push(step);
-            }
-            (dec.context()[prompt.len()..].to_vec(), steps)
-        })
+        decode(
+            &model,
+            &tokenizer,
+            &prompt,
+            drafter,
+            (k, sampling, 14, seed),
+        )
     };
     let (reference, steps) = run(None, 0, 3);
     for s in &steps {
@@ -244,48 +261,31 @@ fn top_k_rows_are_read_as_their_top_k(device: &Device, options: LoadOptions) {
         assert_eq!((cost.uploads, cost.reads), (0, 1), "{cost:?}");
         assert_eq!(again.map(|a| a.1), Some(sums));
     }
+    // A run's generated ids and steps; a layer-skip draft (the first 4 layers) where k > 0.
+    let run = |sampling: Sampling, k: usize| {
+        let drafter = (k > 0).then(|| {
+            let d = ModelDrafter::new(
+                model.with_layers(&[0, 1, 2, 3]).unwrap(),
+                256,
+                sampling,
+                vocab,
+                "first:4",
+            );
+            AnyDrafter::Model(Box::new(d.unwrap()))
+        });
+        decode(&model, &tokenizer, &prompt, drafter, (k, sampling, 10, 1))
+    };
     let sampling = Sampling {
         temperature: 0.8,
         top_k: Some(20),
         top_p: 0.9,
     };
-    let run = |drafter: Option<AnyDrafter>, k: usize| {
-        let config = DecodeConfig {
-            k,
-            verify: VerifyConfig {
-                sampling,
-                mode: Mode::Strict,
-            },
-            max_tokens: 10,
-            seed: 1,
-            capacity: Some(256),
-        };
-        pollster::block_on(async {
-            let mut dec =
-                mars_engine::Decoder::new(&model, tokenizer.clone(), drafter, &config, &prompt)
-                    .await
-                    .unwrap();
-            let mut steps = Vec::new();
-            while let Some(step) = dec.step().await.unwrap() {
-                steps.push(step);
-            }
-            steps
-        })
-    };
     // (2 · 20 + 3) words a row: 172 bytes.
-    for s in run(None, 0) {
+    for s in run(sampling, 0).1 {
         assert_eq!((s.gpu.reads, s.gpu.read_bytes), (1, 172), "{:?}", s.gpu);
     }
-    let drafter = ModelDrafter::new(
-        model.with_layers(&[0, 1, 2, 3]).unwrap(),
-        256,
-        sampling,
-        vocab,
-        "first:4",
-    )
-    .unwrap();
-    let steps = run(Some(AnyDrafter::Model(Box::new(drafter))), 3);
-    assert_eq!(steps.iter().map(|s| s.tokens.len()).sum::<usize>(), 10);
+    let (generated, steps) = run(sampling, 3);
+    assert_eq!(generated.len(), 10);
     for s in &steps {
         // A read a draft and one for the target's rows.
         assert_eq!(s.gpu.reads, s.drafted as u64 + 1, "{:?}", s.gpu);
@@ -293,51 +293,19 @@ fn top_k_rows_are_read_as_their_top_k(device: &Device, options: LoadOptions) {
     }
     // Greedy with top-k: a draft model still chains its drafts on the device (top-k never
     // moves an argmax), and the target's rows come back as their top-k after the chain (the
-    // summaries' sums would ignore the filter): two reads a step, target-only's text.
+    // summaries' sums would ignore the filter): two reads a step (one where nothing is left
+    // to draft), target-only's text.
     let greedy = Sampling {
         temperature: 0.0,
         top_k: Some(20),
         top_p: 1.0,
     };
-    let run = |drafter: Option<AnyDrafter>, k: usize| {
-        let config = DecodeConfig {
-            k,
-            verify: VerifyConfig {
-                sampling: greedy,
-                mode: Mode::Strict,
-            },
-            max_tokens: 10,
-            seed: 1,
-            capacity: Some(256),
-        };
-        pollster::block_on(async {
-            let mut dec =
-                mars_engine::Decoder::new(&model, tokenizer.clone(), drafter, &config, &prompt)
-                    .await
-                    .unwrap();
-            let mut reads = Vec::new();
-            while let Some(step) = dec.step().await.unwrap() {
-                reads.push((step.gpu.reads, step.drafted));
-            }
-            (dec.generated().to_vec(), reads)
-        })
-    };
-    let (reference, _) = run(None, 0);
-    let drafter = ModelDrafter::new(
-        model.with_layers(&[0, 1, 2, 3]).unwrap(),
-        256,
-        greedy,
-        vocab,
-        "first:4",
-    )
-    .unwrap();
-    let (chained, reads) = run(Some(AnyDrafter::Model(Box::new(drafter))), 3);
+    let (reference, _) = run(greedy, 0);
+    let (chained, steps) = run(greedy, 3);
     assert_eq!(chained, reference, "greedy with top-k over a chained draft");
-    // (A step with nothing left to draft reads the target's rows alone.)
-    assert!(
-        reads.iter().all(|&(r, d)| r == 1 + u64::from(d > 0)),
-        "{reads:?}"
-    );
+    for s in &steps {
+        assert_eq!(s.gpu.reads, 1 + u64::from(s.drafted > 0), "{:?}", s.gpu);
+    }
 }
 
 /// A greedy draft model on the GPU chains its drafts there and the target takes them there:
