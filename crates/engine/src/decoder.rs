@@ -502,10 +502,8 @@ impl<D: Drafter> Decoder<D> {
                     Some(rows) => rows,
                     None => {
                         let logits = self.target.forward(&input, &mut self.cache)?; // [d + 1, vocab]
-                        // Row r predicts the token after r drafts.
-                        let depths = (0..=d).collect::<Vec<_>>();
                         let one_hot = matches!(draft_probs, DraftProbs::OneHot);
-                        self.rows(logits, &depths, one_hot).await?
+                        self.rows(logits, one_hot).await?
                     }
                 };
                 let verdict = match &rows {
@@ -555,14 +553,7 @@ impl<D: Drafter> Decoder<D> {
                     )
                     .collect();
                 let logits = self.target.forward_tree(&input, &rows, &mut self.cache)?; // [d + 1, vocab]
-                // A node's row predicts the token one past its depth (the root's children: 1).
-                let mut depths = vec![0usize; d + 1];
-                for (j, p) in parents.iter().enumerate() {
-                    // A parent that is not an earlier node is refused by the verifier below.
-                    let parent = p.and_then(|p| depths.get(p as usize + 1).copied());
-                    depths[j + 1] = parent.unwrap_or(0) + 1;
-                }
-                let rows = self.rows(logits, &depths, true).await?;
+                let rows = self.rows(logits, true).await?;
                 let verdict = match &rows {
                     Rows::Full { values: logits, .. } => self.verifier.verify_tree(
                         &TreeInput {
@@ -757,8 +748,7 @@ impl<D: Drafter> Decoder<D> {
                 .target
                 .forward_linked(&[last], link, &mut self.cache, d + 1)?; // [d + 1, vocab]
             if summarised {
-                let depths: Vec<usize> = (0..=d).collect();
-                logits.summarize_into(&c.chain, self.sample_keys(&depths).as_ref())?;
+                logits.summarize_into(&c.chain, self.sample_keys().as_ref())?;
             } else {
                 unsummarised = Some(logits);
             }
@@ -769,8 +759,7 @@ impl<D: Drafter> Decoder<D> {
         let tokens = drafts[..good].iter().map(RowSummary::token).collect();
         let rows = match (unsummarised, all.get(d..d + good + 1)) {
             (Some(logits), _) => {
-                let depths: Vec<usize> = (0..=d).collect();
-                let mut rows = self.rows(logits, &depths, true).await?;
+                let mut rows = self.rows(logits, true).await?;
                 rows.truncate(good + 1, self.vocab);
                 Some(rows)
             }
@@ -780,38 +769,29 @@ impl<D: Drafter> Decoder<D> {
         Ok((tokens, rows))
     }
 
-    /// Each row's noise key input when the step samples (`None` when greedy): row r predicts
-    /// the token `depths[r]` past the context's end.
-    fn sample_keys(&self, depths: &[usize]) -> Option<SampleKeys> {
+    /// What a GPU draws the step's rows with when it samples (`None` when greedy): each row's
+    /// noise is keyed by the seed and the position it predicts.
+    fn sample_keys(&self) -> Option<SampleKeys> {
         let sampling = self.verifier.config().sampling;
-        (!sampling.is_greedy()).then(|| SampleKeys {
+        (!sampling.is_greedy()).then_some(SampleKeys {
             seed: self.draft_rng.seed,
             temperature: sampling.temperature,
-            positions: depths
-                .iter()
-                .map(|&d| u32::try_from(self.context.len() + d).unwrap_or(u32::MAX))
-                .collect(),
         })
     }
 
     /// The target's rows as verification needs them: where the logits are on a GPU that
     /// summarises them, each row's summary (a few words a row read back instead of the
     /// vocabulary) — greedy, or sampling without top-k / top-p over deterministic drafts, each
-    /// row drawn there by the Gumbel-max rule at its context position (`depths[r]` tokens past
-    /// the context's end; `mars_verify::noise`); with top-k there, each row's best k (`2k + 3`
+    /// row drawn there by the Gumbel-max rule with the noise of the position it predicts
+    /// (`mars_verify::noise`); with top-k there, each row's best k (`2k + 3`
     /// words a row: top-k and top-p after it keep nothing else, so the verdict is the whole
     /// rows'); otherwise the rows themselves (a draft model's sampled chain read to the host
     /// needs p(x) / q(x) and the residual over the whole row; top-p alone needs the row's
     /// sorted mass).
-    async fn rows(
-        &self,
-        logits: mars_model::Logits,
-        depths: &[usize],
-        one_hot: bool,
-    ) -> Result<Rows> {
+    async fn rows(&self, logits: mars_model::Logits, one_hot: bool) -> Result<Rows> {
         let sampling = self.verifier.config().sampling;
         if sampling.summaries_suffice() && (sampling.is_greedy() || one_hot) {
-            let keys = self.sample_keys(depths);
+            let keys = self.sample_keys();
             if let Some(s) = logits.summaries_async(keys.as_ref()).await? {
                 return Ok(Rows::Summaries(s));
             }

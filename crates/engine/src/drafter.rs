@@ -257,17 +257,15 @@ impl ModelDrafter {
 
     /// A chain of `k` drafts on the GPU with nothing read: `feed` then each draft fed back on
     /// the device — greedy, its argmax (the summary's best id, lowest id first among ties, as
-    /// the host's greedy sampler ranks them); with `sample`, its Gumbel-max draw at the
-    /// position it predicts (`at + i` for draft i), the noise the target draws that position
-    /// with. A row with a NaN or +inf cannot be ranked; the step that reads the chain cuts the
+    /// the host's greedy sampler ranks them); with `sample`, its Gumbel-max draw with the
+    /// noise of the position it predicts, which the target draws that position with. A row with a NaN or +inf cannot be ranked; the step that reads the chain cuts the
     /// draft before it (what follows was fed a meaningless id).
     fn draft_on_device(
         &mut self,
         feed: &[u32],
         k: usize,
         chain: SummaryChain,
-        mut sample: Option<SampleKeys>,
-        at: usize,
+        sample: Option<SampleKeys>,
     ) -> Result<Draft> {
         for i in 0..k {
             let link = ChainLink {
@@ -278,9 +276,6 @@ impl ModelDrafter {
             };
             let host = if i == 0 { feed } else { &[] };
             let last = self.model.forward_linked(host, link, &mut self.cache, 1)?; // [1, vocab]
-            if let Some(s) = sample.as_mut() {
-                s.positions = vec![u32::try_from(at + i).unwrap_or(u32::MAX)];
-            }
             last.summarize_into(&chain, sample.as_ref())?;
         }
         Ok(Draft {
@@ -489,12 +484,11 @@ impl Drafter for ModelDrafter {
         if (greedy || sampling.summaries_suffice())
             && let Some(chain) = self.model.summary_chain(2 * k + 1)?
         {
-            let sample = (!greedy).then(|| SampleKeys {
+            let sample = (!greedy).then_some(SampleKeys {
                 seed: random.seed,
                 temperature: sampling.temperature,
-                positions: Vec::new(),
             });
-            return self.draft_on_device(&context[fed..], k, chain, sample, context.len());
+            return self.draft_on_device(&context[fed..], k, chain, sample);
         }
         let mut tokens = Vec::with_capacity(k);
         let mut probs = Vec::with_capacity(if greedy { 0 } else { k * self.target_vocab });

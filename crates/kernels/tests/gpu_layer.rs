@@ -17,7 +17,7 @@ use mars_kernels::gpu::{
     Attention, CopyRows, Draw, Epilogue, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm, Rope,
     Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, TopRows, clone_buffer, link_ids, upload_f32,
 };
-use mars_verify::noise::{gumbel_max, row_key};
+use mars_verify::noise::{gumbel_max, row_key, seed_key};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
@@ -430,9 +430,10 @@ fn the_summary_ranks_as_the_verifier_does() {
 }
 
 /// A sampling step's summaries carry each row's Gumbel-max draw: the token the verifier's own
-/// noise (`mars_verify::noise`) picks on the host for the same key, its logit, and the sum at
-/// T, while the greedy words stay as they were; a row's draw changes with its key, and over
-/// many keys a row's draws follow softmax(z / T).
+/// noise (`mars_verify::noise`) picks on the host for the same key — the seed's and the
+/// position the row predicts, one past its input's in the step — its logit, and the sum at T,
+/// while the greedy words stay as they were; over many keys a row's draws follow
+/// softmax(z / T).
 #[test]
 fn the_summary_draws_as_the_verifier_does() {
     let client = client();
@@ -447,21 +448,22 @@ fn the_summary_draws_as_the_verifier_does() {
     z[3 * vocab + 600] = 0.5;
     z[3 * vocab + 999] = -1.0;
     let summary = Summary::new(&client, vocab).unwrap();
-    let s = step(&client, &Step::chain(&[0; 4], 0, rows, vocab).unwrap());
+    // Six rows at positions 100..106, the last four with logits: they predict 103..107.
+    let s = step(&client, &Step::chain(&[0; 6], 100, rows, vocab).unwrap());
     let logits = upload_f32(&client, &z);
-    let run = |keys: &[u32], out: &Handle, draw: bool| {
-        let d = Draw::new(&client, t, keys).unwrap();
+    let run = |out: &Handle, draw: bool| {
+        let d = Draw::new(&client, t, seed_key(42)).unwrap();
         summary
             .run(&client, &logits, out, rows, &s, draw.then_some(&d))
             .unwrap();
     };
-    let keys: Vec<u32> = (0..rows as u32).map(|r| row_key(42, 100 + r)).collect();
+    let keys: Vec<u32> = (0..rows as u32).map(|r| row_key(42, 103 + r)).collect();
     let (greedy, drawn) = (
         client.empty(rows * SUMMARY_WORDS * 4),
         client.empty(rows * SUMMARY_WORDS * 4),
     );
-    run(&keys, &greedy, false);
-    run(&keys, &drawn, true);
+    run(&greedy, false);
+    run(&drawn, true);
     let (greedy, drawn) = (read_u32(&client, greedy), read_u32(&client, drawn));
     for r in 0..rows {
         let row = &z[r * vocab..(r + 1) * vocab];
@@ -487,12 +489,11 @@ fn the_summary_draws_as_the_verifier_does() {
     // Row 3 over 400 keys: its three ids drawn as softmax(z / T) says (chi-square, 2 degrees of
     // freedom, P(> 13.8) = 0.001).
     let n = 400;
-    let keys: Vec<u32> = (0..n).map(|i| row_key(9, i)).collect();
     let only3 = upload_f32(&client, &z[3 * vocab..4 * vocab].repeat(n as usize));
     let many = Step::chain(&vec![0; n as usize], 0, n as usize, vocab).unwrap();
     let many = step(&client, &many);
     let out = client.empty(n as usize * SUMMARY_WORDS * 4);
-    let d = Draw::new(&client, t, &keys).unwrap();
+    let d = Draw::new(&client, t, seed_key(9)).unwrap();
     summary
         .run(&client, &only3, &out, n as usize, &many, Some(&d))
         .unwrap();
@@ -516,10 +517,10 @@ fn the_summary_draws_as_the_verifier_does() {
         .sum();
     assert!(chi2 < 13.8, "chi2 {chi2}");
     // A temperature with no finite inverse is refused by name.
-    assert!(Draw::new(&client, 0.0, &keys).is_err());
-    assert!(Draw::new(&client, f32::NAN, &keys).is_err());
-    // Fewer keys than rows: refused.
-    let few = Draw::new(&client, t, &keys[..2]).unwrap();
+    assert!(Draw::new(&client, 0.0, seed_key(9)).is_err());
+    assert!(Draw::new(&client, f32::NAN, seed_key(9)).is_err());
+    // More rows than the forward has logit rows: refused (they would have no position).
+    let few = step(&client, &Step::chain(&[0; 6], 100, 2, vocab).unwrap());
     assert!(
         summary
             .run(
@@ -527,8 +528,8 @@ fn the_summary_draws_as_the_verifier_does() {
                 &logits,
                 &client.empty(rows * SUMMARY_WORDS * 4),
                 rows,
-                &s,
-                Some(&few)
+                &few,
+                Some(&d)
             )
             .is_err()
     );
@@ -663,8 +664,9 @@ fn a_linked_step_takes_its_ids_from_the_chain() {
     // A drawn chain (a sampling drafter's): the linked rows take each row's draw, at a
     // temperature where it is seldom the best id.
     let t = 4.0;
-    let keys: Vec<u32> = (0..2).map(|r| row_key(13, 50 + r)).collect();
-    let draw = Draw::new(&client, t, &keys).unwrap();
+    // Both rows at positions 0 and 1: they predict 1 and 2.
+    let keys: Vec<u32> = (0..2).map(|r| row_key(13, 1 + r)).collect();
+    let draw = Draw::new(&client, t, seed_key(13)).unwrap();
     let logits = upload_f32(&client, &z);
     summary
         .run(&client, &logits, &chain, 2, &s, Some(&draw))

@@ -135,6 +135,7 @@ pub(crate) struct GpuModel {
     lm_head: MatrixGroup,
     summary: Summary,
     tops: TopCache,
+    draws: DrawCache,
     copy: CopyRows,
     heads: Heads,
     /// Tensors converted to Q8_0 at load (no kernel takes their type), as "name (type)".
@@ -221,6 +222,7 @@ impl GpuModel {
             lm_head: MatrixGroup::new(&client, vec![head], Epilogue::Store, None, Rows::Tail)?,
             summary: Summary::new(&client, v)?,
             tops: TopCache::default(),
+            draws: DrawCache::default(),
             copy: CopyRows::new(&client, heads)?,
             heads,
             converted: Arc::new(converted),
@@ -364,6 +366,7 @@ impl GpuModel {
             vocab: c.vocab_size,
             summary: self.summary.clone(),
             tops: self.tops.clone(),
+            draws: self.draws.clone(),
             step,
         }))
     }
@@ -507,46 +510,56 @@ pub(crate) struct GpuLogits {
     vocab: usize,
     summary: Summary,
     tops: TopCache,
+    draws: DrawCache,
     step: StepBuffer,
 }
 
-/// The top-c reductions a model has used, by (c, stride, columns, 1 / T bits): their parameters are
-/// uploaded once, not at every tree depth or sampled step (a model uses one or two).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct TopCache(Arc<std::sync::Mutex<Vec<(TopKey, TopRows)>>>);
+/// Small per-model parameter buffers by what they were made for: a top-c reduction's (by c,
+/// stride, columns and 1 / T bits) or a run's draw (by seed and temperature bits), uploaded once
+/// instead of at every tree depth or sampled forward (a model uses one or two of each).
+#[derive(Debug)]
+pub(crate) struct Kept<K, V>(Arc<std::sync::Mutex<Vec<(K, V)>>>);
 
-/// (c, stride, columns, 1 / T bits).
-type TopKey = (usize, usize, usize, u32);
+impl<K, V> Clone for Kept<K, V> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
 
-impl TopCache {
-    /// Most reductions kept; past it the oldest is dropped.
-    const KEPT: usize = 8;
+impl<K, V> Default for Kept<K, V> {
+    fn default() -> Self {
+        Self(Arc::default())
+    }
+}
 
-    fn get(
-        &self,
-        client: &Client,
-        c: usize,
-        stride: usize,
-        cols: usize,
-        t: f32,
-    ) -> Result<TopRows> {
-        let key = (c, stride, cols, t.to_bits());
+impl<K: PartialEq, V: Clone> Kept<K, V> {
+    /// Most kept; past it the oldest is dropped.
+    const MOST: usize = 8;
+
+    /// The value kept for `key`, else `make`'s, kept.
+    fn get(&self, key: K, make: impl FnOnce() -> Result<V>) -> Result<V> {
         // A poisoned lock only means another thread panicked mid-push: the list is still whole.
         let mut kept = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((_, top)) = kept.iter().find(|(k, _)| *k == key) {
-            return Ok(top.clone());
+        if let Some((_, v)) = kept.iter().find(|(k, _)| *k == key) {
+            return Ok(v.clone());
         }
-        let top = TopRows::new(client, c, stride, cols, t)?;
-        if kept.len() == Self::KEPT {
+        let v = make()?;
+        if kept.len() == Self::MOST {
             kept.remove(0);
         }
-        kept.push((key, top.clone()));
-        Ok(top)
+        kept.push((key, v.clone()));
+        Ok(v)
     }
 }
+
+/// A model's top-c reductions: by (c, stride, columns, 1 / T bits).
+pub(crate) type TopCache = Kept<(usize, usize, usize, u32), TopRows>;
+
+/// A model's draws: by (seed, T bits).
+pub(crate) type DrawCache = Kept<(u64, u32), Draw>;
 
 impl GpuLogits {
     pub(crate) fn dims(&self) -> (usize, usize) {
@@ -569,7 +582,7 @@ impl GpuLogits {
     }
 
     /// Each row's summary, drawn where `sample` says: one launch and one read of `rows × 40`
-    /// bytes (and one upload of the rows' noise keys when drawing).
+    /// bytes (the draw's words uploaded once a run and temperature).
     pub(crate) async fn summaries_async(
         &self,
         sample: Option<&SampleKeys>,
@@ -590,23 +603,17 @@ impl GpuLogits {
         Ok(summaries(&bytes[at.min(bytes.len())..], self.rows))
     }
 
-    /// The rows' noise keys uploaded for the summary kernel's draws (`None`: greedy).
+    /// The summary kernel's draw words for `sample` (`None`: greedy), uploaded once a run.
     fn draw(&self, sample: Option<&SampleKeys>) -> Result<Option<Draw>> {
         let Some(s) = sample else {
             return Ok(None);
         };
-        if s.positions.len() < self.rows {
-            return Err(ModelError::Kernel(mars_kernels::KernelError::Shape {
-                what: "context positions of the rows drawn",
-                expected: self.rows,
-                found: s.positions.len(),
-            }));
-        }
-        let keys: Vec<u32> = s.positions[..self.rows]
-            .iter()
-            .map(|&p| mars_verify::noise::row_key(s.seed, p))
-            .collect();
-        Ok(Some(Draw::new(&self.client, s.temperature, &keys)?))
+        let key = (s.seed, s.temperature.to_bits());
+        let draw = self.draws.get(key, || {
+            let seed_key = mars_verify::noise::seed_key(s.seed);
+            Ok(Draw::new(&self.client, s.temperature, seed_key)?)
+        })?;
+        Ok(Some(draw))
     }
 
     /// Each row's best `c` of its first `cols` values at `temperature` (top.wgsl): one launch and
@@ -621,13 +628,17 @@ impl GpuLogits {
         if !(1..=MAX_TOP).contains(&c) || !(1.0 / temperature).is_finite() {
             return Ok(None);
         }
-        let top = self.tops.get(
-            &self.client,
-            c,
-            self.vocab,
-            cols.min(self.vocab),
-            temperature,
-        )?;
+        let cols = cols.min(self.vocab);
+        let key = (c, self.vocab, cols, temperature.to_bits());
+        let top = self.tops.get(key, || {
+            Ok(TopRows::new(
+                &self.client,
+                c,
+                self.vocab,
+                cols,
+                temperature,
+            )?)
+        })?;
         let out = self.client.empty(self.rows * top.words() * 4);
         top.run(&self.client, &self.handle, &out, self.rows)?;
         let bytes = mars_kernels::gpu::read(&self.client, out).await?;

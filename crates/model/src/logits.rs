@@ -128,7 +128,8 @@ impl Logits {
     /// where that would not save a read (the logits are already in host memory, or on the
     /// f32 burn path), so the caller reads the rows instead. With `sample`, each row also
     /// carries its Gumbel-max draw at that temperature and its sum is taken there
-    /// (`mars_verify::noise`); `sample.positions` names each row's context position.
+    /// (`mars_verify::noise`), keyed by the seed and the position the row predicts (one past
+    /// its input token's).
     ///
     /// # Errors
     /// [`ModelError::Readback`] or the kernels' error when the device cannot return the data,

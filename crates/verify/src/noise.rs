@@ -39,10 +39,17 @@ fn mix(mut x: u32) -> u32 {
     x ^ (x >> 16)
 }
 
+/// The seed's part of every row's key, hashed once a run (a GPU gets it uploaded and finishes
+/// each row's key itself: `mix(seed_key ^ position)`).
+#[inline]
+pub fn seed_key(seed: u64) -> u32 {
+    mix(mix(seed as u32) ^ (seed >> 32) as u32)
+}
+
 /// The per-row part of the noise's key: (seed, position) hashed once a row.
 #[inline]
 pub fn row_key(seed: u64, position: u32) -> u32 {
-    mix(mix(mix(seed as u32) ^ (seed >> 32) as u32) ^ position)
+    mix(seed_key(seed) ^ position)
 }
 
 /// The standard Gumbel noise of token `id` in the row keyed by [`row_key`].
@@ -69,16 +76,16 @@ fn of_bits(h: u32) -> f32 {
     -e.ln()
 }
 
-/// What a row needs to be sampled where it is: the run's seed, the sampling temperature and
-/// each row's context position (`[rows]`: row r predicts the token at `positions[r]`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// What a row needs to be sampled where it is: the run's seed and the sampling temperature.
+/// The rest of a row's key is the context index of the token it predicts — one past its input
+/// token's position, which the GPU reads from the forward's own step words, so a row can never
+/// be drawn with another position's noise.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SampleKeys {
     /// The run's seed.
     pub seed: u64,
     /// Sampling temperature (> 0).
     pub temperature: f32,
-    /// Context index of the token each row predicts, `[rows]`.
-    pub positions: Vec<u32>,
 }
 
 /// The Gumbel-max draw of one row of logits (the reference the GPU kernel is tested against):

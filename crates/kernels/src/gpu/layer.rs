@@ -341,27 +341,25 @@ fn inverse_temperature(temperature: f32, what: &'static str) -> Result<f32> {
 }
 
 /// How a step's rows are drawn: greedy (`None` in [`Summary::run`]) or by the Gumbel-max rule at
-/// a temperature, with each row's noise key (`mars_verify::noise::row_key`).
+/// a temperature, with noise keyed by the run's seed and each row's predicted position
+/// (`mars_verify::noise::row_key`; the kernel takes the position from the forward's step
+/// words). One upload a run and temperature, however many steps draw with it.
 #[derive(Debug, Clone)]
 pub struct Draw {
     words: Handle,
-    rows: usize,
 }
 
 impl Draw {
-    /// Uploads the draw's words: 1 / `temperature` and `keys` (`[rows]`, one a summarised row).
+    /// Uploads the draw's words: 1 / `temperature` and the seed's key
+    /// (`mars_verify::noise::seed_key`).
     ///
     /// # Errors
     /// [`KernelError::NotFinite`] for a temperature whose inverse is not a finite positive
     /// number (0, negative, subnormal or not finite).
-    pub fn new(client: &Client, temperature: f32, keys: &[u32]) -> Result<Self> {
+    pub fn new(client: &Client, temperature: f32, seed_key: u32) -> Result<Self> {
         let inv_t = inverse_temperature(temperature, "1 / the sampling temperature of a row draw")?;
-        let mut words = Vec::with_capacity(keys.len() + 2);
-        words.extend([1, inv_t.to_bits()]);
-        words.extend_from_slice(keys);
         Ok(Self {
-            words: upload_words(client, &words),
-            rows: keys.len(),
+            words: upload_words(client, &[1, inv_t.to_bits(), seed_key]),
         })
     }
 }
@@ -381,18 +379,18 @@ impl Summary {
         }
         Ok(Self {
             params: upload_words(client, &[word("vocabulary", vocab)?, 0, NEG_INF_BITS]),
-            greedy: upload_words(client, &[0, 1.0f32.to_bits()]),
+            greedy: upload_words(client, &[0, 1.0f32.to_bits(), 0]),
             vocab,
         })
     }
 
-    /// Enqueues the summaries of the first `rows` rows of `logits` (a forward of `step`) into
-    /// `out`, from its row `step.link().summaries_at` on (`SUMMARY_WORDS` words a row), each
-    /// with its draw where `draw` is given.
+    /// Enqueues the summaries of the first `rows` rows of `logits` (the last rows of a forward
+    /// of `step`) into `out`, from its row `step.link().summaries_at` on (`SUMMARY_WORDS` words
+    /// a row), each with its draw where `draw` is given.
     ///
     /// # Errors
-    /// [`KernelError::Shape`] for buffers smaller than the shapes need, or a draw with fewer
-    /// keys than rows.
+    /// [`KernelError::Shape`] for buffers smaller than the shapes need, or more rows than the
+    /// forward's logit rows (their positions are the step's).
     pub fn run(
         &self,
         client: &Client,
@@ -403,11 +401,11 @@ impl Summary {
         draw: Option<&Draw>,
     ) -> Result<()> {
         check_size("logits", logits, rows * self.vocab * 4)?;
-        if let Some(d) = draw.filter(|d| d.rows < rows) {
+        if rows > step.tail() {
             return Err(KernelError::Shape {
-                what: "noise keys of a row draw",
-                expected: rows,
-                found: d.rows,
+                what: "rows summarised (at most the forward's logit rows)",
+                expected: step.tail(),
+                found: rows,
             });
         }
         let draw = draw.map_or(&self.greedy, |d| &d.words);

@@ -368,6 +368,7 @@ impl Shader {
             Self::Attention => ATTENTION.to_string(),
             Self::Summary => SUMMARY
                 .replace("{{summaries_at}}", &(LINKED + 2).to_string())
+                .replace("{{ids_at}}", &IDS.to_string())
                 .replace("{{summary_words}}", &SUMMARY_WORDS.to_string()),
             Self::Top { c } => {
                 // Workgroup memory holds every thread's list: fewer threads for longer lists

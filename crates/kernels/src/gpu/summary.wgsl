@@ -15,10 +15,13 @@
 // [vocab, row_from (the first row of z summarised), the bits of −inf]
 @group(0) @binding(2) var<storage, read_write> p: array<u32>;
 @group(0) @binding(3) var<storage, read_write> s: array<u32>;   // the forward's step words
-// [2 + rows]: 1 to draw (0: greedy), the bits of 1 / T (1 when greedy), each row's noise key
+// [3]: 1 to draw (0: greedy), the bits of 1 / T (1 when greedy), the seed's key
+// (mars_verify::noise::seed_key). Row r's key is mix(seed key ^ (its input's position + 1)):
+// the context index of the token it predicts, read from the step words.
 @group(0) @binding(4) var<storage, read_write> keys: array<u32>;
 
 const SUMMARIES_AT: u32 = {{summaries_at}}u;
+const IDS: u32 = {{ids_at}}u;
 const WORDS: u32 = {{summary_words}}u;
 
 var<workgroup> v1s: array<f32, 256>;
@@ -141,7 +144,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let mx = v1s[0];
     let draw = keys[0] == 1u;
     let inv_t = bitcast<f32>(keys[1]);
-    let key = keys[2u + wg.x];
+    // The summarised rows are the forward's last `tail` (step words 0 and 1).
+    let forward_row = s[0] - s[1] + wg.x;
+    let key = mix(keys[2] ^ (s[IDS + s[0] + 4u * forward_row] + 1u));
     let salt = mix(key ^ 0x9e3779b9u);
     var sum = 0.0;
     var sumt = 0.0;
