@@ -198,6 +198,8 @@ mod tests {
             .sum()
     }
 
+    // proptest is a native dev-dependency (the wasm32 tests run in a browser).
+    #[cfg(not(target_arch = "wasm32"))]
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig {
             cases: 1000,
