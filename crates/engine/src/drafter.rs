@@ -258,8 +258,9 @@ impl ModelDrafter {
     /// A chain of `k` drafts on the GPU with nothing read: `feed` then each draft fed back on
     /// the device — greedy, its argmax (the summary's best id, lowest id first among ties, as
     /// the host's greedy sampler ranks them); with `sample`, its Gumbel-max draw with the
-    /// noise of the position it predicts, which the target draws that position with. A row with a NaN or +inf cannot be ranked; the step that reads the chain cuts the
-    /// draft before it (what follows was fed a meaningless id).
+    /// noise of the position it predicts, which the target draws that position with. A row
+    /// with a NaN or +inf cannot be ranked; the step that reads the chain cuts the draft
+    /// before it (what follows was fed a meaningless id).
     fn draft_on_device(
         &mut self,
         feed: &[u32],

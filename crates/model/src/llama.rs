@@ -209,9 +209,9 @@ impl Llama {
 
     /// As [`Llama::forward`] over `tokens` followed by `link.ids` tokens the GPU chose: the
     /// tokens (best ids, or draws when sampling) of the chain's rows `link.ids_from..`, taken on
-    /// the device, so that a draft and its verification need no read in between. Returns the last `rows` rows'
-    /// logits; [`Logits::summarize_into`] then writes their summaries at `link.summaries_at`.
-    /// The GPU path only.
+    /// the device, so that a draft and its verification need no read in between. Returns the
+    /// last `rows` rows' logits; [`Logits::summarize_into`] then writes their summaries at
+    /// `link.summaries_at`. The GPU path only.
     ///
     /// # Errors
     /// As [`Llama::forward`]; [`ModelError::Unsupported`] off the GPU path;

@@ -53,8 +53,8 @@ enum ChainInner {
 }
 
 /// A forward's place in a [`SummaryChain`]: its last `ids` rows take as their token the token
-/// ([`RowSummary::token`]) of chain rows `ids_from..` (their ids in the forward's input are placeholders), and its
-/// logit rows' summaries go to chain rows `summaries_at..` when
+/// ([`RowSummary::token`]) of chain rows `ids_from..` (their ids in the forward's input are
+/// placeholders), and its logit rows' summaries go to chain rows `summaries_at..` when
 /// [`Logits::summarize_into`] is called.
 #[derive(Debug, Clone, Copy)]
 pub struct ChainLink<'a> {
@@ -175,8 +175,8 @@ impl Logits {
         }
     }
 
-    /// The rows as a top-`k` sampler sees them, reduced where the logits are ([`Logits::top_async`],
-    /// `2k + 3` words a row read back): `[rows, cols]` values, each row's best `k` of its first
+    /// The rows as a top-`k` sampler sees them, reduced where the logits are
+    /// ([`Logits::top_async`], `2k + 3` words a row read back): `[rows, cols]` values, each row's best `k` of its first
     /// `cols` kept and every other value −inf (a NaN or +inf kept where it was, so the row is
     /// refused as it would be whole), and each row's Σ exp(z − z1) over those `cols` (for its
     /// log-probabilities). Top-k, and top-p after it, keep nothing outside a row's best k, so

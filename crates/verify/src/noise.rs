@@ -200,35 +200,39 @@ mod tests {
 
     // proptest is a native dev-dependency (the wasm32 tests run in a browser).
     #[cfg(not(target_arch = "wasm32"))]
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig {
-            cases: 1000,
-            failure_persistence: None,
-            ..proptest::prelude::ProptestConfig::default()
-        })]
+    mod props {
+        use super::{coupled_acceptance, direct};
+        use proptest::prelude::*;
 
-        /// For any two distributions — zeros, ties of q/p and disjoint supports among them —
-        /// the sorted sum is the direct one and lies between (1 − TV) / (1 + TV) and 1 − TV.
-        #[test]
-        fn coupled_acceptance_is_the_direct_sum_within_its_bounds(
-            w in proptest::collection::vec(
-                (
-                    proptest::prop_oneof![proptest::strategy::Just(0.0f64), proptest::strategy::Just(0.25), 0.0f64..1.0],
-                    proptest::prop_oneof![proptest::strategy::Just(0.0f64), proptest::strategy::Just(0.25), 0.0f64..1.0],
-                ),
-                1..12,
-            )
-        ) {
-            let (sa, sb) = w.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
-            proptest::prop_assume!(sa > 0.0 && sb > 0.0);
-            let p: Vec<f64> = w.iter().map(|(x, _)| x / sa).collect();
-            let q: Vec<f64> = w.iter().map(|(_, y)| y / sb).collect();
-            let fast = coupled_acceptance(&p, &q);
-            let slow = direct(&p, &q);
-            proptest::prop_assert!((fast - slow).abs() < 1e-9, "{} vs {}", fast, slow);
-            let tv: f64 = p.iter().zip(&q).map(|(a, b)| (a - b).abs()).sum::<f64>() / 2.0;
-            proptest::prop_assert!(fast <= 1.0 - tv + 1e-9, "{} above 1 - TV {}", fast, tv);
-            proptest::prop_assert!(fast >= (1.0 - tv) / (1.0 + tv) - 1e-9, "{} tv {}", fast, tv);
+        fn weight() -> impl Strategy<Value = f64> {
+            prop_oneof![Just(0.0f64), Just(0.25), 0.0f64..1.0]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig {
+                cases: 1000,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            })]
+
+            /// For any two distributions — zeros, ties of q/p and disjoint supports among
+            /// them — the sorted sum is the direct one and lies between (1 − TV) / (1 + TV)
+            /// and 1 − TV.
+            #[test]
+            fn coupled_acceptance_is_the_direct_sum_within_its_bounds(
+                w in proptest::collection::vec((weight(), weight()), 1..12)
+            ) {
+                let (sa, sb) = w.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+                prop_assume!(sa > 0.0 && sb > 0.0);
+                let p: Vec<f64> = w.iter().map(|(x, _)| x / sa).collect();
+                let q: Vec<f64> = w.iter().map(|(_, y)| y / sb).collect();
+                let fast = coupled_acceptance(&p, &q);
+                let slow = direct(&p, &q);
+                prop_assert!((fast - slow).abs() < 1e-9, "{} vs {}", fast, slow);
+                let tv: f64 = p.iter().zip(&q).map(|(a, b)| (a - b).abs()).sum::<f64>() / 2.0;
+                prop_assert!(fast <= 1.0 - tv + 1e-9, "{} above 1 - TV {}", fast, tv);
+                prop_assert!(fast >= (1.0 - tv) / (1.0 + tv) - 1e-9, "{} tv {}", fast, tv);
+            }
         }
     }
 

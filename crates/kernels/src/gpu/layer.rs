@@ -510,7 +510,8 @@ impl TopRows {
 
 /// Enqueues what takes a step's linked ids from `chain` (link.wgsl): the step's last
 /// `step.link().ids` ids become the tokens of chain rows `ids_from..` (each row's draw where it
-/// was drawn, else its best id), before the embedding reads them. Nothing to launch for a step without a link.
+/// was drawn, else its best id), before the embedding reads them. Nothing to launch for a step
+/// without a link.
 ///
 /// # Errors
 /// [`KernelError::Shape`] for a chain smaller than the link reads.
