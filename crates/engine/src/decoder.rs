@@ -705,11 +705,10 @@ impl<D: Drafter> Decoder<D> {
                 let row_values = &values[row * self.vocab..(row + 1) * self.vocab];
                 match sums {
                     // A top-k row: the other values' mass is in its sum.
-                    Some(sums) => sums.get(row).map_or(f64::NAN, |&sum| {
-                        let max = row_values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                        sum.ln() - f64::from(row_values[id as usize] - max)
-                    }),
-                    None => nll(row_values, id),
+                    Some(sums) => sums
+                        .get(row)
+                        .map_or(f64::NAN, |&sum| nll(row_values, id, Some(sum))),
+                    None => nll(row_values, id, None),
                 }
             }
             Rows::Summaries(s) => s.get(row).map_or(f64::NAN, |s| summary_nll(s, id)),
@@ -890,10 +889,11 @@ fn summary_nll(s: &RowSummary, id: u32) -> f64 {
     s.sum.ln() - f64::from(z - s.z1)
 }
 
-/// −log softmax(row)[id], computed in f64 with the max subtracted.
-fn nll(row: &[f32], id: u32) -> f64 {
+/// −log softmax(row)[id], computed in f64 with the max subtracted; `sum` is Σ exp(z − max)
+/// over the whole row where `row` holds only part of it (a top-k row), else it is summed here.
+fn nll(row: &[f32], id: u32, sum: Option<f64>) -> f64 {
     let id = id as usize;
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = row.iter().map(|&l| f64::from(l - max).exp()).sum();
+    let sum = sum.unwrap_or_else(|| row.iter().map(|&l| f64::from(l - max).exp()).sum());
     sum.ln() - f64::from(row[id] - max)
 }
