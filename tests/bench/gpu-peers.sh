@@ -9,7 +9,9 @@
 # GGML_VK_VISIBLE_DEVICES=0); on a real GPU the same command measures it. A benchmark command,
 # not a CI step (minutes per model on lavapipe).
 #   usage: bash tests/bench/gpu-peers.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]
-#   env:   ROUNDS (3), THREADS (the cores: llama.cpp's CPU threads; lavapipe uses every core)
+#   env:   ROUNDS (3), THREADS (the cores: llama.cpp's CPU threads; lavapipe uses every core),
+#          MARS_BIN (a built mars; else cargo builds it), LLAMA_VK_BIN (llama.cpp's Vulkan bin
+#          directory; else ../shared/tools/llama-cpp.sh builds it)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model=${1:?usage: gpu-peers.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]}
@@ -18,19 +20,24 @@ tg=${3:-32}
 rounds=${ROUNDS:-3}
 threads=${THREADS:-$(nproc)}
 [ -f "$model" ] || { echo "no such model file: $model" >&2; exit 1; }
-bin=$(bash ../shared/tools/llama-cpp.sh vulkan)
+bin=${LLAMA_VK_BIN:-$(bash ../shared/tools/llama-cpp.sh vulkan)}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-cargo build --release -q
-mars="${CARGO_TARGET_DIR:-target}/release/mars"
+if [ -n "${MARS_BIN:-}" ]; then
+  mars=$MARS_BIN
+else
+  cargo build --release -q
+  mars="${CARGO_TARGET_DIR:-target}/release/mars"
+fi
 bench() { # llama-bench on the first Vulkan device, all layers on it; its peak RSS to $2
   GGML_VK_VISIBLE_DEVICES=${GGML_VK_VISIBLE_DEVICES:-0} LD_LIBRARY_PATH="$bin" \
     /usr/bin/time -f %M -o "$2" "$bin/llama-bench" -m "$model" -ngl 99 -t "$threads" -r 1 -o json "${@:3}" \
-    >"$1" 2>>"$out/llama-bench.log"
+    >"$1" 2>>"$out/llama-bench.log" || { tail -5 "$out/llama-bench.log" >&2; return 1; }
 }
 for r in $(seq 1 "$rounds"); do
   /usr/bin/time -f %M -o "$out/mars-rss.$r" "$mars" speed --model "$model" --device wgpu \
-    --prompt-tokens "$pp" --decode-tokens "$tg" >"$out/mars.$r.json" 2>"$out/mars.$r.log"
+    --prompt-tokens "$pp" --decode-tokens "$tg" >"$out/mars.$r.json" 2>"$out/mars.$r.log" \
+    || { tail -5 "$out/mars.$r.log" >&2; exit 1; }
   bench "$out/pp.$r.json" "$out/pp-rss.$r" -p "$pp" -n 0
   # -d: decode from the depth mars speed decodes at (after its prompt).
   bench "$out/tg.$r.json" "$out/tg-rss.$r" -p 0 -n "$tg" -d "$pp"

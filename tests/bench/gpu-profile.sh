@@ -10,13 +10,17 @@ cd "$(dirname "$0")/../.."
 model=${1:?usage: gpu-profile.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]}
 pp=${2:-64}
 tg=${3:-8}
-cargo build --release -q
+# MARS_BIN: a built mars (a machine with no toolchain); else cargo builds it.
+if [ -z "${MARS_BIN:-}" ]; then
+  cargo build --release -q
+  MARS_BIN="${CARGO_TARGET_DIR:-target}/release/mars"
+fi
 log=$(mktemp)
 json=$(mktemp)
 trap 'rm -f "$log" "$json"' EXIT
 prompt=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 64))")
 # PROMPT_TOKENS words of an ordinary sentence (about as many tokens; the count is printed).
-CUBECL_DEBUG_LOG="$log" CUBECL_DEBUG_OPTION=profile "${CARGO_TARGET_DIR:-target}/release/mars" \
+CUBECL_DEBUG_LOG="$log" CUBECL_DEBUG_OPTION=profile "$MARS_BIN" \
   generate --model "$model" --device wgpu --prompt "$(echo "$prompt" | cut -d' ' -f1-"$pp")" \
   --max-tokens "$tg" --json >"$json" 2>/dev/null
 python3 - "$log" "$model" "$json" <<'PY'

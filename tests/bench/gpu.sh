@@ -13,7 +13,11 @@
 # Writes the tables to OUT (default gpu-bench.md) and prints them.
 #   usage: bash tests/bench/gpu.sh [PROMPTS] [MAX_TOKENS]
 #   env:   ROUNDS (2), OUT, BROWSER, MARS_MODEL_DIR, PEERS=0 (skip part 1), PEERS_PP and PEERS_TG (the prompt and decode
-#          tokens of part 1: 64 and 32; fewer make a run on lavapipe take minutes, not an hour)
+#          tokens of part 1: 64 and 32; fewer make a run on lavapipe take minutes, not an hour),
+#          PEER_MODELS (part 1's model files; default the three), SPEC ("pair smol": part 2's
+#          groups), SPEC_BENCH (the prompt file; ../shared/bench/spec_bench.jsonl), and for a
+#          machine with no toolchain (a lent GPU): MARS_BIN (a built mars; else cargo builds it)
+#          and LLAMA_VK_BIN (llama.cpp's Vulkan bin directory, for gpu-peers.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 prompts=${1:-6}
@@ -24,17 +28,26 @@ dir="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}"
 smol="$dir/SmolLM2-135M-Instruct.Q4_1.gguf"
 draft="$dir/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"
 target="$dir/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf"
-[ -f "$smol" ] || bash tests/fetch-model.sh
-[ -f "$target" ] && [ -f "$draft" ] || bash tests/fetch-pair.sh
-cargo build --release -q
-mars="${CARGO_TARGET_DIR:-target}/release/mars"
+if [ -z "${MARS_BIN:-}" ]; then
+  cargo build --release -q
+  export MARS_BIN="${CARGO_TARGET_DIR:-target}/release/mars"
+fi
+mars=$MARS_BIN
+prompt_file=${SPEC_BENCH:-../shared/bench/spec_bench.jsonl}
+spec=${SPEC-pair smol}
+# Fetch only what the chosen parts read.
+uses=" $spec "
+if [ "${PEERS:-1}" = 1 ]; then uses=" ${PEER_MODELS:-$smol $draft $target}$uses"; fi
+if [[ $uses == *" $smol "* || $uses == *" smol "* ]] && [ ! -f "$smol" ]; then bash tests/fetch-model.sh; fi
+if [[ $uses == *" $draft "* || $uses == *" $target "* || $uses == *" pair "* ]] \
+  && { [ ! -f "$target" ] || [ ! -f "$draft" ]; }; then bash tests/fetch-pair.sh; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 {
   echo "# mars on the GPU: $(date -u +%F), $(uname -m), $(nproc) cores"
   echo
   echo "## 1. One model at a time, beside llama.cpp's Vulkan backend"
-  for m in $([ "${PEERS:-1}" = 1 ] && echo "$smol" "$draft" "$target"); do
+  for m in $([ "${PEERS:-1}" = 1 ] && echo "${PEER_MODELS:-$smol $draft $target}"); do
     echo
     bash tests/bench/gpu-peers.sh "$m" "${PEERS_PP:-64}" "${PEERS_TG:-32}"
   done
@@ -48,7 +61,7 @@ run() { # MODEL DRAFTER LABEL [args…]: one compare, its totals as table rows
   local model=$1 drafter=$2 label=$3
   shift 3
   "$mars" compare --device wgpu --model "$model" --draft "$drafter" --chat --category coding \
-    --limit "$prompts" --max-tokens "$max" --prompts ../shared/bench/spec_bench.jsonl --json "$@" \
+    --limit "$prompts" --max-tokens "$max" --prompts "$prompt_file" --json "$@" \
     >"$tmp/c.json" 2>"$tmp/c.log" || { tail -3 "$tmp/c.log" >&2; return 1; }
   python3 - "$tmp/c.json" "$(basename "$model")" "$label" <<'PY'
 import json, sys
@@ -61,11 +74,19 @@ for name in ("target", "strict", "mars"):
 PY
 }
 {
-  run "$target" "model:$draft" "Qwen2.5-Coder-0.5B, k = 3" --k 3 --draft-vocab 32768
-  run "$target" "model:$draft" "0.5B tree (16 nodes, depth 8, branch 4, floor 0.3), T = 1" \
-    --tree 16 --k 8 --branch 4 --tree-min-p 0.3 --draft-vocab 32768 --temperature 1
-  run "$smol" ngram "prompt lookup, k = 4" --k 4
-  run "$smol" ngram "prompt lookup, k = 4, T = 1" --k 4 --temperature 1
+  if [[ " $spec " == *" pair "* ]]; then
+    run "$target" "model:$draft" "Qwen2.5-Coder-0.5B, k = 3" --k 3 --draft-vocab 32768
+    run "$target" "model:$draft" "0.5B tree (16 nodes, depth 8, branch 4, floor 0.3), T = 1" \
+      --tree 16 --k 8 --branch 4 --tree-min-p 0.3 --draft-vocab 32768 --temperature 1
+  fi
+  if [[ " $spec " == *" smol "* ]]; then
+    run "$smol" ngram "prompt lookup, k = 4" --k 4
+    run "$smol" ngram "prompt lookup, k = 4, T = 1" --k 4 --temperature 1
+    # Layer skip: a draft pass per token (a chain), and a tree's pass per depth.
+    run "$smol" layers:first:4 "layer skip first:4, k = 3, T = 1" --k 3 --temperature 1
+    run "$smol" layers:first:4 "layer-skip tree (8 nodes, depth 4, branch 2), T = 1" \
+      --tree 8 --k 4 --branch 2 --temperature 1
+  fi
 } | tee -a "$out"
 if [ "${BROWSER:-0}" = 1 ]; then
   {
