@@ -82,8 +82,9 @@ fn every_type_and_row_count_is_within_the_f32_rounding_bound() {
     let max = max_binding(&client);
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     // Odd output counts (not a multiple of the 4 rows a workgroup takes), inputs not a multiple
-    // of 256 where the type allows.
-    for (out, cols) in [(37, 96), (5, 32), (130, 288)] {
+    // of 256 where the type allows; 7 outputs over 4,096 inputs take a workgroup an output
+    // (`Team::Whole`).
+    for (out, cols) in [(37, 96), (5, 32), (130, 288), (7, 4096)] {
         for ty in WeightType::ALL {
             let cols = cols_for(ty, cols);
             let w = random_matrix(ty, out, cols, &mut rng);
@@ -121,22 +122,28 @@ fn a_rows_result_does_not_depend_on_the_rows_beside_it() {
     let client = client();
     let max = max_binding(&client);
     let mut rng = ChaCha8Rng::seed_from_u64(12);
-    for ty in WeightType::ALL {
-        let cols = cols_for(ty, 256);
+    // Quarter teams for every type; whole-workgroup teams (4,096 inputs) for two.
+    let wide = [WeightType::Q4K, WeightType::Q6K].map(|ty| (ty, 4096));
+    for (ty, cols) in WeightType::ALL.iter().map(|&ty| (ty, 256)).chain(wide) {
+        let cols = cols_for(ty, cols);
         let w = random_matrix(ty, 21, cols, &mut rng);
         let gw = upload(&client, &w, max);
         let x = random_x(16, cols, &mut rng);
         let all = matmul(&client, &gw, &x, 16);
         for m in [1, 2, 5, 8] {
             let some = matmul(&client, &gw, &x[..m * cols], m);
-            assert_eq!(bits(&some), bits(&all[..m * 21]), "{ty:?}: m = {m} vs 16");
+            assert_eq!(
+                bits(&some),
+                bits(&all[..m * 21]),
+                "{ty:?} {cols}: m = {m} vs 16"
+            );
         }
         // Row 3 alone equals row 3 of the 16.
         let alone = matmul(&client, &gw, &x[3 * cols..4 * cols], 1);
         assert_eq!(
             bits(&alone),
             bits(&all[3 * 21..4 * 21]),
-            "{ty:?}: row 3 alone"
+            "{ty:?} {cols}: row 3 alone"
         );
     }
 }
@@ -159,19 +166,27 @@ fn the_subgroup_reduction_equals_the_workgroup_reduction_bit_for_bit() {
     );
     let widths = [2, smallest.min(16)];
     let mut rng = ChaCha8Rng::seed_from_u64(15);
-    for ty in [WeightType::Q8_0, WeightType::Q4K, WeightType::Q6K] {
+    // Quarter teams (1,024 inputs), and a whole-workgroup team (4,096: two halvings more in
+    // workgroup memory before the shuffles).
+    let cases = [
+        (WeightType::Q8_0, 1024, 37, &[1, 5, 16][..]),
+        (WeightType::Q4K, 1024, 37, &[1, 5, 16]),
+        (WeightType::Q6K, 1024, 37, &[1, 5, 16]),
+        (WeightType::Q4K, 4096, 7, &[1, 5]),
+    ];
+    for (ty, cols, out, rows) in cases {
         // Enough groups that every lane of a team holds a partial sum, and an odd output count.
-        let cols = cols_for(ty, 1024);
-        let w = random_matrix(ty, 37, cols, &mut rng);
+        let cols = cols_for(ty, cols);
+        let w = random_matrix(ty, out, cols, &mut rng);
         let mut gw = upload(&client, &w, max);
-        for m in [1, 5, 16] {
+        for &m in rows {
             let x = random_x(m, cols, &mut rng);
             gw.set_reduce(Reduce::Workgroup).unwrap();
             let want = matmul(&client, &gw, &x, m);
             for &lanes in &widths {
                 gw.set_reduce(Reduce::Subgroup { lanes }).unwrap();
                 let got = matmul(&client, &gw, &x, m);
-                assert_eq!(bits(&got), bits(&want), "{ty:?} m={m} lanes={lanes}");
+                assert_eq!(bits(&got), bits(&want), "{ty:?} {cols} m={m} lanes={lanes}");
             }
         }
     }

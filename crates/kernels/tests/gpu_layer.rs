@@ -48,7 +48,10 @@ fn normal(rng: &mut ChaCha8Rng, n: usize, scale: f32) -> Vec<f32> {
 }
 
 /// Rows of the caches the attention tests use.
-const CAP: usize = 160;
+const CAP: usize = 300;
+/// Cache rows written before the rows a test looks at: more than one of attention's 256-key
+/// blocks.
+const PREFIX: usize = 270;
 
 fn step(client: &Client, s: &Step) -> StepBuffer {
     StepBuffer::new(client, s)
@@ -170,7 +173,7 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
             kv_heads,
             head_dim: hd,
         };
-        let (cos, sin) = tables(200, hd);
+        let (cos, sin) = tables(CAP, hd);
         let rope = Rope::new(&client, shape, (&cos, &sin), halves, 1e-6).unwrap();
         let attn = Attention::new(&client, shape).unwrap();
         let reference = Reference {
@@ -180,16 +183,16 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
             sin,
         };
         let width = (heads + 2 * kv_heads) * hd;
-        // A prefix of 70 rows (more than one 64-key block), then 5 rows as a chain.
+        // A prefix of PREFIX rows (more than one 256-key block), then 5 rows as a chain.
         let kv = client.empty(shape.cache_bytes(CAP).unwrap());
-        let prefix = normal(&mut rng, 70 * width, 2.0);
+        let prefix = normal(&mut rng, PREFIX * width, 2.0);
         rope_attend(
             &client,
             (&rope, &attn),
             shape,
             &prefix,
             &kv,
-            &Step::chain(&[0; 70], 0, 1, 1).unwrap(),
+            &Step::chain(&[0; PREFIX], 0, 1, 1).unwrap(),
         );
         let rows = normal(&mut rng, 5 * width, 2.0);
         let chain = rope_attend(
@@ -198,11 +201,11 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
             shape,
             &rows,
             &kv,
-            &Step::chain(&[0; 5], 70, 5, 1).unwrap(),
+            &Step::chain(&[0; 5], PREFIX, 5, 1).unwrap(),
         );
-        // The reference over the keys the chain wrote: rows 0..70 from the prefix, then these.
+        // The reference over the keys the chain wrote: rows 0..PREFIX from the prefix, then these.
         let all: Vec<f32> = [prefix.as_slice(), rows.as_slice()].concat();
-        let keys: Vec<(Heads64, Heads64)> = (0..75)
+        let keys: Vec<(Heads64, Heads64)> = (0..PREFIX + 5)
             .map(|p| {
                 let row = &all[p * width..(p + 1) * width];
                 let k = (0..kv_heads)
@@ -239,10 +242,12 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
             out
         };
         for r in 0..5 {
-            let visible: Vec<usize> = (0..=70 + r).collect();
+            let visible: Vec<usize> = (0..=PREFIX + r).collect();
             for h in 0..heads {
-                let q =
-                    reference.rotate(&rows[r * width + h * hd..r * width + (h + 1) * hd], 70 + r);
+                let q = reference.rotate(
+                    &rows[r * width + h * hd..r * width + (h + 1) * hd],
+                    PREFIX + r,
+                );
                 let want = attend(&q, h / (heads / kv_heads), &visible);
                 let got = &chain[(r * heads + h) * hd..(r * heads + h + 1) * hd];
                 for (d, (&g, w)) in got.iter().zip(&want).enumerate() {
@@ -260,7 +265,7 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
             shape,
             &rows[3 * width..4 * width],
             &kv,
-            &Step::chain(&[0], 73, 1, 1).unwrap(),
+            &Step::chain(&[0], PREFIX + 3, 1, 1).unwrap(),
         );
         assert_eq!(
             bits(&alone),
@@ -268,7 +273,7 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
             "row alone"
         );
 
-        // A tree at base 70: 0 ─ 1 ─ 3, 0 ─ 2 ─ 4; row 4's path is 0, 2, 4 and row 3's 0, 1, 3.
+        // A tree at base PREFIX: 0 ─ 1 ─ 3, 0 ─ 2 ─ 4; row 4's path is 0, 2, 4 and row 3's 0, 1, 3.
         let parents = [None, Some(0), Some(0), Some(1), Some(2)];
         let tree_kv = client.empty(shape.cache_bytes(CAP).unwrap());
         rope_attend(
@@ -277,7 +282,7 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
             shape,
             &prefix,
             &tree_kv,
-            &Step::chain(&[0; 70], 0, 1, 1).unwrap(),
+            &Step::chain(&[0; PREFIX], 0, 1, 1).unwrap(),
         );
         let nodes = normal(&mut rng, 5 * width, 2.0);
         let tree = rope_attend(
@@ -286,7 +291,7 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
             shape,
             &nodes,
             &tree_kv,
-            &Step::tree(&[0; 5], 70, &parents, 5, 1).unwrap(),
+            &Step::tree(&[0; 5], PREFIX, &parents, 5, 1).unwrap(),
         );
         for path in [[0usize, 2, 4], [0, 1, 3]] {
             let chain_kv = client.empty(shape.cache_bytes(CAP).unwrap());
@@ -296,7 +301,7 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
                 shape,
                 &prefix,
                 &chain_kv,
-                &Step::chain(&[0; 70], 0, 1, 1).unwrap(),
+                &Step::chain(&[0; PREFIX], 0, 1, 1).unwrap(),
             );
             let path_rows: Vec<f32> = path
                 .iter()
@@ -308,7 +313,7 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
                 shape,
                 &path_rows,
                 &chain_kv,
-                &Step::chain(&[0; 3], 70, 3, 1).unwrap(),
+                &Step::chain(&[0; 3], PREFIX, 3, 1).unwrap(),
             );
             for (d, &a) in path.iter().enumerate() {
                 assert_eq!(
@@ -694,12 +699,40 @@ fn a_linked_step_takes_its_ids_from_the_chain() {
             "row {i}: drawn id {id}"
         );
     }
-    // A chain too short for the link is refused.
+    // A chain too short for the link is refused. The runtime pads an allocation to the
+    // device's alignment (256 bytes on an H100: a 2-row chain there holds 6 rows), so the
+    // links here reach past any padding: chain row 64 and beyond.
     let short = client.empty(2 * SUMMARY_WORDS * 4);
-    assert!(link_ids(&client, &next, &short).is_err());
+    let far = Link {
+        ids_from: 64,
+        ids: 2,
+        summaries_at: 64,
+    };
+    let far_next = step(
+        &client,
+        &Step::chain(&[7, 0, 0], 0, 3, vocab)
+            .unwrap()
+            .with_link(far)
+            .unwrap(),
+    );
+    assert!(link_ids(&client, &far_next, &short).is_err());
+    let far_summaries = step(
+        &client,
+        &Step::chain(&[0, 0], 0, 2, vocab)
+            .unwrap()
+            .with_link(Link { ids: 0, ..far })
+            .unwrap(),
+    );
     assert!(
         summary
-            .run(&client, &upload_f32(&client, &z), &short, 2, &s, None)
+            .run(
+                &client,
+                &upload_f32(&client, &z),
+                &short,
+                2,
+                &far_summaries,
+                None
+            )
             .is_err()
     );
 }

@@ -16,7 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use mars_kernels::gpu::{
-    Epilogue, GpuType, Reduce, Shader, embed_source, matmul_source, row_bound,
+    Epilogue, GpuType, Reduce, Shader, Team, embed_source, matmul_source, row_bound,
 };
 use mars_kernels::{MAX_ROWS, WeightType};
 use naga::back::{hlsl, msl, spv};
@@ -126,16 +126,21 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         check(&format!("embed {ty:?}"), &embed_source(ty), false);
         checked += 1;
         for rows in bounds {
-            for epilogue in [Epilogue::Store, Epilogue::Add] {
-                let what = format!("matmul {ty:?} x {rows} rows, {epilogue:?}");
+            for (epilogue, team) in [
+                (Epilogue::Store, Team::Quarter),
+                (Epilogue::Add, Team::Quarter),
+                (Epilogue::Add, Team::Whole),
+            ] {
+                let what = format!("matmul {ty:?} x {rows} rows, {epilogue:?}, {team:?}");
                 check(
                     &what,
-                    &matmul_source(&[ty], rows, Reduce::Workgroup, epilogue),
+                    &matmul_source(&[ty], rows, Reduce::Workgroup, epilogue, team),
                     false,
                 );
                 checked += 1;
                 for lanes in [2, 4, 8, 16] {
-                    let source = matmul_source(&[ty], rows, Reduce::Subgroup { lanes }, epilogue);
+                    let reduce = Reduce::Subgroup { lanes };
+                    let source = matmul_source(&[ty], rows, reduce, epilogue, team);
                     check(&format!("{what}, subgroups of {lanes}"), &source, true);
                     checked += 1;
                 }
@@ -147,10 +152,12 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
             4,
             Reduce::Workgroup,
             Epilogue::SwiGlu,
+            Team::Quarter,
         );
         check(&format!("SwiGLU {ty:?} | Q6_K"), &source, false);
         let types = [ty, WeightType::Q4K.into(), GpuType::F32];
-        let source = matmul_source(&types, 16, Reduce::Subgroup { lanes: 8 }, Epilogue::Store);
+        let reduce = Reduce::Subgroup { lanes: 8 };
+        let source = matmul_source(&types, 16, reduce, Epilogue::Store, Team::Quarter);
         check(&format!("q | k | v {types:?}"), &source, true);
         checked += 2;
     }
@@ -173,7 +180,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         check(&format!("{shader:?}"), &shader.source(), false);
         checked += 1;
     }
-    assert_eq!(checked, GpuType::all().count() * (1 + 5 * 2 * 5 + 2) + 14);
+    assert_eq!(checked, GpuType::all().count() * (1 + 5 * 3 * 5 + 2) + 14);
 }
 
 #[test]
@@ -183,6 +190,7 @@ fn a_broken_kernel_is_refused() {
         8,
         Reduce::Workgroup,
         Epilogue::Store,
+        Team::Quarter,
     );
     assert!(validate("good", &good, BASELINE).is_ok());
     // An identifier the kernel never declares.
@@ -197,6 +205,7 @@ fn a_broken_kernel_is_refused() {
         8,
         Reduce::Subgroup { lanes: 8 },
         Epilogue::Store,
+        Team::Quarter,
     );
     let err = validate("shuffles", &shuffles, BASELINE).unwrap_err();
     assert!(err.to_lowercase().contains("subgroup"), "{err}");

@@ -1,29 +1,39 @@
 // Attention of each row's query heads over the keys it may see, in one pass with an online
-// softmax. One workgroup per (query head, row); the key / value head is the query head's group
-// (grouped-query attention). Row r sees, from the step buffer's per-row entry (step.rs), the
-// first `lo` cache rows, then the cache rows lo + b for each bit b set in its 64-bit tree mask
-// (its ancestors and itself in a token tree; none in a chain, where lo = start + r + 1).
+// softmax. One workgroup of 256 threads per (query head, row); the key / value head is the query
+// head's group (grouped-query attention). Row r sees, from the step buffer's per-row entry
+// (step.rs), the first `lo` cache rows, then the cache rows lo + b for each bit b set in its
+// 64-bit tree mask (its ancestors and itself in a token tree; none in a chain, where
+// lo = start + r + 1).
 //
-// The visible keys are taken in order, 64 a block: thread i scores the block's key i, the block's
-// maximum rescales the running sums, every thread then adds the block's weighted values for its
-// own dimensions. The blocks are cut from the list of visible keys, not from cache rows, so a
-// row's result depends only on the keys it sees and their order: a tree row equals the chain
-// over its path bit for bit, and a row equals itself computed beside any other rows.
+// The visible keys are taken in order, 256 a block: thread i scores the block's key i (a dot
+// product of head_dim / 4 vec4 loads, independent, so a GPU keeps them in flight together), a
+// tree of halvings takes the block's maximum, which rescales the running sums. For the values
+// the threads split into `parts` teams of head_dim / 4 lanes (16 teams of 16 at a head width of
+// 64, 8 of 32 at 128): lane c of team t adds, for dimensions 4c .. 4c + 4, the weighted values of
+// the block's keys t, t + parts, …, so a block costs each thread 256 / parts dependent steps, not
+// 256. At the end the teams' sums meet in team order. The blocks and the teams are cut from
+// the list of visible keys, not from cache rows, so a row's result depends only on the keys it
+// sees and their order: a tree row equals the chain over its path bit for bit, and a row equals
+// itself computed beside any other rows. (An earlier form, one thread a key and a dimension over
+// blocks of 64 keys with 64 threads, was right for lavapipe's few wide threads and took ~100 µs a
+// head on an H100 for 140 keys: a third of a token, docs/performance.md.)
 
 const NEG: f32 = -3.0e38; // below every score; exp(NEG − m) is 0 for any real maximum m
-const DIMS: u32 = 4u;     // head_dim ≤ 256: up to 4 output dimensions a thread
+const WG: u32 = 256u;     // threads, and keys a block
 
-@group(0) @binding(0) var<storage, read_write> q: array<f32>;   // [rows, n_heads · head_dim]
-@group(0) @binding(1) var<storage, read_write> kv: array<f32>;  // [2, n_kv, capacity, head_dim]
-@group(0) @binding(2) var<storage, read_write> out: array<f32>; // [rows, n_heads · head_dim]
-// [n_heads, n_kv, head_dim, scale (f32 bits)]
+@group(0) @binding(0) var<storage, read_write> q: array<vec4<f32>>;  // [rows, n_heads · head_dim / 4]
+@group(0) @binding(1) var<storage, read_write> kv: array<vec4<f32>>; // [2, n_kv, capacity, head_dim / 4]
+@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>; // [rows, n_heads · head_dim / 4]
+// [n_heads, n_kv, head_dim (a multiple of 4, ≤ 256), scale (f32 bits)]
 @group(0) @binding(3) var<storage, read_write> p: array<u32>;
 @group(0) @binding(4) var<storage, read_write> s: array<u32>;   // step (step.rs)
 
-var<workgroup> qs: array<f32, 256>;
-var<workgroup> sc: array<f32, 64>;
-var<workgroup> pw: array<f32, 64>;
-var<workgroup> js: array<u32, 64>;
+var<workgroup> qs: array<vec4<f32>, 64>;
+var<workgroup> sc: array<f32, WG>;         // the block's scores, then its weights
+var<workgroup> best: array<f32, WG>;       // the maximum's tree
+var<workgroup> js: array<u32, WG>;         // the block's cache rows
+var<workgroup> fin: array<vec4<f32>, WG>;  // each team's sums, to meet at the end
+var<workgroup> fl: array<f32, WG>;         // each team's sum of weights
 var<workgroup> visible: u32;
 
 // The cache row of visible key k: k itself below lo, else lo plus the position of the
@@ -47,11 +57,11 @@ fn key_row(k: u32, lo: u32, mlo: u32, mhi: u32) -> u32 {
     return lo + base + countTrailingZeros(m);
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let nh = p[0];
     let nkv = p[1];
-    let hd = p[2];
+    let hd4 = p[2] / 4u;
     let cap = s[4];
     let scale = bitcast<f32>(p[3]);
     let h = wg.x;
@@ -63,66 +73,75 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if lid == 0u {
         visible = lo + countOneBits(mlo) + countOneBits(mhi);
     }
-    let qb = (r * nh + h) * hd;
-    for (var i = lid; i < hd; i += 64u) {
-        qs[i] = q[qb + i];
+    let qb = (r * nh + h) * hd4;
+    if lid < hd4 {
+        qs[lid] = q[qb + lid];
     }
     // A barrier, and the count as a value every invocation agrees on (the loop below has
     // barriers in it).
     let n = workgroupUniformLoad(&visible);
     let g = h / (nh / nkv);
-    let kb = g * cap * hd;
-    let vb = (nkv + g) * cap * hd;
+    let kb = g * cap * hd4;
+    let vb = (nkv + g) * cap * hd4;
+    let parts = WG / hd4;
+    let team = lid / hd4;
+    let c = lid % hd4;
+    let lane = team < parts;
     var m = NEG;
     var l = 0.0;
-    var acc: array<f32, DIMS>;
-    for (var b0 = 0u; b0 < n; b0 += 64u) {
+    var acc = vec4<f32>(0.0);
+    for (var b0 = 0u; b0 < n; b0 += WG) {
         let k = b0 + lid;
         var score = NEG;
         var j = 0u;
         if k < n {
             j = key_row(k, lo, mlo, mhi);
-            let at = kb + j * hd;
+            let at = kb + j * hd4;
             var d = 0.0;
-            for (var i = 0u; i < hd; i++) {
-                d += qs[i] * kv[at + i];
+            for (var i = 0u; i < hd4; i++) {
+                d += dot(qs[i], kv[at + i]);
             }
             score = d * scale;
         }
-        sc[lid] = score;
         js[lid] = j;
+        best[lid] = score;
         workgroupBarrier();
-        var best = NEG;
-        for (var i = 0u; i < 64u; i++) {
-            best = max(best, sc[i]);
-        }
-        let m_new = max(m, best);
-        let corr = exp(m - m_new);
-        pw[lid] = exp(score - m_new);
-        workgroupBarrier();
-        let count = min(64u, n - b0);
-        var bl = 0.0;
-        for (var i = 0u; i < count; i++) {
-            bl += pw[i];
-        }
-        l = l * corr + bl;
-        for (var c = 0u; c < DIMS; c++) {
-            let d = lid + 64u * c;
-            if d < hd {
-                var a = acc[c] * corr;
-                for (var i = 0u; i < count; i++) {
-                    a += pw[i] * kv[vb + js[i] * hd + d];
-                }
-                acc[c] = a;
+        for (var step = WG / 2u; step > 0u; step >>= 1u) {
+            if lid < step {
+                best[lid] = max(best[lid], best[lid + step]);
             }
+            workgroupBarrier();
+        }
+        let m_new = max(m, best[0]);
+        let corr = exp(m - m_new);
+        sc[lid] = exp(score - m_new);
+        workgroupBarrier();
+        if lane {
+            let count = min(WG, n - b0);
+            var a = acc * corr;
+            var bl = l * corr;
+            for (var i = team; i < count; i += parts) {
+                let w = sc[i];
+                a += w * kv[vb + js[i] * hd4 + c];
+                bl += w;
+            }
+            acc = a;
+            l = bl;
         }
         m = m_new;
+        // Every thread has read best[0], sc and js before the next block writes them.
         workgroupBarrier();
     }
-    for (var c = 0u; c < DIMS; c++) {
-        let d = lid + 64u * c;
-        if d < hd {
-            out[qb + d] = acc[c] / l;
+    fin[lid] = acc;
+    fl[lid] = l;
+    workgroupBarrier();
+    if lid < hd4 {
+        var total = vec4<f32>(0.0);
+        var weight = 0.0;
+        for (var t = 0u; t < parts; t++) {
+            total += fin[t * hd4 + lid];
+            weight += fl[t * hd4 + lid];
         }
+        out[qb + lid] = total / weight;
     }
 }

@@ -110,18 +110,20 @@ impl Heads {
             })
     }
 
-    /// What the GPU kernels take besides the CPU's rule: an even head width of 2 to 256.
+    /// What the GPU kernels take besides the CPU's rule: a head width of 4 to 256, a multiple
+    /// of 4 (attention reads keys, values and queries as vec4s; every model's is 64, 80, 96,
+    /// 128 or 256).
     fn check_gpu(&self) -> Result<()> {
         let ok = self.kv_heads > 0
             && self.heads.is_multiple_of(self.kv_heads)
             && self.heads >= self.kv_heads
-            && self.head_dim.is_multiple_of(2)
-            && (2..=256).contains(&self.head_dim);
+            && self.head_dim.is_multiple_of(4)
+            && (4..=256).contains(&self.head_dim);
         if ok {
             Ok(())
         } else {
             Err(KernelError::Shape {
-                what: "heads (a multiple of the KV heads) and head width (even, 2 to 256)",
+                what: "heads (a multiple of the KV heads) and head width (a multiple of 4, 4 to 256)",
                 expected: self.kv_heads.max(1),
                 found: self.heads,
             })

@@ -4,16 +4,18 @@
 // outputs are numbered through its matrices in order: matrix 0 holds outputs 0 .. first_1,
 // matrix 1 first_1 .. first_2, matrix 2 first_2 .. outputs.
 //
-// A workgroup of 64 threads computes 4 outputs for up to ROWS rows of x (rows row0 .. row0 + m,
-// row0 = ROWS · workgroup z): a team of 16 threads per output, thread t taking groups t, t + 16,
-// … of 32 values of the weight row, each decoded once and applied to every row. Each row's sum
+// A workgroup of 64 threads computes 64 / TEAM outputs for up to ROWS rows of x (rows
+// row0 .. row0 + m, row0 = ROWS · workgroup z): a team of TEAM threads per output (16, or the
+// whole workgroup for a matrix of few outputs and long rows: `Team` in mod.rs), thread t taking
+// groups t, t + TEAM, … of 32 values of the weight row, each decoded once and applied to every
+// row. Each row's sum
 // is taken in the same order whatever m and ROWS are (the team's partials meet in a fixed tree),
 // so a row's result does not depend on the rows beside it. The number of rows is read at run
 // time from the forward's step buffer (s[rows_at]); ROWS is only a bound (1, 2, 4, 8 or 16: the
 // power of two at or above a call's rows, at most 16), so that loops over rows unroll and the
 // sums stay in registers: five pipelines a kind at most, none per token.
 //
-// The tree halves the team 8, 4, 2, 1 lanes at a time: lane t < step adds lane t + step. Halvings
+// The tree halves the team TEAM / 2, …, 2, 1 lanes at a time: lane t < step adds lane t + step. Halvings
 // of at least LANES lanes go through workgroup memory, a barrier each; the smaller ones, where
 // the adapter has subgroups of at least LANES invocations, through `subgroupShuffleXor` (lane
 // t's partner t ^ step is t + step for t < step: the same sums in the same order, so the same
@@ -29,8 +31,8 @@
 const ROWS: u32 = {{rows}}u;
 const LANES: u32 = {{lanes}}u;
 const EPILOGUE: u32 = {{epilogue}}u;
-const TEAM: u32 = 16u;
-const TEAMS: u32 = 4u;
+const TEAM: u32 = {{team}}u;
+const TEAMS: u32 = 64u / TEAM;
 
 // Every binding is read_write: the runtime sub-allocates buffers from shared pages, and WebGPU
 // refuses one buffer bound read-only and read-write in the same dispatch (and one bound twice
@@ -122,12 +124,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             }
         }
     }
-    if LANES <= 8u {
+    if LANES < TEAM {
         for (var r = 0u; r < ROWS; r++) {
             partial[r * 64u + lid] = acc[r];
         }
         workgroupBarrier();
-        for (var step = 8u; step >= LANES; step >>= 1u) {
+        for (var step = TEAM / 2u; step >= LANES; step >>= 1u) {
             if t < step {
                 for (var r = 0u; r < ROWS; r++) {
                     partial[r * 64u + lid] += partial[r * 64u + lid + step];

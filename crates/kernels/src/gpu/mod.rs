@@ -77,8 +77,6 @@ const COPY: &str = include_str!("copy.wgsl");
 const CLONE: &str = include_str!("clone.wgsl");
 const LINK: &str = include_str!("link.wgsl");
 
-/// Output rows per workgroup of the matmul (4 teams of 16 threads).
-const ROWS_PER_GROUP: usize = 4;
 /// Threads per workgroup of [`Shader::Embed`] (one per 32-value group).
 const EMBED_THREADS: usize = 64;
 /// Workgroups per dispatch dimension that every WebGPU adapter allows.
@@ -249,6 +247,46 @@ impl Epilogue {
     }
 }
 
+/// How many of a matmul workgroup's 64 threads share one output (matmul.wgsl's team).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Team {
+    /// 16 threads an output, 4 outputs a workgroup: every matrix but the ones below.
+    Quarter,
+    /// The whole workgroup on one output: a matrix of few outputs and long rows (an FFN's
+    /// down projection), whose 16-thread teams would leave a large GPU mostly idle — on an
+    /// H100 the 0.5B's down product (896 outputs over 4,864 inputs, 14,336 threads in quarter
+    /// teams) moved its weights at ~80 GB/s (docs/performance.md).
+    Whole,
+}
+
+impl Team {
+    /// The team a group of `outputs` outputs over `cols` inputs gets with `epilogue`: whole
+    /// where rows are at least 4,096 long (128 of the kernel's 32-value groups, two a thread)
+    /// and outputs fewer than 8,192 (a quarter team's 16 threads an output would then fill
+    /// under 131,072 threads: half of a large GPU's), quarter otherwise and always for a
+    /// SwiGLU (whose gate and up meet inside the workgroup).
+    pub fn for_group(epilogue: Epilogue, outputs: usize, cols: usize) -> Self {
+        if epilogue != Epilogue::SwiGlu && cols >= 4096 && outputs < 8192 {
+            Self::Whole
+        } else {
+            Self::Quarter
+        }
+    }
+
+    /// Threads an output.
+    pub fn threads(self) -> usize {
+        match self {
+            Self::Quarter => 16,
+            Self::Whole => 64,
+        }
+    }
+
+    /// Outputs a workgroup.
+    fn outputs(self) -> usize {
+        64 / self.threads()
+    }
+}
+
 /// The bound a matmul pipeline is compiled for: the power of two at or above `rows` (at most
 /// [`MAX_ROWS`]), so one pipeline serves every call of up to that many rows.
 pub fn row_bound(rows: usize) -> usize {
@@ -256,8 +294,15 @@ pub fn row_bound(rows: usize) -> usize {
 }
 
 /// The WGSL of a matmul over matrices of `types` (one to three, binding 0, 1, 2), compiled for
-/// up to `rows` rows a workgroup, with `reduce` and `epilogue`.
-pub fn matmul_source(types: &[GpuType], rows: usize, reduce: Reduce, epilogue: Epilogue) -> String {
+/// up to `rows` rows a workgroup, with `reduce`, `epilogue` and `team` (a SwiGLU takes
+/// [`Team::Quarter`] only: [`Team::for_group`]).
+pub fn matmul_source(
+    types: &[GpuType],
+    rows: usize,
+    reduce: Reduce,
+    epilogue: Epilogue,
+    team: Team,
+) -> String {
     let lanes = reduce.lanes();
     let shuffles = if lanes > 1 {
         "    for (var step = LANES / 2u; step > 0u; step >>= 1u) {
@@ -283,6 +328,7 @@ pub fn matmul_source(types: &[GpuType], rows: usize, reduce: Reduce, epilogue: E
         .replace("{{rows}}", &rows.to_string())
         .replace("{{lanes}}", &lanes.to_string())
         .replace("{{epilogue}}", &epilogue.code().to_string())
+        .replace("{{team}}", &team.threads().to_string())
         .replace("{{shuffles}}", shuffles)
 }
 
@@ -325,6 +371,8 @@ pub enum Shader {
         reduce: Reduce,
         /// What the sums become.
         epilogue: Epilogue,
+        /// Threads an output.
+        team: Team,
     },
     /// The embedding lookup.
     Embed(GpuType),
@@ -361,7 +409,8 @@ impl Shader {
                 rows,
                 reduce,
                 epilogue,
-            } => matmul_source(types, *rows, *reduce, *epilogue),
+                team,
+            } => matmul_source(types, *rows, *reduce, *epilogue, *team),
             Self::Embed(ty) => embed_source(*ty),
             Self::Norm => NORM.to_string(),
             Self::Rope { head_norm } => ROPE.replace("{{head_norm}}", &head_norm.to_string()),
@@ -414,13 +463,16 @@ impl Shader {
                 rows,
                 reduce,
                 epilogue,
+                team,
             } => {
                 let mut k = 0u64;
                 for &ty in types {
                     k = k * 16 + 1 + u64::from(type_code(ty));
                 }
+                // rows ≤ 16 in bits 8..13, the team in bit 7, lanes ≤ 16 in bits 2..7.
                 (k << 16)
                     | ((*rows as u64) << 8)
+                    | (u64::from(*team == Team::Whole) << 7)
                     | (u64::from(reduce.lanes()) << 2)
                     | u64::from(epilogue.code())
             }
@@ -665,6 +717,7 @@ struct MatmulLaunch {
     params: Handle,
     groups: usize,
     rows: Rows,
+    team: Team,
     /// Stand-ins for the bindings this launch does not use (weights 1 and 2, the bias): each
     /// its own small buffer, since WebGPU refuses one buffer bound twice for writing.
     spare: [Handle; 3],
@@ -748,6 +801,7 @@ impl MatmulLaunch {
                 rows: row_bound(rows),
                 reduce,
                 epilogue,
+                team: self.team,
             },
             CubeCount::Static(gx as u32, gy as u32, rows.div_ceil(MAX_ROWS) as u32),
             KernelArguments::new()
@@ -1042,11 +1096,12 @@ impl MatrixGroup {
             .iter()
             .map(|m| row_bytes(m.ty, m.cols))
             .collect::<Result<_>>()?;
+        let team = Team::for_group(epilogue, outputs, cols);
         let mut launches = Vec::new();
         if n == 1 {
             // One matrix: one launch per part, each writing its own columns of y.
             for part in &first.parts {
-                let groups = part.rows.len().div_ceil(ROWS_PER_GROUP);
+                let groups = part.rows.len().div_ceil(team.outputs());
                 let params = MatmulParams {
                     n_in: cols,
                     y_stride: total,
@@ -1064,6 +1119,7 @@ impl MatrixGroup {
                     params: upload_words(client, &params.words()?),
                     groups,
                     rows,
+                    team,
                     spare: spare_bindings(client),
                 });
             }
@@ -1084,7 +1140,7 @@ impl MatrixGroup {
             let groups = if epilogue == Epilogue::SwiGlu {
                 first.rows.div_ceil(2)
             } else {
-                total.div_ceil(ROWS_PER_GROUP)
+                total.div_ceil(team.outputs())
             };
             let params = MatmulParams {
                 n_in: cols,
@@ -1107,6 +1163,7 @@ impl MatrixGroup {
                 params: upload_words(client, &params.words()?),
                 groups,
                 rows,
+                team,
                 spare: spare_bindings(client),
             });
         }
@@ -1206,6 +1263,21 @@ mod tests {
         }
         assert!(split_rows(WeightType::Q8_0, 4, 64, 50).is_err());
         assert!(split_rows(WeightType::Q4K, 4, 100, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn long_rows_with_few_outputs_take_a_workgroup_an_output() {
+        // The 0.5B's and 1.5B's down products; their gate | up (SwiGLU) and heads do not.
+        assert_eq!(Team::for_group(Epilogue::Add, 896, 4864), Team::Whole);
+        assert_eq!(Team::for_group(Epilogue::Add, 1536, 8960), Team::Whole);
+        assert_eq!(Team::for_group(Epilogue::SwiGlu, 4864, 4096), Team::Quarter);
+        assert_eq!(
+            Team::for_group(Epilogue::Store, 151_936, 896),
+            Team::Quarter
+        );
+        assert_eq!(Team::for_group(Epilogue::Add, 896, 896), Team::Quarter);
+        assert_eq!(Team::Whole.outputs() * Team::Whole.threads(), 64);
+        assert_eq!(Team::Quarter.outputs() * Team::Quarter.threads(), 64);
     }
 
     #[test]
