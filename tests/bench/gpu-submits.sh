@@ -2,9 +2,9 @@
 # Queue submissions per decoded token on the GPU path, counted in wgpu itself: `mars generate
 # --device wgpu` under gdb with a counting breakpoint on wgpu-core's queue_submit, for two token
 # budgets, so the difference is per token (prompt and start-up cancel out). CubeCL submits its
-# recorded work every `tasks_max` launches and before every read back; mars sets 512 (a forward
-# in one submit) unless CUBECL_WGPU_MAX_TASKS is set: run with CUBECL_WGPU_MAX_TASKS=32
-# (CubeCL's own default) to see the difference.
+# recorded work every `tasks_max` launches and before every read back; mars sets 512 on a CPU
+# adapter (a forward in one submit) and 32 on a GPU (`mars_model::submit_every`) unless
+# CUBECL_WGPU_MAX_TASKS is set: run with CUBECL_WGPU_MAX_TASKS=32 to see the difference.
 #   usage: bash tests/bench/gpu-submits.sh MODEL.gguf [TOKENS_A] [TOKENS_B]
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -189,11 +189,11 @@ async fn open_wgpu() -> Result<OpenDevice> {
     let mut options = Device::wgpu_options();
     // CubeCL submits its recorded launches every `tasks_max` of them (32 by default) and before
     // every read back. A forward is 8 launches a layer plus a few (~230 for a 28-layer model)
-    // and ends in a read, so 512 makes a forward one submit: counted on lavapipe, 9 submits a
-    // decoded token become 2 and decode gets ~15 % faster (docs/performance.md, "On the GPU").
-    // CUBECL_WGPU_MAX_TASKS, where set, still decides.
+    // and ends in a read: one submit a forward on a CPU adapter, 32 launches a submit on a GPU
+    // (`mars_model::submit_every`, both measured). CUBECL_WGPU_MAX_TASKS, where set, still
+    // decides.
     if std::env::var_os("CUBECL_WGPU_MAX_TASKS").is_none() {
-        options = options.tasks_max(SUBMIT_EVERY);
+        options = options.tasks_max(mars_model::submit_every().await);
     }
     let (device, setup) = options
         .init_with_setup_async()
@@ -218,10 +218,6 @@ async fn open_wgpu() -> Result<OpenDevice> {
         }),
     })
 }
-
-/// Launches CubeCL records before it submits them (see `open_wgpu`).
-#[cfg(any(feature = "wgpu", feature = "webgpu"))]
-const SUBMIT_EVERY: usize = 512;
 
 #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
 async fn open_wgpu() -> Result<OpenDevice> {

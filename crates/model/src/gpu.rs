@@ -72,6 +72,35 @@ pub fn subgroup_lanes(adapter: &burn::backend::wgpu::wgpu::Adapter) -> Option<u3
     (adapter.features().contains(Features::SUBGROUP) && usable).then_some(min)
 }
 
+/// Launches CubeCL records before it submits them, for the adapter wgpu picks first (high
+/// performance, as CubeCL's default device does): 512 on a CPU adapter (lavapipe, SwiftShader,
+/// Chrome's fallback adapter), where a forward in one submit decoded ~15 % faster than in
+/// CubeCL's 32 a submit (9 submits a token), and 32 on a GPU, where the host records the rest
+/// of the forward while the GPU runs what was submitted: on an H100 a forward in one submit
+/// decoded the 0.5B's shapes at 138–142 tok/s, 32 a submit at 213–216 (docs/performance.md).
+/// Asked of its own wgpu instance before CubeCL opens the device, since the runtime's options
+/// are fixed when it opens; an adapter that cannot be had gives the CPU's number (CubeCL will
+/// then fail to open it too).
+pub async fn submit_every() -> usize {
+    use burn::backend::wgpu::wgpu;
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+    let adapter = instance
+        .request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            ..Default::default()
+        })
+        .await;
+    match adapter.map(|a| a.get_info().device_type) {
+        Ok(wgpu::DeviceType::Cpu) | Err(_) => SUBMIT_EVERY_CPU,
+        Ok(_) => SUBMIT_EVERY_GPU,
+    }
+}
+
+/// [`submit_every`] on a CPU adapter.
+pub const SUBMIT_EVERY_CPU: usize = 512;
+/// [`submit_every`] on a GPU.
+pub const SUBMIT_EVERY_GPU: usize = 32;
+
 /// Why the block kernels cannot run on `adapter`, or `None` where they can. They decode f16
 /// block scales with `unpack2x16float` (core WGSL), which wgpu grants through the downlevel flag
 /// `SHADER_F16_IN_F32`: every backend sets it (the browser's included), but wgpu withdraws it on

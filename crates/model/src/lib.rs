@@ -30,7 +30,9 @@ pub use cache::KvCache;
 pub use config::{Architecture, LlamaConfig, RopeStyle};
 pub use error::{ModelError, Result};
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-pub use gpu::{blocks_unsupported, subgroup_lanes};
+pub use gpu::{
+    SUBMIT_EVERY_CPU, SUBMIT_EVERY_GPU, blocks_unsupported, subgroup_lanes, submit_every,
+};
 pub use llama::Llama;
 pub use load::{DeviceLimits, LoadOptions, WeightPath};
 pub use logits::{ChainLink, Logits, RowSummary, SummaryChain, read_f32, read_f32_async};
