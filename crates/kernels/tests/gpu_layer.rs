@@ -626,13 +626,13 @@ fn a_linked_step_takes_its_ids_from_the_chain() {
         ids: 0,
         summaries_at: 1,
     };
-    let s = step(
-        &client,
-        &Step::chain(&[0, 0], 0, 2, vocab)
-            .unwrap()
-            .with_link(link)
-            .unwrap(),
-    );
+    // A chain step over `ids` with `link`, in a buffer.
+    let linked = |ids: &[u32], link: Link| {
+        let rows = ids.len();
+        let plain = Step::chain(ids, 0, rows, vocab).unwrap();
+        step(&client, &plain.with_link(link).unwrap())
+    };
+    let s = linked(&[0, 0], link);
     summary
         .run(&client, &upload_f32(&client, &z), &chain, 2, &s, None)
         .unwrap();
@@ -642,8 +642,7 @@ fn a_linked_step_takes_its_ids_from_the_chain() {
         ids: 2,
         summaries_at: 0,
     };
-    let next = Step::chain(&[7, 0, 0], 0, 3, vocab).unwrap();
-    let next = step(&client, &next.with_link(link).unwrap());
+    let next = linked(&[7, 0, 0], link);
     link_ids(&client, &next, &chain).unwrap();
     let table = normal(&mut rng, vocab * d, 1.0);
     let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -708,21 +707,8 @@ fn a_linked_step_takes_its_ids_from_the_chain() {
         ids: 2,
         summaries_at: 64,
     };
-    let far_next = step(
-        &client,
-        &Step::chain(&[7, 0, 0], 0, 3, vocab)
-            .unwrap()
-            .with_link(far)
-            .unwrap(),
-    );
-    assert!(link_ids(&client, &far_next, &short).is_err());
-    let far_summaries = step(
-        &client,
-        &Step::chain(&[0, 0], 0, 2, vocab)
-            .unwrap()
-            .with_link(Link { ids: 0, ..far })
-            .unwrap(),
-    );
+    assert!(link_ids(&client, &linked(&[7, 0, 0], far), &short).is_err());
+    let far_summaries = linked(&[0, 0], Link { ids: 0, ..far });
     assert!(
         summary
             .run(
