@@ -21,9 +21,10 @@
 const NEG: f32 = -3.0e38; // below every score; exp(NEG − m) is 0 for any real maximum m
 const WG: u32 = 256u;     // threads, and keys a block
 
-@group(0) @binding(0) var<storage, read_write> q: array<vec4<f32>>;  // [rows, n_heads · head_dim / 4]
-@group(0) @binding(1) var<storage, read_write> kv: array<vec4<f32>>; // [2, n_kv, capacity, head_dim / 4]
-@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>; // [rows, n_heads · head_dim / 4]
+// Queries and outputs [rows, n_heads · head_dim / 4]; the cache [2, n_kv, capacity, head_dim / 4].
+@group(0) @binding(0) var<storage, read_write> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> kv: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
 // [n_heads, n_kv, head_dim (a multiple of 4, ≤ 256), scale (f32 bits)]
 @group(0) @binding(3) var<storage, read_write> p: array<u32>;
 @group(0) @binding(4) var<storage, read_write> s: array<u32>;   // step (step.rs)

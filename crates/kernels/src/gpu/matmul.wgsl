@@ -8,18 +8,17 @@
 // row0 .. row0 + m, row0 = ROWS · workgroup z): a team of TEAM threads per output (16, or the
 // whole workgroup for a matrix of few outputs and long rows: `Team` in mod.rs), thread t taking
 // groups t, t + TEAM, … of 32 values of the weight row, each decoded once and applied to every
-// row. Each row's sum
-// is taken in the same order whatever m and ROWS are (the team's partials meet in a fixed tree),
-// so a row's result does not depend on the rows beside it. The number of rows is read at run
-// time from the forward's step buffer (s[rows_at]); ROWS is only a bound (1, 2, 4, 8 or 16: the
-// power of two at or above a call's rows, at most 16), so that loops over rows unroll and the
-// sums stay in registers: five pipelines a kind at most, none per token.
+// row. Each row's sum is taken in the same order whatever m and ROWS are (the team's partials meet
+// in a fixed tree), so a row's result does not depend on the rows beside it. The number of rows is
+// read at run time from the forward's step buffer (s[rows_at]); ROWS is only a bound (1, 2, 4, 8 or
+// 16: the power of two at or above a call's rows, at most 16), so that loops over rows unroll and
+// the sums stay in registers: five pipelines a kind at most, none per token.
 //
-// The tree halves the team TEAM / 2, …, 2, 1 lanes at a time: lane t < step adds lane t + step. Halvings
-// of at least LANES lanes go through workgroup memory, a barrier each; the smaller ones, where
-// the adapter has subgroups of at least LANES invocations, through `subgroupShuffleXor` (lane
-// t's partner t ^ step is t + step for t < step: the same sums in the same order, so the same
-// bits). LANES = 1: workgroup memory only, every adapter.
+// The tree halves the team TEAM / 2, …, 2, 1 lanes at a time: lane t < step adds lane
+// t + step. Halvings of at least LANES lanes go through workgroup memory, a barrier each; the
+// smaller ones, where the adapter has subgroups of at least LANES invocations, through
+// `subgroupShuffleXor` (lane t's partner t ^ step is t + step for t < step: the same sums in the
+// same order, so the same bits). LANES = 1: workgroup memory only, every adapter.
 //
 // What the sums become (EPILOGUE, compiled in):
 // 0 (store): y = sum (+ bias[o] where has_bias), and −inf for outputs at or past the step's
