@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The runner each part of tests/bench/gpu-bundle.sh carries: `add` copies the part it sits in to
+# $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
+#   usage: bash PART/run.sh add | tests | peers | spec | profile | submits | all …
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+work=${WORK:-$HOME/mars-gpu}
+out=${OUT:-$work/out}
+in=$work/in
+mkdir -p "$in" "$work/bin" "$work/models" "$out"
+unxz() {
+  python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$1" "$2"
+}
+setup() { # unpacks what has arrived and is not unpacked yet
+  local t b s m f d name n i all
+  if [ ! -x "$work/bin/mars" ] && [ -f "$in/mars.xz" ]; then
+    unxz "$in/mars.xz" "$work/bin/mars" && chmod +x "$work/bin/mars"
+  fi
+  if [ ! -d "$work/repo" ] && [ -f "$in/scripts.tar.xz" ]; then
+    mkdir -p "$work/repo" && tar -C "$work/repo" -xJf "$in/scripts.tar.xz"
+  fi
+  [ -d "$work/llama" ] || { [ -f "$in/llama.tar.xz" ] && tar -C "$work" -xJf "$in/llama.tar.xz"; }
+  [ -f "$work/spec_bench.jsonl" ] || { [ -f "$in/spec_bench.jsonl.xz" ] && unxz "$in/spec_bench.jsonl.xz" "$work/spec_bench.jsonl"; }
+  [ -x /usr/bin/time ] || { [ -f "$in/time" ] && cp "$in/time" /usr/bin/time && chmod +x /usr/bin/time; }
+  for t in "$in"/test-*.xz; do
+    [ -e "$t" ] || continue
+    b="$work/bin/$(basename "$t" .xz)"
+    [ -x "$b" ] || { unxz "$t" "$b" && chmod +x "$b"; }
+  done
+  # Split files, once all their pieces are in.
+  if [ -f "$in/pieces.txt" ]; then
+    while read -r name n; do
+      [ -f "$in/$name" ] && continue
+      all=1
+      for i in $(seq 0 $((n - 1))); do [ -f "$in/$(printf '%s.%03d' "$name" "$i")" ] || all=0; done
+      if [ $all = 1 ]; then
+        for i in $(seq 0 $((n - 1))); do cat "$in/$(printf '%s.%03d' "$name" "$i")"; done >"$in/$name"
+      fi
+    done <"$in/pieces.txt"
+  fi
+  for f in "$in"/*.gguf; do [ -e "$f" ] && [ ! -f "$work/models/$(basename "$f")" ] && cp "$f" "$work/models/"; done
+  for s in "$in"/*.skel; do
+    [ -e "$s" ] || continue
+    m="$work/models/$(basename "$s" .skel).skeleton.gguf"
+    [ -f "$m" ] || python3 "$work/repo/tests/bench/gguf-skeleton.py" unpack "$s" "$m"
+  done
+  # A Vulkan loader where the machine has none, and NVIDIA's driver manifest where the loader
+  # does not look for it.
+  if ! ldconfig -p | grep -q 'libvulkan.so.1 ' && [ -f "$in/debs.tar" ]; then
+    mkdir -p "$work/debs" && tar -C "$work/debs" -xf "$in/debs.tar"
+    for d in "$work"/debs/*.deb; do dpkg -x "$d" /; done
+    ldconfig
+  fi
+  local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  if [ -f $icd ] && [ ! -f /usr/share/vulkan/icd.d/nvidia_icd.json ]; then
+    export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd
+  fi
+  export MARS_BIN=$work/bin/mars LLAMA_VK_BIN=$work/llama MARS_MODEL_DIR=$work/models
+  export SPEC_BENCH=$work/spec_bench.jsonl ROUNDS=${ROUNDS:-2}
+  export PEERS_PP=${PEERS_PP:-128} PEERS_TG=${PEERS_TG:-64}
+}
+models() { ls "$work"/models/*.gguf 2>/dev/null | tr '\n' ' '; }
+stage() {
+  case "$1" in
+    add) cp -r "$here"/. "$in/" && rm -f "$in/run.sh" && echo "added $(basename "$here")" ;;
+    tests)
+      for t in "$work"/bin/test-*; do echo "== $(basename "$t")"; timeout 300 "$t" 2>&1 | tail -15; done ;;
+    peers)
+      PEER_MODELS="$(models)" SPEC="" OUT="$out/gpu-peers.md" timeout 600 bash "$work/repo/tests/bench/gpu.sh" ;;
+    spec)
+      PEERS=0 SPEC=smol OUT="$out/gpu-spec.md" timeout 600 bash "$work/repo/tests/bench/gpu.sh" 6 64 ;;
+    profile)
+      for m in $(models); do timeout 120 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 128 16; done \
+        | tee "$out/profile.md" ;;
+    submits)
+      for m in $(models); do for r in 1 2; do for t in 512 64 32 16; do
+        CUBECL_WGPU_MAX_TASKS=$t timeout 90 "$MARS_BIN" speed --model "$m" --device wgpu \
+          --prompt-tokens 128 --decode-tokens 128 2>/dev/null | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+print('$r', '$(basename "$m")', 'tasks $t', round(d['decode_tokens_per_second'], 1), 'tok/s')"
+      done; done; done | tee "$out/submits.txt" ;;
+    all) for s in tests peers spec profile submits; do stage "$s"; done ;;
+    *) echo "unknown stage $1" >&2; return 2 ;;
+  esac
+}
+[ $# -gt 0 ] || { sed -n 2,4p "$0"; exit 2; }
+for s in "$@"; do
+  [ "$s" = add ] || setup
+  stage "$s"
+done
+setup

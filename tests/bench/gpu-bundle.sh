@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The GPU benchmark packed for a machine that can neither build nor fetch (a GPU lent without a
+# toolchain or network, taking a bounded upload at a time). Builds here: the release binary,
+# llama.cpp's Vulkan llama-bench, the GPU kernel tests; packs SmolLM2 whole, the Qwen pair as
+# skeletons (gguf-skeleton.py: a plain decode's work, not its text), Spec-Bench and the bench
+# scripts; and writes them as DIR/part-1, part-2, … of at most MAX_MB each. There, each part is
+# added as it arrives and the stages run once their files are in:
+#   bash PART/run.sh add        # copies this part into $WORK (default ~/mars-gpu)
+#   bash PART/run.sh STAGE…     # tests | peers | spec | profile | submits | all
+# tests: the kernel tests (bit-for-bit contracts on this device's subgroups); peers: gpu.sh part
+# 1 (mars beside llama.cpp's Vulkan backend: SmolLM2 and the pair's shapes); spec: gpu.sh part 2
+# on SmolLM2; profile: the per-kernel split of a token (gpu-profile.sh); submits: decode by
+# CubeCL's launches a submit. Results go to $OUT (default $WORK/out).
+#   usage: bash tests/bench/gpu-bundle.sh DIR [MAX_MB (56)]
+#   env:   VULKAN_DEBS (a folder of .deb files to unpack there when it has no libvulkan.so.1)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dest=${1:?usage: gpu-bundle.sh DIR [MAX_MB]}
+max=$((${2:-56} * 1000 * 1000))
+models="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}"
+[ -f "$models/SmolLM2-135M-Instruct.Q4_1.gguf" ] || bash tests/fetch-model.sh
+[ -f "$models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf" ] || bash tests/fetch-pair.sh
+target="${CARGO_TARGET_DIR:-target}"
+cargo build --release -q
+tests=$(cargo test --release -q -p mars-kernels --features gpu --test gpu --test gpu_layer \
+  --no-run --message-format=json 2>/dev/null | python3 -c "
+import json, sys
+for line in sys.stdin:
+    d = json.loads(line)
+    if d.get('reason') == 'compiler-artifact' and d.get('executable'):
+        print(d['executable'])")
+llama=$(bash ../shared/tools/llama-cpp.sh vulkan)
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+# What travels, smallest first where it can: binaries compressed (python3's lzma unpacks them
+# there), the models as they are (quantized blocks do not compress).
+mkdir -p "$stage/f"
+strip -o "$stage/mars" "$target/release/mars"
+xz -6 -c "$stage/mars" >"$stage/f/mars.xz"
+for t in $tests; do
+  name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
+  strip -o "$stage/$name" "$t"
+  xz -6 -c "$stage/$name" >"$stage/f/test-$name.xz"
+done
+mkdir -p "$stage/llama"
+cp -a "$llama"/llama-bench "$llama"/*.so* "$stage/llama/"
+gomp=$(ldconfig -p | awk '/libgomp.so.1 / { print $NF; exit }')
+[ -n "$gomp" ] && cp -L "$gomp" "$stage/llama/"
+tar -C "$stage" -cJf "$stage/f/llama.tar.xz" llama
+tar -cJf "$stage/f/scripts.tar.xz" tests/bench/gpu.sh tests/bench/gpu-peers.sh \
+  tests/bench/gpu-profile.sh tests/bench/gguf-skeleton.py
+xz -c ../shared/bench/spec_bench.jsonl >"$stage/f/spec_bench.jsonl.xz"
+if [ -n "${VULKAN_DEBS:-}" ]; then tar -C "$VULKAN_DEBS" -cf "$stage/f/debs.tar" .; fi
+cp /usr/bin/time "$stage/f/time" # GNU time, for peak memory (gpu-peers.sh)
+for m in Qwen2.5-Coder-0.5B-Instruct-Q4_K_M Qwen2.5-Coder-1.5B-Instruct-Q4_K_M; do
+  python3 tests/bench/gguf-skeleton.py pack "$models/$m.gguf" "$stage/f/$m.skel"
+done
+cp "$models/SmolLM2-135M-Instruct.Q4_1.gguf" "$stage/f/"
+# Into parts: files in this order, one split across parts where it does not fit (its pieces
+# named .000, .001, …, joined there).
+rm -rf "$dest"
+python3 - "$stage/f" "$dest" "$max" <<'PY'
+import os, sys
+src, dest, cap = sys.argv[1], sys.argv[2], int(sys.argv[3])
+order = ["mars.xz", "scripts.tar.xz", "llama.tar.xz", "spec_bench.jsonl.xz", "debs.tar", "time"]
+names = sorted(
+    os.listdir(src),
+    key=lambda n: (order.index(n) if n in order else 99, n.startswith("SmolLM2"), n.endswith(".skel"), n),
+)
+part, room, pieces = 1, cap, {}
+def out(name):
+    d = os.path.join(dest, f"part-{part}")
+    os.makedirs(d, exist_ok=True)
+    return open(os.path.join(d, name), "wb")
+for name in names:
+    with open(os.path.join(src, name), "rb") as f:
+        size, piece = os.path.getsize(f.name), 0
+        if size <= room or size <= cap and room < cap // 4:
+            if size > room:
+                part, room = part + 1, cap
+            with out(name) as o:
+                o.write(f.read())
+            room -= size
+            continue
+        if room == 0:
+            part, room = part + 1, cap
+        while True:
+            chunk = f.read(room)
+            if not chunk:
+                break
+            with out(f"{name}.{piece:03d}") as o:
+                o.write(chunk)
+            piece += 1
+            room -= len(chunk)
+            if room == 0:
+                part, room = part + 1, cap
+        pieces[name] = piece
+# What the runner joins: each split file and its pieces.
+with open(os.path.join(dest, "part-1", "pieces.txt"), "w") as m:
+    m.writelines(f"{name} {n}\n" for name, n in pieces.items())
+PY
+cp tests/bench/gpu-bundle-run.sh "$dest/part-1/run.sh"
+for p in "$dest"/part-*; do [ -f "$p/run.sh" ] || cp "$dest/part-1/run.sh" "$p/run.sh"; done
+du -sh "$dest"/part-* >&2
+echo "$dest"
