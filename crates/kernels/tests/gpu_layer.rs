@@ -167,7 +167,16 @@ fn rope_attend(
 fn rope_and_attention_match_f64_over_chains_and_trees() {
     let client = client();
     let mut rng = ChaCha8Rng::seed_from_u64(2);
-    for (halves, hd, heads, kv_heads) in [(false, 64, 6, 2), (true, 128, 4, 4), (true, 32, 3, 1)] {
+    // Head widths whose vec4 lanes split the 256 threads evenly (32, 64, 128, 256) and not (96:
+    // 10 teams of 24 lanes, 16 threads idle).
+    let shapes = [
+        (false, 64, 6, 2),
+        (true, 128, 4, 4),
+        (true, 32, 3, 1),
+        (false, 96, 4, 2),
+        (true, 256, 2, 1),
+    ];
+    for (halves, hd, heads, kv_heads) in shapes {
         let shape = Heads {
             heads,
             kv_heads,
