@@ -277,6 +277,8 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         "branch": args.branch,
         "tree_min_p": args.tree_min_p,
         "temperature": runner.run.sampling.temperature,
+        // null without top-k: a journal written before top-k was recorded resumes as before.
+        "top_k": runner.run.sampling.top_k,
         "top_p": runner.run.sampling.top_p,
         "seed": runner.run.seed,
         "seeds": args.seeds,
@@ -562,6 +564,14 @@ mod tests {
             let err = resume(&dir, &other).unwrap_err().to_string();
             assert!(err.contains(&format!("this run has {key} =")), "{err}");
         }
+        // A journal without top-k resumes a run without it, and refuses a run with it.
+        let mut no_k = made.clone();
+        no_k["top_k"] = serde_json::Value::Null;
+        assert_eq!(resume(&dir, &no_k).unwrap().len(), 1);
+        let mut with_k = made.clone();
+        with_k["top_k"] = 20.into();
+        let err = resume(&dir, &with_k).unwrap_err().to_string();
+        assert!(err.contains("this run has top_k = 20"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
