@@ -301,7 +301,9 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         .cycle()
         .take(args.prompt_tokens + 1)
         .collect();
-    // One untimed run: first-use allocation and kernel compilation on wgpu.
+    // One untimed run: first-use allocation and kernel compilation on wgpu. Its prompt of up to
+    // 18 tokens prefills up to 17 rows, so the prefill's 16-row kernels are compiled here and
+    // not inside the timed prefill (on lavapipe compiling them took seconds).
     let warm_up = RunSettings {
         max_tokens: 2,
         ..run.clone()
@@ -311,7 +313,7 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         &warm_up,
         Method::Target,
         None,
-        ids[..2].to_vec(),
+        ids[..ids.len().min(18)].to_vec(),
         |_| Ok(()),
     )?;
     let (output, prefill_ms) =

@@ -9,7 +9,9 @@
 # A benchmark command, not a CI step (~10 minutes: valgrind runs ~50x slower).
 #   usage: bash tests/bench/gpu-instructions.sh [SHAPES] [ROWS] [N]
 #   SHAPES: indices into gpu_cost's shapes (0 SmolLM2 FFN Q4_1, 1 SmolLM2 head Q8_0,
-#   2 Qwen2.5-1.5B FFN Q4_K), default "0 1 2"; ROWS default "1 5 16"; N default 2.
+#   2 Qwen2.5-1.5B FFN Q4_K, 3 Qwen2.5-0.5B FFN Q5_0, 4 Qwen2.5-0.5B head Q8_0, 5 Qwen2.5-0.5B
+#   FFN down Q4_K), default "0 1 2";
+#   ROWS default "1 5 16"; N default 2. FAN=1 or FAN=4: outputs a team (default: the device's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 shapes=${1:-0 1 2}
@@ -21,7 +23,7 @@ bin="${CARGO_TARGET_DIR:-target}/release/examples/gpu_cost"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 count() { # shape m calls -> instructions in the shader code, over all calls
-  valgrind --tool=callgrind --callgrind-out-file="$out/cg" "$bin" "$1" "$2" "$3" >/dev/null 2>&1
+  valgrind --tool=callgrind --callgrind-out-file="$out/cg" "$bin" "$1" "$2" "$3" ${FAN:-} >/dev/null 2>&1
   callgrind_annotate --threshold=100 "$out/cg" | grep -F '[???]' \
     | awk '{ gsub(",", "", $1); s += $1 } END { printf "%.0f\n", s }'
 }

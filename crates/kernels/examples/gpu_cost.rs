@@ -1,22 +1,25 @@
 //! The WGSL matmul alone on wgpu (lavapipe without a GPU): milliseconds per call for m = 1, 2,
-//! 5, 8, 16 rows on SmolLM2-135M's and Qwen2.5-1.5B's shapes, and each m against one row —
-//! what a verification pass of m rows costs in the kernel, without the rest of the forward pass;
-//! once with the partial sums meeting through workgroup memory and once through subgroup
-//! shuffles as wide as the device's smallest subgroup (forced where `Reduce::detect` would not
-//! pick it, as on lavapipe).
+//! 5, 8, 16 rows on SmolLM2-135M's, Qwen2.5-1.5B's and Qwen2.5-0.5B's shapes, and each m
+//! against one row — what a verification pass of m rows costs in the kernel, without the rest of
+//! the forward pass; once with the partial sums meeting through workgroup memory and once
+//! through subgroup shuffles as wide as the device's smallest subgroup (forced where
+//! `Reduce::detect` would not pick it, as on lavapipe).
 //!   cargo run --release -p mars-kernels --features gpu --example gpu_cost
 //!
-//! With arguments `SHAPE M CALLS` (SHAPE 0, 1 or 2 in the order below; the subgroup form) it
-//! only makes `CALLS` calls of `M` rows after one warm-up call, timing nothing: for counting the
-//! shader's instructions under valgrind (tests/bench/gpu-instructions.sh divides them by
-//! `CALLS + 1`).
+//! With arguments `SHAPE M CALLS [FAN]` (SHAPE 0 to 5 in the order below; FAN 1 or 4 outputs a
+//! team, else the device's; the subgroup form) it only makes `CALLS` calls of `M` rows after one
+//! warm-up call, timing nothing: for counting the shader's instructions under valgrind
+//! (tests/bench/gpu-instructions.sh divides them by `CALLS + 1`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
 
 use cubecl::wgpu::WgpuDevice;
-use mars_kernels::gpu::{GpuMatrix, Reduce};
+use mars_kernels::gpu::{Fan, GpuMatrix, Reduce};
 use mars_kernels::{QMatrix, WeightType};
+
+/// How many shapes `main` knows (the largest SHAPE argument is one less).
+const SHAPES: usize = 6;
 
 fn main() {
     let client = cubecl::Device::Wgpu(WgpuDevice::default()).client();
@@ -34,11 +37,12 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if !matches!(args.len(), 0 | 3)
-        || args.first().is_some_and(|&shape| shape > 2)
+    if !matches!(args.len(), 0 | 3 | 4)
+        || args.first().is_some_and(|&shape| shape >= SHAPES)
         || args.get(1).is_some_and(|&m| !(1..=16).contains(&m))
+        || args.get(3).is_some_and(|&f| !matches!(f, 1 | 4))
     {
-        eprintln!("usage: gpu_cost [SHAPE M CALLS] with SHAPE 0-2 and M 1-16");
+        eprintln!("usage: gpu_cost [SHAPE M CALLS [FAN]] with SHAPE 0-5, M 1-16 and FAN 1 or 4");
         std::process::exit(2);
     }
     // (name, type, out, in)
@@ -46,9 +50,12 @@ fn main() {
         ("SmolLM2 FFN up, Q4_1", WeightType::Q4_1, 1536, 576),
         ("SmolLM2 head, Q8_0", WeightType::Q8_0, 49_152, 576),
         ("Qwen2.5-1.5B FFN up, Q4_K", WeightType::Q4K, 8960, 1536),
+        ("Qwen2.5-0.5B FFN up, Q5_0", WeightType::Q5_0, 4864, 896),
+        ("Qwen2.5-0.5B head, Q8_0", WeightType::Q8_0, 151_936, 896),
+        ("Qwen2.5-0.5B FFN down, Q4_K", WeightType::Q4K, 896, 4864),
     ];
     for (index, (name, ty, out, cols)) in shapes.into_iter().enumerate() {
-        if let [shape, _, _] = args[..]
+        if let [shape, ..] = args[..]
             && shape != index
         {
             continue;
@@ -60,8 +67,13 @@ fn main() {
             .collect();
         let w = QMatrix::new(ty, out, cols, bytes).unwrap();
         let mut gw = GpuMatrix::upload(&client, ty, out, cols, w.blocks(), max).unwrap();
-        if let [_, m, calls] = args[..] {
+        if let [_, m, calls, ..] = args[..] {
             gw.set_reduce(Reduce::Subgroup { lanes }).unwrap();
+            match args.get(3) {
+                Some(1) => gw.set_fan(Fan::One),
+                Some(_) => gw.set_fan(Fan::Four),
+                None => {}
+            }
             let x: Vec<u8> = (0..m * cols)
                 .flat_map(|i| ((i % 7) as f32 * 0.1).to_le_bytes())
                 .collect();

@@ -12,7 +12,7 @@ use common::{bits, cols_for, dequantized, random_matrix, random_x};
 use cubecl::client::Client;
 use cubecl::server::Handle;
 use cubecl::wgpu::WgpuDevice;
-use mars_kernels::gpu::{GpuMatrix, Reduce, Step, StepBuffer};
+use mars_kernels::gpu::{Fan, GpuMatrix, Reduce, Step, StepBuffer};
 use mars_kernels::{KernelError, QMatrix, WeightType};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -268,4 +268,26 @@ fn bad_calls_are_errors() {
         GpuMatrix::upload(&client, WeightType::Q8_0, 4, 64, w.blocks(), 40),
         Err(KernelError::TooLarge { .. })
     ));
+}
+
+/// A team of four outputs (CPU adapters) gives each output the bits a team of one gives (GPUs),
+/// for every type and row count, with an output count that leaves the last team part empty.
+#[test]
+fn four_outputs_a_team_give_the_bits_of_one() {
+    let client = client();
+    let max = max_binding(&client);
+    let mut rng = ChaCha8Rng::seed_from_u64(16);
+    for ty in WeightType::ALL {
+        let cols = cols_for(ty, 512);
+        let w = random_matrix(ty, 37, cols, &mut rng);
+        let mut gw = upload(&client, &w, max);
+        for m in [1, 5, 16, 21] {
+            let x = random_x(m, cols, &mut rng);
+            gw.set_fan(Fan::One);
+            let one = matmul(&client, &gw, &x, m);
+            gw.set_fan(Fan::Four);
+            let four = matmul(&client, &gw, &x, m);
+            assert_eq!(bits(&four), bits(&one), "{ty:?} m={m}");
+        }
+    }
 }

@@ -14,8 +14,9 @@ use cubecl::server::Handle;
 use cubecl::wgpu::WgpuDevice;
 use mars_kernels::WeightType;
 use mars_kernels::gpu::{
-    Attention, CopyRows, Draw, Epilogue, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm, Rope,
-    Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, TopRows, clone_buffer, link_ids, upload_f32,
+    Attention, CopyRows, Draw, Epilogue, Fan, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm,
+    Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, TopRows, clone_buffer, link_ids,
+    upload_f32,
 };
 use mars_verify::noise::{gumbel_max, row_key, seed_key};
 use rand_chacha::ChaCha8Rng;
@@ -873,5 +874,75 @@ fn a_group_equals_its_members_alone() {
     let alone = read_f32(&client, alone);
     for i in 0..m * 12 {
         assert_eq!(sum[i].to_bits(), (y0[i] + alone[i]).to_bits(), "[{i}]");
+    }
+}
+
+/// A team of four outputs gives each output the bits a team of one gives, in every epilogue:
+/// q | k | v groups whose members' sizes are not multiples of four (a team straddles two
+/// matrices), a bias, a logit limit inside a team, a residual added in place, and gate | up.
+#[test]
+fn four_outputs_a_team_give_the_bits_of_one() {
+    let client = client();
+    let max = client.properties().memory.max_page_size;
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let cols = cols_for(WeightType::Q5_0, 512);
+    let ws = [
+        random_matrix(WeightType::Q5_0, 6, cols, &mut rng),
+        random_matrix(WeightType::Q8_0, 5, cols, &mut rng),
+        random_matrix(WeightType::Q6K, 3, cols, &mut rng),
+    ];
+    let bias = normal(&mut rng, 14, 1.0);
+    let run = |fan: Fan, members: &[usize], epilogue: Epilogue, m: usize, limit: usize| {
+        let gs: Vec<GpuMatrix> = members
+            .iter()
+            .map(|&i| {
+                let w = &ws[i];
+                let mut g = GpuMatrix::upload(&client, w.ty(), w.rows(), w.cols(), w.blocks(), max)
+                    .unwrap();
+                g.set_fan(fan);
+                g
+            })
+            .collect();
+        let total: usize = gs.iter().map(GpuMatrix::rows).sum();
+        let bias = (epilogue == Epilogue::Store).then_some(&bias[..total]);
+        let group = MatrixGroup::new(&client, gs, epilogue, bias, Rows::All).unwrap();
+        let mut x_rng = ChaCha8Rng::seed_from_u64(m as u64);
+        let x = normal(&mut x_rng, m * cols, 1.0);
+        let y0 = normal(&mut x_rng, m * group.outputs(), 2.0);
+        let s = step(&client, &Step::chain(&vec![0; m], 0, m, limit).unwrap());
+        let y = upload_f32(&client, &y0);
+        group
+            .run(&client, &upload_f32(&client, &x), &y, &s)
+            .unwrap();
+        read_f32(&client, y)
+    };
+    let cases: [(&[usize], Epilogue, usize); 5] = [
+        (&[0, 1, 2], Epilogue::Store, usize::MAX >> 40),
+        (&[0, 1, 2], Epilogue::Store, 9),
+        (&[1], Epilogue::Store, 3),
+        (&[1], Epilogue::Add, 1),
+        (&[0, 0], Epilogue::SwiGlu, 1),
+    ];
+    for (members, epilogue, limit) in cases {
+        for m in [1, 3, 16, 20] {
+            let one = run(Fan::One, members, epilogue, m, limit);
+            let four = run(Fan::Four, members, epilogue, m, limit);
+            assert_eq!(
+                bits(&four),
+                bits(&one),
+                "{members:?} {epilogue:?} limit {limit} m {m}"
+            );
+            // Past the logit limit every row's outputs are −inf.
+            let total: usize = members.iter().map(|&i| ws[i].rows()).sum();
+            if limit < total && epilogue == Epilogue::Store {
+                for row in four.chunks(total) {
+                    assert!(
+                        row[limit..].iter().all(|v| *v == f32::NEG_INFINITY),
+                        "{row:?}"
+                    );
+                    assert!(row[..limit].iter().all(|v| v.is_finite()), "{row:?}");
+                }
+            }
+        }
     }
 }

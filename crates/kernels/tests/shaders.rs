@@ -16,7 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use mars_kernels::gpu::{
-    Epilogue, GpuType, Reduce, Shader, Team, embed_source, matmul_source, row_bound,
+    Epilogue, Fan, GpuType, Reduce, Shader, Team, embed_source, matmul_source, row_bound,
 };
 use mars_kernels::{MAX_ROWS, WeightType};
 use naga::back::{hlsl, msl, spv};
@@ -27,6 +27,9 @@ use naga::valid::{Capabilities, ModuleInfo, ValidationFlags, Validator};
 /// `SHADER_F16_IN_F32`, which wgpu 30 sets on every backend, withdrawing it only on llvmpipe
 /// without `SHADER_F16` (lavapipe here has it).
 const BASELINE: Capabilities = Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+
+/// Both fans of a matmul (outputs a team).
+const FANS: [Fan; 2] = [Fan::One, Fan::Four];
 
 /// Parses and validates `source` with `caps`, naming `what` in any error.
 fn validate(
@@ -104,6 +107,11 @@ fn translate(
 
 /// Checks `shader` with the baseline (workgroup memory) or with subgroups.
 fn check(what: &str, source: &str, subgroups: bool) {
+    // Every loop marked for unrolling was unrolled (`unroll.rs` leaves one it cannot copy).
+    assert!(
+        !source.contains("// unroll"),
+        "{what}: a marked loop left rolled"
+    );
     let (caps, msl, sm) = if subgroups {
         (
             BASELINE | Capabilities::SUBGROUP,
@@ -125,41 +133,44 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
     for ty in GpuType::all() {
         check(&format!("embed {ty:?}"), &embed_source(ty), false);
         checked += 1;
-        for rows in bounds {
+        for (rows, fan) in bounds.into_iter().flat_map(|r| FANS.map(|f| (r, f))) {
             for (epilogue, team) in [
                 (Epilogue::Store, Team::Quarter),
                 (Epilogue::Add, Team::Quarter),
                 (Epilogue::Add, Team::Whole),
             ] {
-                let what = format!("matmul {ty:?} x {rows} rows, {epilogue:?}, {team:?}");
+                let what = format!("matmul {ty:?} x {rows} rows, {epilogue:?}, {team:?}, {fan:?}");
                 check(
                     &what,
-                    &matmul_source(&[ty], rows, Reduce::Workgroup, epilogue, team),
+                    &matmul_source(&[ty], rows, Reduce::Workgroup, epilogue, team, fan),
                     false,
                 );
                 checked += 1;
                 for lanes in [2, 4, 8, 16] {
                     let reduce = Reduce::Subgroup { lanes };
-                    let source = matmul_source(&[ty], rows, reduce, epilogue, team);
+                    let source = matmul_source(&[ty], rows, reduce, epilogue, team, fan);
                     check(&format!("{what}, subgroups of {lanes}"), &source, true);
                     checked += 1;
                 }
             }
         }
         // Groups: gate | up of this type beside a Q6_K up; q | k | v of three types.
-        let source = matmul_source(
-            &[ty, WeightType::Q6K.into()],
-            4,
-            Reduce::Workgroup,
-            Epilogue::SwiGlu,
-            Team::Quarter,
-        );
-        check(&format!("SwiGLU {ty:?} | Q6_K"), &source, false);
-        let types = [ty, WeightType::Q4K.into(), GpuType::F32];
-        let reduce = Reduce::Subgroup { lanes: 8 };
-        let source = matmul_source(&types, 16, reduce, Epilogue::Store, Team::Quarter);
-        check(&format!("q | k | v {types:?}"), &source, true);
-        checked += 2;
+        for fan in FANS {
+            let source = matmul_source(
+                &[ty, WeightType::Q6K.into()],
+                4,
+                Reduce::Workgroup,
+                Epilogue::SwiGlu,
+                Team::Quarter,
+                fan,
+            );
+            check(&format!("SwiGLU {ty:?} | Q6_K, {fan:?}"), &source, false);
+            let types = [ty, WeightType::Q4K.into(), GpuType::F32];
+            let reduce = Reduce::Subgroup { lanes: 8 };
+            let source = matmul_source(&types, 16, reduce, Epilogue::Store, Team::Quarter, fan);
+            check(&format!("q | k | v {types:?}, {fan:?}"), &source, true);
+            checked += 2;
+        }
     }
     for shader in [
         Shader::Norm,
@@ -180,7 +191,10 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         check(&format!("{shader:?}"), &shader.source(), false);
         checked += 1;
     }
-    assert_eq!(checked, GpuType::all().count() * (1 + 5 * 3 * 5 + 2) + 14);
+    assert_eq!(
+        checked,
+        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2)) + 14
+    );
 }
 
 #[test]
@@ -191,10 +205,11 @@ fn a_broken_kernel_is_refused() {
         Reduce::Workgroup,
         Epilogue::Store,
         Team::Quarter,
+        Fan::One,
     );
     assert!(validate("good", &good, BASELINE).is_ok());
     // An identifier the kernel never declares.
-    let broken = good.replacen("acc[r] += sum;", "acc[r] += summ;", 1);
+    let broken = good.replacen("+= sums[u];", "+= summs[u];", 1);
     assert_ne!(broken, good);
     let err = validate("broken", &broken, BASELINE).unwrap_err();
     assert!(err.contains("summ"), "{err}");
@@ -206,6 +221,7 @@ fn a_broken_kernel_is_refused() {
         Reduce::Subgroup { lanes: 8 },
         Epilogue::Store,
         Team::Quarter,
+        Fan::Four,
     );
     let err = validate("shuffles", &shuffles, BASELINE).unwrap_err();
     assert!(err.to_lowercase().contains("subgroup"), "{err}");

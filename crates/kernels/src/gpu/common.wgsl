@@ -9,6 +9,12 @@ var<private> s0: f32;
 var<private> s1: f32;
 var<private> mn: f32;
 
+// The 4 bytes from bit `s` (0, 8, 16 or 24) of the 8 bytes `lo | hi << 32`, without a branch
+// (a shift by 32 is not one in WGSL, so `hi` goes 31 − s and then 1).
+fn funnel(lo: u32, hi: u32, s: u32) -> u32 {
+    return (lo >> s) | ((hi << (31u - s)) << 1u);
+}
+
 // The 4 nibbles at bit `shift` of each byte of `v`.
 fn nibbles(v: u32, shift: u32) -> vec4<f32> {
     return vec4<f32>(

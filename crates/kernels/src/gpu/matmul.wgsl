@@ -32,6 +32,8 @@ const LANES: u32 = {{lanes}}u;
 const EPILOGUE: u32 = {{epilogue}}u;
 const TEAM: u32 = {{team}}u;
 const TEAMS: u32 = 64u / TEAM;
+const OUTS: u32 = {{outs}}u;
+const ACC: u32 = {{acc}}u;
 
 // Every binding is read_write: the runtime sub-allocates buffers from shared pages, and WebGPU
 // refuses one buffer bound read-only and read-write in the same dispatch (and one bound twice
@@ -48,7 +50,7 @@ const TEAMS: u32 = 64u / TEAM;
 // The forward's step buffer (step.rs): [rows, tail rows, logit limit, …].
 @group(0) @binding(7) var<storage, read_write> s: array<u32>;
 
-var<workgroup> partial: array<f32, 64u * ROWS>;
+var<workgroup> partial: array<f32, 64u * ACC>;
 
 {{common}}
 
@@ -77,92 +79,115 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let team = lid / TEAM;
     let t = lid % TEAM;
     let wgi = wg.x + wg.y * groups_x;
-    // The output this team computes, and whether it is computed at all.
-    var o: u32;
-    var live: bool;
+    // The team's first output (it computes OUTS consecutive ones).
+    var o0: u32;
+    var j0 = 0u;
     if EPILOGUE == 2u {
-        let j = 2u * wgi + (team & 1u);
-        o = (team >> 1u) * first_1 + j;
-        live = j < first_1;
+        j0 = (2u * wgi + (team & 1u)) * OUTS;
+        o0 = (team >> 1u) * first_1 + j0;
     } else {
-        o = wgi * TEAMS + team;
-        live = o < outputs && (EPILOGUE != 0u || y_offset + o < limit);
+        o0 = (wgi * TEAMS + team) * OUTS;
     }
-    var acc: array<f32, ROWS>;
-    if live {
-        var sub = 0u;
-        var local = o;
-        if o >= first_2 {
-            sub = 2u;
-            local = o - first_2;
-        } else if o >= first_1 {
-            sub = 1u;
-            local = o - first_1;
-        }
-        let rb = local * p[9u + sub];
-        let n_groups = n_in / 32u;
-        let x_row = n_in / 4u;
-        for (var g = t; g < n_groups; g += TEAM) {
-            load(sub, rb, g);
-            // The group's 32 weights as f32, once for all rows: each row is then 8 dot
-            // products, with nothing per row that a single row would not also do.
-            for (var k = 0u; k < 4u; k++) {
-                q[k] = q[k] * s0 + vec4<f32>(mn);
-                q[k + 4u] = q[k + 4u] * s1 + vec4<f32>(mn);
+    var acc: array<f32, ACC>;
+    var qs: array<vec4<f32>, 8u * OUTS>;
+    let n_groups = n_in / 32u;
+    let x_row = n_in / 4u;
+    // Outputs are live in a prefix of the team's (past the matrix, the logit limit or a
+    // SwiGLU's half, so are the ones after): a team with none skips the rows.
+    var end = n_groups;
+    if !live(o0, j0, outputs, y_offset, limit, first_1) {
+        end = 0u;
+    }
+    for (var g = t; g < end; g += TEAM) {
+        for (var u = 0u; u < OUTS; u++) { // unroll
+            let o = o0 + u;
+            if live(o, j0 + u, outputs, y_offset, limit, first_1) {
+                var sub = 0u;
+                var local = o;
+                if o >= first_2 {
+                    sub = 2u;
+                    local = o - first_2;
+                } else if o >= first_1 {
+                    sub = 1u;
+                    local = o - first_1;
+                }
+                load(sub, local * p[9u + sub], g);
+                // The group's 32 weights as f32, once for all rows.
+                for (var k = 0u; k < 4u; k++) { // unroll
+                    qs[u * 8u + k] = q[k] * s0 + vec4<f32>(mn);
+                    qs[u * 8u + k + 4u] = q[k + 4u] * s1 + vec4<f32>(mn);
+                }
+            } else {
+                for (var k = 0u; k < 8u; k++) { // unroll
+                    qs[u * 8u + k] = vec4<f32>(0.0);
+                }
             }
-            for (var r = 0u; r < ROWS; r++) {
-                if r >= m {
-                    break;
-                }
+        }
+        // Each row is then 8 dot products an output, each activation loaded once for the
+        // team's OUTS outputs, with nothing per row that a single row would not also do.
+        for (var r = 0u; r < ROWS; r++) { // unroll
+            if r < m {
                 let xb = (row0 + r) * x_row + g * 8u;
-                var sum = 0.0;
-                for (var k = 0u; k < 8u; k++) {
-                    sum += dot(x[xb + k], q[k]);
+                var sums: array<f32, OUTS>;
+                for (var k = 0u; k < 8u; k++) { // unroll
+                    let xk = x[xb + k];
+                    for (var u = 0u; u < OUTS; u++) { // unroll
+                        sums[u] += dot(xk, qs[u * 8u + k]);
+                    }
                 }
-                acc[r] += sum;
+                for (var u = 0u; u < OUTS; u++) { // unroll
+                    acc[u * ROWS + r] += sums[u];
+                }
             }
         }
     }
     if LANES < TEAM {
-        for (var r = 0u; r < ROWS; r++) {
-            partial[r * 64u + lid] = acc[r];
+        for (var a = 0u; a < ACC; a++) { // unroll
+            partial[a * 64u + lid] = acc[a];
         }
         workgroupBarrier();
         for (var step = TEAM / 2u; step >= LANES; step >>= 1u) {
             if t < step {
-                for (var r = 0u; r < ROWS; r++) {
-                    partial[r * 64u + lid] += partial[r * 64u + lid + step];
+                for (var a = 0u; a < ACC; a++) { // unroll
+                    partial[a * 64u + lid] += partial[a * 64u + lid + step];
                 }
             }
             workgroupBarrier();
         }
-        for (var r = 0u; r < ROWS; r++) {
-            acc[r] = partial[r * 64u + lid];
+        for (var a = 0u; a < ACC; a++) { // unroll
+            acc[a] = partial[a * 64u + lid];
         }
     }
 {{shuffles}}
     if EPILOGUE == 0u {
-        if t == 0u && o < outputs {
-            let at = y_offset + o;
-            for (var r = 0u; r < ROWS; r++) {
-                if r < m {
-                    var v = bitcast<f32>(p[12]); // −inf past the logit limit
-                    if live {
-                        v = acc[r];
-                        if p[6] != 0u {
-                            v += bias[o];
+        for (var u = 0u; u < OUTS; u++) { // unroll
+            let o = o0 + u;
+            if t == 0u && o < outputs {
+                let at = y_offset + o;
+                let is_live = live(o, 0u, outputs, y_offset, limit, first_1);
+                for (var r = 0u; r < ROWS; r++) { // unroll
+                    if r < m {
+                        var v = bitcast<f32>(p[12]); // −inf past the logit limit
+                        if is_live {
+                            v = acc[u * ROWS + r];
+                            if p[6] != 0u {
+                                v += bias[o];
+                            }
                         }
+                        y[(row0 + r) * y_stride + at] = v;
                     }
-                    y[(row0 + r) * y_stride + at] = v;
                 }
             }
         }
     } else if EPILOGUE == 1u {
-        if t == 0u && live {
-            for (var r = 0u; r < ROWS; r++) {
-                if r < m {
-                    let at = (row0 + r) * y_stride + y_offset + o;
-                    y[at] = y[at] + acc[r];
+        for (var u = 0u; u < OUTS; u++) { // unroll
+            let o = o0 + u;
+            if t == 0u && live(o, 0u, outputs, y_offset, limit, first_1) {
+                for (var r = 0u; r < ROWS; r++) { // unroll
+                    if r < m {
+                        let at = (row0 + r) * y_stride + y_offset + o;
+                        y[at] = y[at] + acc[u * ROWS + r];
+                    }
                 }
             }
         }
@@ -170,22 +195,35 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         // Gate (teams 0, 1) meets up (teams 2, 3) through workgroup memory.
         workgroupBarrier();
         if t == 0u {
-            for (var r = 0u; r < ROWS; r++) {
-                if r < m {
-                    partial[team * ROWS + r] = acc[r];
+            for (var a = 0u; a < ACC; a++) { // unroll
+                if a % ROWS < m {
+                    partial[team * ACC + a] = acc[a];
                 }
             }
         }
         workgroupBarrier();
-        if t == 0u && team < 2u && live {
-            let j = 2u * wgi + team;
-            for (var r = 0u; r < ROWS; r++) {
-                if r < m {
-                    let gate = partial[team * ROWS + r];
-                    let up = partial[(team + 2u) * ROWS + r];
-                    y[(row0 + r) * y_stride + j] = gate / (1.0 + exp(-gate)) * up;
+        if t == 0u && team < 2u {
+            for (var u = 0u; u < OUTS; u++) { // unroll
+                let j = j0 + u;
+                if j < first_1 {
+                    for (var r = 0u; r < ROWS; r++) { // unroll
+                        if r < m {
+                            let gate = partial[team * ACC + u * ROWS + r];
+                            let up = partial[(team + 2u) * ACC + u * ROWS + r];
+                            y[(row0 + r) * y_stride + j] = gate / (1.0 + exp(-gate)) * up;
+                        }
+                    }
                 }
             }
         }
     }
+}
+
+// Whether output `o` (the `j`th of a SwiGLU's gate or up) is computed: inside the group, and
+// for a store before the step's logit limit (past it the output is −inf without a product).
+fn live(o: u32, j: u32, outputs: u32, y_offset: u32, limit: u32, first_1: u32) -> bool {
+    if EPILOGUE == 2u {
+        return j < first_1;
+    }
+    return o < outputs && (EPILOGUE != 0u || y_offset + o < limit);
 }

@@ -40,6 +40,7 @@
 
 mod layer;
 mod step;
+mod unroll;
 
 use core::ops::Range;
 use std::borrow::Cow;
@@ -147,7 +148,8 @@ fn load_group(ty: GpuType) -> &'static str {
 }
 
 /// The functions reader.wgsl and a decoder define, each renamed per weight binding.
-const READER_FNS: [&str; 6] = [
+const READER_FNS: [&str; 7] = [
+    "aligned_at",
     "word_at",
     "f16_at",
     "byte_at",
@@ -287,6 +289,41 @@ impl Team {
     }
 }
 
+/// How many outputs a matmul team computes (matmul.wgsl's OUTS): each activation value a thread
+/// loads is applied to all of them, and each output's sum is the same whatever the fan, so the
+/// same bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fan {
+    /// One output a team: GPUs, where more workgroups keep more of the device busy (the H100's
+    /// measurements were made so).
+    One,
+    /// Four outputs a team: CPU adapters (lavapipe, SwiftShader), which run a workgroup's lanes
+    /// as vectors and load storage one lane at a time, so an activation loaded once for four
+    /// outputs saves three quarters of those loads: the 0.5B's Q5_0 FFN matrix costs 133 M
+    /// instructions a row against 203 M with one (docs/performance.md).
+    Four,
+}
+
+impl Fan {
+    /// The fan for `client`'s device: [`Fan::Four`] on an adapter that is no card (CubeCL's
+    /// device identity has no physical device for wgpu's CPU adapters), else [`Fan::One`].
+    pub fn detect(client: &Client) -> Self {
+        if client.properties().identity.physical.is_none() {
+            Self::Four
+        } else {
+            Self::One
+        }
+    }
+
+    /// Outputs a team.
+    pub fn outputs(self) -> usize {
+        match self {
+            Self::One => 1,
+            Self::Four => 4,
+        }
+    }
+}
+
 /// The bound a matmul pipeline is compiled for: the power of two at or above `rows` (at most
 /// [`MAX_ROWS`]), so one pipeline serves every call of up to that many rows.
 pub fn row_bound(rows: usize) -> usize {
@@ -294,20 +331,21 @@ pub fn row_bound(rows: usize) -> usize {
 }
 
 /// The WGSL of a matmul over matrices of `types` (one to three, binding 0, 1, 2), compiled for
-/// up to `rows` rows a workgroup, with `reduce`, `epilogue` and `team` (a SwiGLU takes
-/// [`Team::Quarter`] only: [`Team::for_group`]).
+/// up to `rows` rows a workgroup, with `reduce`, `epilogue`, `team` (a SwiGLU takes
+/// [`Team::Quarter`] only: [`Team::for_group`]) and `fan`.
 pub fn matmul_source(
     types: &[GpuType],
     rows: usize,
     reduce: Reduce,
     epilogue: Epilogue,
     team: Team,
+    fan: Fan,
 ) -> String {
     let lanes = reduce.lanes();
     let shuffles = if lanes > 1 {
         "    for (var step = LANES / 2u; step > 0u; step >>= 1u) {
-        for (var r = 0u; r < ROWS; r++) {
-            acc[r] += subgroupShuffleXor(acc[r], step);
+        for (var a = 0u; a < ACC; a++) { // unroll
+            acc[a] += subgroupShuffleXor(acc[a], step);
         }
     }"
     } else {
@@ -322,21 +360,26 @@ pub fn matmul_source(
             }
         })
         .collect();
-    MATMUL
+    let text = MATMUL
         .replace("{{common}}", &common(types))
         .replace("{{dispatch}}", &dispatch.join("\n"))
         .replace("{{rows}}", &rows.to_string())
         .replace("{{lanes}}", &lanes.to_string())
         .replace("{{epilogue}}", &epilogue.code().to_string())
         .replace("{{team}}", &team.threads().to_string())
-        .replace("{{shuffles}}", shuffles)
+        .replace("{{outs}}", &fan.outputs().to_string())
+        .replace("{{acc}}", &(rows * fan.outputs()).to_string())
+        .replace("{{shuffles}}", shuffles);
+    unroll::unroll(&text)
 }
 
 /// The WGSL of the embedding lookup for `ty`.
 pub fn embed_source(ty: GpuType) -> String {
-    EMBED
-        .replace("{{common}}", &common(&[ty]))
-        .replace("{{ids_at}}", &IDS.to_string())
+    unroll::unroll(
+        &EMBED
+            .replace("{{common}}", &common(&[ty]))
+            .replace("{{ids_at}}", &IDS.to_string()),
+    )
 }
 
 /// A stable small code per type, for kernel cache keys.
@@ -373,6 +416,8 @@ pub enum Shader {
         epilogue: Epilogue,
         /// Threads an output.
         team: Team,
+        /// Outputs a team.
+        fan: Fan,
     },
     /// The embedding lookup.
     Embed(GpuType),
@@ -401,8 +446,13 @@ pub enum Shader {
 }
 
 impl Shader {
-    /// The kernel's WGSL.
+    /// The kernel's WGSL, its marked loops unrolled (`unroll.rs`).
     pub fn source(&self) -> String {
+        unroll::unroll(&self.template())
+    }
+
+    /// The kernel's WGSL as written, its templates filled.
+    fn template(&self) -> String {
         match self {
             Self::Matmul {
                 types,
@@ -410,7 +460,8 @@ impl Shader {
                 reduce,
                 epilogue,
                 team,
-            } => matmul_source(types, *rows, *reduce, *epilogue, *team),
+                fan,
+            } => matmul_source(types, *rows, *reduce, *epilogue, *team, *fan),
             Self::Embed(ty) => embed_source(*ty),
             Self::Norm => NORM.to_string(),
             Self::Rope { head_norm } => ROPE.replace("{{head_norm}}", &head_norm.to_string()),
@@ -464,13 +515,16 @@ impl Shader {
                 reduce,
                 epilogue,
                 team,
+                fan,
             } => {
                 let mut k = 0u64;
                 for &ty in types {
                     k = k * 16 + 1 + u64::from(type_code(ty));
                 }
-                // rows ≤ 16 in bits 8..13, the team in bit 7, lanes ≤ 16 in bits 2..7.
+                // the fan in bit 13, rows ≤ 16 in bits 8..13, the team in bit 7, lanes ≤ 16 in
+                // bits 2..7.
                 (k << 16)
+                    | (u64::from(*fan == Fan::Four) << 13)
                     | ((*rows as u64) << 8)
                     | (u64::from(*team == Team::Whole) << 7)
                     | (u64::from(reduce.lanes()) << 2)
@@ -718,6 +772,7 @@ struct MatmulLaunch {
     groups: usize,
     rows: Rows,
     team: Team,
+    fan: Fan,
     /// Stand-ins for the bindings this launch does not use (weights 1 and 2, the bias): each
     /// its own small buffer, since WebGPU refuses one buffer bound twice for writing.
     spare: [Handle; 3],
@@ -802,6 +857,7 @@ impl MatmulLaunch {
                 reduce,
                 epilogue,
                 team: self.team,
+                fan: self.fan,
             },
             CubeCount::Static(gx as u32, gy as u32, rows.div_ceil(MAX_ROWS) as u32),
             KernelArguments::new()
@@ -825,6 +881,7 @@ pub struct GpuMatrix {
     cols: usize,
     parts: Vec<GpuPart>,
     reduce: Reduce,
+    fan: Fan,
 }
 
 impl GpuMatrix {
@@ -921,6 +978,7 @@ impl GpuMatrix {
             cols,
             parts,
             reduce: Reduce::detect(client),
+            fan: Fan::detect(client),
         })
     }
 
@@ -946,6 +1004,16 @@ impl GpuMatrix {
         }
         self.reduce = reduce;
         Ok(())
+    }
+
+    /// Outputs a team computes: [`Fan::detect`] at upload.
+    pub fn fan(&self) -> Fan {
+        self.fan
+    }
+
+    /// This matrix launched with `fan` instead (tests and benchmarks compare the fans).
+    pub fn set_fan(&mut self, fan: Fan) {
+        self.fan = fan;
     }
 
     /// The block type.
@@ -1097,11 +1165,12 @@ impl MatrixGroup {
             .map(|m| row_bytes(m.ty, m.cols))
             .collect::<Result<_>>()?;
         let team = Team::for_group(epilogue, outputs, cols);
+        let fan = first.fan;
         let mut launches = Vec::new();
         if n == 1 {
             // One matrix: one launch per part, each writing its own columns of y.
             for part in &first.parts {
-                let groups = part.rows.len().div_ceil(team.outputs());
+                let groups = part.rows.len().div_ceil(team.outputs() * fan.outputs());
                 let params = MatmulParams {
                     n_in: cols,
                     y_stride: total,
@@ -1120,6 +1189,7 @@ impl MatrixGroup {
                     groups,
                     rows,
                     team,
+                    fan,
                     spare: spare_bindings(client),
                 });
             }
@@ -1138,9 +1208,9 @@ impl MatrixGroup {
                     .map_or(total, |_| first.rows + members[1].rows),
             ];
             let groups = if epilogue == Epilogue::SwiGlu {
-                first.rows.div_ceil(2)
+                first.rows.div_ceil(2 * fan.outputs())
             } else {
-                total.div_ceil(team.outputs())
+                total.div_ceil(team.outputs() * fan.outputs())
             };
             let params = MatmulParams {
                 n_in: cols,
@@ -1164,6 +1234,7 @@ impl MatrixGroup {
                 groups,
                 rows,
                 team,
+                fan,
                 spare: spare_bindings(client),
             });
         }

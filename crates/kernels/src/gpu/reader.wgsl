@@ -3,8 +3,10 @@
 // type's `load_group`, in decode/) with the binding's suffix, so a kernel over several matrices
 // of different types reads each through its own copy.
 
-// The 4 bytes at byte offset `off` (any alignment), little-endian. The weight buffer carries one
-// word of padding past its last block, so `w[i + 1]` exists.
+// The 4 bytes at byte offset `off` (any even offset), little-endian. The weight buffer carries
+// one word of padding past its last block, so `w[i + 1]` exists, as does the word after the
+// last block's last (the window the Q4_0, Q5_0 and Q8_0 decoders load; a block of 4k + 2 bytes
+// ends 2 bytes into a word or at one's end, so that word is at most the padding).
 fn word_at(off: u32) -> u32 {
     let i = off >> 2u;
     let s = (off & 3u) * 8u;
@@ -12,6 +14,12 @@ fn word_at(off: u32) -> u32 {
         return w[i];
     }
     return (w[i] >> s) | (w[i + 1u] << (32u - s));
+}
+
+// The 4 bytes at byte offset `off`, a multiple of 4: one load, where `word_at` takes two and a
+// branch (types whose blocks are whole words: Q4_1, Q5_1, Q4_K, Q5_K, F16, BF16, F32).
+fn aligned_at(off: u32) -> u32 {
+    return w[off >> 2u];
 }
 
 fn f16_at(off: u32) -> f32 {
@@ -36,7 +44,7 @@ fn scale_min_k4(off: u32, j: u32) -> vec2<f32> {
 // Q4_K / Q5_K: the scales of sub-block j of the super-block at `off` (f16 d and dmin, then the
 // 12 scale bytes): value = d·sc·q − dmin·m.
 fn k_scales(off: u32, j: u32) {
-    let dm = unpack2x16float(word_at(off));
+    let dm = unpack2x16float(aligned_at(off));
     let sm = scale_min_k4(off + 4u, j);
     s0 = dm.x * sm.x;
     s1 = s0;

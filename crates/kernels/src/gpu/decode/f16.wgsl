@@ -4,9 +4,9 @@ fn load_group(rb: u32, g: u32) {
     s0 = 1.0;
     s1 = 1.0;
     mn = 0.0;
-    for (var k = 0u; k < 8u; k++) {
-        let a = unpack2x16float(word_at(off + 8u * k));
-        let b = unpack2x16float(word_at(off + 8u * k + 4u));
+    for (var k = 0u; k < 8u; k++) { // unroll
+        let a = unpack2x16float(aligned_at(off + 8u * k));
+        let b = unpack2x16float(aligned_at(off + 8u * k + 4u));
         q[k] = vec4<f32>(a.x, a.y, b.x, b.y);
     }
 }

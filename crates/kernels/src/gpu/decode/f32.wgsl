@@ -5,9 +5,9 @@ fn load_group(rb: u32, g: u32) {
     s0 = 1.0;
     s1 = 1.0;
     mn = 0.0;
-    for (var k = 0u; k < 8u; k++) {
+    for (var k = 0u; k < 8u; k++) { // unroll
         let at = off + 16u * k;
-        q[k] = vec4<f32>(bitcast<f32>(word_at(at)), bitcast<f32>(word_at(at + 4u)),
-            bitcast<f32>(word_at(at + 8u)), bitcast<f32>(word_at(at + 12u)));
+        q[k] = vec4<f32>(bitcast<f32>(aligned_at(at)), bitcast<f32>(aligned_at(at + 4u)),
+            bitcast<f32>(aligned_at(at + 8u)), bitcast<f32>(aligned_at(at + 12u)));
     }
 }

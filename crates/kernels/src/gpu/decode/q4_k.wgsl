@@ -5,7 +5,7 @@ fn load_group(rb: u32, g: u32) {
     k_scales(off, j);
     let base = off + 16u + 32u * (j / 2u);
     let shift = 4u * (j % 2u);
-    for (var k = 0u; k < 8u; k++) {
-        q[k] = nibbles(word_at(base + 4u * k), shift);
+    for (var k = 0u; k < 8u; k++) { // unroll
+        q[k] = nibbles(aligned_at(base + 4u * k), shift);
     }
 }

@@ -13,11 +13,11 @@ fn load_group(rb: u32, g: u32) {
     let ls = 4u * (part >> 1u);
     let qh = off + 128u + 32u * half;
     let hs = 2u * part;
-    for (var k = 0u; k < 8u; k++) {
+    for (var k = 0u; k < 8u; k++) { // unroll
         let l = word_at(ql + 4u * k);
         let h = word_at(qh + 4u * k);
         var v = vec4<f32>(0.0);
-        for (var b = 0u; b < 4u; b++) {
+        for (var b = 0u; b < 4u; b++) { // unroll
             let lo = (l >> (8u * b + ls)) & 15u;
             let hi = (h >> (8u * b + hs)) & 3u;
             v[b] = f32(lo | (hi << 4u)) - 32.0;
