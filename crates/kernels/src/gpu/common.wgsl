@@ -8,6 +8,8 @@ var<private> q: array<vec4<f32>, 8>;
 var<private> s0: f32;
 var<private> s1: f32;
 var<private> mn: f32;
+// A block's words from its first byte (block_at, reader.wgsl): 9 for Q8_0's 34 bytes, the most.
+var<private> blk: array<u32, 9>;
 
 // The 4 bytes from bit `s` (0, 8, 16 or 24) of the 8 bytes `lo | hi << 32`, without a branch
 // (a shift by 32 is not one in WGSL, so `hi` goes 31 − s and then 1).

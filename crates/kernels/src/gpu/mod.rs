@@ -148,8 +148,9 @@ fn load_group(ty: GpuType) -> &'static str {
 }
 
 /// The functions reader.wgsl and a decoder define, each renamed per weight binding.
-const READER_FNS: [&str; 7] = [
+const READER_FNS: [&str; 8] = [
     "aligned_at",
+    "block_at",
     "word_at",
     "f16_at",
     "byte_at",
@@ -158,11 +159,41 @@ const READER_FNS: [&str; 7] = [
     "load_group",
 ];
 
+/// reader.wgsl's `block_at` for a type whose blocks are 4k + 2 bytes (Q4_0, Q5_0, Q8_0: a block
+/// starts 0 or 2 bytes into a word), empty for the others: the block's k + 1 words from its first
+/// byte into `blk` (common.wgsl), from k + 2 words loaded once.
+fn block_at(ty: GpuType) -> String {
+    let bytes = match ty {
+        GpuType::Blocks(t @ (WeightType::Q4_0 | WeightType::Q5_0 | WeightType::Q8_0)) => {
+            t.block_bytes()
+        }
+        _ => return String::new(),
+    };
+    let words = bytes.div_ceil(4);
+    format!(
+        "fn block_at(off: u32) {{
+    let i = off >> 2u;
+    let sh = (off & 3u) * 8u;
+    var win: array<u32, {window}>;
+    for (var k = 0u; k < {window}u; k++) {{ {MARK}
+        win[k] = w[i + k];
+    }}
+    for (var k = 0u; k < {words}u; k++) {{ {MARK}
+        blk[k] = funnel(win[k], win[k + 1u], sh);
+    }}
+}}",
+        window = words + 1,
+        MARK = unroll::MARKER,
+    )
+}
+
 /// The byte reads and the decoder of `ty` for weight binding `b`: the binding is `w{b}` and
 /// every function gets the suffix `_{b}`, so a kernel can read matrices of different types
 /// from different bindings (WGSL has no pointer to a storage buffer as an argument).
 fn reader(ty: GpuType, b: usize) -> String {
-    let mut text = format!("{READER}\n{}", load_group(ty)).replace("w[", &format!("w{b}["));
+    let mut text = format!("{READER}\n{}", load_group(ty))
+        .replace("{{block_at}}", &block_at(ty))
+        .replace("w[", &format!("w{b}["));
     for f in READER_FNS {
         text = text.replace(&format!("{f}("), &format!("{f}_{b}("));
     }

@@ -22,6 +22,12 @@ fn aligned_at(off: u32) -> u32 {
     return w[off >> 2u];
 }
 
+// Q4_0, Q5_0, Q8_0 (blocks of 4k + 2 bytes, so starting 0 or 2 bytes into a word): the block at
+// byte `off` into `blk`, blk[j] = its bytes 4j .. 4j + 3, its words loaded once (one more than
+// it spans, from the word it starts in) and shifted into place without a branch; the decoder
+// then reads constant indices. Filled in only for those types (`reader` in mod.rs).
+{{block_at}}
+
 fn f16_at(off: u32) -> f32 {
     return unpack2x16float(word_at(off)).x;
 }

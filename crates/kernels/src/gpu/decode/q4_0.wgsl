@@ -1,24 +1,13 @@
 // One 32-value group of a Q4_0 row: load_group(rb, g) sets q, s0, s1 and mn (common.wgsl).
-// A block is 18 bytes, so it starts at 0 or 2 bytes into a word: its words are loaded once,
-// 6 from the word it starts in, and shifted to start at its first byte (b[j] = bytes 4j ..
-// 4j + 3) without a branch; every later read is a constant index.
+// Its bytes are read from `blk` (block_at, reader.wgsl).
 fn load_group(rb: u32, g: u32) {
     let off = rb + g * 18u;
-    let i = off >> 2u;
-    let sh = (off & 3u) * 8u;
-    var win: array<u32, 6>;
-    for (var k = 0u; k < 6u; k++) { // unroll
-        win[k] = w[i + k];
-    }
-    var b: array<u32, 5>;
-    for (var k = 0u; k < 5u; k++) { // unroll
-        b[k] = funnel(win[k], win[k + 1u], sh);
-    }
-    s0 = unpack2x16float(b[0]).x;
+    block_at(off);
+    s0 = unpack2x16float(blk[0]).x;
     s1 = s0;
     mn = -8.0 * s0;
     for (var k = 0u; k < 4u; k++) { // unroll
-        let v = funnel(b[k], b[k + 1u], 16u); // bytes 2 + 4k ..
+        let v = funnel(blk[k], blk[k + 1u], 16u); // bytes 2 + 4k ..
         q[k] = nibbles(v, 0u);
         q[k + 4u] = nibbles(v, 4u);
     }
