@@ -4,15 +4,18 @@
 // outputs are numbered through its matrices in order: matrix 0 holds outputs 0 .. first_1,
 // matrix 1 first_1 .. first_2, matrix 2 first_2 .. outputs.
 //
-// A workgroup of 64 threads computes 64 / TEAM outputs for up to ROWS rows of x (rows
-// row0 .. row0 + m, row0 = ROWS · workgroup z): a team of TEAM threads per output (16, or the
-// whole workgroup for a matrix of few outputs and long rows: `Team` in mod.rs), thread t taking
-// groups t, t + TEAM, … of 32 values of the weight row, each decoded once and applied to every
-// row. Each row's sum is taken in the same order whatever m and ROWS are (the team's partials meet
+// A workgroup of 64 threads computes OUTS · 64 / TEAM outputs for up to ROWS rows of x (rows
+// row0 .. row0 + m, row0 = ROWS · workgroup z): a team of TEAM threads per OUTS consecutive
+// outputs (TEAM 16, or the whole workgroup for a matrix of few outputs and long rows: `Team` in
+// mod.rs; OUTS 1 on GPUs, 4 on CPU adapters: `Fan`), thread t taking groups t, t + TEAM, … of 32
+// values of each weight row, each decoded once and applied to every row, each activation it
+// loads applied to the team's OUTS outputs. An output's sum is the same whatever OUTS is, and
+// each row's sum is taken in the same order whatever m and ROWS are (the team's partials meet
 // in a fixed tree), so a row's result does not depend on the rows beside it. The number of rows is
 // read at run time from the forward's step buffer (s[rows_at]); ROWS is only a bound (1, 2, 4, 8 or
-// 16: the power of two at or above a call's rows, at most 16), so that loops over rows unroll and
-// the sums stay in registers: five pipelines a kind at most, none per token.
+// 16: the power of two at or above a call's rows, at most 16), so that loops over rows unroll (the
+// loops marked for it are copied out before compiling: unroll.rs) and the sums stay in
+// registers: five pipelines a kind (and fan) at most, none per token.
 //
 // The tree halves the team TEAM / 2, …, 2, 1 lanes at a time: lane t < step adds lane
 // t + step. Halvings of at least LANES lanes go through workgroup memory, a barrier each; the
@@ -24,7 +27,7 @@
 // 0 (store): y = sum (+ bias[o] where has_bias), and −inf for outputs at or past the step's
 //   logit limit (a vocabulary-limited drafter) without computing them;
 // 1 (add): y += sum, the residual added in place (each output is written by one thread);
-// 2 (SwiGLU): matrices gate and up of equal rows; a workgroup computes gate and up of two
+// 2 (SwiGLU): matrices gate and up of equal rows; a workgroup computes gate and up of 2 · OUTS
 //   consecutive outputs j and writes y[j] = silu(gate_j) · up_j.
 
 const ROWS: u32 = {{rows}}u;
@@ -50,6 +53,7 @@ const ACC: u32 = {{acc}}u;
 // The forward's step buffer (step.rs): [rows, tail rows, logit limit, …].
 @group(0) @binding(7) var<storage, read_write> s: array<u32>;
 
+// 64 · ROWS · OUTS values: at most 16 KiB (16 rows, a fan of 4), WebGPU's default limit.
 var<workgroup> partial: array<f32, 64u * ACC>;
 
 {{common}}
