@@ -10,7 +10,7 @@
 #   usage: bash tests/bench/gpu-instructions.sh [SHAPES] [ROWS] [N]
 #   SHAPES: indices into gpu_cost's shapes (0 SmolLM2 FFN Q4_1, 1 SmolLM2 head Q8_0,
 #   2 Qwen2.5-1.5B FFN Q4_K, 3 Qwen2.5-0.5B FFN Q5_0, 4 Qwen2.5-0.5B head Q8_0, 5 Qwen2.5-0.5B
-#   FFN down Q4_K), default "0 1 2";
+#   FFN down Q4_K, 6 the same shape in Q6_K), default "0 1 2";
 #   ROWS default "1 5 16"; N default 2. FAN=1 or FAN=4: outputs a team (default: the device's).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

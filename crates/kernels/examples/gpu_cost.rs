@@ -6,7 +6,7 @@
 //! `Reduce::detect` would not pick it, as on lavapipe).
 //!   cargo run --release -p mars-kernels --features gpu --example gpu_cost
 //!
-//! With arguments `SHAPE M CALLS [FAN]` (SHAPE 0 to 5 in the order below; FAN 1 or 4 outputs a
+//! With arguments `SHAPE M CALLS [FAN]` (SHAPE 0 to 6 in the order below; FAN 1 or 4 outputs a
 //! team, else the device's; the subgroup form) it only makes `CALLS` calls of `M` rows after one
 //! warm-up call, timing nothing: for counting the shader's instructions under valgrind
 //! (tests/bench/gpu-instructions.sh divides them by `CALLS + 1`).
@@ -19,7 +19,7 @@ use mars_kernels::gpu::{Fan, GpuMatrix, Reduce};
 use mars_kernels::{QMatrix, WeightType};
 
 /// How many shapes `main` knows (the largest SHAPE argument is one less).
-const SHAPES: usize = 6;
+const SHAPES: usize = 7;
 
 fn main() {
     let client = cubecl::Device::Wgpu(WgpuDevice::default()).client();
@@ -42,7 +42,7 @@ fn main() {
         || args.get(1).is_some_and(|&m| !(1..=16).contains(&m))
         || args.get(3).is_some_and(|&f| !matches!(f, 1 | 4))
     {
-        eprintln!("usage: gpu_cost [SHAPE M CALLS [FAN]] with SHAPE 0-5, M 1-16 and FAN 1 or 4");
+        eprintln!("usage: gpu_cost [SHAPE M CALLS [FAN]] with SHAPE 0-6, M 1-16 and FAN 1 or 4");
         std::process::exit(2);
     }
     // (name, type, out, in)
@@ -53,6 +53,7 @@ fn main() {
         ("Qwen2.5-0.5B FFN up, Q5_0", WeightType::Q5_0, 4864, 896),
         ("Qwen2.5-0.5B head, Q8_0", WeightType::Q8_0, 151_936, 896),
         ("Qwen2.5-0.5B FFN down, Q4_K", WeightType::Q4K, 896, 4864),
+        ("Qwen2.5-0.5B FFN down, Q6_K", WeightType::Q6K, 896, 4864),
     ];
     for (index, (name, ty, out, cols)) in shapes.into_iter().enumerate() {
         if let [shape, ..] = args[..]
