@@ -148,11 +148,9 @@ fn load_group(ty: GpuType) -> &'static str {
 }
 
 /// The functions reader.wgsl and a decoder define, each renamed per weight binding.
-const READER_FNS: [&str; 8] = [
+const READER_FNS: [&str; 6] = [
     "aligned_at",
     "block_at",
-    "word_at",
-    "f16_at",
     "byte_at",
     "scale_min_k4",
     "k_scales",

@@ -3,21 +3,14 @@
 // type's `load_group`, in decode/) with the binding's suffix, so a kernel over several matrices
 // of different types reads each through its own copy.
 
-// The 4 bytes at byte offset `off` (any even offset), little-endian. The weight buffer carries
-// one word of padding past its last block, so `w[i + 1]` exists, as does the word after the
-// last block's last (the window the Q4_0, Q5_0 and Q8_0 decoders load; a block of 4k + 2 bytes
-// ends 2 bytes into a word or at one's end, so that word is at most the padding).
-fn word_at(off: u32) -> u32 {
-    let i = off >> 2u;
-    let s = (off & 3u) * 8u;
-    if s == 0u {
-        return w[i];
-    }
-    return (w[i] >> s) | (w[i + 1u] << (32u - s));
-}
+// The weight buffer carries one word of padding past its last block, so the word after the
+// last block's last exists: the window the Q4_0, Q5_0, Q8_0 and Q6_K decoders load (a block of
+// 4k + 2 bytes ends 2 bytes into a word or at one's end, so that word is at most the padding).
+// Those types read words that start 0 or 2 bytes in through `funnel` (common.wgsl), without a
+// branch.
 
-// The 4 bytes at byte offset `off`, a multiple of 4: one load, where `word_at` takes two and a
-// branch (types whose blocks are whole words: Q4_1, Q5_1, Q4_K, Q5_K, F16, BF16, F32).
+// The 4 bytes at byte offset `off`, a multiple of 4: one load (types whose blocks are whole
+// words: Q4_1, Q5_1, Q4_K, Q5_K, F16, BF16, F32).
 fn aligned_at(off: u32) -> u32 {
     return w[off >> 2u];
 }
@@ -27,10 +20,6 @@ fn aligned_at(off: u32) -> u32 {
 // it spans, from the word it starts in) and shifted into place without a branch; the decoder
 // then reads constant indices. Filled in only for those types (`reader` in mod.rs).
 {{block_at}}
-
-fn f16_at(off: u32) -> f32 {
-    return unpack2x16float(word_at(off)).x;
-}
 
 fn byte_at(off: u32) -> u32 {
     return (w[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu;

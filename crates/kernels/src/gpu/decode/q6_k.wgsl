@@ -1,8 +1,8 @@
 // One 32-value group of a Q6_K row: load_group(rb, g) sets q, s0, s1 and mn (common.wgsl).
 // A super-block is 210 bytes, so it starts 0 or 2 bytes into a word and so do its 32-byte runs of
-// low and high bits: each run is read as 9 whole words funnel-shifted by that one amount, where
-// `word_at` would take two loads and a branch per word, the branch splitting lanes whose rows
-// start differently (a row of 4864 values is 19 super-blocks, 3,990 bytes).
+// low and high bits: each run is read as 9 whole words funnel-shifted by that one amount, with no
+// branch to split lanes whose rows start differently (a row of 4864 values is 19 super-blocks,
+// 3,990 bytes).
 fn load_group(rb: u32, g: u32) {
     let off = rb + (g / 8u) * 210u;
     let sh = (off & 3u) * 8u;
