@@ -44,9 +44,11 @@ setup() { # unpacks what has arrived and is not unpacked yet
     m="$work/models/$(basename "$s" .skel).skeleton.gguf"
     [ -f "$m" ] || python3 "$work/repo/tests/bench/gguf-skeleton.py" unpack "$s" "$m"
   done
-  # A Vulkan loader where the machine has none, and NVIDIA's driver manifest where the loader
-  # does not look for it.
-  if ! ldconfig -p | grep -q 'libvulkan.so.1 ' && [ -f "$in/debs.tar" ]; then
+  # A Vulkan loader where the machine has none, glvnd's dispatch libraries where it has a loader
+  # but not them (NVIDIA's ICD, libGLX_nvidia, then yields no vkCreateInstance and wgpu finds no
+  # adapter: seen on a lent H100), and NVIDIA's driver manifest where the loader does not look.
+  if { ! ldconfig -p | grep -q 'libvulkan.so.1 ' || ! ldconfig -p | grep -q 'libGLdispatch.so.0 '; } \
+    && [ -f "$in/debs.tar" ]; then
     mkdir -p "$work/debs" && tar -C "$work/debs" -xf "$in/debs.tar"
     for d in "$work"/debs/*.deb; do dpkg -x "$d" /; done
     ldconfig

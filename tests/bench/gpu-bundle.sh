@@ -12,7 +12,9 @@
 # on SmolLM2; profile: the per-kernel split of a token (gpu-profile.sh); submits: decode by
 # CubeCL's launches a submit. Results go to $OUT (default $WORK/out).
 #   usage: bash tests/bench/gpu-bundle.sh DIR [MAX_MB (56)]
-#   env:   VULKAN_DEBS (a folder of .deb files to unpack there when it has no libvulkan.so.1)
+#   env:   VULKAN_DEBS (a folder of .deb files to unpack there when it lacks libvulkan.so.1 or
+#          glvnd's libGLdispatch.so.0: libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libgles2
+#          libopengl0, from `apt-get download`)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=${1:?usage: gpu-bundle.sh DIR [MAX_MB]}
