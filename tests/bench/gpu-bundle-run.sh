@@ -70,7 +70,11 @@ stage() {
     peers)
       PEER_MODELS="$(models)" SPEC="" OUT="$out/gpu-peers.md" timeout 600 bash "$work/repo/tests/bench/gpu.sh" ;;
     spec)
-      PEERS=0 SPEC=smol OUT="$out/gpu-spec.md" timeout 600 bash "$work/repo/tests/bench/gpu.sh" 6 64 ;;
+      # The pair's rows where its whole files have arrived (PAIR=real), not its skeletons.
+      spec=smol
+      if [ -f "$work/models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf" ] \
+        && [ -f "$work/models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf" ]; then spec="pair smol"; fi
+      PEERS=0 SPEC=$spec OUT="$out/gpu-spec.md" timeout 600 bash "$work/repo/tests/bench/gpu.sh" 6 64 ;;
     profile)
       for m in $(models); do timeout 120 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 128 16; done \
         | tee "$out/profile.md" ;;

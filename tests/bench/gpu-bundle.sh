@@ -2,23 +2,29 @@
 # The GPU benchmark packed for a machine that can neither build nor fetch (a GPU lent without a
 # toolchain or network, taking a bounded upload at a time). Builds here: the release binary,
 # llama.cpp's Vulkan llama-bench, the GPU kernel tests; packs SmolLM2 whole, the Qwen pair as
-# skeletons (gguf-skeleton.py: a plain decode's work, not its text), Spec-Bench and the bench
-# scripts; and writes them as DIR/part-1, part-2, … of at most MAX_MB each. There, each part is
-# added as it arrives and the stages run once their files are in:
+# skeletons (gguf-skeleton.py: a plain decode's work, not its text) or, with PAIR=real, whole
+# (1.6 GB: ~33 parts of 50 MB, for the pair's speculative decoding on the GPU), Spec-Bench and
+# the bench scripts; and writes them as DIR/part-1, part-2, … of at most MAX_MB each (binaries,
+# scripts and SmolLM2 first, the pair last, so the stages that need only those can run before
+# the pair has arrived). There, each part is added as it arrives and the stages run once their
+# files are in:
 #   bash PART/run.sh add        # copies this part into $WORK (default ~/mars-gpu)
 #   bash PART/run.sh STAGE…     # tests | peers | spec | profile | submits | all
 # tests: the kernel tests (bit-for-bit contracts on this device's subgroups); peers: gpu.sh part
 # 1 (mars beside llama.cpp's Vulkan backend: SmolLM2 and the pair's shapes); spec: gpu.sh part 2
-# on SmolLM2; profile: the per-kernel split of a token (gpu-profile.sh); submits: decode by
+# on SmolLM2, and on the pair where the real pair has arrived; profile: the per-kernel split of a token (gpu-profile.sh); submits: decode by
 # CubeCL's launches a submit. Results go to $OUT (default $WORK/out).
-#   usage: bash tests/bench/gpu-bundle.sh DIR [MAX_MB (56)]
+#   usage: bash tests/bench/gpu-bundle.sh DIR [MAX_MB (50: the repository's tracked files, ~12
+#          MB, travel beside each part within a call's 64 MiB)]
 #   env:   VULKAN_DEBS (a folder of .deb files to unpack there when it lacks libvulkan.so.1 or
 #          glvnd's libGLdispatch.so.0: libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libgles2
 #          libopengl0, from `apt-get download`)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=${1:?usage: gpu-bundle.sh DIR [MAX_MB]}
-max=$((${2:-56} * 1000 * 1000))
+max=$((${2:-50} * 1000 * 1000))
+pair=${PAIR:-skeleton}
+case $pair in skeleton | real) ;; *) echo "PAIR must be skeleton or real, not '$pair'" >&2; exit 2 ;; esac
 models="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}"
 [ -f "$models/SmolLM2-135M-Instruct.Q4_1.gguf" ] || bash tests/fetch-model.sh
 [ -f "$models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf" ] || bash tests/fetch-pair.sh
@@ -55,7 +61,11 @@ xz -c ../shared/bench/spec_bench.jsonl >"$stage/f/spec_bench.jsonl.xz"
 if [ -n "${VULKAN_DEBS:-}" ]; then tar -C "$VULKAN_DEBS" -cf "$stage/f/debs.tar" .; fi
 cp /usr/bin/time "$stage/f/time" # GNU time, for peak memory (gpu-peers.sh)
 for m in Qwen2.5-Coder-0.5B-Instruct-Q4_K_M Qwen2.5-Coder-1.5B-Instruct-Q4_K_M; do
-  python3 tests/bench/gguf-skeleton.py pack "$models/$m.gguf" "$stage/f/$m.skel"
+  if [ "$pair" = real ]; then
+    ln "$models/$m.gguf" "$stage/f/" 2>/dev/null || cp "$models/$m.gguf" "$stage/f/"
+  else
+    python3 tests/bench/gguf-skeleton.py pack "$models/$m.gguf" "$stage/f/$m.skel"
+  fi
 done
 cp "$models/SmolLM2-135M-Instruct.Q4_1.gguf" "$stage/f/"
 # Into parts: files in this order, one split across parts where it does not fit (its pieces
@@ -67,7 +77,8 @@ src, dest, cap = sys.argv[1], sys.argv[2], int(sys.argv[3])
 order = ["mars.xz", "scripts.tar.xz", "llama.tar.xz", "spec_bench.jsonl.xz", "debs.tar", "time"]
 names = sorted(
     os.listdir(src),
-    key=lambda n: (order.index(n) if n in order else 99, n.startswith("SmolLM2"), n.endswith(".skel"), n),
+    # The listed files, the kernel tests, SmolLM2, then the pair (skeletons or whole).
+    key=lambda n: (order.index(n) if n in order else 99, n.startswith("Qwen"), not n.startswith("test-"), n),
 )
 part, room, pieces = 1, cap, {}
 def out(name):
