@@ -139,6 +139,14 @@ pub struct DrafterArgs {
     /// list such as `0-7,29`.
     #[arg(long)]
     pub draft_layers: Option<String>,
+    #[command(flatten)]
+    pub shape: DraftShapeArgs,
+}
+
+/// The draft's shape: its length (a chain) or its tree, and the ids a model drafter proposes;
+/// shared by the decoding subcommands and `mars eval`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DraftShapeArgs {
     /// Draft tokens per step.
     #[arg(long, default_value_t = DEFAULTS.k)]
     pub k: usize,
@@ -159,6 +167,21 @@ pub struct DrafterArgs {
     /// and a draft model or layer skip.
     #[arg(long, value_name = "P", default_value_t = 0.0)]
     pub tree_min_p: f32,
+}
+
+impl DraftShapeArgs {
+    /// `run` with the draft's shape set from these options.
+    #[must_use]
+    pub fn apply(&self, run: RunSettings) -> RunSettings {
+        RunSettings {
+            k: self.k,
+            draft_vocab: self.draft_vocab,
+            tree: self.tree,
+            branch: self.branch,
+            tree_min_p: self.tree_min_p,
+            ..run
+        }
+    }
 }
 
 impl DrafterArgs {
@@ -213,19 +236,15 @@ pub fn resolve(
     max_tokens: usize,
     chat: bool,
 ) -> Result<Resolved> {
-    let run = RunSettings {
+    let run = drafter.shape.apply(RunSettings {
         drafter: drafter.resolve()?,
-        k: drafter.k,
         mars: rule.resolve(DEFAULTS.mars)?,
         sampling: sampling.resolve()?,
         max_tokens,
         seed: sampling.seed,
         chat,
-        draft_vocab: drafter.draft_vocab,
-        tree: drafter.tree,
-        branch: drafter.branch,
-        tree_min_p: drafter.tree_min_p,
-    };
+        ..RunSettings::default()
+    });
     run.validate()
         .with_context(|| "checking the settings".to_string())?;
     Ok(Resolved {

@@ -17,7 +17,7 @@ use mars_engine::{DEFAULTS, DrafterSpec, Method, MethodOutput, RunSettings, RunS
 use mars_verify::Mode;
 use serde::{Deserialize, Serialize};
 
-use crate::args::{self, DeviceArg, KernelArgs, SamplingArgs};
+use crate::args::{self, DeviceArg, DraftShapeArgs, KernelArgs, SamplingArgs};
 use crate::compare::Runner;
 use crate::compare::report::mode_label;
 use code::Problem;
@@ -43,22 +43,8 @@ pub struct HumanEvalArgs {
     /// when the pair is in the cache, else the engine's default drafter).
     #[arg(long)]
     pub draft: Option<String>,
-    /// Draft tokens per step.
-    #[arg(long, default_value_t = DEFAULTS.k)]
-    pub k: usize,
-    /// A model drafter proposes only token ids below N.
-    #[arg(long, value_name = "N")]
-    pub draft_vocab: Option<usize>,
-    /// Token trees of at most N nodes (k their depth); 0: chains.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub tree: usize,
-    /// A model drafter's tree: children per expanded node, and nodes expanded per depth.
-    #[arg(long, value_name = "B", default_value_t = DEFAULTS.branch)]
-    pub branch: usize,
-    /// A model drafter's tree keeps only nodes whose path's draft probability is at least P.
-    /// Needs `--tree` and a draft model or layer skip.
-    #[arg(long, value_name = "P", default_value_t = 0.0)]
-    pub tree_min_p: f32,
+    #[command(flatten)]
+    pub shape: DraftShapeArgs,
     /// MARS paper-mode thresholds, one run each: `--theta 0.9,0.95`.
     #[arg(long, value_delimiter = ',')]
     pub theta: Vec<f32>,
@@ -248,19 +234,14 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         (None, None) => DEFAULTS.drafter.parse()?,
     };
     // The MARS mode is per method (`methods`); the rest is the run's.
-    let run = RunSettings {
+    let run = args.shape.apply(RunSettings {
         drafter,
-        k: args.k,
-        draft_vocab: args.draft_vocab,
-        tree: args.tree,
-        branch: args.branch,
-        tree_min_p: args.tree_min_p,
         sampling: args.sampling.resolve()?,
         seed: args.sampling.seed,
         max_tokens: args.max_tokens,
         chat: true,
         ..RunSettings::default()
-    };
+    });
     let runner = Runner::new(model.clone(), args.device.into(), &args.kernels, run)?;
     eprintln!(
         "humaneval: {} problems × {} methods · sandbox: {}",
@@ -272,10 +253,10 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         "model": model.display().to_string(),
         "drafter": runner.run.drafter_label(),
         "k": runner.run.k,
-        "draft_vocab": args.draft_vocab,
-        "tree": args.tree,
-        "branch": args.branch,
-        "tree_min_p": args.tree_min_p,
+        "draft_vocab": args.shape.draft_vocab,
+        "tree": args.shape.tree,
+        "branch": args.shape.branch,
+        "tree_min_p": args.shape.tree_min_p,
         "temperature": runner.run.sampling.temperature,
         // null without top-k: a journal written before top-k was recorded resumes as before.
         "top_k": runner.run.sampling.top_k,
