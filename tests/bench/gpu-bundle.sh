@@ -3,7 +3,7 @@
 # toolchain or network, taking a bounded upload at a time). Builds here: the release binary,
 # llama.cpp's Vulkan llama-bench, the GPU kernel tests; packs SmolLM2 whole, the Qwen pair as
 # skeletons (gguf-skeleton.py: a plain decode's work, not its text) or, with PAIR=real, whole
-# (1.6 GB: ~33 parts of 50 MB, for the pair's speculative decoding on the GPU), Spec-Bench and
+# (1.6 GB: 35 parts of 50 MB in all, for the pair's speculative decoding on the GPU), Spec-Bench and
 # the bench scripts; and writes them as DIR/part-1, part-2, … of at most MAX_MB each (binaries,
 # scripts and SmolLM2 first, the pair last, so the stages that need only those can run before
 # the pair has arrived). There, each part is added as it arrives and the stages run once their
@@ -12,8 +12,9 @@
 #   bash PART/run.sh STAGE…     # tests | peers | spec | profile | submits | all
 # tests: the kernel tests (bit-for-bit contracts on this device's subgroups); peers: gpu.sh part
 # 1 (mars beside llama.cpp's Vulkan backend: SmolLM2 and the pair's shapes); spec: gpu.sh part 2
-# on SmolLM2, and on the pair where the real pair has arrived; profile: the per-kernel split of a token (gpu-profile.sh); submits: decode by
-# CubeCL's launches a submit. Results go to $OUT (default $WORK/out).
+# on SmolLM2, and on the pair where the real pair has arrived; profile: the per-kernel split of
+# a token (gpu-profile.sh); submits: decode by CubeCL's launches a submit. Results go to $OUT
+# (default $WORK/out).
 #   usage: bash tests/bench/gpu-bundle.sh DIR [MAX_MB (50: the repository's tracked files, ~12
 #          MB, travel beside each part within a call's 64 MiB)]
 #   env:   VULKAN_DEBS (a folder of .deb files to unpack there when it lacks libvulkan.so.1 or
@@ -24,7 +25,10 @@ cd "$(dirname "$0")/../.."
 dest=${1:?usage: gpu-bundle.sh DIR [MAX_MB]}
 max=$((${2:-50} * 1000 * 1000))
 pair=${PAIR:-skeleton}
-case $pair in skeleton | real) ;; *) echo "PAIR must be skeleton or real, not '$pair'" >&2; exit 2 ;; esac
+case $pair in
+  skeleton | real) ;;
+  *) echo "PAIR must be skeleton or real, not '$pair'" >&2; exit 2 ;;
+esac
 models="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}"
 [ -f "$models/SmolLM2-135M-Instruct.Q4_1.gguf" ] || bash tests/fetch-model.sh
 [ -f "$models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf" ] || bash tests/fetch-pair.sh
@@ -78,7 +82,9 @@ order = ["mars.xz", "scripts.tar.xz", "llama.tar.xz", "spec_bench.jsonl.xz", "de
 names = sorted(
     os.listdir(src),
     # The listed files, the kernel tests, SmolLM2, then the pair (skeletons or whole).
-    key=lambda n: (order.index(n) if n in order else 99, n.startswith("Qwen"), not n.startswith("test-"), n),
+    key=lambda n: (
+        order.index(n) if n in order else 99, n.startswith("Qwen"), not n.startswith("test-"), n
+    ),
 )
 part, room, pieces = 1, cap, {}
 def out(name):
