@@ -1,5 +1,5 @@
-//! The GPU path ([`WeightPath::GpuBlocks`](crate::WeightPath::GpuBlocks)): every matrix as its
-//! GGUF blocks (or the file's f32 values) in GPU buffers, and a Llama block as seven launches of
+//! The GPU back-end ([`WeightPath::GpuBlocks`](crate::WeightPath::GpuBlocks)): every matrix as its
+//! GGUF blocks (or the file's f32 values) in GPU buffers, and a Llama block as eight launches of
 //! mars-kernels' fused WGSL kernels (`mars_kernels::gpu`) on the CubeCL client burn's wgpu device
 //! runs on: RMSNorm, q | k | v (with Qwen2's biases), RoPE with the KV-cache write (Qwen3's
 //! head norms before it), attention over the cache, o with the residual added in place,
@@ -21,13 +21,12 @@ use mars_kernels::gpu::{
     clone_buffer, link_ids,
 };
 
+use crate::backend::{Backend, LayerCache, Pass, Reads, rope_tables};
 use crate::config::{LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
-use crate::load::{freq_factors, packable_stored, read, rope_tables};
-use crate::logits::{Logits, RowSummary, RowTop, SampleKeys};
 use crate::tensors::{BlockTensors, Named, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
-use crate::weights::Weights;
-use mars_verify::RowDraw;
+use crate::weights::{Weights, freq_factors, packable_stored, read};
+use mars_verify::{RowDraw, RowSummary, RowTop, SampleKeys};
 
 /// Largest part a matrix is uploaded in (and later multiplied as, one launch per part): a
 /// loader reading from a file not held in memory (the page's `Blob`) holds one part at a time,
@@ -168,7 +167,7 @@ pub(crate) struct GpuModel {
     copy: CopyRows,
     heads: Heads,
     /// Tensors converted to Q8_0 at load (no kernel takes their type), as "name (type)".
-    pub(crate) converted: Arc<Vec<String>>,
+    converted: Arc<Vec<String>>,
 }
 
 impl GpuModel {
@@ -259,46 +258,9 @@ impl GpuModel {
         })
     }
 
-    /// The same model running only `layers` (each checked by the caller), sharing every weight.
-    pub(crate) fn with_layers(&self, layers: &[usize]) -> Self {
-        Self {
-            layers: layers.iter().map(|&l| self.layers[l].clone()).collect(),
-            ..self.clone()
-        }
-    }
-
     /// Launches the head's product takes (one per part of a split matrix).
     pub(crate) fn head_launches(&self) -> usize {
         self.lm_head.launches()
-    }
-
-    /// Bytes of blocks one forward pass reads: every matrix, the embedding rows aside.
-    pub(crate) fn matrix_bytes(&self) -> u64 {
-        let blocks: u64 = self
-            .layers
-            .iter()
-            .map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes())
-            .sum();
-        blocks + self.lm_head.bytes()
-    }
-
-    /// An empty cache of `capacity` rows per layer.
-    ///
-    /// # Errors
-    /// [`ModelError::Kernel`] for a size past usize.
-    pub(crate) fn new_cache(&self, layers: usize, capacity: usize) -> Result<GpuCache> {
-        let bytes = self.heads.cache_bytes(capacity)?;
-        Ok(GpuCache {
-            layers: Arc::new(
-                (0..layers)
-                    .map(|_| self.client.empty(bytes.max(4)))
-                    .collect(),
-            ),
-            bytes,
-            capacity,
-            client: self.client.clone(),
-            copy: self.copy.clone(),
-        })
     }
 
     /// An empty chain of `rows` row summaries (see [`GpuChain`]).
@@ -317,27 +279,22 @@ impl GpuModel {
         })
     }
 
-    /// One forward pass over `tokens` at cache rows `start..` (a chain, or with `tree` the last
-    /// rows of a token tree, as in [`Llama::extend_tree`](crate::Llama::extend_tree)): the
-    /// logits of the last `tail` rows, ids at or past `limit` −inf. With `link`, the last
-    /// `link.ids` ids (placeholders in `tokens`) are taken on the device from the chain, and
-    /// the logits' summaries go to it at `link.summaries_at` ([`Link`]).
+    /// [`Backend::forward`] with, where `link` is given, the last `link.ids` ids (placeholders
+    /// in the pass's tokens) taken on the device from the chain, and the logits' summaries
+    /// going to it at `link.summaries_at` ([`Link`]).
     ///
     /// # Errors
     /// [`ModelError::CacheKind`] for a cache of another model; the kernels' error for a tree
     /// too large for the GPU's masks, a chain too short for the link or a shape they cannot run.
-    #[allow(clippy::too_many_arguments)] // the host path's forward's arguments, and the cache
-    pub(crate) fn forward(
+    pub(crate) fn forward_linked(
         &self,
         c: &LlamaConfig,
-        tokens: &[u32],
+        pass: &Pass<'_>,
         cache: &mut GpuCache,
-        start: usize,
-        tree: Option<(usize, &[Option<usize>])>,
-        tail: usize,
-        limit: usize,
         link: Option<(&GpuChain, Link)>,
-    ) -> Result<Logits> {
+    ) -> Result<GpuLogits> {
+        let (tokens, start, tree) = (pass.tokens, pass.start, pass.tree);
+        let (tail, limit) = (pass.rows, pass.logit_ids);
         if cache.layers.len() != self.layers.len() {
             return Err(ModelError::CacheKind);
         }
@@ -388,7 +345,7 @@ impl GpuModel {
         self.out_norm.run(client, &x, &last, &step, true)?;
         let logits = f32s(tail * c.vocab_size); // [tail, vocab]
         self.lm_head.run(client, &last, &logits, &step)?;
-        Ok(Logits::gpu(GpuLogits {
+        Ok(GpuLogits {
             client: client.clone(),
             handle: logits,
             rows: tail,
@@ -397,7 +354,59 @@ impl GpuModel {
             tops: self.tops.clone(),
             draws: self.draws.clone(),
             step,
-        }))
+        })
+    }
+}
+
+impl Backend for GpuModel {
+    type Cache = GpuCache;
+    /// `[rows, vocab]` in a GPU buffer, with the kernels that reduce it there.
+    type Logits = GpuLogits;
+    /// Rows summarised, reduced to their best c and chained on the device.
+    const READS: Reads = Reads {
+        summaries: true,
+        top: true,
+        chain: true,
+    };
+
+    fn forward(&self, c: &LlamaConfig, pass: &Pass<'_>, cache: &mut GpuCache) -> Result<GpuLogits> {
+        self.forward_linked(c, pass, cache, None)
+    }
+
+    fn new_cache(&self, _: &LlamaConfig, capacity: usize) -> Result<GpuCache> {
+        let bytes = self.heads.cache_bytes(capacity)?;
+        Ok(GpuCache {
+            layers: Arc::new(
+                self.layers
+                    .iter()
+                    .map(|_| self.client.empty(bytes.max(4)))
+                    .collect(),
+            ),
+            bytes,
+            capacity,
+            client: self.client.clone(),
+            copy: self.copy.clone(),
+        })
+    }
+
+    fn with_layers(&self, layers: &[usize]) -> Self {
+        Self {
+            layers: layers.iter().map(|&l| self.layers[l].clone()).collect(),
+            ..self.clone()
+        }
+    }
+
+    fn matrix_bytes(&self) -> u64 {
+        let blocks: u64 = self
+            .layers
+            .iter()
+            .map(|l| l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes())
+            .sum();
+        blocks + self.lm_head.bytes()
+    }
+
+    fn converted(&self) -> &[String] {
+        &self.converted
     }
 }
 
@@ -467,9 +476,11 @@ impl GpuCache {
         }
         Ok(&self.layers)
     }
+}
 
-    /// Moves rows `from → to` in every layer (one upload, one launch a layer).
-    pub(crate) fn move_rows(&mut self, moves: &[(usize, usize)]) -> Result<()> {
+impl LayerCache for GpuCache {
+    /// One upload, one launch a layer.
+    fn move_rows(&mut self, moves: &[(usize, usize)]) -> Result<()> {
         if moves.is_empty() {
             return Ok(());
         }

@@ -12,19 +12,26 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-mod cache;
+// Leaves: what the back-ends and the front read.
+mod backend;
 mod config;
 mod error;
+mod path;
+mod tensors;
+// The three back-ends, each owning its weights, cache, logits and forward pass.
+mod cpu;
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
 mod gpu;
-mod host;
+mod reference;
+// The front: the model a caller holds, its cache and logits, and loading.
+mod cache;
 mod llama;
 mod load;
 mod logits;
-mod tensors;
 pub mod tiny;
 pub mod weights;
 
+pub use backend::Reads;
 pub use burn::tensor::{Device, Tensor};
 pub use cache::KvCache;
 pub use config::{Architecture, LlamaConfig, RopeStyle};
@@ -34,7 +41,7 @@ pub use gpu::{
     SUBMIT_EVERY_CPU, SUBMIT_EVERY_GPU, blocks_unsupported, subgroup_lanes, submit_every,
 };
 pub use llama::Llama;
-pub use load::{DeviceLimits, LoadOptions, WeightPath};
 pub use logits::{ChainLink, Logits, RowSummary, SummaryChain, read_f32, read_f32_async};
 /// What the GPU path's kernels have asked of the device so far (zeros without it).
 pub use mars_kernels::{GpuCounts, GpuKernelKind, gpu_counts};
+pub use path::{DeviceLimits, LoadOptions, WeightPath};

@@ -6,6 +6,8 @@
 use burn::tensor::Tensor;
 
 use crate::error::{ModelError, Result};
+#[cfg(any(feature = "wgpu", feature = "webgpu"))]
+use crate::gpu::{GpuChain, GpuLogits};
 
 /// Logits `[rows, vocab]` of one forward pass.
 #[derive(Debug, Clone)]
@@ -13,17 +15,18 @@ pub struct Logits(Inner);
 
 #[derive(Debug, Clone)]
 enum Inner {
-    /// Row-major `[rows, vocab]` on the host (the packed CPU path).
-    Host {
+    /// Row-major `[rows, vocab]` on the host (the CPU back-end).
+    Cpu {
         values: Vec<f32>,
         rows: usize,
         vocab: usize,
     },
-    /// `[1, rows, vocab]` on the model's device (boxed: a burn tensor is larger than a `Vec`).
-    Device(Box<Tensor<3>>),
-    /// `[rows, vocab]` in a GPU buffer of the GPU path, with its summary kernel.
+    /// `[1, rows, vocab]` on the reference back-end's device (boxed: a burn tensor is larger
+    /// than a `Vec`).
+    Reference(Box<Tensor<3>>),
+    /// `[rows, vocab]` in a GPU buffer of the GPU back-end, with its summary kernel.
     #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-    Gpu(Box<crate::gpu::GpuLogits>),
+    Gpu(Box<GpuLogits>),
 }
 
 /// What greedy verification needs of a row of logits (`mars_verify::RowSummary`: its best two
@@ -45,7 +48,7 @@ pub struct SummaryChain(ChainInner);
 #[derive(Debug, Clone)]
 enum ChainInner {
     #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-    Gpu(crate::gpu::GpuChain),
+    Gpu(GpuChain),
     /// Never made: no path but the GPU's keeps summaries on a device.
     #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
     #[allow(dead_code)] // the type must exist for the engine, which never gets one here
@@ -70,12 +73,12 @@ pub struct ChainLink<'a> {
 
 impl SummaryChain {
     #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-    pub(crate) fn gpu(c: crate::gpu::GpuChain) -> Self {
+    pub(crate) fn gpu(c: GpuChain) -> Self {
         Self(ChainInner::Gpu(c))
     }
 
     #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-    pub(crate) fn inner(&self) -> &crate::gpu::GpuChain {
+    pub(crate) fn inner(&self) -> &GpuChain {
         match &self.0 {
             ChainInner::Gpu(c) => c,
         }
@@ -106,21 +109,21 @@ impl SummaryChain {
 }
 
 impl Logits {
-    pub(crate) fn host(values: Vec<f32>, rows: usize, vocab: usize) -> Self {
+    pub(crate) fn cpu(values: Vec<f32>, rows: usize, vocab: usize) -> Self {
         debug_assert_eq!(values.len(), rows * vocab);
-        Self(Inner::Host {
+        Self(Inner::Cpu {
             values,
             rows,
             vocab,
         })
     }
 
-    pub(crate) fn device(t: Tensor<3>) -> Self {
-        Self(Inner::Device(Box::new(t)))
+    pub(crate) fn reference(t: Tensor<3>) -> Self {
+        Self(Inner::Reference(Box::new(t)))
     }
 
     #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-    pub(crate) fn gpu(l: crate::gpu::GpuLogits) -> Self {
+    pub(crate) fn gpu(l: GpuLogits) -> Self {
         Self(Inner::Gpu(Box::new(l)))
     }
 
@@ -233,8 +236,8 @@ impl Logits {
     /// `(rows, vocab)`.
     pub fn dims(&self) -> (usize, usize) {
         match &self.0 {
-            Inner::Host { rows, vocab, .. } => (*rows, *vocab),
-            Inner::Device(t) => {
+            Inner::Cpu { rows, vocab, .. } => (*rows, *vocab),
+            Inner::Reference(t) => {
                 let [_, rows, vocab] = t.dims();
                 (rows, vocab)
             }
@@ -250,8 +253,8 @@ impl Logits {
     /// [`ModelError::Readback`] when the device cannot return the data.
     pub async fn read_async(self) -> Result<Vec<f32>> {
         match self.0 {
-            Inner::Host { values, .. } => Ok(values),
-            Inner::Device(t) => read_f32_async(*t).await,
+            Inner::Cpu { values, .. } => Ok(values),
+            Inner::Reference(t) => read_f32_async(*t).await,
             #[cfg(any(feature = "wgpu", feature = "webgpu"))]
             Inner::Gpu(l) => l.read_async().await,
         }
@@ -264,8 +267,8 @@ impl Logits {
     /// [`ModelError::Readback`] when the device cannot return the data.
     pub fn read(self) -> Result<Vec<f32>> {
         match self.0 {
-            Inner::Host { values, .. } => Ok(values),
-            Inner::Device(t) => read_f32(*t),
+            Inner::Cpu { values, .. } => Ok(values),
+            Inner::Reference(t) => read_f32(*t),
             #[cfg(all(any(feature = "wgpu", feature = "webgpu"), not(target_family = "wasm")))]
             Inner::Gpu(l) => l.read(),
             #[cfg(all(any(feature = "wgpu", feature = "webgpu"), target_family = "wasm"))]
@@ -282,8 +285,8 @@ impl Logits {
     /// [`ModelError::Readback`] when the device cannot return the data.
     pub async fn wait(self) -> Result<()> {
         match self.0 {
-            Inner::Host { .. } => Ok(()),
-            Inner::Device(t) => read_f32_async(t.slice([0..1, 0..1, 0..1])).await.map(drop),
+            Inner::Cpu { .. } => Ok(()),
+            Inner::Reference(t) => read_f32_async(t.slice([0..1, 0..1, 0..1])).await.map(drop),
             #[cfg(any(feature = "wgpu", feature = "webgpu"))]
             Inner::Gpu(l) => l.wait().await,
         }

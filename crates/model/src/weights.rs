@@ -7,8 +7,11 @@ use std::ops::Range;
 use mars_formats::{FormatError, GgmlType, Gguf, SafetensorsFile};
 use serde::Deserialize;
 
+use mars_kernels::WeightType;
+
 use crate::config::{Architecture, LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
+use crate::tensors::ROPE_FREQS;
 
 /// A tensor as stored: shape (outermost first), type and size; its bytes come from
 /// [`Weights::stored_bytes`], so that a loader can check a whole file before reading any data.
@@ -250,5 +253,73 @@ impl Weights for HfWeights<'_> {
             }
             _ => Ok(Some((shape, values))),
         }
+    }
+}
+
+/// The kernels' block type for a GGUF type they multiply directly.
+pub(crate) fn packable(ty: GgmlType) -> Option<WeightType> {
+    match ty {
+        GgmlType::Q8_0 => Some(WeightType::Q8_0),
+        GgmlType::Q4_0 => Some(WeightType::Q4_0),
+        GgmlType::Q4_1 => Some(WeightType::Q4_1),
+        GgmlType::Q5_0 => Some(WeightType::Q5_0),
+        GgmlType::Q5_1 => Some(WeightType::Q5_1),
+        GgmlType::Q4K => Some(WeightType::Q4K),
+        GgmlType::Q5K => Some(WeightType::Q5K),
+        GgmlType::Q6K => Some(WeightType::Q6K),
+        GgmlType::F16 => Some(WeightType::F16),
+        GgmlType::BF16 => Some(WeightType::BF16),
+        _ => None,
+    }
+}
+
+/// The kernels' type for `name` if the source stores it `[out, in]` in a type they take.
+///
+/// # Errors
+/// [`ModelError::TensorShape`] for a stored tensor of another shape.
+pub(crate) fn packable_stored(
+    g: &dyn Weights,
+    name: &str,
+    out_dim: usize,
+    in_dim: usize,
+) -> Result<Option<WeightType>> {
+    let Some(s) = g.stored(name)? else {
+        return Ok(None);
+    };
+    let Some(wt) = packable(s.ty) else {
+        return Ok(None);
+    };
+    if s.shape != [out_dim, in_dim] {
+        return Err(ModelError::TensorShape {
+            name: name.to_string(),
+            found: s.shape,
+            expected: vec![out_dim, in_dim],
+        });
+    }
+    Ok(Some(wt))
+}
+
+/// Reads one tensor, checks its shape (row-major, outermost first), and returns its values.
+pub(crate) fn read(w: &dyn Weights, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
+    let (found, values) = w
+        .f32_tensor(name)?
+        .ok_or_else(|| FormatError::MissingTensor {
+            name: name.to_string(),
+        })?;
+    if found != expected {
+        return Err(ModelError::TensorShape {
+            name: name.to_string(),
+            found,
+            expected: expected.to_vec(),
+        });
+    }
+    Ok(values)
+}
+
+/// Llama 3.x files carry per-frequency RoPE scaling factors as a tensor.
+pub(crate) fn freq_factors(g: &dyn Weights, hd: usize) -> Result<Option<Vec<f32>>> {
+    match g.f32_tensor(ROPE_FREQS)? {
+        Some(_) => Ok(Some(read(g, ROPE_FREQS, &[hd / 2])?)),
+        None => Ok(None),
     }
 }

@@ -13,7 +13,8 @@
   expect; the model test compares mars with it.
 
 Run: python3 -m pip install llama-cpp-python==0.3.36 numpy (builds llama.cpp from source), then
-python3 make_reference.py MODEL.gguf ../../../../../shared/bench/spec_bench.jsonl > smollm2_reference.json
+python3 make_reference.py MODEL.gguf "$(bash tests/fetch-spec-bench.sh | tail -n1)" > smollm2_reference.json
+(from the project root, paths adjusted)
 """
 import json
 import sys

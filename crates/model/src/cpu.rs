@@ -1,4 +1,5 @@
-//! The CPU forward pass over packed GGUF blocks: every matrix runs on mars-kernels, attention on
+//! The CPU back-end: matrices kept as their GGUF blocks (packed for the kernels), and a forward
+//! pass over them: every matrix runs on mars-kernels, attention on
 //! its row-by-row kernel, and the rest (norms, RoPE, SwiGLU, residuals) are loops over `Vec<f32>`
 //! here. No burn op runs and no tensor is copied between steps.
 //!
@@ -10,16 +11,19 @@
 //! bit-identical whether it is decoded alone or verified with k others — greedy strict
 //! speculation equals target-only decoding exactly.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use mars_kernels::{Forms, Heads, Kernels, MAX_ROWS, Product, QActs, QMatrix};
 
+use crate::backend::{Backend, LayerCache, Pass, Reads, rope_tables, tree_positions};
 use crate::config::{LlamaConfig, RopeStyle};
-use crate::error::Result;
+use crate::error::{ModelError, Result};
+use crate::tensors::{BlockTensors, Named, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
+use crate::weights::{Weights, freq_factors, packable_stored, read};
 
 /// One decoder block's weights on the host. Matrices are `[out, in]` blocks.
 #[derive(Debug)]
-pub(crate) struct HostBlock {
+pub(crate) struct CpuBlock {
     pub(crate) attn_norm: Vec<f32>,      // [d_model]
     pub(crate) wq: Arc<QMatrix>,         // [n_heads * head_dim, d_model]
     pub(crate) wk: Arc<QMatrix>,         // [n_kv_heads * head_dim, d_model]
@@ -36,7 +40,7 @@ pub(crate) struct HostBlock {
     pub(crate) w_down: Arc<QMatrix>,     // [d_model, d_ff]
 }
 
-impl HostBlock {
+impl CpuBlock {
     /// The block's matrices, for byte counts.
     pub(crate) fn matrices(&self) -> [&QMatrix; 7] {
         [
@@ -54,9 +58,9 @@ impl HostBlock {
 /// A model on the host: blocks shared by reference (a layer-skip drafter is a list of the same
 /// `Arc`s), RoPE tables, and the kernels' thread pool.
 #[derive(Debug, Clone)]
-pub(crate) struct HostModel {
+pub(crate) struct CpuModel {
     pub(crate) embedding: Arc<QMatrix>, // [vocab, d_model]
-    pub(crate) blocks: Vec<Arc<HostBlock>>,
+    pub(crate) blocks: Vec<Arc<CpuBlock>>,
     pub(crate) out_norm: Arc<Vec<f32>>, // [d_model]
     pub(crate) lm_head: Arc<QMatrix>,   // [vocab, d_model] (the embedding's blocks when tied)
     pub(crate) rope_cos: Arc<Vec<f32>>, // [context_length, head_dim / 2]
@@ -72,39 +76,104 @@ pub(crate) struct HostModel {
 /// A layer's cached keys and values: `[capacity, n_kv_heads * head_dim]` each, position-major,
 /// so a token's entries are one contiguous write.
 #[derive(Debug, Clone)]
-pub(crate) struct HostLayerCache {
-    pub(crate) keys: Vec<f32>,
-    pub(crate) values: Vec<f32>,
+pub(crate) struct CpuLayer {
+    keys: Vec<f32>,   // [capacity, n_kv_heads * head_dim]
+    values: Vec<f32>, // [capacity, n_kv_heads * head_dim]
 }
 
-impl HostModel {
-    /// Logits `[logit_rows, vocab]` of the last `logit_rows` of `tokens` (at positions
-    /// `start..start + t`), writing every token's keys and values into `cache` (one entry per
-    /// block). Tokens, positions, `logit_rows ≤ t` and `1 ≤ logit_ids ≤ vocab` are checked by
-    /// the caller. The output head is the largest matrix of a small model: prefill and drafting,
-    /// which need one row's logits, skip it for the other rows, and a vocabulary-limited drafter
-    /// runs it on its first `logit_ids` rows only (the rest of the logits are −inf).
-    ///
-    /// With `tree = (base, parents)` the tokens are the last rows of a token tree whose rows
-    /// start at cache row `base` and whose every row `parents` lists (see
-    /// [`crate::Llama::extend_tree`]): a row sits at position base + its depth and attends to
-    /// the cache before `base`, its ancestors and itself.
-    #[allow(clippy::too_many_arguments)] // the pass's operands and its two output limits
-    pub(crate) fn forward(
-        &self,
-        c: &LlamaConfig,
-        tokens: &[u32],
-        tree: Option<(usize, &[Option<usize>])>,
-        start: usize,
-        cache: &mut [HostLayerCache],
-        logit_rows: usize,
-        logit_ids: usize,
-    ) -> Result<Vec<f32>> {
-        self.kernels
-            .run(|| self.forward_in_pool(c, tokens, tree, start, cache, logit_rows, logit_ids))
+/// The CPU back-end's KV cache: one [`CpuLayer`] a block.
+#[derive(Debug, Clone)]
+pub(crate) struct CpuCache {
+    layers: Vec<CpuLayer>,
+    capacity: usize,
+}
+
+impl LayerCache for CpuCache {
+    fn move_rows(&mut self, moves: &[(usize, usize)]) -> Result<()> {
+        for layer in &mut self.layers {
+            let w = layer.keys.len() / self.capacity.max(1); // n_kv_heads * head_dim
+            for &(from, to) in moves {
+                layer.keys.copy_within(from * w..(from + 1) * w, to * w);
+                layer.values.copy_within(from * w..(from + 1) * w, to * w);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Backend for CpuModel {
+    type Cache = CpuCache;
+    /// Row-major `[rows, vocab]` in host memory, handed over as computed.
+    type Logits = Vec<f32>;
+    /// The logits are already in host memory: nothing to summarise.
+    const READS: Reads = Reads {
+        summaries: false,
+        top: false,
+        chain: false,
+    };
+
+    fn forward(&self, c: &LlamaConfig, pass: &Pass<'_>, cache: &mut CpuCache) -> Result<Vec<f32>> {
+        if cache.layers.len() != self.blocks.len() {
+            return Err(ModelError::CacheKind);
+        }
+        let layers = &mut cache.layers;
+        self.kernels.run(|| {
+            self.forward_in_pool(
+                c,
+                pass.tokens,
+                pass.tree,
+                pass.start,
+                layers,
+                pass.rows,
+                pass.logit_ids,
+            )
+        })
     }
 
-    /// [`HostModel::forward`], on the kernels' pool.
+    fn new_cache(&self, c: &LlamaConfig, capacity: usize) -> Result<CpuCache> {
+        // capacity ≤ context_length and n_kv_heads × head_dim were checked by validate().
+        let len = capacity * c.n_kv_heads * c.head_dim;
+        let layers = self
+            .blocks
+            .iter()
+            .map(|_| CpuLayer {
+                keys: vec![0.0; len],
+                values: vec![0.0; len],
+            })
+            .collect();
+        Ok(CpuCache { layers, capacity })
+    }
+
+    fn with_layers(&self, layers: &[usize]) -> Self {
+        Self {
+            blocks: layers.iter().map(|&l| self.blocks[l].clone()).collect(),
+            ..self.clone()
+        }
+    }
+
+    fn matrix_bytes(&self) -> u64 {
+        let blocks: u64 = self
+            .blocks
+            .iter()
+            .flat_map(|b| b.matrices())
+            .map(|w| w.bytes() as u64)
+            .sum();
+        blocks + self.lm_head.bytes() as u64
+    }
+
+    fn converted(&self) -> &[String] {
+        &self.converted
+    }
+}
+
+impl CpuModel {
+    /// Logits `[logit_rows, vocab]` of the last `logit_rows` of `tokens` (at positions
+    /// `start..start + t`), writing every token's keys and values into `cache` (one entry per
+    /// block), on the kernels' pool. The output head is the largest matrix of a small model:
+    /// prefill and drafting, which need one row's logits, skip it for the other rows, and a
+    /// vocabulary-limited drafter runs it on its first `logit_ids` rows only (the rest of the
+    /// logits are −inf). With `tree = (base, parents)` a row sits at position base + its depth
+    /// and attends to the cache before `base`, its ancestors and itself.
     #[allow(clippy::too_many_arguments)]
     fn forward_in_pool(
         &self,
@@ -112,7 +181,7 @@ impl HostModel {
         tokens: &[u32],
         tree: Option<(usize, &[Option<usize>])>,
         start: usize,
-        cache: &mut [HostLayerCache],
+        cache: &mut [CpuLayer],
         logit_rows: usize,
         logit_ids: usize,
     ) -> Result<Vec<f32>> {
@@ -163,7 +232,7 @@ impl HostModel {
         // Each row's position: the next in line, or in a tree the tree's base plus its depth.
         let positions: Vec<usize> = match tree {
             None => (start..end).collect(),
-            Some((base, parents)) => crate::llama::tree_positions(base, parents, t),
+            Some((base, parents)) => tree_positions(base, parents, t),
         };
         for (block, layer) in self.blocks.iter().zip(cache.iter_mut()) {
             rms_norm(&x, &block.attn_norm, c.rms_eps, &mut h);
@@ -266,7 +335,7 @@ impl HostModel {
         self.linears([(w, y)], x, s)
     }
 
-    /// [`HostModel::linear`] for several matrices of one input (q/k/v, gate/up): each 16-row
+    /// [`CpuModel::linear`] for several matrices of one input (q/k/v, gate/up): each 16-row
     /// chunk of `x` is quantized once for all of them.
     fn linears<const N: usize>(
         &self,
@@ -367,5 +436,124 @@ fn rope_pair(style: RopeStyle, i: usize, half: usize) -> (usize, usize) {
     match style {
         RopeStyle::Interleaved => (2 * i, 2 * i + 1),
         RopeStyle::Halves => (i, i + half),
+    }
+}
+
+/// The kernels for `threads` threads, one pool per count for the whole process: a target and
+/// its draft model share it (they never run at once).
+fn shared_kernels(threads: usize) -> Result<Arc<Kernels>> {
+    static POOLS: OnceLock<Mutex<Vec<Arc<Kernels>>>> = OnceLock::new();
+    let pools = POOLS.get_or_init(|| Mutex::new(Vec::new()));
+    let mut pools = pools
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(k) = pools.iter().find(|k| k.threads() == threads) {
+        return Ok(k.clone());
+    }
+    let k = Arc::new(Kernels::new(threads)?);
+    pools.push(k.clone());
+    Ok(k)
+}
+
+/// `name` as packed blocks `[out, in]` if the source stores it in a type the kernels take:
+/// laid out for `kernels` (tiled from the file's bytes where they tile), or as stored.
+fn stored_blocks(
+    g: &dyn Weights,
+    name: &str,
+    out_dim: usize,
+    in_dim: usize,
+    kernels: Option<&Kernels>,
+) -> Result<Option<QMatrix>> {
+    let Some(wt) = packable_stored(g, name, out_dim, in_dim)? else {
+        return Ok(None);
+    };
+    let n_bytes = g.stored(name)?.map_or(0, |s| s.n_bytes);
+    let bytes = g.stored_bytes(name, 0..n_bytes, 0)?;
+    Ok(Some(match kernels {
+        Some(k) => k.prepare_bytes(wt, out_dim, in_dim, bytes)?,
+        None => QMatrix::new(wt, out_dim, in_dim, bytes.into_owned())?,
+    }))
+}
+
+/// A `[out, in]` matrix as blocks for the kernels: as stored where the kernels take the type,
+/// else dequantized and converted once to Q8_0 (noted in `converted`); laid out for `kernels`
+/// where given ([`Kernels::prepare`]).
+fn blocks(
+    g: &dyn Weights,
+    name: &str,
+    (out_dim, in_dim): (usize, usize),
+    kernels: Option<&Kernels>,
+    converted: &mut Vec<String>,
+) -> Result<Arc<QMatrix>> {
+    if let Some(blocks) = stored_blocks(g, name, out_dim, in_dim, kernels)? {
+        return Ok(Arc::new(blocks));
+    }
+    let ty = g
+        .stored(name)?
+        .map_or_else(|| "f32".to_string(), |s| format!("{:?}", s.ty));
+    converted.push(format!("{name} ({ty})"));
+    let values = read(g, name, &[out_dim, in_dim])?;
+    let w = QMatrix::quantize_q8_0(out_dim, in_dim, &values)?;
+    Ok(Arc::new(match kernels {
+        Some(k) => k.prepare(w),
+        None => w,
+    }))
+}
+
+impl CpuModel {
+    /// The weights of `c` from `g` as packed blocks on the host for the kernels of `threads`
+    /// threads: no f32 copy of any matrix.
+    ///
+    /// # Errors
+    /// Missing or mis-shaped tensors; the kernels' error for 0 threads.
+    pub(crate) fn load(c: &LlamaConfig, g: &dyn Weights, threads: usize) -> Result<Self> {
+        let kernels = shared_kernels(threads)?;
+        let (d, hd, v) = (c.d_model, c.head_dim, c.vocab_size);
+        let mut converted = Vec::new();
+        // Matrices in the layout the kernels read fastest (16-row tiles on AVX-512), the embedding
+        // too when it is the output head: its lookup reads a tiled matrix's rows back as the file's
+        // blocks.
+        let k = Some(&*kernels);
+        let tied = c.tied_embeddings;
+        let embedding = blocks(g, TOKEN_EMBD, (v, d), k.filter(|_| tied), &mut converted)?;
+        let lm_head = if tied {
+            embedding.clone()
+        } else {
+            blocks(g, OUTPUT, (v, d), k, &mut converted)?
+        };
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for i in 0..c.n_layers {
+            let t = BlockTensors::of(c, i);
+            let vector = |t: &Named| read(g, &t.name, &t.shape);
+            let mut m = |t: &Named| blocks(g, &t.name, t.dims(), k, &mut converted);
+            layers.push(Arc::new(CpuBlock {
+                wq: m(&t.wq)?,
+                wk: m(&t.wk)?,
+                wv: m(&t.wv)?,
+                wo: m(&t.wo)?,
+                w_gate: m(&t.w_gate)?,
+                w_up: m(&t.w_up)?,
+                w_down: m(&t.w_down)?,
+                attn_norm: vector(&t.attn_norm)?,
+                ffn_norm: vector(&t.ffn_norm)?,
+                bq: t.bq.as_ref().map(vector).transpose()?,
+                bk: t.bk.as_ref().map(vector).transpose()?,
+                bv: t.bv.as_ref().map(vector).transpose()?,
+                q_norm: t.q_norm.as_ref().map(vector).transpose()?,
+                k_norm: t.k_norm.as_ref().map(vector).transpose()?,
+            }));
+        }
+        let (cos, sin) = rope_tables(c, freq_factors(g, hd)?.as_deref());
+        Ok(Self {
+            embedding,
+            blocks: layers,
+            out_norm: Arc::new(read(g, OUTPUT_NORM, &[d])?),
+            lm_head,
+            rope_cos: Arc::new(cos),
+            rope_sin: Arc::new(sin),
+            kernels,
+            scratch: Arc::default(),
+            converted: Arc::new(converted),
+        })
     }
 }
