@@ -8,24 +8,6 @@ use anyhow::{Context, Result, bail};
 use mars_engine::{Backend, DEFAULTS, DrafterSpec, RunSettings, WeightChoice};
 use mars_verify::{Mode, Sampling};
 
-/// Which burn backend runs the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum DeviceArg {
-    /// burn's flex backend on the CPU.
-    Cpu,
-    /// wgpu: Vulkan, Metal or DX12 (lavapipe where there is no GPU).
-    Wgpu,
-}
-
-impl From<DeviceArg> for Backend {
-    fn from(d: DeviceArg) -> Self {
-        match d {
-            DeviceArg::Cpu => Backend::Cpu,
-            DeviceArg::Wgpu => Backend::Wgpu,
-        }
-    }
-}
-
 /// Where the model comes from and where it runs.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ModelArgs {
@@ -33,21 +15,10 @@ pub struct ModelArgs {
     #[arg(long)]
     pub model: PathBuf,
     /// Backend.
-    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
-    pub device: DeviceArg,
+    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+    pub device: Backend,
     #[command(flatten)]
     pub kernels: KernelArgs,
-}
-
-/// Which matrix path runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum KernelChoice {
-    /// GGUF blocks kept as stored (the default): mars-kernels on the CPU (a row-independent
-    /// forward pass), WGSL kernels reading the blocks from GPU buffers on wgpu.
-    Packed,
-    /// Weights dequantized to f32 (burn's matmuls): the reference the packed path is measured
-    /// against (4–8× the memory, slower, logits batch-dependent in the last bits on the CPU).
-    F32,
 }
 
 /// Kernel settings, shared by every subcommand that loads a model.
@@ -55,7 +26,7 @@ pub enum KernelChoice {
 pub struct KernelArgs {
     /// Matrix path (default: packed, on both devices).
     #[arg(long, value_enum)]
-    pub kernels: Option<KernelChoice>,
+    pub kernels: Option<WeightChoice>,
     /// Threads of the packed CPU kernels (default: one per core; more than the cores is
     /// clamped, with a message).
     #[arg(long)]
@@ -65,10 +36,7 @@ pub struct KernelArgs {
 impl KernelArgs {
     /// The user's choice, resolved for a device by [`mars_engine::OpenDevice::weights`].
     pub fn choice(&self) -> WeightChoice {
-        match self.kernels.unwrap_or(KernelChoice::Packed) {
-            KernelChoice::Packed => WeightChoice::Packed,
-            KernelChoice::F32 => WeightChoice::F32,
-        }
+        self.kernels.unwrap_or_default()
     }
 }
 
@@ -229,7 +197,7 @@ pub struct Resolved {
 /// The first field at fault.
 pub fn resolve(
     model: PathBuf,
-    device: DeviceArg,
+    device: Backend,
     drafter: &DrafterArgs,
     rule: &RuleArgs,
     sampling: &SamplingArgs,
@@ -249,7 +217,7 @@ pub fn resolve(
         .with_context(|| "checking the settings".to_string())?;
     Ok(Resolved {
         model,
-        backend: device.into(),
+        backend: device,
         run,
     })
 }
@@ -272,12 +240,46 @@ pub fn pair_in_cache() -> Option<(PathBuf, PathBuf)> {
 
 /// Where the model cache lives: `$MARS_MODEL_DIR`, else `~/.cache/mars/models`.
 pub fn model_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("MARS_MODEL_DIR") {
+    cache_dir("MARS_MODEL_DIR", "models")
+}
+
+/// Where fetched data sets live (HumanEval, Spec-Bench): `$MARS_DATA_DIR`, else
+/// `~/.cache/mars/data`.
+pub fn data_dir() -> PathBuf {
+    cache_dir("MARS_DATA_DIR", "data")
+}
+
+/// `$var`, else `~/.cache/mars/<name>`: the one rule for the fetch scripts' directories.
+fn cache_dir(var: &str, name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os(var) {
         return PathBuf::from(dir);
     }
     let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".cache").join("mars").join("models")
+    home.join(".cache").join("mars").join(name)
 }
+
+/// `--prompts`, or Spec-Bench's prompts in the data cache with a message saying how to fetch
+/// them.
+///
+/// # Errors
+/// No `--prompts` and no fetched Spec-Bench.
+pub fn prompts_or_spec_bench(prompts: Option<&PathBuf>) -> Result<PathBuf> {
+    if let Some(p) = prompts {
+        return Ok(p.clone());
+    }
+    let path = data_dir().join(SPEC_BENCH_FILE);
+    if path.is_file() {
+        return Ok(path);
+    }
+    bail!(
+        "Spec-Bench's prompts are not in the cache: {} is missing.\n\
+         Fetch them with bash tests/fetch-spec-bench.sh, or pass --prompts FILE.jsonl.",
+        path.display()
+    )
+}
+
+/// Spec-Bench's prompts in the data cache (`tests/fetch-spec-bench.sh` writes it).
+pub const SPEC_BENCH_FILE: &str = "spec_bench.jsonl";
 
 /// `--model`, or the default model in the cache with a message saying how to fetch it.
 ///

@@ -207,11 +207,8 @@ pub fn run_generate(args: &GenerateArgs) -> Result<()> {
         args.chat,
     )?
     .run;
-    let (target, open, _) = load::target(
-        &args.model.model,
-        args.model.device.into(),
-        &args.model.kernels,
-    )?;
+    let (target, open, _) =
+        load::target(&args.model.model, args.model.device, &args.model.kernels)?;
     // Target-only never drafts: no draft model to load.
     let draft_model = match method {
         Method::Target => None,
@@ -279,11 +276,8 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         "--prompt-tokens must be at least 16 (the rows-cost measurement reuses the prompt) and \
          --decode-tokens at least 1"
     );
-    let (target, open, weights) = load::target(
-        &args.model.model,
-        args.model.device.into(),
-        &args.model.kernels,
-    )?;
+    let (target, open, weights) =
+        load::target(&args.model.model, args.model.device, &args.model.kernels)?;
     // Greedy (the defaults), no chat template.
     let run = RunSettings {
         max_tokens: args.decode_tokens,

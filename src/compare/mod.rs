@@ -18,12 +18,9 @@ use mars_model::{Llama, WeightPath};
 use mars_verify::{Mode, Sampling};
 use serde::Serialize;
 
-use crate::args::{self, DeviceArg, DrafterArgs, RuleArgs, SamplingArgs};
+use crate::args::{self, DrafterArgs, RuleArgs, SamplingArgs};
 use crate::load;
 use prompts::{Prompt, Selection};
-
-/// The default prompt file of `mars bench`: Spec-Bench, beside the project in `../shared/bench/`.
-pub const DEFAULT_BENCH_PROMPTS: &str = "../shared/bench/spec_bench.jsonl";
 
 /// Settings shared by `compare` and `bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -32,8 +29,8 @@ pub struct CommonArgs {
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Backend.
-    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
-    pub device: DeviceArg,
+    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+    pub device: Backend,
     #[command(flatten)]
     pub kernels: args::KernelArgs,
     #[command(flatten)]
@@ -79,9 +76,10 @@ pub struct CompareArgs {
 pub struct BenchArgs {
     #[command(flatten)]
     pub common: CommonArgs,
-    /// JSONL prompts with categories.
-    #[arg(long, default_value = DEFAULT_BENCH_PROMPTS)]
-    pub prompts: PathBuf,
+    /// JSONL prompts with categories (default: Spec-Bench in the data cache, written by
+    /// `bash tests/fetch-spec-bench.sh`).
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
     /// Directory for bench.md, bench.json and bench.svg.
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
@@ -351,8 +349,9 @@ pub fn compare(runner: &Runner, prompts: &[Prompt], json: bool) -> Result<()> {
 
 pub fn run_bench(args: &BenchArgs) -> Result<()> {
     let c = &args.common;
+    let path = args::prompts_or_spec_bench(args.prompts.as_ref())?;
     let prompts = prompts::read(
-        &args.prompts,
+        &path,
         &Selection {
             category: c.category.as_deref(),
             limit: c.limit,

@@ -171,7 +171,7 @@ mod tests {
     /// verdicts.
     #[test]
     fn real_problems_canonical_solutions_pass_deterministically() {
-        let path = crate::eval::data_dir().join("HumanEval.jsonl");
+        let path = crate::args::data_dir().join("HumanEval.jsonl");
         if !path.exists() {
             assert!(
                 std::env::var_os("MARS_SKIP_MODEL_TESTS").is_some(),

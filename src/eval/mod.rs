@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use mars_engine::{DEFAULTS, DrafterSpec, Method, MethodOutput, RunSettings, RunSummary};
+use mars_engine::{Backend, DEFAULTS, DrafterSpec, Method, MethodOutput, RunSettings, RunSummary};
 use mars_verify::Mode;
 use serde::{Deserialize, Serialize};
 
-use crate::args::{self, DeviceArg, DraftShapeArgs, KernelArgs, SamplingArgs};
+use crate::args::{self, DraftShapeArgs, KernelArgs, SamplingArgs};
 use crate::compare::Runner;
 use crate::compare::report::mode_label;
 use code::Problem;
@@ -60,8 +60,8 @@ pub struct HumanEvalArgs {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub seeds: u64,
     /// Backend.
-    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
-    pub device: DeviceArg,
+    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+    pub device: Backend,
     #[command(flatten)]
     pub kernels: KernelArgs,
     /// The problems file (default: HumanEval.jsonl in the data cache, `$MARS_DATA_DIR` or
@@ -96,15 +96,6 @@ pub struct HumanEvalArgs {
     /// Print the whole record as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Where fetched data sets live: `$MARS_DATA_DIR`, else `~/.cache/mars/data`.
-pub fn data_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("MARS_DATA_DIR") {
-        return PathBuf::from(dir);
-    }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".cache").join("mars").join("data")
 }
 
 /// One method's answer to one problem.
@@ -210,7 +201,7 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
     let data = args
         .data
         .clone()
-        .unwrap_or_else(|| data_dir().join("HumanEval.jsonl"));
+        .unwrap_or_else(|| args::data_dir().join("HumanEval.jsonl"));
     let problems = code::read(&data, &args.problems, args.limit)?;
     if problems.is_empty() {
         bail!("no problems selected from {}", data.display());
@@ -242,7 +233,7 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         chat: true,
         ..RunSettings::default()
     });
-    let runner = Runner::new(model.clone(), args.device.into(), &args.kernels, run)?;
+    let runner = Runner::new(model.clone(), args.device, &args.kernels, run)?;
     eprintln!(
         "humaneval: {} problems × {} methods · sandbox: {}",
         problems.len(),
@@ -490,7 +481,6 @@ mod tests {
     use super::journal::parse_journal;
     use super::report::file_names;
     use super::*;
-    use mars_engine::Backend;
     use mars_model::WeightPath;
 
     fn record(task_id: &str, verdict: Verdict) -> ProblemRecord {

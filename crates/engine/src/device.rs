@@ -8,24 +8,30 @@ use mars_model::{Device, DeviceLimits, LoadOptions, WeightPath};
 
 use crate::error::{EngineError, Result};
 
-/// Which burn backend runs the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a model runs: the one device type of every front end (the CLI's `--device`, the
+/// page's `backend` field, which says `webgpu` for [`Backend::Wgpu`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "snake_case")]
 pub enum Backend {
-    /// burn's flex backend on the CPU.
+    /// The CPU: GGUF blocks on mars-kernels (with `--kernels f32`, burn's flex backend).
+    #[default]
     Cpu,
-    /// wgpu: Vulkan, Metal or DX12 natively (lavapipe where there is no GPU), WebGPU in the
-    /// browser.
+    /// wgpu: Vulkan, Metal or DX12 (lavapipe where there is no GPU); WebGPU in the browser.
+    #[serde(alias = "webgpu")]
     Wgpu,
 }
 
 /// The user's choice of matrix path; [`OpenDevice::weights`] resolves it for the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum WeightChoice {
-    /// GGUF blocks kept as stored (the default): the packed kernels on the CPU, the WGSL block
-    /// kernels on a GPU.
+    /// GGUF blocks kept as stored (the default): mars-kernels on the CPU (a row-independent
+    /// forward pass), WGSL kernels reading the blocks from GPU buffers on wgpu.
     #[default]
     Packed,
-    /// Every weight dequantized to f32 (the reference path).
+    /// Weights dequantized to f32 (burn's matmuls): the reference the packed path is measured
+    /// against (4–8× the memory, slower, logits batch-dependent in the last bits on the CPU).
     F32,
 }
 

@@ -3,7 +3,7 @@
 //! caching stay in the page's JavaScript; the worker owns the device, the models and the loop.
 //! A lost GPU device is reported by `worker.js`, which watches `GPUDevice.lost`.
 //!
-//! Two compute paths, chosen by the page per target load ([`Compute`]): WebGPU (GGUF blocks in
+//! Two compute paths, chosen by the page per target load (`Backend`: the page sends `webgpu` or `cpu`): WebGPU (GGUF blocks in
 //! GPU buffers, the WGSL kernels) or the packed CPU kernels compiled to WebAssembly, the same
 //! ones the CLI runs natively, on the worker's one thread (wasm threads need a standard library
 //! built with atomics, which stable Rust does not ship).
@@ -25,36 +25,14 @@ use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 use web_sys::{Blob, DedicatedWorkerGlobalScope, FileReaderSync, MessageEvent};
 
-/// Where the models run: the page picks it (WebGPU on a hardware adapter, the CPU where WebGPU
-/// is missing or software) and names it in each check and target load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Compute {
-    /// WebGPU: the block kernels on the adapter.
-    #[default]
-    Webgpu,
-    /// The packed CPU kernels in WebAssembly, on this worker's thread.
-    Cpu,
-}
-
-impl Compute {
-    /// The engine's backend for this path.
-    fn backend(self) -> Backend {
-        match self {
-            Self::Webgpu => Backend::Wgpu,
-            Self::Cpu => Backend::Cpu,
-        }
-    }
-
-    /// What the page's status line and summary say runs the models.
-    pub fn describe(self) -> String {
-        match self {
-            Self::Webgpu => "WebGPU".into(),
-            Self::Cpu => format!(
-                "the CPU (WebAssembly, {} kernels, 1 thread)",
-                mars_kernels::Isa::detect().name()
-            ),
-        }
+/// What the page's status line and summary say runs the models.
+fn describe(backend: Backend) -> String {
+    match backend {
+        Backend::Wgpu => "WebGPU".into(),
+        Backend::Cpu => format!(
+            "the CPU (WebAssembly, {} kernels, 1 thread)",
+            mars_kernels::Isa::detect().name()
+        ),
     }
 }
 
@@ -74,13 +52,13 @@ pub enum Request {
         /// A draft model (checked against the loaded target's tokenizer) or a target.
         draft: bool,
         /// Where the model will run (a draft model: where its target runs).
-        backend: Compute,
+        backend: Backend,
     },
     /// A GGUF file: the target model, read a slice at a time, for `backend`; a draft model
     /// loaded later runs there too.
     Load {
         /// Where the model runs.
-        backend: Compute,
+        backend: Backend,
         /// The file (the message's `file` field, a `Blob`: taken apart from serde, which cannot
         /// carry a JS object through an internally tagged enum).
         #[serde(skip)]
@@ -189,7 +167,7 @@ pub enum Event {
     Loaded {
         /// Its facts.
         info: ModelInfo,
-        /// Where it runs, in words ([`Compute::describe`]).
+        /// Where it runs, in words (`describe`).
         runs_on: String,
         /// The wasm heap's size after the load: it only grows, so this is the load's peak.
         wasm_bytes: u64,
@@ -232,7 +210,7 @@ pub enum Event {
 #[derive(Debug, Default)]
 struct State {
     target: Option<Rc<Target>>,
-    backend: Compute,
+    backend: Backend,
     /// (name, model): a draft model belongs to the target it was checked against.
     draft: Option<(String, Llama)>,
 }
@@ -379,7 +357,7 @@ fn request_of(data: &JsValue) -> Result<Request, String> {
 /// Parses a GGUF `Blob` (read a slice at a time) and builds something from it on `backend`'s
 /// device.
 async fn on_device<T>(
-    backend: Compute,
+    backend: Backend,
     file: Option<Blob>,
     build: impl FnOnce(&Gguf<'_>, &mars_engine::OpenDevice) -> mars_engine::Result<T>,
 ) -> mars_engine::Result<T> {
@@ -388,7 +366,7 @@ async fn on_device<T>(
         value: "missing".into(),
         why: "a load message carries the model as a Blob",
     })?;
-    let open = backend.backend().open().await?;
+    let open = backend.open().await?;
     let source = BlobSource::new(file)?;
     let g = Gguf::parse_from(&source)?;
     build(&g, &open)
@@ -400,7 +378,7 @@ async fn check(
     prefix: &[u8],
     file_len: u64,
     draft: bool,
-    backend: Compute,
+    backend: Backend,
 ) -> mars_engine::Result<Option<u64>> {
     let g = match Gguf::parse_header(prefix, file_len) {
         Ok(g) => g,
@@ -416,7 +394,7 @@ async fn check(
         }
         Err(e) => return Err(e.into()),
     };
-    let open = backend.backend().open().await?;
+    let open = backend.open().await?;
     if draft {
         // A draft model is checked against the target it will race with, if one is loaded
         // (else its load says so).
@@ -464,7 +442,7 @@ async fn handle(request: Request) {
                     });
                     post(&Event::Loaded {
                         info,
-                        runs_on: backend.describe(),
+                        runs_on: describe(backend),
                         wasm_bytes: wasm_bytes(),
                     });
                 }
