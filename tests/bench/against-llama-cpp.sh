@@ -14,7 +14,7 @@ pp=${3:-128}
 tg=${4:-64}
 rounds=${ROUNDS:-3}
 [ -f "$model" ] || { echo "no such model file: $model" >&2; exit 1; }
-bin=$(bash ../shared/tools/llama-cpp.sh)
+bin=$(bash tests/bench/llama-cpp.sh)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 cargo build --release -q

@@ -41,7 +41,7 @@ for line in sys.stdin:
     d = json.loads(line)
     if d.get('reason') == 'compiler-artifact' and d.get('executable'):
         print(d['executable'])")
-llama=$(bash ../shared/tools/llama-cpp.sh vulkan)
+llama=$(bash tests/bench/llama-cpp.sh vulkan)
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 # What travels, smallest first where it can: binaries compressed (python3's lzma unpacks them
@@ -61,7 +61,7 @@ gomp=$(ldconfig -p | awk '/libgomp.so.1 / { print $NF; exit }')
 tar -C "$stage" -cJf "$stage/f/llama.tar.xz" llama
 tar -cJf "$stage/f/scripts.tar.xz" tests/bench/gpu.sh tests/bench/gpu-peers.sh \
   tests/bench/gpu-profile.sh tests/bench/gguf-skeleton.py
-xz -c ../shared/bench/spec_bench.jsonl >"$stage/f/spec_bench.jsonl.xz"
+xz -c "$(bash tests/fetch-spec-bench.sh | tail -n1)" >"$stage/f/spec_bench.jsonl.xz"
 if [ -n "${VULKAN_DEBS:-}" ]; then tar -C "$VULKAN_DEBS" -cf "$stage/f/debs.tar" .; fi
 cp /usr/bin/time "$stage/f/time" # GNU time, for peak memory (gpu-peers.sh)
 for m in Qwen2.5-Coder-0.5B-Instruct-Q4_K_M Qwen2.5-Coder-1.5B-Instruct-Q4_K_M; do

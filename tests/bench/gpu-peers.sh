@@ -11,7 +11,7 @@
 #   usage: bash tests/bench/gpu-peers.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]
 #   env:   ROUNDS (3), THREADS (the cores: llama.cpp's CPU threads; lavapipe uses every core),
 #          MARS_BIN (a built mars; else cargo builds it), LLAMA_VK_BIN (llama.cpp's Vulkan bin
-#          directory; else ../shared/tools/llama-cpp.sh builds it)
+#          directory; else tests/bench/llama-cpp.sh builds it)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model=${1:?usage: gpu-peers.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]}
@@ -20,7 +20,7 @@ tg=${3:-32}
 rounds=${ROUNDS:-3}
 threads=${THREADS:-$(nproc)}
 [ -f "$model" ] || { echo "no such model file: $model" >&2; exit 1; }
-bin=${LLAMA_VK_BIN:-$(bash ../shared/tools/llama-cpp.sh vulkan)}
+bin=${LLAMA_VK_BIN:-$(bash tests/bench/llama-cpp.sh vulkan)}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 if [ -n "${MARS_BIN:-}" ]; then

@@ -15,7 +15,7 @@
 #   env:   ROUNDS (2), OUT, BROWSER, MARS_MODEL_DIR, PEERS=0 (skip part 1), PEERS_PP and PEERS_TG (the prompt and decode
 #          tokens of part 1: 64 and 32; fewer make a run on lavapipe take minutes, not an hour),
 #          PEER_MODELS (part 1's model files; default the three), SPEC ("pair smol": part 2's
-#          groups), SPEC_BENCH (the prompt file; ../shared/bench/spec_bench.jsonl), and for a
+#          groups), SPEC_BENCH (the prompt file; tests/fetch-spec-bench.sh fetches it), and for a
 #          machine with no toolchain (a lent GPU): MARS_BIN (a built mars; else cargo builds it)
 #          and LLAMA_VK_BIN (llama.cpp's Vulkan bin directory, for gpu-peers.sh)
 set -euo pipefail
@@ -33,7 +33,7 @@ if [ -z "${MARS_BIN:-}" ]; then
   export MARS_BIN="${CARGO_TARGET_DIR:-target}/release/mars"
 fi
 mars=$MARS_BIN
-prompt_file=${SPEC_BENCH:-../shared/bench/spec_bench.jsonl}
+prompt_file=${SPEC_BENCH:-$(bash tests/fetch-spec-bench.sh | tail -n1)}
 spec=${SPEC-pair smol}
 # Fetch only what the chosen parts read.
 uses=" $spec "

@@ -12,6 +12,7 @@ drafts plus one token, so passes = tokens - accepted.
 """
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -21,7 +22,9 @@ SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 def prompts(category: str, limit: int, out: Path) -> None:
     n = 0
-    bench = Path("../shared/bench/spec_bench.jsonl").read_text(encoding="utf-8")
+    # Spec-Bench in the data cache (tests/fetch-spec-bench.sh writes it).
+    data = Path(os.environ.get("MARS_DATA_DIR", Path.home() / ".cache" / "mars" / "data"))
+    bench = (data / "spec_bench.jsonl").read_text(encoding="utf-8")
     for line in bench.splitlines():
         q = json.loads(line)
         if q.get("category") != category:

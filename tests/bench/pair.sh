@@ -17,12 +17,13 @@ dir="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}"
 target="$dir/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf"
 draft="$dir/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"
 [ -f "$target" ] && [ -f "$draft" ] || { echo "fetch the pair first: bash tests/fetch-pair.sh" >&2; exit 1; }
-bin=$(bash ../shared/tools/llama-cpp.sh)
+bin=$(bash tests/bench/llama-cpp.sh)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-python3 - "$category" >"$out/prompts.jsonl" <<'PY'
+spec=$(bash tests/fetch-spec-bench.sh | tail -n1)
+python3 - "$category" "$spec" >"$out/prompts.jsonl" <<'PY'
 import json, sys
-for line in open("../shared/bench/spec_bench.jsonl"):
+for line in open(sys.argv[2]):
     if json.loads(line).get("category") == sys.argv[1]:
         sys.stdout.write(line)
 PY

@@ -17,6 +17,7 @@
 # nullptr) on most prompts) is counted and left out of its row.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+spec=$(bash tests/fetch-spec-bench.sh | tail -n1)
 category=${1:-coding}
 limit=${2:-6}
 temp=${3:-0}
@@ -43,12 +44,12 @@ for shape in "${shapes[@]}"; do
     echo "bad shape $shape (k3, t16k5b4)" >&2; exit 2
   fi
   /usr/bin/time -f "%M" -o "$out/$shape.mem" "$mars" compare --model "$target" --draft "model:$draft" \
-    --draft-vocab 32768 --threads 2 --chat --max-tokens 64 --prompts ../shared/bench/spec_bench.jsonl --category "$category" --limit "$limit" \
+    --draft-vocab 32768 --threads 2 --chat --max-tokens 64 --prompts "$spec" --category "$category" --limit "$limit" \
     --temperature "$temp" --seed "$seed" --theta "$theta" --json "${args[@]}" >"$out/$shape.json" 2>"$out/$shape.log" \
     || { tail -3 "$out/$shape.log" >&2; exit 1; }
 done
 if [ "${LLAMA:-0}" = 1 ]; then
-  bin=$(bash ../shared/tools/llama-cpp.sh)
+  bin=$(bash tests/bench/llama-cpp.sh)
   python3 tests/bench/llama-spec.py prompts "$category" "$limit" "$out"
   if [ "$temp" = 0 ]; then sampling=(--temp 0 --top-k 1); else sampling=(--temp "$temp" --top-k 0 --top-p 1 --min-p 0 --seed "$seed"); fi
   for shape in "${shapes[@]}"; do

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's command-line tools (llama-bench, llama-speculative-simple, llama-speculative (trees), llama-completion,
+# llama-lookup) from the source vendored in the llama-cpp-python 0.3.36 sdist, offline, for
+# side-by-side benchmarks on the same GGUF file and the same cores. Cached: a second run only
+# prints the directory.
+# LLAMA_CPP_BIN (LLAMA_VK_BIN for the Vulkan flavour), where set, names a prebuilt bin directory
+# to use instead (a machine that cannot build).
+#   usage: tests/bench/llama-cpp.sh            -> prints the bin directory (builds if needed)
+#          tests/bench/llama-cpp.sh vulkan     -> the same with the Vulkan backend (llama-bench
+#                                                 only; run it with GGML_VK_VISIBLE_DEVICES=0 to
+#                                                 use lavapipe, which llama.cpp skips otherwise)
+#   e.g.   "$(bash tests/bench/llama-cpp.sh)/llama-bench" -m MODEL.gguf -t 2 -p 128 -n 64
+set -euo pipefail
+ver=0.3.36
+flavour=${1:-cpu}
+prebuilt=$([ "$flavour" = vulkan ] && echo "${LLAMA_VK_BIN:-}" || echo "${LLAMA_CPP_BIN:-}")
+if [ -n "$prebuilt" ]; then
+  [ -x "$prebuilt/llama-bench" ] || { echo "llama-cpp.sh: no llama-bench in $prebuilt" >&2; exit 1; }
+  echo "$prebuilt"
+  exit 0
+fi
+root="${LLAMA_CPP_DIR:-$HOME/.cache/mars/llama.cpp-$ver}"
+# Not GGML_NATIVE: these VMs advertise AMX, which the guest kernel does not enable, and ggml's
+# AMX path dies with SIGILL on prompt processing. AVX2/FMA/F16C everywhere; AVX-512 and VNNI
+# only where the CPU reports them.
+isa="-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+grep -qw avx512f /proc/cpuinfo && isa="$isa -DGGML_AVX512=ON"
+grep -qw avx512_vnni /proc/cpuinfo && isa="$isa -DGGML_AVX512_VNNI=ON"
+grep -qw avx_vnni /proc/cpuinfo && isa="$isa -DGGML_AVX_VNNI=ON"
+case "$flavour" in
+  cpu) build="$root/build"; src_dir="$root/src"; extra=""
+       tools=(llama-bench llama-speculative-simple llama-speculative llama-completion llama-lookup) ;;
+  vulkan) build="$root/build-vulkan"; src_dir="$root/src-vulkan"; extra="-DGGML_VULKAN=ON"
+          tools=(llama-bench) ;;
+  *) echo "usage: llama-cpp.sh [cpu|vulkan]" >&2; exit 2 ;;
+esac
+bin="$build/bin"
+# The CPU build's record stays where earlier versions of this script kept it.
+if [ "$flavour" = cpu ]; then tag_file="$root/isa"; tag="$isa"; else tag_file="$build/isa"; tag="$isa $extra"; fi
+have=1; for t in "${tools[@]}"; do [ -x "$bin/$t" ] || have=0; done
+[ "$(cat "$tag_file" 2>/dev/null)" = "$tag" ] || have=0
+if [ $have = 1 ]; then echo "$bin"; exit 0; fi
+mkdir -p "$root"
+command -v cmake >/dev/null || python3 -m pip install -q cmake >&2
+if [ ! -d "$root/src" ]; then
+  tmp=$(mktemp -d)
+  # The sdist is the only source here; --no-deps and binary build tools keep it from building.
+  python3 -m pip download -q --no-deps "llama-cpp-python==$ver" -d "$tmp" >&2
+  tar xzf "$tmp"/llama_cpp_python-$ver.tar.gz -C "$tmp"
+  mv "$tmp/llama_cpp_python-$ver/vendor/llama.cpp" "$root/src"
+  rm -rf "$tmp"
+fi
+if [ "$flavour" = vulkan ] && [ ! -d "$src_dir" ]; then
+  for p in glslc libvulkan-dev spirv-headers; do
+    dpkg -s "$p" >/dev/null 2>&1 || { apt-get update -qq >&2; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq glslc libvulkan-dev spirv-headers >&2; break; }
+  done
+  cp -r "$root/src" "$src_dir"
+  # Debian 12's Vulkan headers (1.3.239) lack vk::LayerSettingEXT, used only to pass settings to
+  # the validation layer: drop that block and create the instance without it.
+  python3 - "$src_dir/ggml/src/ggml-vulkan/ggml-vulkan.cpp" <<'PY'
+import sys
+p = sys.argv[1]; s = open(p).read()
+a = s.find("    VkBool32 enable_best_practice = layer_settings;")
+b = s.find("    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, extensions, &layer_setting_info);")
+if a >= 0 and b > a:
+    s = s[:a] + s[b:]
+    s = s.replace("extensions, &layer_setting_info);", "extensions);")
+open(p, "w").write(s)
+PY
+fi
+# shellcheck disable=SC2086
+cmake -S "$src_dir" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF $isa $extra \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >"$build.cmake.log" 2>&1 \
+  || { echo "llama-cpp.sh: cmake failed, see $build.cmake.log" >&2; exit 1; }
+cmake --build "$build" -j"$(nproc)" --target "${tools[@]}" >"$build.build.log" 2>&1 \
+  || { echo "llama-cpp.sh: build failed, see $build.build.log" >&2; exit 1; }
+echo "$tag" >"$tag_file"
+echo "$bin"
