@@ -10,14 +10,8 @@ wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 mod common;
 
 use common::*;
-use mars_verify::{
-    Decision, DraftProbs, Mode, Sampling, Verdict, Verifier, VerifyConfig, VerifyInput,
-};
+use mars_verify::{Decision, DraftProbs, Mode, Sampling, Verdict, Verifier, VerifyInput};
 use rand_core::Rng;
-
-fn verifier(sampling: Sampling, mode: Mode) -> Verifier {
-    Verifier::new(VerifyConfig { sampling, mode }).unwrap()
-}
 
 fn sampling_for(case: usize) -> Sampling {
     [

@@ -15,15 +15,11 @@ mod common;
 use common::*;
 use mars_verify::{
     Decision, DraftProbs, Mode, NextKind, Sampling, TreeDraftProbs, TreeInput, Verifier,
-    VerifyConfig, VerifyError, VerifyInput,
+    VerifyError, VerifyInput,
 };
 use rand_chacha::ChaCha8Rng;
 
 const SAMPLES: u64 = 40_000;
-
-fn verifier(sampling: Sampling, mode: Mode) -> Verifier {
-    Verifier::new(VerifyConfig { sampling, mode }).unwrap()
-}
 
 fn modes() -> [Mode; 4] {
     [

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use common::*;
-use mars_verify::{DraftProbs, Mode, Sampling, Verifier, VerifyConfig, VerifyInput};
+use mars_verify::{DraftProbs, Mode, Sampling, Verifier, VerifyInput};
 use serde_json::{Value, json};
 
 /// Seeds per sampling case: enough that a 5 % difference in a category of mass 0.1 is a
@@ -126,12 +126,8 @@ fn cases() -> Vec<Case> {
     out
 }
 
-fn verifier(case: &Case) -> Verifier {
-    Verifier::new(VerifyConfig {
-        sampling: Sampling::with_temperature(case.temperature),
-        mode: case.mode,
-    })
-    .unwrap()
+fn verifier_of(case: &Case) -> Verifier {
+    verifier(Sampling::with_temperature(case.temperature), case.mode)
 }
 
 fn input(case: &Case) -> VerifyInput<'_> {
@@ -158,7 +154,7 @@ fn fixtures() -> Value {
     let cases: Vec<Value> = cases()
         .iter()
         .map(|case| {
-            let mut v = verifier(case);
+            let mut v = verifier_of(case);
             let mut base = json!({
                 "name": case.name,
                 "vocab": case.vocab,
@@ -238,7 +234,7 @@ fn the_fixtures_exercise_every_outcome() {
     // plugin pass while getting those paths wrong.
     let mut seen = BTreeMap::<String, usize>::new();
     for case in &cases() {
-        let verdict = verifier(case).verify(&input(case), &mut rng(0)).unwrap();
+        let verdict = verifier_of(case).verify(&input(case), &mut rng(0)).unwrap();
         let greedy = if case.temperature == 0.0 {
             "greedy"
         } else {

@@ -3,10 +3,15 @@
 #![allow(dead_code)] // each test file uses a different subset
 #![allow(clippy::expect_used)] // a failed expect is how a test reports broken setup
 
-use mars_verify::Sampling;
+use mars_verify::{Mode, Sampling, Verifier, VerifyConfig};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
+
+/// A verifier for `sampling` and `mode` (both valid in the tests that ask).
+pub fn verifier(sampling: Sampling, mode: Mode) -> Verifier {
+    Verifier::new(VerifyConfig { sampling, mode }).expect("a valid verifier configuration")
+}
 
 pub fn rng(seed: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(seed)
