@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use mars_engine::{Backend, DEFAULTS, DrafterSpec, RunSettings, WeightChoice};
+use mars_engine::{Backend, DEFAULTS, DrafterSpec, Resolved, RunSettings, WeightChoice};
 use mars_verify::{Mode, Sampling};
 
 /// Where the model comes from and where it runs.
@@ -180,18 +180,18 @@ pub fn drafter_spec(text: &str) -> Result<DrafterSpec> {
     }
 }
 
-/// Fully resolved settings of a decoding subcommand.
+/// A decoding subcommand's choices, resolved.
 #[derive(Debug, Clone)]
-pub struct Resolved {
+pub struct Decoding {
     /// Where the target comes from.
     pub model: PathBuf,
     /// The backend.
     pub backend: Backend,
-    /// Everything a run needs.
-    pub run: RunSettings,
+    /// Everything a run needs, checked ([`RunSettings::resolve`]).
+    pub run: Resolved,
 }
 
-/// Turns the groups into one validated [`RunSettings`].
+/// Turns the groups into one checked run ([`RunSettings::resolve`]).
 ///
 /// # Errors
 /// The first field at fault.
@@ -203,7 +203,7 @@ pub fn resolve(
     sampling: &SamplingArgs,
     max_tokens: usize,
     chat: bool,
-) -> Result<Resolved> {
+) -> Result<Decoding> {
     let run = drafter.shape.apply(RunSettings {
         drafter: drafter.resolve()?,
         mars: rule.resolve(DEFAULTS.mars)?,
@@ -213,9 +213,10 @@ pub fn resolve(
         chat,
         ..RunSettings::default()
     });
-    run.validate()
+    let run = run
+        .resolve()
         .with_context(|| "checking the settings".to_string())?;
-    Ok(Resolved {
+    Ok(Decoding {
         model,
         backend: device,
         run,

@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use anyhow::{Result, ensure};
-use mars_engine::{DEFAULTS, Method, MethodOutput, RunSettings, StopReason, Target};
+use mars_engine::{DEFAULTS, Method, MethodOutput, Resolved, RunSettings, StopReason, Target};
 use mars_model::Llama;
 use serde::Serialize;
 
@@ -171,7 +171,7 @@ struct GenerateReport {
 /// `on_text` with each step's text; returns the run and the prefill's milliseconds.
 fn decode(
     target: &Target,
-    run: &RunSettings,
+    run: &Resolved,
     method: Method,
     draft_model: Option<&Llama>,
     ids: Vec<u32>,
@@ -283,7 +283,8 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         max_tokens: args.decode_tokens,
         chat: false,
         ..RunSettings::default()
-    };
+    }
+    .resolve()?;
     // A fixed, ordinary text, repeated to the requested length; one more token than measured,
     // since the loop's first step feeds the prompt's last token.
     let base = target
@@ -300,8 +301,9 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
     // not inside the timed prefill (on lavapipe compiling them took seconds).
     let warm_up = RunSettings {
         max_tokens: 2,
-        ..run.clone()
-    };
+        ..(*run).clone()
+    }
+    .resolve()?;
     decode(
         &target,
         &warm_up,

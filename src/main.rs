@@ -147,7 +147,8 @@ fn run_default() -> Result<()> {
     let run = mars_engine::RunSettings {
         chat: true,
         ..preset.settings(draft.as_deref())?
-    };
+    }
+    .resolve()?;
     let runner = compare::Runner::new(
         model,
         mars_engine::Backend::Cpu,

@@ -13,7 +13,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use mars_engine::{Backend, DEFAULTS, Method, MethodOutput, Race, RunSettings, RunSummary, Target};
+use mars_engine::{
+    Backend, DEFAULTS, Method, MethodOutput, Race, Resolved, RunSettings, RunSummary, Target,
+};
 use mars_model::{Llama, WeightPath};
 use mars_verify::{Mode, Sampling};
 use serde::Serialize;
@@ -149,7 +151,7 @@ fn agreement(a: &[u32], b: &[u32]) -> f64 {
 pub(crate) struct Runner {
     pub(crate) target: Target,
     draft_model: Option<Llama>,
-    pub(crate) run: RunSettings,
+    pub(crate) run: Resolved,
     /// The device and matrix path the target runs on.
     pub(crate) backend: Backend,
     pub(crate) weights: WeightPath,
@@ -182,9 +184,8 @@ impl Runner {
         model: PathBuf,
         backend: Backend,
         kernels: &args::KernelArgs,
-        run: RunSettings,
+        run: Resolved,
     ) -> Result<Self> {
-        run.validate().context("checking the settings")?;
         let (target, open, weights) = load::target(&model, backend, kernels)?;
         let draft_model = load::draft_model(&target, &run.drafter, &open)?;
         let settings = Settings {
@@ -244,8 +245,9 @@ impl Runner {
         let race = pollster::block_on(self.target.race_ids(ids, 8, self.draft_model.as_ref()))?;
         let run = RunSettings {
             max_tokens: 8,
-            ..self.run.clone()
-        };
+            ..(*self.run).clone()
+        }
+        .resolve()?;
         pollster::block_on(race.run(&run, Method::Strict, |_| {}))?;
         Ok(())
     }

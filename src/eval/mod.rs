@@ -225,14 +225,18 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         (None, None) => DEFAULTS.drafter.parse()?,
     };
     // The MARS mode is per method (`methods`); the rest is the run's.
-    let run = args.shape.apply(RunSettings {
-        drafter,
-        sampling: args.sampling.resolve()?,
-        seed: args.sampling.seed,
-        max_tokens: args.max_tokens,
-        chat: true,
-        ..RunSettings::default()
-    });
+    let run = args
+        .shape
+        .apply(RunSettings {
+            drafter,
+            sampling: args.sampling.resolve()?,
+            seed: args.sampling.seed,
+            max_tokens: args.max_tokens,
+            chat: true,
+            ..RunSettings::default()
+        })
+        .resolve()
+        .context("checking the settings")?;
     let runner = Runner::new(model.clone(), args.device, &args.kernels, run)?;
     eprintln!(
         "humaneval: {} problems × {} methods · sandbox: {}",
@@ -409,8 +413,9 @@ fn run_problems(
             let run = RunSettings {
                 mars: *mode,
                 seed,
-                ..runner.run.clone()
-            };
+                ..(*runner.run).clone()
+            }
+            .resolve()?;
             let MethodOutput { text, summary, .. } =
                 pollster::block_on(race.run(&run, *method, |_| {}))?;
             let code = code::extract(&text, &p.entry_point);

@@ -32,6 +32,6 @@ pub use error::{EngineError, Result};
 pub use mars_formats::LayerSpec;
 pub use race::{MethodOutput, Race};
 pub use session::{
-    CHAT_PROMPTS, DEFAULTS, Defaults, DrafterSpec, Method, ModelInfo, PRESETS, Preset, RunSettings,
-    Target,
+    CHAT_PROMPTS, DEFAULTS, Defaults, DrafterSpec, Method, ModelInfo, PRESETS, Preset, Resolved,
+    RunSettings, Target,
 };

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::decoder::{Decoder, Prefill, RunSummary, StepRecord};
 use crate::drafter::AnyDrafter;
 use crate::error::Result;
-use crate::session::{Method, RunSettings, Target};
+use crate::session::{Method, Resolved, Target};
 
 /// A prompt after its prefill, from which every method starts.
 #[derive(Debug)]
@@ -38,14 +38,13 @@ impl Target {
     /// loaded model a [`crate::DrafterSpec::Model`] names (front ends load files their own way).
     ///
     /// # Errors
-    /// Invalid settings, as [`Target::prompt_ids`], and as [`Prefill::new`].
+    /// As [`Target::prompt_ids`] and [`Prefill::new`].
     pub async fn race<'t>(
         &'t self,
         prompt: &str,
-        settings: &RunSettings,
+        settings: &Resolved,
         draft_model: Option<&'t Llama>,
     ) -> Result<Race<'t>> {
-        settings.validate()?;
         let ids = self.prompt_ids(prompt, settings.chat)?;
         self.race_ids(ids, settings.max_tokens, draft_model).await
     }
@@ -100,7 +99,7 @@ impl Race<'_> {
     /// As [`Target::decoder`].
     pub async fn decoder(
         &self,
-        settings: &RunSettings,
+        settings: &Resolved,
         method: Method,
     ) -> Result<Decoder<AnyDrafter>> {
         self.target
@@ -114,7 +113,7 @@ impl Race<'_> {
     /// As [`Race::decoder`] and [`Decoder::step`].
     pub async fn run(
         &self,
-        settings: &RunSettings,
+        settings: &Resolved,
         method: Method,
         on_step: impl FnMut(&StepRecord),
     ) -> Result<MethodOutput> {

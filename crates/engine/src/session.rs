@@ -368,13 +368,56 @@ impl Default for RunSettings {
     }
 }
 
-impl RunSettings {
-    /// Checks every field.
+/// [`RunSettings`] after [`RunSettings::resolve`]: the only way to make one, and what a run
+/// takes ([`Target::race`], [`crate::Race::decoder`]), so that settings are checked once, where
+/// a front end turns its flags or its JSON into them, and nothing runs on unchecked ones. Reads
+/// as the settings it holds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Resolved(RunSettings);
+
+impl std::ops::Deref for Resolved {
+    type Target = RunSettings;
+
+    fn deref(&self) -> &RunSettings {
+        &self.0
+    }
+}
+
+impl Resolved {
+    /// The same settings with another MARS mode (a method raced beside the run's own), the
+    /// mode checked as [`RunSettings::resolve`] checks it.
     ///
     /// # Errors
-    /// [`EngineError::Config`] for k or max_tokens of 0; the verifier's error for the sampling
-    /// settings or the MARS mode.
-    pub fn validate(&self) -> Result<()> {
+    /// The verifier's error for the mode.
+    pub fn with_mars(&self, mars: Mode) -> Result<Self> {
+        mars.validate()?;
+        Ok(Self(RunSettings {
+            mars,
+            ..self.0.clone()
+        }))
+    }
+
+    /// The settings, to change and resolve again.
+    pub fn into_inner(self) -> RunSettings {
+        self.0
+    }
+}
+
+impl RunSettings {
+    /// Checks every field and returns the settings a run takes: the one place settings are
+    /// validated.
+    ///
+    /// # Errors
+    /// [`EngineError::Config`] naming the field and its value (k, max_tokens or draft_vocab of
+    /// 0, a tree without branches, a tree floor without a model drafter's tree); the verifier's
+    /// error for the sampling settings or the MARS mode.
+    pub fn resolve(self) -> Result<Resolved> {
+        self.validate()?;
+        Ok(Resolved(self))
+    }
+
+    fn validate(&self) -> Result<()> {
         if self.k == 0 {
             return Err(EngineError::Config {
                 field: "k",
@@ -668,7 +711,7 @@ impl Target {
     /// As [`Target::drafter`] and [`Decoder::from_prefill`].
     pub(crate) async fn decoder(
         &self,
-        settings: &RunSettings,
+        settings: &Resolved,
         method: Method,
         prefill: Prefill,
         draft_model: Option<&Llama>,
@@ -729,7 +772,7 @@ mod tests {
     #[test]
     fn settings_validate_and_choose_the_mode() {
         let s = RunSettings::default();
-        s.validate().unwrap();
+        s.clone().resolve().unwrap();
         assert_eq!(s.mode(Method::Target), Mode::Strict);
         assert_eq!(s.mode(Method::Strict), Mode::Strict);
         assert_eq!(s.mode(Method::Mars), DEFAULTS.mars);
@@ -766,20 +809,20 @@ mod tests {
                 ..s.clone()
             },
         ] {
-            assert!(bad.validate().is_err(), "{bad:?}");
+            assert!(bad.clone().resolve().is_err(), "{bad:?}");
         }
         let limited = RunSettings {
             drafter: DrafterSpec::Layers(LayerSpec::First(24)),
             draft_vocab: Some(32_768),
             ..s.clone()
         };
-        limited.validate().unwrap();
+        limited.clone().resolve().unwrap();
         RunSettings {
             tree: 16,
             tree_min_p: 0.3,
             ..limited.clone()
         }
-        .validate()
+        .resolve()
         .unwrap();
         assert_eq!(limited.drafter_label(), "layer skip first:24, ids < 32768");
         let ngram = RunSettings {
@@ -812,7 +855,7 @@ mod tests {
             assert!(!ids[..i].contains(&p.id), "preset id {} twice", p.id);
             assert!(!p.prompts.is_empty(), "{} has no prompt", p.id);
             let s = p.settings(Some("draft.gguf")).unwrap();
-            s.validate().unwrap();
+            s.clone().resolve().unwrap();
             assert_eq!((s.k, s.draft_vocab), (p.k, p.draft_vocab));
             assert_eq!(Preset::by_id(p.id), Some(p));
         }

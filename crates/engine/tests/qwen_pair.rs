@@ -45,7 +45,7 @@ fn greedy_strict_speculation_with_the_draft_model_equals_target_only() {
     assert_eq!((settings.k, settings.draft_vocab), (3, Some(32_768)));
     let race = pollster::block_on(target.race(
         "Write a Python function that returns the n-th Fibonacci number.",
-        &settings,
+        &settings.clone().resolve().unwrap(),
         Some(&draft),
     ))
     .unwrap();

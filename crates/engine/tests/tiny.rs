@@ -211,7 +211,7 @@ fn the_race_gives_target_only_tokens_for_every_drafter_spec() {
         };
         let race = pollster::block_on(target.race(
             "the cat sat on the mat; the cat sat on the",
-            &base,
+            &base.clone().resolve().unwrap(),
             Some(&draft),
         ))
         .unwrap();
@@ -272,7 +272,8 @@ fn prompt_lookup_trees_give_target_only_tokens() {
         max_tokens: 40,
         ..RunSettings::default()
     };
-    let race = pollster::block_on(target.race(prompt, &base, None)).unwrap();
+    let race =
+        pollster::block_on(target.race(prompt, &base.clone().resolve().unwrap(), None)).unwrap();
     let (reference, _, _) = common::race(&race, &base, Method::Target);
     for (k, tree) in [(4, 8), (3, 16), (2, 5)] {
         let settings = RunSettings {
@@ -282,7 +283,10 @@ fn prompt_lookup_trees_give_target_only_tokens() {
         };
         let mut branched = 0;
         let out = pollster::block_on(async {
-            let mut dec = race.decoder(&settings, Method::Strict).await.unwrap();
+            let mut dec = race
+                .decoder(&settings.clone().resolve().unwrap(), Method::Strict)
+                .await
+                .unwrap();
             while let Some(step) = dec.step().await.unwrap() {
                 branched += usize::from(step.tree);
                 assert_eq!(dec.target_cache_len(), dec.context().len() - 1);
@@ -325,7 +329,9 @@ fn prompt_lookup_trees_give_target_only_tokens() {
     )
     .unwrap();
     let tree = RunSettings { tree: 8, ..base };
-    let f32_race = pollster::block_on(f32_target.race(prompt, &tree, None)).unwrap();
+    let f32_race =
+        pollster::block_on(f32_target.race(prompt, &tree.clone().resolve().unwrap(), None))
+            .unwrap();
     let (f32_reference, _, _) = common::race(&f32_race, &tree, Method::Target);
     let (f32_out, _, _) = common::race(&f32_race, &tree, Method::Strict);
     assert_eq!(f32_out, f32_reference, "f32 path, tree 8");
@@ -349,7 +355,9 @@ fn model_drafter_trees(options: LoadOptions) {
         ..RunSettings::default()
     };
     let prompt = "the cat sat on the mat; the dog sat on the";
-    let race = pollster::block_on(target.race(prompt, &base, Some(&draft))).unwrap();
+    let race =
+        pollster::block_on(target.race(prompt, &base.clone().resolve().unwrap(), Some(&draft)))
+            .unwrap();
     let (reference, _, _) = common::race(&race, &base, Method::Target);
     for drafter in ["layers:0", "model:layer0.gguf"] {
         for (k, tree, branch, tree_min_p) in [
@@ -373,7 +381,10 @@ fn model_drafter_trees(options: LoadOptions) {
             );
             let (mut branched, mut kept) = (0, 0);
             let out = pollster::block_on(async {
-                let mut dec = race.decoder(&settings, Method::Strict).await.unwrap();
+                let mut dec = race
+                    .decoder(&settings.clone().resolve().unwrap(), Method::Strict)
+                    .await
+                    .unwrap();
                 while let Some(step) = dec.step().await.unwrap() {
                     let ctx = dec.context().len();
                     assert_eq!(dec.target_cache_len(), ctx - 1, "{what}");
@@ -413,7 +424,7 @@ fn model_drafter_trees(options: LoadOptions) {
         ..base
     };
     assert!(matches!(
-        pollster::block_on(race.decoder(&zero, Method::Strict)),
+        zero.resolve(),
         Err(EngineError::Config {
             field: "branch",
             ..

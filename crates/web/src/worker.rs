@@ -16,8 +16,8 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use mars_engine::{
-    AnyDrafter, Backend, DEFAULTS, Decoder, Defaults, EngineError, Method, ModelInfo, RunSettings,
-    RunSummary, StepRecord, Target,
+    AnyDrafter, Backend, DEFAULTS, Decoder, Defaults, EngineError, Method, ModelInfo, Resolved,
+    RunSettings, RunSummary, StepRecord, Target,
 };
 use mars_formats::{FormatError, Gguf, ReadAt};
 use mars_model::{Llama, ModelError};
@@ -77,7 +77,8 @@ pub enum Request {
     Race {
         /// The user's text.
         prompt: String,
-        /// Resolved settings (drafter, k, MARS mode, sampling, budget, seed, chat).
+        /// The run's settings (drafter, k, MARS mode, sampling, budget, seed, chat), checked
+        /// by [`RunSettings::resolve`] before the race.
         settings: RunSettings,
         /// The panes, in order.
         methods: Vec<Method>,
@@ -482,7 +483,12 @@ async fn handle(request: Request) {
                 return error(ErrorKind::Request, "no model loaded");
             };
             STOP.with(|s| s.set(false));
-            match race(&target, &prompt, &settings, &methods, together).await {
+            // The page's settings are checked here, once, as the CLI's flags are.
+            let outcome = match settings.resolve() {
+                Ok(settings) => race(&target, &prompt, &settings, &methods, together).await,
+                Err(e) => Err(e),
+            };
+            match outcome {
                 Ok(true) => post(&Event::Stopped),
                 Ok(false) => {}
                 Err(e) => engine_error(&e),
@@ -512,7 +518,7 @@ fn draft_model_for(settings: &RunSettings) -> Option<Llama> {
 async fn race(
     target: &Target,
     prompt: &str,
-    settings: &RunSettings,
+    settings: &Resolved,
     methods: &[Method],
     together: bool,
 ) -> mars_engine::Result<bool> {

@@ -34,6 +34,7 @@ pub fn run(
 /// Runs `method` of a race to the end, as the front ends build it (see [`checked`]); the
 /// visible text `Race::run` gives must be that of the same tokens.
 pub fn race(race: &Race<'_>, settings: &RunSettings, method: Method) -> Run {
+    let settings = &settings.clone().resolve().unwrap();
     pollster::block_on(async {
         let dec = race.decoder(settings, method).await.unwrap();
         // A tree drafts up to its node budget, a chain up to k.
