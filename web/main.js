@@ -1,6 +1,7 @@
 // The page: presets and controls, model download with progress and the Cache API, the three panes
 // (plain decoding, strict, MARS), the headline speedups, the shareable link and summary, and the
 // chart. Inference runs in worker.js (Rust, mars-web); this file only talks to it by messages.
+// Over 800 lines: the page is one script without a bundler, served as it is.
 
 const $ = (sel) => document.querySelector(sel);
 const status = (text, isError = false) => {

@@ -1,5 +1,8 @@
 //! The decoding loop: target-only (no drafter) or speculative (strict or MARS), one step at a
 //! time so that a caller can stream, race two decoders, or stop early.
+//! Over 800 lines: the loop is one state machine (prefill, draft, one target pass, verify, roll
+//! back) whose step records and summaries are its output types; `Decoder::step` reads rows
+//! back per drafter and back-end, which a readback policy per run should shorten.
 
 use std::sync::Arc;
 

@@ -1,4 +1,6 @@
 //! Drafters: what proposes the k tokens the target then verifies.
+//! Over 800 lines: both drafters and the draft state a step hands the verifier (chains kept on
+//! the GPU, the shared draft noise, trees) are one contract, kept together with its tests.
 //!
 //! - [`ModelDrafter`]: a smaller model — a separate file, or the target's own first layers
 //!   ([`mars_model::Llama::with_layers`], sharing the target's weights) — with its own KV cache;

@@ -13,12 +13,10 @@ use rayon::prelude::*;
 use crate::block::WeightType;
 use crate::error::{KernelError, Result};
 use crate::qmatrix::{Layout, QMatrix};
+pub use crate::quantize::MAX_ROWS;
 use crate::quantize::{Forms, QActs};
 use crate::scalar;
 use crate::tiles::TILE;
-
-/// Most activation rows one call takes (k + 1 for k ≤ 15).
-pub const MAX_ROWS: usize = 16;
 
 /// Which micro-kernel runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

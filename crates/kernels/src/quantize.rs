@@ -17,6 +17,10 @@
 use crate::block::BLOCK;
 use crate::error::{KernelError, Result};
 
+/// Most activation rows one call takes (k + 1 for k ≤ 15): what a set of quantized
+/// activations holds and every micro-kernel's row loop is sized by.
+pub const MAX_ROWS: usize = 16;
+
 /// Values per K-quant activation group (one Q8_K block).
 pub(crate) const K_GROUP: usize = 256;
 /// Values per partial sum in the K form.

@@ -13,8 +13,7 @@
 //! turns to floats once: d·d_x·dot − dmin·d_x·offset.
 
 use crate::block::{BLOCK, WeightType, float_at, k_quants, k_scales, unpack};
-use crate::kernels::MAX_ROWS;
-use crate::quantize::{K_GROUP, K_SUM, QActs};
+use crate::quantize::{K_GROUP, K_SUM, MAX_ROWS, QActs};
 
 /// `out[r] = Σ_i W[row, i] · x[r, i]` for every activation row r, reading each weight block
 /// once. `w_row` is one row's blocks, `out` is `[x.rows]`.

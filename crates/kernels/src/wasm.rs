@@ -24,8 +24,7 @@ use core::arch::wasm32::{
 };
 
 use crate::block::{BLOCK, WeightType, f16_at, k_quants, k_scales, unpack};
-use crate::kernels::MAX_ROWS;
-use crate::quantize::{K_GROUP, K_SUM, QActs};
+use crate::quantize::{K_GROUP, K_SUM, MAX_ROWS, QActs};
 use crate::scalar;
 
 /// 16 bytes of `b` from `at`.

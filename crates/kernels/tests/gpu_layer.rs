@@ -4,6 +4,8 @@
 //! summary (ties, −inf, NaN) and a tree's row moves. The properties the model relies on are
 //! checked bit for bit: a row's attention alone equals the same row beside others, and a tree
 //! row equals the chain over its path; a matmul group equals its members run alone.
+//! Over 800 lines: every non-matmul kernel's test in one binary, which travels to a lent GPU
+//! beside `gpu.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;

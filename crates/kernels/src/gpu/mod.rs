@@ -1,6 +1,8 @@
 //! Kernels for GPUs (wgpu natively, WebGPU in the browser): GGUF blocks uploaded as they are
 //! stored (u32 words) and dequantized inside the kernel, f32 accumulation, and the rest of a
 //! Llama block as a few fused kernels, so that a forward pass is a handful of launches a layer.
+//! Over 800 lines: the matrix kernel's host side (its types, teams, parts, groups and launches)
+//! is one unit; the other kernels' host sides are `layer.rs` and `step.rs`.
 //!
 //! The kernels are WGSL, launched through CubeCL's runtime (the one burn-wgpu runs on), so the
 //! same text runs natively and in the browser, and the burn model hands its buffers straight to
@@ -63,7 +65,7 @@ pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
 use crate::block::WeightType;
 use crate::counts::{Kind, counted_launch, counted_read, counted_upload};
 use crate::error::{KernelError, Result};
-use crate::kernels::MAX_ROWS;
+use crate::quantize::MAX_ROWS;
 
 const COMMON: &str = include_str!("common.wgsl");
 const READER: &str = include_str!("reader.wgsl");
