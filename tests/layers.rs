@@ -104,10 +104,10 @@ fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
     }
     let mut state = BTreeMap::new();
     for start in edges.keys() {
-        if !state.contains_key(start.as_str()) {
-            if let Some(c) = visit(start, edges, &mut state, &mut Vec::new()) {
-                return Some(c);
-            }
+        if !state.contains_key(start.as_str())
+            && let Some(c) = visit(start, edges, &mut state, &mut Vec::new())
+        {
+            return Some(c);
         }
     }
     None
