@@ -23,8 +23,12 @@ if [ -s "$mirror" ]; then
   cp "$mirror" "$out.part"
   from="the local mirror $mirror"
 else
-  command -v curl >/dev/null || { echo "fetch-spec-bench: curl is needed to download $url" >&2; exit 1; }
-  curl -fsSL --retry 3 -o "$out.part" "$url"
+  if command -v curl >/dev/null; then
+    curl -fsSL --retry 3 -o "$out.part" "$url"
+  else
+    # A fresh machine may lack curl; python3 is there (the other fetch scripts need it too).
+    python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "$url" "$out.part"
+  fi
   from="$url"
 fi
 if ! check "$out.part"; then
