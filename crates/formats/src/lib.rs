@@ -24,4 +24,4 @@ pub use gguf::{Gguf, GgufWriter, ReadAt, TensorInfo, Value};
 pub use layers::{LayerSpec, check_layer_subset};
 pub use quant::GgmlType;
 pub use safetensors::SafetensorsFile;
-pub use tokenizer::{StreamDecoder, Tokenizer};
+pub use tokenizer::{PRE_NAMES, PreRule, StreamDecoder, Tokenizer, pre_rule};

@@ -40,6 +40,51 @@ const CONTROL: u64 = 3;
 const USER_DEFINED: u64 = 4;
 
 /// GPT-2's pre-tokenizer regex, as llama.cpp and HF use it.
+/// The pre-tokenizer rules mars has: how byte-level BPE splits text before merging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreRule {
+    /// GPT-2's split (contractions, letters, digits, punctuation, spaces), as HF's ByteLevel.
+    Gpt2,
+    /// GPT-2's split after each digit alone (SmolLM).
+    SmolLm,
+    /// Llama 3's split: digits in runs of up to three.
+    Llama3,
+    /// Qwen2's split: Llama 3's with each digit alone.
+    Qwen2,
+}
+
+/// `tokenizer.ggml.pre` names and their rule: the names llama.cpp's vocabulary loader
+/// (`llama-vocab.cpp`) maps to one of the four rules above, so a file llama.cpp reads is read
+/// here (DeepSeek-R1's Qwen distills say `deepseek-r1-qwen`, Falcon 3 `falcon3`), plus the
+/// names mars accepted before (`gpt2`).
+pub const PRE_NAMES: &[(&str, PreRule)] = &[
+    ("default", PreRule::Gpt2),
+    ("gpt2", PreRule::Gpt2),
+    ("gpt-2", PreRule::Gpt2),
+    ("phi-2", PreRule::Gpt2),
+    ("mellum", PreRule::Gpt2),
+    ("exaone4", PreRule::Gpt2),
+    ("smollm", PreRule::SmolLm),
+    ("llama3", PreRule::Llama3),
+    ("llama-v3", PreRule::Llama3),
+    ("llama-bpe", PreRule::Llama3),
+    ("falcon3", PreRule::Llama3),
+    ("falcon-h1", PreRule::Llama3),
+    ("pixtral", PreRule::Llama3),
+    ("midm-2.0", PreRule::Llama3),
+    ("lfm2", PreRule::Llama3),
+    ("qwen2", PreRule::Qwen2),
+    ("deepseek-r1-qwen", PreRule::Qwen2),
+    ("kormo", PreRule::Qwen2),
+    ("f2llmv2", PreRule::Qwen2),
+    ("megrez", PreRule::Qwen2),
+];
+
+/// The rule of a `tokenizer.ggml.pre` name ([`PRE_NAMES`]), `None` for one mars lacks.
+pub fn pre_rule(name: &str) -> Option<PreRule> {
+    PRE_NAMES.iter().find(|(n, _)| *n == name).map(|(_, r)| *r)
+}
+
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
@@ -135,18 +180,20 @@ impl Tokenizer {
             Some(Value::String(s)) => s.as_str(),
             _ => "default",
         };
-        let pre_tokenizer: PreTokenizerWrapper = match pre {
-            "default" | "gpt2" => ByteLevel::new(false, true, true).into(),
-            "smollm" => Sequence::new(vec![
+        let pre_tokenizer: PreTokenizerWrapper = match pre_rule(pre) {
+            Some(PreRule::Gpt2) => ByteLevel::new(false, true, true).into(),
+            Some(PreRule::SmolLm) => Sequence::new(vec![
                 Digits::new(true).into(),
                 ByteLevel::new(false, true, true).into(),
             ])
             .into(),
-            "llama3" | "llama-bpe" => split_then_bytes(LLAMA3_REGEX)?,
-            "qwen2" => split_then_bytes(QWEN2_REGEX)?,
-            other => {
+            Some(PreRule::Llama3) => split_then_bytes(LLAMA3_REGEX)?,
+            Some(PreRule::Qwen2) => split_then_bytes(QWEN2_REGEX)?,
+            None => {
+                let names: Vec<&str> = PRE_NAMES.iter().map(|(n, _)| *n).collect();
                 return Err(FormatError::Tokenizer(format!(
-                    "tokenizer.ggml.pre = {other:?} is not supported (supported: default, gpt2, smollm, llama3, llama-bpe, qwen2)"
+                    "tokenizer.ggml.pre = {pre:?} is not supported (supported: {})",
+                    names.join(", ")
                 )));
             }
         };
@@ -502,5 +549,27 @@ impl<T: AsRef<Tokenizer>> StreamDecoder<T> {
             .strip_prefix(before.as_str())
             .filter(|s| !s.is_empty())
             .map(str::to_string))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_pre_name_has_one_rule() {
+        for (i, (name, rule)) in PRE_NAMES.iter().enumerate() {
+            assert!(
+                PRE_NAMES[..i].iter().all(|(n, _)| n != name),
+                "{name} twice"
+            );
+            assert_eq!(pre_rule(name), Some(*rule));
+        }
+        assert_eq!(pre_rule("deepseek-r1-qwen"), Some(PreRule::Qwen2));
+        assert_eq!(pre_rule("falcon3"), Some(PreRule::Llama3));
+        // llama.cpp's own rules that mars does not have are not mapped to a near one.
+        for lacking in ["qwen35", "deepseek-v3", "gpt-4o", "starcoder", ""] {
+            assert_eq!(pre_rule(lacking), None, "{lacking}");
+        }
     }
 }

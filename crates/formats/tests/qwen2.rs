@@ -48,6 +48,46 @@ fn tokenizer_ids_equal_llama_cpp() {
     }
 }
 
+/// Every `tokenizer.ggml.pre` name llama.cpp reads as Qwen2's rule (a DeepSeek-R1 Qwen distill
+/// says `deepseek-r1-qwen`) tokenizes as `qwen2` does: the Qwen file with its name rewritten
+/// gives llama.cpp's ids; a name mars lacks is refused, naming it and the ones it has.
+#[test]
+fn qwen2_rule_names_give_llama_cpp_ids() {
+    let Some(bytes) = model_bytes() else { return };
+    let fixture: Fixture = serde_json::from_str(include_str!("data/tokenizer/qwen2.json")).unwrap();
+    let mut g = Gguf::parse(&bytes).unwrap();
+    let names: Vec<&str> = mars_formats::PRE_NAMES
+        .iter()
+        .filter(|(_, rule)| *rule == mars_formats::PreRule::Qwen2)
+        .map(|(n, _)| *n)
+        .collect();
+    assert!(names.contains(&"deepseek-r1-qwen"), "{names:?}");
+    for name in names {
+        g.metadata.insert(
+            "tokenizer.ggml.pre".into(),
+            mars_formats::Value::String(name.into()),
+        );
+        let tok = Tokenizer::from_gguf(&g).unwrap();
+        for case in &fixture.cases {
+            assert_eq!(
+                tok.encode(&case.text, true).unwrap(),
+                case.ids,
+                "{name}: {:?}",
+                case.text
+            );
+        }
+    }
+    g.metadata.insert(
+        "tokenizer.ggml.pre".into(),
+        mars_formats::Value::String("qwen35".into()),
+    );
+    let err = Tokenizer::from_gguf(&g).unwrap_err().to_string();
+    assert!(
+        err.contains("\"qwen35\"") && err.contains("deepseek-r1-qwen"),
+        "{err}"
+    );
+}
+
 #[test]
 fn chat_template_renders_chatml() {
     let Some(bytes) = model_bytes() else { return };

@@ -948,3 +948,71 @@ fn four_outputs_a_team_give_the_bits_of_one() {
         }
     }
 }
+
+/// A group whose matrices are too large for one binding each (a 32B's gate | up: ~80 MB each
+/// in Q4_K, over the 64 MiB parts a load uploads) runs a launch per part and gives the bits of
+/// the unsplit group: q | k | v with biases and a logit limit, a residual added in place, and
+/// gate | up, with part sizes lowered here so that small matrices split into several parts.
+#[test]
+fn a_split_group_gives_the_bits_of_an_unsplit_one() {
+    let client = client();
+    let max = client.properties().memory.max_page_size;
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    let cols = cols_for(WeightType::Q4K, 512);
+    let ws = [
+        random_matrix(WeightType::Q4K, 13, cols, &mut rng),
+        random_matrix(WeightType::Q6K, 7, cols, &mut rng),
+        random_matrix(WeightType::Q8_0, 9, cols, &mut rng),
+        random_matrix(WeightType::Q4K, 13, cols, &mut rng),
+    ];
+    let bias = normal(&mut rng, 29, 1.0);
+    // Parts of 3 + i rows for a group's matrix i: every matrix in two parts or more, gate and
+    // up (of other types in a real file) split at different rows.
+    let small =
+        |w: &mars_kernels::QMatrix, i: usize| ((3 + i) * w.blocks().len() / w.rows() + 4) as u64;
+    let run = |split: bool, members: &[usize], epilogue: Epilogue, m: usize, limit: usize| {
+        let gs: Vec<GpuMatrix> = members
+            .iter()
+            .enumerate()
+            .map(|(at, &i)| {
+                let w = &ws[i];
+                let bound = if split { small(w, at) } else { max };
+                GpuMatrix::upload(&client, w.ty(), w.rows(), w.cols(), w.blocks(), bound).unwrap()
+            })
+            .collect();
+        if split {
+            assert!(gs.iter().all(|g| g.parts().len() >= 2));
+        }
+        let total: usize = gs.iter().map(GpuMatrix::rows).sum();
+        let bias = (epilogue == Epilogue::Store).then_some(&bias[..total]);
+        let group = MatrixGroup::new(&client, gs, epilogue, bias, Rows::All).unwrap();
+        assert_eq!(group.launches() > 1, split, "{members:?} {epilogue:?}");
+        let mut x_rng = ChaCha8Rng::seed_from_u64(m as u64);
+        let x = normal(&mut x_rng, m * cols, 1.0);
+        let y0 = normal(&mut x_rng, m * group.outputs(), 2.0);
+        let s = step(&client, &Step::chain(&vec![0; m], 0, m, limit).unwrap());
+        let y = upload_f32(&client, &y0);
+        group
+            .run(&client, &upload_f32(&client, &x), &y, &s)
+            .unwrap();
+        read_f32(&client, y)
+    };
+    let cases: [(&[usize], Epilogue, usize); 5] = [
+        (&[0, 1, 2], Epilogue::Store, usize::MAX >> 40),
+        (&[0, 1, 2], Epilogue::Store, 17),
+        (&[1], Epilogue::Store, 5),
+        (&[0], Epilogue::Add, 1),
+        (&[0, 3], Epilogue::SwiGlu, 1),
+    ];
+    for (members, epilogue, limit) in cases {
+        for m in [1, 17] {
+            let whole = run(false, members, epilogue, m, limit);
+            let parts = run(true, members, epilogue, m, limit);
+            assert_eq!(
+                bits(&parts),
+                bits(&whole),
+                "{members:?} {epilogue:?} limit {limit} m {m}"
+            );
+        }
+    }
+}

@@ -31,7 +31,8 @@ use mars_verify::{RowDraw, RowSummary, RowTop, SampleKeys};
 /// Largest part a matrix is uploaded in (and later multiplied as, one launch per part): a
 /// loader reading from a file not held in memory (the page's `Blob`) holds one part at a time,
 /// so this bounds the wasm heap a load needs beyond the tokenizer; the Qwen2.5 embedding
-/// (151,936 × 1,536 as Q6_K, 191 MB) goes in three parts.
+/// (151,936 × 1,536 as Q6_K, 191 MB) goes in three parts, a 32B's gate and up (27,648 × 5,120
+/// as Q4_K, 80 MB each) in two each, launched part beside part.
 pub(crate) const LOAD_PART_BYTES: u64 = 64 << 20;
 
 /// The CubeCL client behind a burn wgpu device, found once per model load.
@@ -40,6 +41,9 @@ pub(crate) struct GpuTarget {
     client: cubecl::client::Client,
     /// How the kernels' partial sums meet on this device.
     reduce: Reduce,
+    /// The largest part a matrix is uploaded in: [`LOAD_PART_BYTES`], or less where the
+    /// runtime's pages or the device's bindings are smaller.
+    part_bytes: u64,
 }
 
 impl GpuTarget {
@@ -50,13 +54,29 @@ impl GpuTarget {
     /// [`ModelError::Unsupported`] for a device that is not wgpu.
     ///
     /// [`WeightPath::GpuBlocks`]: crate::WeightPath::GpuBlocks
-    pub(crate) fn of(device: &Device, subgroups: Option<u32>) -> Result<Self> {
+    /// `max_binding`: the device's largest binding where the caller knows it
+    /// ([`DeviceLimits::max_buffer_bytes`](crate::DeviceLimits)).
+    pub(crate) fn of(
+        device: &Device,
+        subgroups: Option<u32>,
+        max_binding: Option<u64>,
+    ) -> Result<Self> {
         let client = client_of(device)?;
         let reduce = match subgroups {
             Some(_) => Reduce::for_subgroups(subgroups),
             None => Reduce::detect(&client),
         };
-        Ok(Self { client, reduce })
+        let part_bytes = client
+            .properties()
+            .memory
+            .max_page_size
+            .min(LOAD_PART_BYTES)
+            .min(max_binding.unwrap_or(u64::MAX));
+        Ok(Self {
+            client,
+            reduce,
+            part_bytes,
+        })
     }
 }
 
@@ -182,8 +202,9 @@ impl GpuModel {
         g: &dyn Weights,
         device: &Device,
         subgroups: Option<u32>,
+        max_binding: Option<u64>,
     ) -> Result<Self> {
-        let target = GpuTarget::of(device, subgroups)?;
+        let target = GpuTarget::of(device, subgroups, max_binding)?;
         let client = target.client.clone();
         let (d, hd, v) = (c.d_model, c.head_dim, c.vocab_size);
         let mut converted = Vec::new();
@@ -422,11 +443,7 @@ fn upload_matrix(
     converted: &mut Vec<String>,
 ) -> Result<GpuMatrix> {
     let client = &target.client;
-    let max = client
-        .properties()
-        .memory
-        .max_page_size
-        .min(LOAD_PART_BYTES);
+    let max = target.part_bytes;
     let mut m = if let Some(ty) = packable_stored(g, name, rows, cols)? {
         GpuMatrix::upload_with(client, ty, rows, cols, max, |range| {
             g.stored_bytes(name, range, PART_PAD)

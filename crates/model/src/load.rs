@@ -53,7 +53,9 @@ impl Llama {
         Self::check_weights(&c, g, options)?;
         let body = match options.weights {
             WeightPath::CpuPacked { threads } => Body::Cpu(CpuModel::load(&c, g, threads)?),
-            WeightPath::GpuBlocks { subgroups } => gpu_model(&c, g, device, subgroups)?,
+            WeightPath::GpuBlocks { subgroups } => {
+                gpu_model(&c, g, device, subgroups, options.limits.max_buffer_bytes)?
+            }
             WeightPath::F32 => Body::Reference(Box::new(ReferenceModel::load(&c, g, device)?)),
         };
         Ok(Self {
@@ -250,15 +252,26 @@ fn gpu_model(
     g: &dyn Weights,
     device: &Device,
     subgroups: Option<u32>,
+    max_binding: Option<u64>,
 ) -> Result<Body> {
     Ok(Body::Gpu(Box::new(crate::gpu::GpuModel::load(
-        c, g, device, subgroups,
+        c,
+        g,
+        device,
+        subgroups,
+        max_binding,
     )?)))
 }
 
 /// Without a wgpu backend there is no GPU to hold blocks.
 #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
-fn gpu_model(_: &LlamaConfig, _: &dyn Weights, _: &Device, _: Option<u32>) -> Result<Body> {
+fn gpu_model(
+    _: &LlamaConfig,
+    _: &dyn Weights,
+    _: &Device,
+    _: Option<u32>,
+    _: Option<u64>,
+) -> Result<Body> {
     Err(ModelError::Unsupported(
         "GGUF blocks on the GPU: this build has no wgpu backend".into(),
     ))

@@ -125,6 +125,35 @@ fn wgpu_blocks_agree_with_flex_over_the_dequantized_weights() {
     assert!(max_diff(&cpu, &f32_gpu) < TOLERANCE);
 }
 
+/// A device whose bindings are small splits every matrix into parts of a few rows (q | k | v
+/// and gate | up then run a launch per part): the logits keep their bits.
+#[test]
+fn matrices_split_across_bindings_give_the_same_logits() {
+    let bytes = tiny_gguf_quantized(7).unwrap();
+    let tokens = [72, 101, 108, 108, 111, 32, 119, 111];
+    let whole = Gguf::parse(&bytes).unwrap();
+    // Three rows of the widest block row a part (the load refuses bindings under one row).
+    let widest = whole
+        .tensors
+        .iter()
+        .filter(|t| t.dims.len() == 2)
+        .map(|t| t.n_bytes / t.dims[1])
+        .max()
+        .unwrap();
+    let options = |limit| LoadOptions {
+        weights: WeightPath::GpuBlocks { subgroups: None },
+        limits: DeviceLimits {
+            max_buffer_bytes: limit,
+            max_total_bytes: None,
+        },
+    };
+    let bits = |v: Vec<f32>| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let device = wgpu();
+    let unsplit = logits_with(&device, &bytes, &tokens, options(None));
+    let split = logits_with(&device, &bytes, &tokens, options(Some(3 * widest + 8)));
+    assert_eq!(bits(split), bits(unsplit));
+}
+
 /// Token trees on wgpu, GGUF blocks and f32: the tree mask and tree positions give each row the
 /// chain's logits over its path (to within the order of f32 sums), grown in two calls too, and
 /// a kept path goes on as the chain does.

@@ -24,11 +24,16 @@
 // same order, so the same bits). LANES = 1: workgroup memory only, every adapter.
 //
 // What the sums become (EPILOGUE, compiled in):
-// 0 (store): y = sum (+ bias[o] where has_bias), and −inf for outputs at or past the step's
-//   logit limit (a vocabulary-limited drafter) without computing them;
+// 0 (store): y = sum (+ bias[y_offset + o] where has_bias), and −inf for outputs at or past the
+//   step's logit limit (a vocabulary-limited drafter) without computing them;
 // 1 (add): y += sum, the residual added in place (each output is written by one thread);
 // 2 (SwiGLU): matrices gate and up of equal rows; a workgroup computes gate and up of 2 · OUTS
-//   consecutive outputs j and writes y[j] = silu(gate_j) · up_j.
+//   consecutive outputs j and writes y[y_offset + j] = silu(gate_j) · up_j.
+//
+// A matrix too large for one binding is split by output rows into parts (mod.rs), each launched
+// on its own with y_offset its first output in the group (for a SwiGLU, a range of rows inside
+// one part of gate and one of up, each from its base byte):
+// the team, fan and tree are the group's, so every output has the bits of an unsplit launch.
 
 const ROWS: u32 = {{rows}}u;
 const LANES: u32 = {{lanes}}u;
@@ -46,9 +51,11 @@ const ACC: u32 = {{acc}}u;
 @group(0) @binding(2) var<storage, read_write> w2: array<u32>;      // blocks, [rows_2, rb_2] + pad
 @group(0) @binding(3) var<storage, read_write> x: array<vec4<f32>>; // [rows, n_in / 4]
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;       // [rows, y_stride]
-@group(0) @binding(5) var<storage, read_write> bias: array<f32>;    // [outputs] where has_bias
+@group(0) @binding(5) var<storage, read_write> bias: array<f32>;    // [group outputs] where has_bias
 // Fixed at upload: [n_in, y_stride, y_offset, outputs, groups_x, rows_at, has_bias, first_1,
-// first_2, rb_0, rb_1, rb_2, the bits of −inf (a WGSL constant cannot be infinite)]
+// first_2, rb_0, rb_1, rb_2, the bits of −inf (a WGSL constant cannot be infinite), and the
+// byte where each matrix's first row starts in its binding: base_0, base_1, base_2 (0 but for a
+// SwiGLU whose gate and up are split at different rows)]
 @group(0) @binding(6) var<storage, read_write> p: array<u32>;
 // The forward's step buffer (step.rs): [rows, tail rows, logit limit, …].
 @group(0) @binding(7) var<storage, read_write> s: array<u32>;
@@ -115,7 +122,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     sub = 1u;
                     local = o - first_1;
                 }
-                load(sub, local * p[9u + sub], g);
+                load(sub, p[13u + sub] + local * p[9u + sub], g);
                 // The group's 32 weights as f32, once for all rows.
                 for (var k = 0u; k < 4u; k++) { // unroll
                     qs[u * 8u + k] = q[k] * s0 + vec4<f32>(mn);
@@ -175,7 +182,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                         if is_live {
                             v = acc[u * ROWS + r];
                             if p[6] != 0u {
-                                v += bias[o];
+                                v += bias[at];
                             }
                         }
                         y[(row0 + r) * y_stride + at] = v;
@@ -214,7 +221,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                         if r < m {
                             let gate = partial[team * ACC + u * ROWS + r];
                             let up = partial[(team + 2u) * ACC + u * ROWS + r];
-                            y[(row0 + r) * y_stride + j] = gate / (1.0 + exp(-gate)) * up;
+                            y[(row0 + r) * y_stride + y_offset + j] = gate / (1.0 + exp(-gate)) * up;
                         }
                     }
                 }

@@ -827,6 +827,8 @@ struct MatmulParams {
     /// The first output of matrices 1 and 2 (`outputs` where there are fewer).
     firsts: [usize; 2],
     row_bytes: [usize; 3],
+    /// The byte where each matrix's first row starts in its binding.
+    bases: [usize; 3],
 }
 
 impl MatmulParams {
@@ -845,8 +847,12 @@ impl MatmulParams {
             self.row_bytes[0],
             self.row_bytes[1],
             self.row_bytes[2],
+            NEG_INF_BITS as usize,
+            self.bases[0],
+            self.bases[1],
+            self.bases[2],
         ];
-        let mut words = values
+        let words = values
             .iter()
             .map(|&v| {
                 u32::try_from(v).map_err(|_| KernelError::Shape {
@@ -856,7 +862,6 @@ impl MatmulParams {
                 })
             })
             .collect::<Result<Vec<u32>>>()?;
-        words.push(NEG_INF_BITS);
         Ok(words)
     }
 }
@@ -1142,8 +1147,8 @@ impl MatrixGroup {
     ///
     /// # Errors
     /// [`KernelError::Shape`] for no member or more than three, widths that differ, a SwiGLU
-    /// that is not two members of equal rows, a bias of the wrong length or with another
-    /// epilogue, or several members where one is split into parts.
+    /// that is not two members of equal rows, or a bias of the wrong length or with another
+    /// epilogue.
     pub fn new(
         client: &Client,
         members: Vec<GpuMatrix>,
@@ -1195,50 +1200,33 @@ impl MatrixGroup {
             .iter()
             .map(|m| row_bytes(m.ty, m.cols))
             .collect::<Result<_>>()?;
+        // One team and fan for the whole group, whichever launches compute it: an output's sum
+        // then meets in the same tree, so a split group gives the bits of an unsplit one.
         let team = Team::for_group(epilogue, outputs, cols);
         let fan = first.fan;
+        let swiglu = epilogue == Epilogue::SwiGlu;
+        let launch = |weights: Vec<Handle>, types: Vec<GpuType>, params: MatmulParams| {
+            Ok::<_, KernelError>(MatmulLaunch {
+                weights,
+                types,
+                params: upload_words(client, &params.words()?),
+                groups: params.groups,
+                rows,
+                team,
+                fan,
+                spare: spare_bindings(client),
+            })
+        };
         let mut launches = Vec::new();
-        if n == 1 {
-            // One matrix: one launch per part, each writing its own columns of y.
-            for part in &first.parts {
-                let groups = part.rows.len().div_ceil(team.outputs() * fan.outputs());
-                let params = MatmulParams {
-                    n_in: cols,
-                    y_stride: total,
-                    y_offset: part.rows.start,
-                    outputs: part.rows.len(),
-                    groups,
-                    rows,
-                    bias: bias.is_some(),
-                    firsts: [part.rows.len(); 2],
-                    row_bytes: [row_bytes[0]; 3],
-                };
-                launches.push(MatmulLaunch {
-                    weights: vec![part.weights.clone()],
-                    types: vec![first.ty],
-                    params: upload_words(client, &params.words()?),
-                    groups,
-                    rows,
-                    team,
-                    fan,
-                    spare: spare_bindings(client),
-                });
-            }
-        } else {
-            if let Some(m) = members.iter().find(|m| m.parts.len() != 1) {
-                return shape(
-                    "parts of a grouped matrix (one binding each)",
-                    1,
-                    m.parts.len(),
-                );
-            }
+        if n > 1 && members.iter().all(|m| m.parts.len() == 1) {
+            // The whole group in one launch, each matrix in its own binding.
             let firsts = [
                 first.rows,
                 members
                     .get(2)
                     .map_or(total, |_| first.rows + members[1].rows),
             ];
-            let groups = if epilogue == Epilogue::SwiGlu {
+            let groups = if swiglu {
                 first.rows.div_ceil(2 * fan.outputs())
             } else {
                 total.div_ceil(team.outputs() * fan.outputs())
@@ -1257,17 +1245,77 @@ impl MatrixGroup {
                     row_bytes[1],
                     row_bytes.get(2).copied().unwrap_or(row_bytes[0]),
                 ],
+                bases: [0; 3],
             };
-            launches.push(MatmulLaunch {
-                weights: members.iter().map(|m| m.parts[0].weights.clone()).collect(),
-                types: members.iter().map(GpuMatrix::ty).collect(),
-                params: upload_words(client, &params.words()?),
-                groups,
-                rows,
-                team,
-                fan,
-                spare: spare_bindings(client),
-            });
+            launches.push(launch(
+                members.iter().map(|m| m.parts[0].weights.clone()).collect(),
+                members.iter().map(GpuMatrix::ty).collect(),
+                params,
+            )?);
+        } else if swiglu {
+            // A gate | up too large for one binding each (a 32B's FFN): a launch per range of
+            // rows that lies inside one part of gate and one of up (their parts split at other
+            // rows where their types differ), each writing its own outputs of y.
+            let up = &members[1];
+            let mut cuts: Vec<usize> = first
+                .parts
+                .iter()
+                .chain(&up.parts)
+                .map(|p| p.rows.start)
+                .chain([first.rows])
+                .collect();
+            cuts.sort_unstable();
+            cuts.dedup();
+            let holding = |m: &GpuMatrix, row: usize| {
+                m.parts
+                    .iter()
+                    .find(|p| p.rows.contains(&row))
+                    .map(|p| (p.weights.clone(), row - p.rows.start))
+            };
+            for range in cuts.windows(2) {
+                let (start, len) = (range[0], range[1] - range[0]);
+                let (Some((g, g_row)), Some((u, u_row))) =
+                    (holding(first, start), holding(up, start))
+                else {
+                    return shape("rows of a SwiGLU's parts", first.rows, start);
+                };
+                let params = MatmulParams {
+                    n_in: cols,
+                    y_stride: outputs,
+                    y_offset: start,
+                    outputs: 2 * len,
+                    groups: len.div_ceil(2 * fan.outputs()),
+                    rows,
+                    bias: false,
+                    firsts: [len, 2 * len],
+                    row_bytes: [row_bytes[0], row_bytes[1], row_bytes[0]],
+                    bases: [g_row * row_bytes[0], u_row * row_bytes[1], 0],
+                };
+                launches.push(launch(vec![g, u], vec![first.ty, up.ty], params)?);
+            }
+        } else {
+            // One matrix, or a group with a matrix too large for one binding: a launch per part
+            // of each matrix, each writing its own columns of y (and adding its own biases).
+            let mut first_output = 0;
+            for (m, &rb) in members.iter().zip(&row_bytes) {
+                for part in &m.parts {
+                    let len = part.rows.len();
+                    let params = MatmulParams {
+                        n_in: cols,
+                        y_stride: total,
+                        y_offset: first_output + part.rows.start,
+                        outputs: len,
+                        groups: len.div_ceil(team.outputs() * fan.outputs()),
+                        rows,
+                        bias: bias.is_some(),
+                        firsts: [len; 2],
+                        row_bytes: [rb; 3],
+                        bases: [0; 3],
+                    };
+                    launches.push(launch(vec![part.weights.clone()], vec![m.ty], params)?);
+                }
+                first_output += m.rows;
+            }
         }
         Ok(Self {
             launches,
