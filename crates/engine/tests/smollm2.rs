@@ -24,10 +24,6 @@ mod models;
 /// Largest top-1 − top-2 logit gap at which a batched/single-token argmax flip is accepted.
 const NEAR_TIE: f32 = 0.05;
 
-fn model_bytes() -> Option<Vec<u8>> {
-    models::bytes(models::SMOLLM2)
-}
-
 #[test]
 fn greedy_strict_speculation_equals_target_only_exactly_on_the_packed_path() {
     check(
@@ -72,7 +68,7 @@ fn loaded(
     options: LoadOptions,
     prompt: &str,
 ) -> Option<(Llama, Arc<Tokenizer>, Vec<u32>)> {
-    let bytes = model_bytes()?;
+    let bytes = models::bytes(models::SMOLLM2)?;
     let g = Gguf::parse(&bytes).unwrap();
     let model = Llama::from_gguf(&g, device, options).unwrap();
     let tokenizer = Arc::new(Tokenizer::from_gguf(&g).unwrap());
@@ -358,7 +354,9 @@ fn one_read_a_step(device: &Device, options: LoadOptions) {
 /// the layer-subset and n-gram drafters, k = 4), accepting a divergence only where the
 /// target's top-2 gap is below `near_tie` (0: never).
 fn check(device: &Device, options: LoadOptions, near_tie: f32, quick: bool) {
-    let Some(bytes) = model_bytes() else { return };
+    let Some(bytes) = models::bytes(models::SMOLLM2) else {
+        return;
+    };
     let g = Gguf::parse(&bytes).unwrap();
     let device = device.clone();
     let model = Llama::from_gguf(&g, &device, options).unwrap();

@@ -12,12 +12,6 @@ use mars_formats::{ChatTemplate, Gguf, Message, Tokenizer};
 #[path = "../../../tests/support/models.rs"]
 mod models;
 
-const FILE: &str = "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf";
-
-fn model_bytes() -> Option<Vec<u8>> {
-    models::bytes(FILE)
-}
-
 #[derive(serde::Deserialize)]
 struct Fixture {
     cases: Vec<Case>,
@@ -30,7 +24,9 @@ struct Case {
 
 #[test]
 fn tokenizer_ids_equal_llama_cpp() {
-    let Some(bytes) = model_bytes() else { return };
+    let Some(bytes) = models::bytes(models::QWEN_DRAFT) else {
+        return;
+    };
     let g = Gguf::parse(&bytes).unwrap();
     let tok = Tokenizer::from_gguf(&g).unwrap();
     assert!(!tok.add_bos, "Qwen2 adds no BOS");
@@ -53,7 +49,9 @@ fn tokenizer_ids_equal_llama_cpp() {
 /// gives llama.cpp's ids; a name mars lacks is refused, naming it and the ones it has.
 #[test]
 fn qwen2_rule_names_give_llama_cpp_ids() {
-    let Some(bytes) = model_bytes() else { return };
+    let Some(bytes) = models::bytes(models::QWEN_DRAFT) else {
+        return;
+    };
     let fixture: Fixture = serde_json::from_str(include_str!("data/tokenizer/qwen2.json")).unwrap();
     let mut g = Gguf::parse(&bytes).unwrap();
     let names: Vec<&str> = mars_formats::PRE_NAMES
@@ -90,7 +88,9 @@ fn qwen2_rule_names_give_llama_cpp_ids() {
 
 #[test]
 fn chat_template_renders_chatml() {
-    let Some(bytes) = model_bytes() else { return };
+    let Some(bytes) = models::bytes(models::QWEN_DRAFT) else {
+        return;
+    };
     let g = Gguf::parse(&bytes).unwrap();
     let source = g.get_str("tokenizer.chat_template").unwrap();
     let template = ChatTemplate::new(source, "", "<|im_end|>").unwrap();

@@ -10,12 +10,6 @@ use mars_formats::{ChatTemplate, Gguf, Message, Tokenizer};
 #[path = "../../../tests/support/models.rs"]
 mod models;
 
-const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-fn model_bytes() -> Option<Vec<u8>> {
-    models::bytes(FILE)
-}
-
 #[derive(serde::Deserialize)]
 struct Fixture {
     cases: Vec<Case>,
@@ -28,7 +22,9 @@ struct Case {
 
 #[test]
 fn metadata_and_tensor_table() {
-    let Some(bytes) = model_bytes() else { return };
+    let Some(bytes) = models::bytes(models::SMOLLM2) else {
+        return;
+    };
     let g = Gguf::parse(&bytes).unwrap();
     assert_eq!(g.get_str("general.architecture").unwrap(), "llama");
     assert_eq!(g.get_u64("llama.block_count").unwrap(), 30);
@@ -44,7 +40,9 @@ fn metadata_and_tensor_table() {
 
 #[test]
 fn tokenizer_ids_equal_llama_cpp() {
-    let Some(bytes) = model_bytes() else { return };
+    let Some(bytes) = models::bytes(models::SMOLLM2) else {
+        return;
+    };
     let g = Gguf::parse(&bytes).unwrap();
     let tok = Tokenizer::from_gguf(&g).unwrap();
     assert_eq!(tok.vocab_size(), 49152);
@@ -66,7 +64,9 @@ fn tokenizer_ids_equal_llama_cpp() {
 
 #[test]
 fn streaming_never_splits_a_character() {
-    let Some(bytes) = model_bytes() else { return };
+    let Some(bytes) = models::bytes(models::SMOLLM2) else {
+        return;
+    };
     let tok = Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap();
     let text = "Family: 👨‍👩‍👧‍👦, café, 日本語 and ❤️‍🔥!";
     let ids = tok.encode(text, false).unwrap();
@@ -90,7 +90,9 @@ fn streaming_never_splits_a_character() {
 
 #[test]
 fn chat_template_renders_chatml() {
-    let Some(bytes) = model_bytes() else { return };
+    let Some(bytes) = models::bytes(models::SMOLLM2) else {
+        return;
+    };
     let g = Gguf::parse(&bytes).unwrap();
     let source = g.get_str("tokenizer.chat_template").unwrap();
     let template = ChatTemplate::new(source, "<|im_start|>", "<|im_end|>").unwrap();

@@ -7,19 +7,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+#[path = "common/gpu.rs"]
+mod gpu_common;
+use gpu_common::{client, read_f32};
 
 use common::{bits, cols_for, dequantized, random_matrix, random_x};
 use cubecl::client::Client;
 use cubecl::server::Handle;
-use cubecl::wgpu::WgpuDevice;
 use mars_kernels::gpu::{Fan, GpuMatrix, Reduce, Step, StepBuffer};
 use mars_kernels::{KernelError, QMatrix, WeightType};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
-
-fn client() -> Client {
-    cubecl::Device::Wgpu(WgpuDevice::default()).client()
-}
 
 fn max_binding(client: &Client) -> u64 {
     client.properties().memory.max_page_size
@@ -32,14 +30,6 @@ fn upload(client: &Client, w: &QMatrix, max: u64) -> GpuMatrix {
 fn f32_handle(client: &Client, v: &[f32]) -> Handle {
     let bytes: Vec<u8> = v.iter().flat_map(|f| f.to_le_bytes()).collect();
     client.create_from_slice(&bytes)
-}
-
-fn read_f32(client: &Client, h: Handle) -> Vec<f32> {
-    let bytes = client.read_one(h).unwrap();
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
 }
 
 fn matmul(client: &Client, w: &GpuMatrix, x: &[f32], m: usize) -> Vec<f32> {

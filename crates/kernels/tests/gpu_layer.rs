@@ -9,11 +9,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+#[path = "common/gpu.rs"]
+mod gpu_common;
+use gpu_common::{client, read_f32};
 
 use common::{bits, cols_for, dequantized, random_matrix};
 use cubecl::client::Client;
 use cubecl::server::Handle;
-use cubecl::wgpu::WgpuDevice;
 use mars_kernels::WeightType;
 use mars_kernels::gpu::{
     Attention, CopyRows, Draw, Epilogue, Fan, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm,
@@ -23,18 +25,6 @@ use mars_kernels::gpu::{
 use mars_verify::noise::{gumbel_max, row_key, seed_key};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
-
-fn client() -> Client {
-    cubecl::Device::Wgpu(WgpuDevice::default()).client()
-}
-
-fn read_f32(client: &Client, h: Handle) -> Vec<f32> {
-    let bytes = client.read_one(h).unwrap();
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
-}
 
 fn read_u32(client: &Client, h: Handle) -> Vec<u32> {
     let bytes = client.read_one(h).unwrap();

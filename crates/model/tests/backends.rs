@@ -7,8 +7,11 @@ use mars_formats::{Gguf, Tokenizer};
 use mars_model::tiny::{tiny_config, tiny_gguf, tiny_gguf_quantized};
 use mars_model::{Device, DeviceLimits, Llama, LoadOptions, WeightPath};
 
+#[path = "support/diff.rs"]
+mod diff;
 #[path = "support/tree.rs"]
 mod tree;
+use diff::max_diff;
 
 /// Largest difference allowed between backends: f32 sums in another order, over 2 layers.
 const TOLERANCE: f32 = 1e-4;
@@ -80,14 +83,6 @@ fn wgpu_and_subgroups() -> (Device, Option<u32>) {
             (device, mars_model::subgroup_lanes(&setup.adapter))
         })
         .clone()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max)
 }
 
 /// Quantized matrices (Q8_0, Q4_1, Q5_0) and an F16 embedding as GGUF blocks on wgpu, run by

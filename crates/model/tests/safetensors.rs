@@ -8,6 +8,9 @@ use mars_formats::{Gguf, SafetensorsFile};
 use mars_model::tiny::{tiny_config, tiny_gguf};
 use mars_model::{Device, Llama, LoadOptions, ModelError};
 use safetensors::tensor::{Dtype, TensorView};
+#[path = "support/diff.rs"]
+mod diff;
+use diff::max_diff;
 
 /// Inverse of the loader's permutation: interleaved row 2i + j of a head goes back to
 /// rotate-half row j·(hd/2) + i.
@@ -111,13 +114,6 @@ fn run(model: &Llama) -> Vec<f32> {
         .unwrap()
         .read()
         .unwrap()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max)
 }
 
 #[test]

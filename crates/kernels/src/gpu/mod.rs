@@ -296,10 +296,16 @@ impl Team {
     /// The team a group of `outputs` outputs over `cols` inputs gets with `epilogue`: whole
     /// where rows are at least 4,096 long (128 of the kernel's 32-value groups, two a thread)
     /// and outputs fewer than 8,192 (a quarter team's 16 threads an output would then fill
-    /// under 131,072 threads: half of a large GPU's), quarter otherwise and always for a
-    /// SwiGLU (whose gate and up meet inside the workgroup).
+    /// under 131,072 threads: half of a large GPU's), or at least 2,048 long in a matrix of
+    /// [`FOUR_ON_GPU`] weights or more (one a GPU gives four outputs a team: on an H200 a 7B's
+    /// q, 3584 × 3584, took 0.038 ms a row whole against 0.044 in quarters, its down 0.107
+    /// against 0.144); quarter otherwise and always for a SwiGLU (whose gate and up meet
+    /// inside the workgroup). The fan does not choose it: four outputs a team give the bits
+    /// of one.
     pub fn for_group(epilogue: Epilogue, outputs: usize, cols: usize) -> Self {
-        if epilogue != Epilogue::SwiGlu && cols >= 4096 && outputs < 8192 {
+        let long = cols >= 4096 && outputs < 8192
+            || cols >= 2048 && outputs.saturating_mul(cols) >= FOUR_ON_GPU;
+        if epilogue != Epilogue::SwiGlu && long {
             Self::Whole
         } else {
             Self::Quarter
@@ -325,8 +331,8 @@ impl Team {
 /// same bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fan {
-    /// One output a team: GPUs, where more workgroups keep more of the device busy (the H100's
-    /// measurements were made so).
+    /// One output a team: a GPU's small matrices (under [`FOUR_ON_GPU`] weights), where more
+    /// workgroups keep more of the device busy.
     One,
     /// Four outputs a team: CPU adapters (lavapipe, SwiftShader), which run a workgroup's lanes
     /// as vectors and load storage one lane at a time, so an activation loaded once for four
@@ -334,6 +340,12 @@ pub enum Fan {
     /// instructions a row against 203 M with one (docs/performance.md).
     Four,
 }
+
+/// Weights from which a GPU's matrix takes [`Fan::Four`]: on an H200 (`gpu_cost stream`,
+/// docs/performance.md) four outputs a team read a 7B's q (3584 × 3584, Q4_K) in 0.044 ms a
+/// row against 0.134 with one, and a pass of 5 rows cost 1.4× one row against 3.2×; on a
+/// 512 × 512 matrix one output a team was faster (0.017 ms against 0.024).
+pub const FOUR_ON_GPU: usize = 8 << 20;
 
 impl Fan {
     /// The fan for `client`'s device: [`Fan::Four`] on an adapter that is no card (CubeCL's
@@ -343,6 +355,15 @@ impl Fan {
             Self::Four
         } else {
             Self::One
+        }
+    }
+
+    /// The fan for a `[rows, cols]` matrix on `client`'s device: [`Fan::detect`]'s, four on a
+    /// GPU for matrices of at least [`FOUR_ON_GPU`] weights.
+    pub fn for_matrix(client: &Client, rows: usize, cols: usize) -> Self {
+        match Self::detect(client) {
+            Self::One if rows.saturating_mul(cols) >= FOUR_ON_GPU => Self::Four,
+            fan => fan,
         }
     }
 
@@ -1017,7 +1038,7 @@ impl GpuMatrix {
             cols,
             parts,
             reduce: Reduce::detect(client),
-            fan: Fan::detect(client),
+            fan: Fan::for_matrix(client, rows, cols),
             team: None,
         })
     }
@@ -1439,6 +1460,13 @@ mod tests {
             Team::Quarter
         );
         assert_eq!(Team::for_group(Epilogue::Add, 896, 896), Team::Quarter);
+        // A 7B's q | k | v and its head: long enough rows in a large matrix.
+        assert_eq!(Team::for_group(Epilogue::Store, 4608, 3584), Team::Whole);
+        assert_eq!(Team::for_group(Epilogue::Store, 152_064, 3584), Team::Whole);
+        assert_eq!(
+            Team::for_group(Epilogue::SwiGlu, 18_944, 3584),
+            Team::Quarter
+        );
         assert_eq!(Team::Whole.outputs() * Team::Whole.threads(), 64);
         assert_eq!(Team::Quarter.outputs() * Team::Quarter.threads(), 64);
     }
