@@ -75,12 +75,7 @@ fn main() {
         {
             continue;
         }
-        // Blocks of varied bytes with small f16 scales (the values do not matter for speed).
-        let n = out * cols / ty.block_values() * ty.block_bytes();
-        let bytes: Vec<u8> = (0..n)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 & 0x3b)
-            .collect();
-        let w = QMatrix::new(ty, out, cols, bytes).unwrap();
+        let w = matrix(ty, out, cols);
         let mut gw = GpuMatrix::upload(&client, ty, out, cols, w.blocks(), max).unwrap();
         if let [_, m, calls, ..] = args[..] {
             gw.set_reduce(Reduce::Subgroup { lanes }).unwrap();

@@ -895,18 +895,7 @@ fn four_outputs_a_team_give_the_bits_of_one() {
                 g
             })
             .collect();
-        let total: usize = gs.iter().map(GpuMatrix::rows).sum();
-        let bias = (epilogue == Epilogue::Store).then_some(&bias[..total]);
-        let group = MatrixGroup::new(&client, gs, epilogue, bias, Rows::All).unwrap();
-        let mut x_rng = ChaCha8Rng::seed_from_u64(m as u64);
-        let x = normal(&mut x_rng, m * cols, 1.0);
-        let y0 = normal(&mut x_rng, m * group.outputs(), 2.0);
-        let s = step(&client, &Step::chain(&vec![0; m], 0, m, limit).unwrap());
-        let y = upload_f32(&client, &y0);
-        group
-            .run(&client, &upload_f32(&client, &x), &y, &s)
-            .unwrap();
-        read_f32(&client, y)
+        group_output(&client, gs, &bias, epilogue, m, limit).0
     };
     let cases: [(&[usize], Epilogue, usize); 5] = [
         (&[0, 1, 2], Epilogue::Store, usize::MAX >> 40),
@@ -973,19 +962,9 @@ fn a_split_group_gives_the_bits_of_an_unsplit_one() {
         if split {
             assert!(gs.iter().all(|g| g.parts().len() >= 2));
         }
-        let total: usize = gs.iter().map(GpuMatrix::rows).sum();
-        let bias = (epilogue == Epilogue::Store).then_some(&bias[..total]);
-        let group = MatrixGroup::new(&client, gs, epilogue, bias, Rows::All).unwrap();
-        assert_eq!(group.launches() > 1, split, "{members:?} {epilogue:?}");
-        let mut x_rng = ChaCha8Rng::seed_from_u64(m as u64);
-        let x = normal(&mut x_rng, m * cols, 1.0);
-        let y0 = normal(&mut x_rng, m * group.outputs(), 2.0);
-        let s = step(&client, &Step::chain(&vec![0; m], 0, m, limit).unwrap());
-        let y = upload_f32(&client, &y0);
-        group
-            .run(&client, &upload_f32(&client, &x), &y, &s)
-            .unwrap();
-        read_f32(&client, y)
+        let (y, launches) = group_output(&client, gs, &bias, epilogue, m, limit);
+        assert_eq!(launches > 1, split, "{members:?} {epilogue:?}");
+        y
     };
     let cases: [(&[usize], Epilogue, usize); 5] = [
         (&[0, 1, 2], Epilogue::Store, usize::MAX >> 40),
@@ -1005,4 +984,28 @@ fn a_split_group_gives_the_bits_of_an_unsplit_one() {
             );
         }
     }
+}
+
+/// The output of the group of `gs` (biases from `bias` where it stores) over `m` rows of
+/// activations drawn from the seed `m`, y starting from drawn values (read by Add), with the
+/// step's logit limit `limit`; and the launches the group took.
+fn group_output(
+    client: &Client,
+    gs: Vec<GpuMatrix>,
+    bias: &[f32],
+    epilogue: Epilogue,
+    m: usize,
+    limit: usize,
+) -> (Vec<f32>, usize) {
+    let cols = gs[0].cols();
+    let total: usize = gs.iter().map(GpuMatrix::rows).sum();
+    let bias = (epilogue == Epilogue::Store).then_some(&bias[..total]);
+    let group = MatrixGroup::new(client, gs, epilogue, bias, Rows::All).unwrap();
+    let mut x_rng = ChaCha8Rng::seed_from_u64(m as u64);
+    let x = normal(&mut x_rng, m * cols, 1.0);
+    let y0 = normal(&mut x_rng, m * group.outputs(), 2.0);
+    let s = step(client, &Step::chain(&vec![0; m], 0, m, limit).unwrap());
+    let y = upload_f32(client, &y0);
+    group.run(client, &upload_f32(client, &x), &y, &s).unwrap();
+    (read_f32(client, y), group.launches())
 }
