@@ -110,14 +110,10 @@ def layout(f: BinaryIO) -> tuple[int, list[tuple[str, int, int, int]]]:
         dims = read(f, "Q" * n_dims)
         ggml_type, offset = read(f, "IQ")
         if ggml_type not in BLOCKS:
-            raise ValueError(
-                f"tensor {name}: ggml type {ggml_type} not in this script's table"
-            )
+            raise ValueError(f"tensor {name}: ggml type {ggml_type} not in this script's table")
         per_block, block_bytes = BLOCKS[ggml_type]
         if dims[0] % per_block:
-            raise ValueError(
-                f"tensor {name}: row of {dims[0]} not whole blocks of {per_block}"
-            )
+            raise ValueError(f"tensor {name}: row of {dims[0]} not whole blocks of {per_block}")
         row = dims[0] // per_block * block_bytes
         rows = 1
         for d in dims[1:]:
@@ -317,7 +313,9 @@ def shape(header_file: str, skeleton: str, dims: list[int], donor: str | None) -
     for name, tdims, ggml_type, src in tensors:
         nb = name.encode()
         head.write(struct.pack("<Q", len(nb)) + nb + struct.pack("<I", len(tdims)))
-        head.write(struct.pack("<" + "Q" * len(tdims), *tdims) + struct.pack("<IQ", ggml_type, offset))
+        head.write(
+            struct.pack("<" + "Q" * len(tdims), *tdims) + struct.pack("<IQ", ggml_type, offset)
+        )
         per_block, block_bytes = BLOCKS[ggml_type]
         row = tdims[0] // per_block * block_bytes
         size = row
@@ -326,7 +324,9 @@ def shape(header_file: str, skeleton: str, dims: list[int], donor: str | None) -
         # One row of real blocks of this type: the source tensor's (or the donor's of that role),
         # else any of its type.
         role = src.split(".", 2)[2] if src.startswith("blk.") else src
-        src_type, data = sources.get(src, donated.get(f"blk.0.{role}", donated.get(src, (None, b""))))
+        src_type, data = sources.get(
+            src, donated.get(f"blk.0.{role}", donated.get(src, (None, b"")))
+        )
         if src_type != ggml_type:
             data = by_type.get(ggml_type, b"")
         data = data[: len(data) // block_bytes * block_bytes]
@@ -338,8 +338,7 @@ def shape(header_file: str, skeleton: str, dims: list[int], donor: str | None) -
     header += b"\0" * (-len(header) % alignment)
     with open(skeleton, "wb") as out:
         out.write(MAGIC + struct.pack("<QQ", len(header), len(header) + offset) + header)
-        for sample in samples:
-            out.write(struct.pack("<Q", len(sample)) + sample)
+        out.writelines(struct.pack("<Q", len(sample)) + sample for sample in samples)
 
 
 # The dimensions `shape` rewrites, in its arguments' order (after "{arch}.").

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The runner each part of tests/bench/gpu-bundle.sh carries: `add` copies the part it sits in to
 # $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
-#   usage: bash PART/run.sh add | tests | stream | peers | spec | profile | submits | all …
+#   usage: bash PART/run.sh add | tests | stream | peers | price | spec | profile | submits | all …
+#   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=${WORK:-$HOME/mars-gpu}
@@ -74,7 +75,9 @@ stage() {
       for t in "$work"/bin/test-*; do echo "== $(basename "$t")"; timeout 300 "$t" 2>&1 | tail -15; done ;;
     stream) timeout 240 "$work/bin/gpu_cost" stream 2>&1 | grep -v XDG | tee "$out/stream.md" ;;
     peers)
-      PEER_MODELS="${PEER_MODELS:-$(models)}" SPEC="" OUT="$out/gpu-peers.md" timeout 600 bash "$work/repo/tests/bench/gpu.sh" ;;
+      KEEP="$work/speed" PEER_MODELS="${PEER_MODELS:-$(models)}" SPEC="" OUT="$out/gpu-peers.md" timeout 600 bash "$work/repo/tests/bench/gpu.sh" ;;
+    price) # speculation priced from the peers stage's measured costs (a projection)
+      python3 "$work/repo/tests/bench/gpu-price.py" "$work/speed" 0.5B | tee "$out/price.md" ;;
     spec)
       # The pair's rows where its whole files have arrived (PAIR=real), not its skeletons.
       spec=smol
@@ -92,7 +95,7 @@ import json, sys
 d = json.load(sys.stdin)
 print('$r', '$(basename "$m")', 'tasks $t', round(d['decode_tokens_per_second'], 1), 'tok/s')"
       done; done; done | tee "$out/submits.txt" ;;
-    all) for s in tests peers spec profile submits; do stage "$s"; done ;;
+    all) for s in tests stream peers price spec profile submits; do stage "$s"; done ;;
     *) echo "unknown stage $1" >&2; return 2 ;;
   esac
 }

@@ -9,9 +9,10 @@
 # the pair has arrived). There, each part is added as it arrives and the stages run once their
 # files are in:
 #   bash PART/run.sh add        # copies this part into $WORK (default ~/mars-gpu)
-#   bash PART/run.sh STAGE…     # tests | stream | peers | spec | profile | submits | all
+#   bash PART/run.sh STAGE…     # tests | stream | peers | price | spec | profile | submits | all
 # tests: the kernel tests (bit-for-bit contracts on this device's subgroups); stream: the matmul
-# alone on the large models' shapes, back to back (gpu_cost stream: GB/s by team and fan); peers: gpu.sh part
+# alone on the large models' shapes, back to back (gpu_cost stream: GB/s by team and fan); price:
+# speculation priced from the peers stage's costs (gpu-price.py, a projection); peers: gpu.sh part
 # 1 (mars beside llama.cpp's Vulkan backend: SmolLM2 and the pair's shapes); spec: gpu.sh part 2
 # on SmolLM2, and on the pair where the real pair has arrived; profile: the per-kernel split of
 # a token (gpu-profile.sh); submits: decode by CubeCL's launches a submit. Results go to $OUT
@@ -66,7 +67,7 @@ gomp=$(ldconfig -p | awk '/libgomp.so.1 / { print $NF; exit }')
 [ -n "$gomp" ] && cp -L "$gomp" "$stage/llama/"
 tar -C "$stage" -cJf "$stage/f/llama.tar.xz" llama
 tar -cJf "$stage/f/scripts.tar.xz" tests/bench/gpu.sh tests/bench/gpu-peers.sh \
-  tests/bench/gpu-profile.sh tests/bench/gguf-skeleton.py
+  tests/bench/gpu-profile.sh tests/bench/gguf-skeleton.py tests/bench/gpu-price.py
 xz -c "$(bash tests/fetch-spec-bench.sh | tail -n1)" >"$stage/f/spec_bench.jsonl.xz"
 if [ -n "${VULKAN_DEBS:-}" ]; then tar -C "$VULKAN_DEBS" -cf "$stage/f/debs.tar" .; fi
 cp /usr/bin/time "$stage/f/time" # GNU time, for peak memory (gpu-peers.sh)

@@ -11,7 +11,8 @@
 #   usage: bash tests/bench/gpu-peers.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]
 #   env:   ROUNDS (3), THREADS (the cores: llama.cpp's CPU threads; lavapipe uses every core),
 #          MARS_BIN (a built mars; else cargo builds it), LLAMA_VK_BIN (llama.cpp's Vulkan bin
-#          directory; else tests/bench/llama-cpp.sh builds it)
+#          directory; else tests/bench/llama-cpp.sh builds it), KEEP (a directory: mars's
+#          last-round `speed` JSON is kept there as MODEL.speed.json, for gpu-price.py)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model=${1:?usage: gpu-peers.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]}
@@ -45,6 +46,9 @@ for r in $(seq 1 "$rounds"); do
   bench "$out/b5.$r.json" "$out/b-rss.$r" -p 5 -n 0 -d "$pp"
   bench "$out/b16.$r.json" "$out/b-rss.$r" -p 16 -n 0 -d "$pp"
 done
+if [ -n "${KEEP:-}" ]; then
+  mkdir -p "$KEEP" && cp "$out/mars.$rounds.json" "$KEEP/$(basename "$model" .gguf).speed.json"
+fi
 python3 - "$model" "$out" "$rounds" "$pp" "$tg" <<'PY'
 import json, os, statistics as st, sys
 model, out, rounds, pp, tg = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
