@@ -14,8 +14,9 @@ pub struct ModelArgs {
     /// GGUF model file.
     #[arg(long)]
     pub model: PathBuf,
-    /// Backend.
-    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+    /// Where the model runs: auto takes a GPU adapter where there is one (the run's first
+    /// lines say which and why), else the CPU.
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub device: Backend,
     #[command(flatten)]
     pub kernels: KernelArgs,

@@ -327,6 +327,8 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         // Decode is bound by reading every weight once per token: the bandwidth it achieved.
         "decode_weight_gb_per_second": target.model().matrix_bytes() as f64 * summary.tokens_per_second / 1e9,
         "weights": weights.name(),
+        "device": open.backend,
+        "device_chosen": open.chosen,
         "adapter": open.adapter,
         // The adapter's smallest subgroup, where the GPU kernels' partial sums meet through
         // subgroup shuffles (null: workgroup memory, or the CPU).

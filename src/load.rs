@@ -106,7 +106,15 @@ pub fn target(
     backend: Backend,
     kernels: &KernelArgs,
 ) -> Result<(Target, OpenDevice, WeightPath)> {
+    // Threads name the CPU kernels: `auto` with them is the CPU.
+    let backend = match (backend, kernels.threads) {
+        (Backend::Auto, Some(_)) => Backend::Cpu,
+        (b, _) => b,
+    };
     let open = pollster::block_on(backend.open())?;
+    if let Some(why) = &open.chosen {
+        eprintln!("device: {} ({why})", open.backend.name());
+    }
     let weights = open.weights(kernels.choice(), kernels.threads)?;
     for note in &weights.notes {
         eprintln!("{note}");

@@ -151,7 +151,7 @@ fn run_default() -> Result<()> {
     .resolve()?;
     let runner = compare::Runner::new(
         model,
-        mars_engine::Backend::Cpu,
+        mars_engine::Backend::Auto,
         &args::KernelArgs::default(),
         run,
     )?;

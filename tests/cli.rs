@@ -270,7 +270,7 @@ fn generate_is_the_same_on_cpu_and_wgpu() {
     let path = std::env::temp_dir().join(format!("mars-tiny-{}.gguf", std::process::id()));
     std::fs::write(&path, mars_model::tiny::tiny_gguf(5).unwrap()).unwrap();
     let model = path.to_str().unwrap();
-    let run = |device: &str| -> serde_json::Value {
+    let run = |device: &str| -> (serde_json::Value, String) {
         let args = [
             "generate",
             "--model",
@@ -284,17 +284,26 @@ fn generate_is_the_same_on_cpu_and_wgpu() {
             "--json",
         ];
         let out = mars(&args, "");
-        assert!(
-            out.status.success(),
-            "{device}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{device}: {stderr}");
+        (serde_json::from_slice(&out.stdout).unwrap(), stderr)
     };
-    let (cpu, gpu) = (run("cpu"), run("wgpu"));
+    let ((cpu, _), (gpu, _)) = (run("cpu"), run("wgpu"));
+    // auto (the default): a GPU adapter where there is one, else the CPU (lavapipe is a CPU
+    // adapter), said with the reason; the same tokens either way.
+    let (auto, said) = run("auto");
     std::fs::remove_file(&path).ok();
     assert_eq!(cpu["prompt_tokens"], 5);
     assert_eq!(cpu["tokens"], gpu["tokens"]);
+    assert_eq!(cpu["tokens"], auto["tokens"]);
+    let line = said
+        .lines()
+        .find(|l| l.starts_with("device: "))
+        .unwrap_or_default();
+    assert!(
+        line.starts_with("device: cpu (") || line.starts_with("device: wgpu (a GPU adapter"),
+        "{said}"
+    );
 }
 
 #[test]

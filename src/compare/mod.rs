@@ -30,8 +30,9 @@ pub struct CommonArgs {
     /// Target GGUF model (default: SmolLM2-135M-Instruct in the model cache).
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// Backend.
-    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+    /// Where the model runs: auto takes a GPU adapter where there is one (the run's first
+    /// lines say which and why), else the CPU.
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub device: Backend,
     #[command(flatten)]
     pub kernels: args::KernelArgs,
@@ -136,6 +137,9 @@ pub struct Settings {
     seed: u64,
     max_tokens: usize,
     chat: bool,
+    /// Where the target ran, and why where `--device auto` chose it.
+    device: Backend,
+    device_chosen: Option<String>,
 }
 
 /// Share of positions, over the longer output, where both outputs have the same token.
@@ -197,12 +201,14 @@ impl Runner {
             seed: run.seed,
             max_tokens: run.max_tokens,
             chat: run.chat,
+            device: open.backend,
+            device_chosen: open.chosen.clone(),
         };
         Ok(Self {
             target,
             draft_model,
             run,
-            backend,
+            backend: open.backend,
             weights,
             settings,
         })

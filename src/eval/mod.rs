@@ -59,8 +59,9 @@ pub struct HumanEvalArgs {
     /// 95 % intervals from a bootstrap over problems.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub seeds: u64,
-    /// Backend.
-    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+    /// Where the model runs: auto takes a GPU adapter where there is one (the run's first
+    /// lines say which and why), else the CPU.
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
     pub device: Backend,
     #[command(flatten)]
     pub kernels: KernelArgs,

@@ -29,7 +29,7 @@ for line in open(sys.argv[2]):
 PY
 echo "== mars: $(wc -l <"$out/prompts.jsonl") $category prompts, k = $k, $max tokens, $threads threads"
 cargo build --release -q
-"${CARGO_TARGET_DIR:-target}/release/mars" bench --chat --model "$target" --draft "model:$draft" \
+"${CARGO_TARGET_DIR:-target}/release/mars" bench --device cpu --chat --model "$target" --draft "model:$draft" \
   --k "$k" --max-tokens "$max" --threads "$threads" --prompts "$out/prompts.jsonl" --out "$out/mars" \
   ${vocab:+--draft-vocab "$vocab"}
 echo "== llama.cpp llama-speculative-simple, same prompts (ChatML), --spec-draft-n-max $k"

@@ -43,7 +43,7 @@ for shape in "${shapes[@]}"; do
   else
     echo "bad shape $shape (k3, t16k5b4)" >&2; exit 2
   fi
-  /usr/bin/time -f "%M" -o "$out/$shape.mem" "$mars" compare --model "$target" --draft "model:$draft" \
+  /usr/bin/time -f "%M" -o "$out/$shape.mem" "$mars" compare --device cpu --model "$target" --draft "model:$draft" \
     --draft-vocab 32768 --threads 2 --chat --max-tokens 64 --prompts "$spec" --category "$category" --limit "$limit" \
     --temperature "$temp" --seed "$seed" --theta "$theta" --json "${args[@]}" >"$out/$shape.json" 2>"$out/$shape.log" \
     || { tail -3 "$out/$shape.log" >&2; exit 1; }

@@ -23,7 +23,9 @@ pub use decoder::{
     DecodeConfig, Decoder, GpuCost, Prefill, RunSummary, StepRecord, StopReason, TokenKind,
     TokenRecord, TreeNode,
 };
-pub use device::{Backend, GpuCaps, OpenDevice, WeightChoice, Weights, cores};
+pub use device::{
+    AdapterFacts, Backend, GpuCaps, OpenDevice, WeightChoice, Weights, auto_choice, cores,
+};
 pub use drafter::{
     AnyDrafter, ChainedDraft, Draft, DraftRandom, Drafter, ModelDrafter, NgramDrafter,
     check_same_tokenizer,

@@ -91,16 +91,21 @@ pub fn subgroup_lanes(adapter: &burn::backend::wgpu::wgpu::Adapter) -> Option<u3
     (adapter.features().contains(Features::SUBGROUP) && usable).then_some(min)
 }
 
-/// Launches CubeCL records before it submits them, for the adapter wgpu picks first (high
-/// performance, as CubeCL's default device does): 512 on a CPU adapter (lavapipe, SwiftShader,
-/// Chrome's fallback adapter), where a forward in one submit decoded ~15 % faster than in
-/// CubeCL's 32 a submit (9 submits a token), and 32 on a GPU, where the host records the rest
-/// of the forward while the GPU runs what was submitted: on an H100 a forward in one submit
-/// decoded the 0.5B's shapes at 138–142 tok/s, 32 a submit at 213–216 (docs/performance.md).
-/// Asked of its own wgpu instance before CubeCL opens the device, since the runtime's options
-/// are fixed when it opens; an adapter that cannot be had gives the CPU's number (CubeCL will
-/// then fail to open it too).
-pub async fn submit_every() -> usize {
+/// What wgpu's first adapter is (high performance, as CubeCL's default device picks it): asked
+/// of its own wgpu instance, before CubeCL opens the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterFacts {
+    /// The adapter's name and API, e.g. "NVIDIA H200 (Vulkan)".
+    pub name: String,
+    /// Whether it runs on the CPU (lavapipe, llvmpipe, SwiftShader, WARP: wgpu's
+    /// `DeviceType::Cpu`).
+    pub software: bool,
+    /// Why the block kernels cannot run on it ([`blocks_unsupported`]), where they cannot.
+    pub blocks_unsupported: Option<&'static str>,
+}
+
+/// [`AdapterFacts`] of the adapter wgpu gives first; `None` where there is none.
+pub async fn first_adapter() -> Option<AdapterFacts> {
     use burn::backend::wgpu::wgpu;
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
     let adapter = instance
@@ -108,10 +113,28 @@ pub async fn submit_every() -> usize {
             power_preference: wgpu::PowerPreference::HighPerformance,
             ..Default::default()
         })
-        .await;
-    match adapter.map(|a| a.get_info().device_type) {
-        Ok(wgpu::DeviceType::Cpu) | Err(_) => SUBMIT_EVERY_CPU,
-        Ok(_) => SUBMIT_EVERY_GPU,
+        .await
+        .ok()?;
+    let info = adapter.get_info();
+    Some(AdapterFacts {
+        name: format!("{} ({:?})", info.name, info.backend),
+        software: info.device_type == wgpu::DeviceType::Cpu,
+        blocks_unsupported: blocks_unsupported(&adapter),
+    })
+}
+
+/// Launches CubeCL records before it submits them, for the adapter wgpu picks first
+/// ([`first_adapter`]): 512 on a CPU adapter (lavapipe, SwiftShader, Chrome's fallback adapter),
+/// where a forward in one submit decoded ~15 % faster than in CubeCL's 32 a submit (9 submits a
+/// token), and 32 on a GPU, where the host records the rest of the forward while the GPU runs
+/// what was submitted: on an H100 a forward in one submit decoded the 0.5B's shapes at 138–142
+/// tok/s, 32 a submit at 213–216 (docs/performance.md). The runtime's options are fixed when it
+/// opens; an adapter that cannot be had gives the CPU's number (CubeCL will then fail to open
+/// it too).
+pub async fn submit_every() -> usize {
+    match first_adapter().await {
+        Some(a) if !a.software => SUBMIT_EVERY_GPU,
+        _ => SUBMIT_EVERY_CPU,
     }
 }
 

@@ -38,7 +38,8 @@ pub use config::{Architecture, LlamaConfig, RopeStyle};
 pub use error::{ModelError, Result};
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
 pub use gpu::{
-    SUBMIT_EVERY_CPU, SUBMIT_EVERY_GPU, blocks_unsupported, subgroup_lanes, submit_every,
+    AdapterFacts, SUBMIT_EVERY_CPU, SUBMIT_EVERY_GPU, blocks_unsupported, first_adapter,
+    subgroup_lanes, submit_every,
 };
 pub use llama::Llama;
 pub use logits::{ChainLink, Logits, RowSummary, SummaryChain, read_f32, read_f32_async};

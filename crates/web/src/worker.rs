@@ -29,7 +29,7 @@ use web_sys::{Blob, DedicatedWorkerGlobalScope, FileReaderSync, MessageEvent};
 fn describe(backend: Backend) -> String {
     match backend {
         Backend::Wgpu => "WebGPU".into(),
-        Backend::Cpu => format!(
+        Backend::Cpu | Backend::Auto => format!(
             "the CPU (WebAssembly, {} kernels, 1 thread)",
             mars_kernels::Isa::detect().name()
         ),
@@ -428,11 +428,15 @@ async fn handle(request: Request) {
         },
         Request::Load { file, backend } => {
             match on_device(backend, file, |g, open| {
-                Target::from_gguf(g, &open.device, open.default_options())
+                // `auto` (the page decides before it sends; a caller may not) as resolved.
+                Ok((
+                    Target::from_gguf(g, &open.device, open.default_options())?,
+                    open.backend,
+                ))
             })
             .await
             {
-                Ok(target) => {
+                Ok((target, backend)) => {
                     let info = target.info().clone();
                     STATE.with(|s| {
                         let mut s = s.borrow_mut();
