@@ -4,7 +4,7 @@
 
 use std::cell::RefCell;
 
-use mars_model::{Device, DeviceLimits, LoadOptions, WeightPath};
+use mars_model::{AdapterFacts, Device, DeviceLimits, LoadOptions, WeightPath};
 
 use crate::error::{EngineError, Result};
 
@@ -49,9 +49,8 @@ pub struct GpuCaps {
 
 /// The rule of [`Backend::Auto`], one copy for every front end: wgpu on a hardware adapter that
 /// runs the block kernels, else the CPU, with why in words. A CPU adapter (lavapipe,
-/// SwiftShader) runs the same model many times slower than the CPU kernels (the page measured
-/// SmolLM2 at 0.32 tok/s on SwiftShader; lavapipe decodes the 0.5B at 1.7 tok/s on 2 cores, the
-/// packed CPU path at ~15).
+/// SwiftShader) runs the same model many times slower than the CPU kernels (docs/performance.md,
+/// 2 cores: the 0.5B decodes at 1.70 tok/s on lavapipe, 71.8 on the packed CPU path).
 pub fn auto_choice(adapter: Option<&AdapterFacts>) -> (Backend, String) {
     match adapter {
         None => (Backend::Cpu, "no GPU adapter".into()),
@@ -67,22 +66,6 @@ pub fn auto_choice(adapter: Option<&AdapterFacts>) -> (Backend, String) {
             None => (Backend::Wgpu, format!("a GPU adapter: {}", a.name)),
         },
     }
-}
-
-/// What [`auto_choice`] reads of an adapter (`mars_model::AdapterFacts` where wgpu is built in).
-#[cfg(any(feature = "wgpu", feature = "webgpu"))]
-pub use mars_model::AdapterFacts;
-
-/// What [`auto_choice`] reads of an adapter (a build without wgpu has none to read).
-#[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdapterFacts {
-    /// The adapter's name.
-    pub name: String,
-    /// Whether it runs on the CPU.
-    pub software: bool,
-    /// Why the block kernels cannot run on it.
-    pub blocks_unsupported: Option<&'static str>,
 }
 
 /// An opened device and what the loader may use of it.
@@ -117,19 +100,21 @@ impl Backend {
     /// [`EngineError::Device`] when no adapter can be had; [`EngineError::BackendUnavailable`]
     /// when the backend was not compiled in.
     pub async fn open(self) -> Result<OpenDevice> {
-        let (backend, chosen) = match self {
+        // `auto` looks at the adapter once; opening wgpu then reuses what it saw.
+        let (backend, chosen, seen) = match self {
             Self::Auto => {
-                let (backend, why) = auto_choice(first_adapter().await.as_ref());
-                (backend, Some(why))
+                let adapter = first_adapter().await;
+                let (backend, why) = auto_choice(adapter.as_ref());
+                (backend, Some(why), adapter)
             }
-            other => (other, None),
+            other => (other, None, None),
         };
         let open = match backend {
             Self::Cpu | Self::Auto => open_cpu(),
             Self::Wgpu => match WGPU.with(|w| w.borrow().clone()) {
                 Some(open) => Ok(open),
                 None => {
-                    let open = open_wgpu().await?;
+                    let open = open_wgpu(seen).await?;
                     WGPU.with(|w| *w.borrow_mut() = Some(open.clone()));
                     Ok(open)
                 }
@@ -267,7 +252,7 @@ fn open_cpu() -> Result<OpenDevice> {
 }
 
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-async fn open_wgpu() -> Result<OpenDevice> {
+async fn open_wgpu(seen: Option<AdapterFacts>) -> Result<OpenDevice> {
     let mut options = Device::wgpu_options();
     // CubeCL submits its recorded launches every `tasks_max` of them (32 by default) and before
     // every read back. A forward is 8 launches a layer plus a few (~230 for a 28-layer model)
@@ -275,7 +260,11 @@ async fn open_wgpu() -> Result<OpenDevice> {
     // (`mars_model::submit_every`, both measured). CUBECL_WGPU_MAX_TASKS, where set, still
     // decides.
     if std::env::var_os("CUBECL_WGPU_MAX_TASKS").is_none() {
-        options = options.tasks_max(mars_model::submit_every().await);
+        let tasks = match seen {
+            Some(adapter) => mars_model::submit_every_on(Some(&adapter)),
+            None => mars_model::submit_every().await,
+        };
+        options = options.tasks_max(tasks);
     }
     let (device, setup) = options
         .init_with_setup_async()
@@ -304,7 +293,7 @@ async fn open_wgpu() -> Result<OpenDevice> {
 }
 
 #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
-async fn open_wgpu() -> Result<OpenDevice> {
+async fn open_wgpu(_: Option<AdapterFacts>) -> Result<OpenDevice> {
     Err(EngineError::BackendUnavailable { backend: "wgpu" })
 }
 

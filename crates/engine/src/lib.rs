@@ -23,15 +23,14 @@ pub use decoder::{
     DecodeConfig, Decoder, GpuCost, Prefill, RunSummary, StepRecord, StopReason, TokenKind,
     TokenRecord, TreeNode,
 };
-pub use device::{
-    AdapterFacts, Backend, GpuCaps, OpenDevice, WeightChoice, Weights, auto_choice, cores,
-};
+pub use device::{Backend, GpuCaps, OpenDevice, WeightChoice, Weights, auto_choice, cores};
 pub use drafter::{
     AnyDrafter, ChainedDraft, Draft, DraftRandom, Drafter, ModelDrafter, NgramDrafter,
     check_same_tokenizer,
 };
 pub use error::{EngineError, Result};
 pub use mars_formats::LayerSpec;
+pub use mars_model::AdapterFacts;
 pub use race::{MethodOutput, Race};
 pub use session::{
     CHAT_PROMPTS, DEFAULTS, Defaults, DrafterSpec, Method, ModelInfo, PRESETS, Preset, Resolved,

@@ -24,6 +24,7 @@ use mars_kernels::gpu::{
 use crate::backend::{Backend, LayerCache, Pass, Reads, rope_tables};
 use crate::config::{LlamaConfig, RopeStyle};
 use crate::error::{ModelError, Result};
+use crate::path::AdapterFacts;
 use crate::tensors::{BlockTensors, Named, OUTPUT, OUTPUT_NORM, TOKEN_EMBD};
 use crate::weights::{Weights, freq_factors, packable_stored, read};
 use mars_verify::{RowDraw, RowSummary, RowTop, SampleKeys};
@@ -91,20 +92,9 @@ pub fn subgroup_lanes(adapter: &burn::backend::wgpu::wgpu::Adapter) -> Option<u3
     (adapter.features().contains(Features::SUBGROUP) && usable).then_some(min)
 }
 
-/// What wgpu's first adapter is (high performance, as CubeCL's default device picks it): asked
-/// of its own wgpu instance, before CubeCL opens the device.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdapterFacts {
-    /// The adapter's name and API, e.g. "NVIDIA H200 (Vulkan)".
-    pub name: String,
-    /// Whether it runs on the CPU (lavapipe, llvmpipe, SwiftShader, WARP: wgpu's
-    /// `DeviceType::Cpu`).
-    pub software: bool,
-    /// Why the block kernels cannot run on it ([`blocks_unsupported`]), where they cannot.
-    pub blocks_unsupported: Option<&'static str>,
-}
-
-/// [`AdapterFacts`] of the adapter wgpu gives first; `None` where there is none.
+/// [`AdapterFacts`] of the adapter wgpu gives first (high performance, as CubeCL's default
+/// device picks it), asked of its own wgpu instance before CubeCL opens the device; `None` where
+/// there is none.
 pub async fn first_adapter() -> Option<AdapterFacts> {
     use burn::backend::wgpu::wgpu;
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
@@ -132,7 +122,12 @@ pub async fn first_adapter() -> Option<AdapterFacts> {
 /// opens; an adapter that cannot be had gives the CPU's number (CubeCL will then fail to open
 /// it too).
 pub async fn submit_every() -> usize {
-    match first_adapter().await {
+    submit_every_on(first_adapter().await.as_ref())
+}
+
+/// [`submit_every`] for an adapter already looked at ([`first_adapter`]).
+pub fn submit_every_on(adapter: Option<&AdapterFacts>) -> usize {
+    match adapter {
         Some(a) if !a.software => SUBMIT_EVERY_GPU,
         _ => SUBMIT_EVERY_CPU,
     }

@@ -38,11 +38,11 @@ pub use config::{Architecture, LlamaConfig, RopeStyle};
 pub use error::{ModelError, Result};
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
 pub use gpu::{
-    AdapterFacts, SUBMIT_EVERY_CPU, SUBMIT_EVERY_GPU, blocks_unsupported, first_adapter,
-    subgroup_lanes, submit_every,
+    SUBMIT_EVERY_CPU, SUBMIT_EVERY_GPU, blocks_unsupported, first_adapter, subgroup_lanes,
+    submit_every, submit_every_on,
 };
 pub use llama::Llama;
 pub use logits::{ChainLink, Logits, RowSummary, SummaryChain, read_f32, read_f32_async};
 /// What the GPU path's kernels have asked of the device so far (zeros without it).
 pub use mars_kernels::{GpuCounts, GpuKernelKind, gpu_counts};
-pub use path::{DeviceLimits, LoadOptions, WeightPath};
+pub use path::{AdapterFacts, DeviceLimits, LoadOptions, WeightPath};

@@ -50,6 +50,19 @@ impl WeightPath {
     }
 }
 
+/// What wgpu's first adapter is, as the device choice reads it (`first_adapter` finds it where
+/// wgpu is built in; any build can name one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterFacts {
+    /// The adapter's name and API, e.g. "NVIDIA H200 (Vulkan)".
+    pub name: String,
+    /// Whether it runs on the CPU (lavapipe, llvmpipe, SwiftShader, WARP: wgpu's
+    /// `DeviceType::Cpu`).
+    pub software: bool,
+    /// Why the block kernels cannot run on it (`blocks_unsupported`), where they cannot.
+    pub blocks_unsupported: Option<&'static str>,
+}
+
 /// What a device can hold, checked before anything is allocated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeviceLimits {

@@ -145,8 +145,17 @@ fn matrices_split_across_bindings_give_the_same_logits() {
     let bits = |v: Vec<f32>| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     let device = wgpu();
     let unsplit = logits_with(&device, &bytes, &tokens, options(None));
-    let split = logits_with(&device, &bytes, &tokens, options(Some(3 * widest + 8)));
+    let small = options(Some(3 * widest + 8));
+    let split = logits_with(&device, &bytes, &tokens, small);
     assert_eq!(bits(split), bits(unsplit));
+    // The binding reached the upload: the head (a matrix like every other) went in parts.
+    let launches = |o| {
+        Llama::from_gguf(&whole, &device, o)
+            .unwrap()
+            .gpu_head_launches()
+    };
+    assert_eq!(launches(options(None)), Some(1));
+    assert!(launches(small).is_some_and(|n| n > 1));
 }
 
 /// Token trees on wgpu, GGUF blocks and f32: the tree mask and tree positions give each row the

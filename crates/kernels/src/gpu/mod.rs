@@ -297,10 +297,10 @@ impl Team {
     /// where rows are at least 4,096 long (128 of the kernel's 32-value groups, two a thread)
     /// and outputs fewer than 8,192 (a quarter team's 16 threads an output would then fill
     /// under 131,072 threads: half of a large GPU's), or at least 2,048 long in a matrix of
-    /// [`FOUR_ON_GPU`] weights or more (one a GPU gives four outputs a team: on an H200 a 7B's
-    /// q, 3584 × 3584, took 0.038 ms a row whole against 0.044 in quarters, its down 0.107
-    /// against 0.144); quarter otherwise and always for a SwiGLU (whose gate and up meet
-    /// inside the workgroup). The fan does not choose it: four outputs a team give the bits
+    /// [`FOUR_ON_GPU`] weights or more (one a GPU gives four outputs a team: on an H200, four
+    /// outputs a team, a 7B's Q4_K down took 0.107 ms a row whole against 0.144 in quarters, a
+    /// 32B's down 0.178 against 0.305); quarter otherwise and always for a SwiGLU (whose gate
+    /// and up meet inside the workgroup). The fan does not choose it: four outputs a team give the bits
     /// of one.
     pub fn for_group(epilogue: Epilogue, outputs: usize, cols: usize) -> Self {
         let long = cols >= 4096 && outputs < 8192
@@ -342,9 +342,10 @@ pub enum Fan {
 }
 
 /// Weights from which a GPU's matrix takes [`Fan::Four`]: on an H200 (`gpu_cost stream`,
-/// docs/performance.md) four outputs a team read a 7B's q (3584 × 3584, Q4_K) in 0.044 ms a
-/// row against 0.134 with one, and a pass of 5 rows cost 1.4× one row against 3.2×; on a
-/// 512 × 512 matrix one output a team was faster (0.017 ms against 0.024).
+/// docs/performance.md) four outputs a team took a 7B's FFN gate (18944 × 3584, Q4_K) in
+/// 0.095 ms a row against 0.103 with one and 0.200 ms for 5 rows against 0.472, a 32B's down
+/// (5120 × 27648) in 0.178 against 0.223 (whole teams); on a 512 × 512 matrix one output a team
+/// was faster (0.017 ms against 0.024).
 pub const FOUR_ON_GPU: usize = 8 << 20;
 
 impl Fan {
