@@ -182,9 +182,10 @@ impl Sampler {
             row.best
                 .iter()
                 .take(c)
-                .map(|&(id, z)| (id, exp_nonpositive(shifted(z))))
-                .filter(|&(_, w)| w > 0.0)
-                .map(|(id, w)| (id, f64::from(w) / row.sum)),
+                .map(|&(id, z)| (id, f64::from(exp_nonpositive(shifted(z))) / row.sum))
+                // After the division: a weight over a huge (nonsense but finite) sum can
+                // underflow f64 to 0, and a token of probability 0 is no candidate.
+                .filter(|&(_, p)| p > 0.0),
         );
         Ok(())
     }

@@ -502,6 +502,17 @@ fn children_from_a_top_c_reduction_are_the_rows() {
     let mut reversed = good.clone();
     reversed.best.reverse();
     assert!(refused(&reversed));
+    // A finite but huge sum: the runner-up's weight over it underflows f64 to 0, and a token
+    // of probability 0 is left out rather than offered as a candidate (found by the property
+    // test below).
+    let huge = RowTop {
+        best: vec![(0, 48.1), (1, 0.0)],
+        sum: 7.1e307,
+        bad: None,
+    };
+    sampler.top_of(&huge, 3, &mut out).unwrap();
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(out[0].0 == 0 && out[0].1 > 0.0, "{out:?}");
     let filtered = Sampler::new(Sampling {
         top_p: 0.9,
         ..Sampling::with_temperature(1.0)
