@@ -32,6 +32,9 @@ pub struct KernelArgs {
     /// clamped, with a message).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// The GPU kernels' KV cache: f16 (default: half the memory, as llama.cpp) or f32.
+    #[arg(long, value_name = "f16|f32")]
+    pub kv_cache: Option<mars_model::KvType>,
 }
 
 impl KernelArgs {

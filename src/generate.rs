@@ -333,14 +333,15 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         // The adapter's smallest subgroup, where the GPU kernels' partial sums meet through
         // subgroup shuffles (null: workgroup memory, or the CPU).
         "gpu_subgroups": match weights {
-            mars_model::WeightPath::GpuBlocks { subgroups } => subgroups,
+            mars_model::WeightPath::GpuBlocks { subgroups, .. } => subgroups,
             _ => None,
         },
+        "kv_cache": weights.kv().map(mars_model::KvType::name),
         "threads": weights.threads(),
         "resident_bytes": status_bytes("VmRSS:"),
         "anonymous_resident_bytes": status_bytes("RssAnon:"),
         // The decode's cache: prompt + generated tokens (+ the loop's one spare).
-        "kv_cache_bytes": target.model().config().kv_bytes_per_token()
+        "kv_cache_bytes": target.model().kv_bytes_per_token()
             .saturating_mul((args.prompt_tokens + args.decode_tokens + 1) as u64),
         // What a decoded token and one forward pass asked of the GPU, counted (GPU path only).
         "gpu": forward.map(|f| {

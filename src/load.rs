@@ -115,7 +115,7 @@ pub fn target(
     if let Some(why) = &open.chosen {
         eprintln!("device: {} ({why})", open.backend.name());
     }
-    let weights = open.weights(kernels.choice(), kernels.threads)?;
+    let weights = open.weights(kernels.choice(), kernels.threads, kernels.kv_cache)?;
     for note in &weights.notes {
         eprintln!("{note}");
     }
@@ -123,10 +123,15 @@ pub fn target(
         match weights.path {
             WeightPath::GpuBlocks {
                 subgroups: Some(lanes),
+                kv,
             } => eprintln!(
                 "wgpu adapter: {adapter}; subgroups of at least {lanes} (the kernels' partial \
-                 sums meet through shuffles)"
+                 sums meet through shuffles); {} KV cache",
+                kv.name()
             ),
+            WeightPath::GpuBlocks { kv, .. } => {
+                eprintln!("wgpu adapter: {adapter}; {} KV cache", kv.name())
+            }
             _ => eprintln!("wgpu adapter: {adapter}"),
         }
     }

@@ -9,7 +9,7 @@ use mars_model::WeightPath;
 
 use super::ProblemRecord;
 
-/// The device, matrix path and thread count as settings.json records them: a problem's speed
+/// The device, matrix path, thread count and KV cache type as settings.json records them: a problem's speed
 /// figures depend on each, so a resumed run must match them all, and one table never mixes
 /// devices, matrix paths or thread counts.
 pub(super) fn path_settings(
@@ -24,6 +24,7 @@ pub(super) fn path_settings(
     );
     m.insert("matrices".into(), path.into());
     m.insert("threads".into(), threads.into());
+    m.insert("kv_cache".into(), weights.kv().map(|kv| kv.name()).into());
     m
 }
 

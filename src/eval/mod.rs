@@ -534,7 +534,13 @@ mod tests {
             ),
             (settings(Backend::Cpu, WeightPath::F32), "matrices"),
             (
-                settings(Backend::Wgpu, WeightPath::GpuBlocks { subgroups: None }),
+                settings(
+                    Backend::Wgpu,
+                    WeightPath::GpuBlocks {
+                        subgroups: None,
+                        kv: mars_model::KvType::default(),
+                    },
+                ),
                 "device",
             ),
         ] {

@@ -64,7 +64,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         return Err(format!("temperature {t}: a finite positive number").into());
     }
     let open = pollster::block_on(Backend::Cpu.open())?;
-    let weights = open.weights(WeightChoice::Packed, Some(threads))?;
+    let weights = open.weights(WeightChoice::Packed, Some(threads), None)?;
     let options = open.options(weights.path);
     let bytes = std::fs::read(target_path)?;
     let target = Target::from_gguf(&Gguf::parse(&bytes)?, &open.device, options)?;

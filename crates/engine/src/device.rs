@@ -4,7 +4,7 @@
 
 use std::cell::RefCell;
 
-use mars_model::{AdapterFacts, Device, DeviceLimits, LoadOptions, WeightPath};
+use mars_model::{AdapterFacts, Device, DeviceLimits, KvType, LoadOptions, WeightPath};
 
 use crate::error::{EngineError, Result};
 
@@ -14,8 +14,9 @@ use crate::error::{EngineError, Result};
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
-    /// wgpu on a hardware adapter, else the CPU (a CPU adapter such as lavapipe, or none): the
-    /// rule of [`auto_choice`], said with the run.
+    /// wgpu on a hardware adapter, else the CPU (a CPU adapter such as lavapipe, or none),
+    /// said with the run.
+    // The rule is `auto_choice` (a link here would show in `--help` as markup).
     #[default]
     Auto,
     /// The CPU: GGUF blocks on mars-kernels (with `--kernels f32`, burn's flex backend).
@@ -181,11 +182,36 @@ impl OpenDevice {
     /// The one place a user's matrix choice becomes a [`WeightPath`] on this device: packed
     /// blocks on the CPU kernels with `threads` threads (default: one per core; more than
     /// [`cores`] is clamped, with a note), GGUF blocks on a GPU (f32 with a note where the
-    /// adapter cannot run the block kernels, with its subgroups where it has them), or f32.
+    /// adapter cannot run the block kernels, with its subgroups where it has them, its KV
+    /// cache `kv`, f16 by default), or f32.
     ///
     /// # Errors
-    /// [`EngineError::Config`] for 0 threads, or threads on any path but the packed CPU one.
-    pub fn weights(&self, choice: WeightChoice, threads: Option<usize>) -> Result<Weights> {
+    /// [`EngineError::Config`] for 0 threads, threads on any path but the packed CPU one, or
+    /// a KV cache type on any path but the GPU kernels.
+    pub fn weights(
+        &self,
+        choice: WeightChoice,
+        threads: Option<usize>,
+        kv: Option<KvType>,
+    ) -> Result<Weights> {
+        let weights = self.weights_for(choice, threads, kv.unwrap_or_default())?;
+        match (kv, weights.path) {
+            (Some(kv), path) if path.kv().is_none() => Err(EngineError::Config {
+                field: "kv_cache",
+                value: kv.name().into(),
+                why: "the KV cache type applies to the GPU kernels only (the CPU's and the f32 \
+                      path's caches are f32)",
+            }),
+            _ => Ok(weights),
+        }
+    }
+
+    fn weights_for(
+        &self,
+        choice: WeightChoice,
+        threads: Option<usize>,
+        kv: KvType,
+    ) -> Result<Weights> {
         let mut notes = Vec::new();
         let path = match (choice, &self.gpu, threads) {
             (_, _, Some(0)) => {
@@ -221,6 +247,7 @@ impl OpenDevice {
                 }
                 None => WeightPath::GpuBlocks {
                     subgroups: gpu.subgroups,
+                    kv,
                 },
             },
             (WeightChoice::F32, _, None) => WeightPath::F32,
@@ -240,7 +267,7 @@ impl OpenDevice {
     /// page uses.
     pub fn default_options(&self) -> LoadOptions {
         let path = self
-            .weights(WeightChoice::Packed, None)
+            .weights(WeightChoice::Packed, None, None)
             .map_or(WeightPath::F32, |w| w.path);
         self.options(path)
     }
@@ -346,6 +373,52 @@ mod tests {
         assert_eq!(b, Backend::Cpu);
         assert!(why.contains("no f16 unpacking"), "{why}");
         assert_eq!(auto_choice(None), (Backend::Cpu, "no GPU adapter".into()));
+    }
+
+    /// The KV cache type is the GPU kernels' alone: f16 unless asked, refused by name on any
+    /// other path (the CPU's, the f32 reference's, a GPU's that cannot run the kernels).
+    #[cfg(feature = "flex")]
+    #[test]
+    fn the_kv_cache_type_is_the_gpu_kernels_alone() {
+        let open = |gpu: Option<Option<&str>>| OpenDevice {
+            backend: Backend::Cpu,
+            chosen: None,
+            device: Device::flex(),
+            limits: DeviceLimits::default(),
+            adapter: None,
+            gpu: gpu.map(|unsupported| GpuCaps {
+                blocks_unsupported: unsupported.map(str::to_string),
+                subgroups: None,
+            }),
+        };
+        let gpu = open(Some(None));
+        let kv = |o: &OpenDevice, choice, kv| o.weights(choice, None, kv).map(|w| w.path.kv());
+        assert_eq!(
+            kv(&gpu, WeightChoice::Packed, None).unwrap(),
+            Some(KvType::F16)
+        );
+        assert_eq!(
+            kv(&gpu, WeightChoice::Packed, Some(KvType::F32)).unwrap(),
+            Some(KvType::F32)
+        );
+        for (o, choice) in [
+            (&gpu, WeightChoice::F32),
+            (&open(None), WeightChoice::Packed),
+            (&open(Some(Some("no f16 unpacking"))), WeightChoice::Packed),
+        ] {
+            assert_eq!(kv(o, choice, None).unwrap(), None);
+            let err = kv(o, choice, Some(KvType::F16)).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    EngineError::Config {
+                        field: "kv_cache",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
     }
 
     #[test]

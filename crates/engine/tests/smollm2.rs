@@ -54,6 +54,7 @@ fn strict_speculation_equals_target_only_exactly_on_wgpu_blocks() {
         .expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
     let options = LoadOptions::with_weights(WeightPath::GpuBlocks {
         subgroups: mars_model::subgroup_lanes(&setup.adapter),
+        kv: mars_model::KvType::default(),
     });
     check(&device, options, 0.0, true);
     one_read_a_step(&device, options);

@@ -35,6 +35,52 @@ pub struct Heads {
     pub head_dim: usize,
 }
 
+/// How a GPU KV cache stores its keys and values (the CPU cache is f32). f16 halves the
+/// cache (a 32B's 64 layers × 8 KV heads × 128 dims at 32K positions: 8 GiB instead of 16), as
+/// llama.cpp's default does; attention still sums in f32. f32 keeps the values the layer made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum KvType {
+    /// Two values a 32-bit word (WGSL's `pack2x16float`, core on every adapter).
+    #[default]
+    F16,
+    /// The values as computed.
+    F32,
+}
+
+impl KvType {
+    /// Bytes a value.
+    pub fn bytes(self) -> usize {
+        match self {
+            Self::F16 => 2,
+            Self::F32 => 4,
+        }
+    }
+
+    /// The name reports and flags use: `f16` or `f32`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F16 => "f16",
+            Self::F32 => "f32",
+        }
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = KernelError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "f16" => Ok(Self::F16),
+            "f32" => Ok(Self::F32),
+            _ => Err(KernelError::Unknown {
+                what: "KV cache type",
+                value: s.to_string(),
+                expected: "f16, f32",
+            }),
+        }
+    }
+}
+
 impl Heads {
     fn check(&self) -> Result<()> {
         if self.heads == 0

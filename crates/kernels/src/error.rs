@@ -72,6 +72,16 @@ pub enum KernelError {
     /// The GPU could not do what was asked (a read back that failed).
     #[error("the GPU device: {0}")]
     Device(String),
+    /// A name that is none of a setting's values.
+    #[error("{what} = {value:?}: expected one of {expected}")]
+    Unknown {
+        /// The setting.
+        what: &'static str,
+        /// The name given.
+        value: String,
+        /// The names it takes.
+        expected: &'static str,
+    },
     /// A thread count of 0, or a pool that could not start.
     #[error("threads = {threads}: {why}")]
     Threads {

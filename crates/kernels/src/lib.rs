@@ -36,7 +36,7 @@ mod wasm;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use attention::Heads;
+pub use attention::{Heads, KvType};
 pub use block::{BLOCK, WeightType};
 pub use counts::{GpuCounts, Kind as GpuKernelKind, gpu_counts};
 pub use error::{KernelError, Result};

@@ -16,12 +16,12 @@ use gpu_common::{client, read_f32};
 use common::{bits, cols_for, dequantized, random_matrix};
 use cubecl::client::Client;
 use cubecl::server::Handle;
-use mars_kernels::WeightType;
 use mars_kernels::gpu::{
     Attention, CopyRows, Draw, Epilogue, Fan, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm,
     Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, TopRows, clone_buffer, link_ids,
     upload_f32,
 };
+use mars_kernels::{KvType, WeightType};
 use mars_verify::noise::{gumbel_max, row_key, seed_key};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -123,6 +123,32 @@ impl Reference {
     }
 }
 
+/// A cache buffer's values as f64, in its layout's order (`[2, kv_heads, capacity, head_dim]`):
+/// f16 pairs are packed low half first (WGSL's `pack2x16float`).
+fn read_cache(client: &Client, kv: &Handle, ty: KvType) -> Vec<f64> {
+    let bytes = client.read_one(kv.clone()).unwrap();
+    match ty {
+        KvType::F32 => bytes
+            .chunks_exact(4)
+            .map(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            .collect(),
+        KvType::F16 => bytes
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f64())
+            .collect(),
+    }
+}
+
+/// How far a stored value may be from the exact one: f32's rounding of RoPE, and f16's
+/// rounding on top where the cache is f16 (one unit in the last place either way WGSL lets an
+/// implementation round: 2^-10 of the value, relative).
+fn stored_bound(ty: KvType, exact: f64) -> f64 {
+    match ty {
+        KvType::F32 => 1e-4,
+        KvType::F16 => 1e-4 + exact.abs() * 2f64.powi(-10),
+    }
+}
+
 fn tables(context: usize, hd: usize) -> (Vec<f32>, Vec<f32>) {
     let half = hd / 2;
     let mut cos = Vec::new();
@@ -156,8 +182,18 @@ fn rope_attend(
     read_f32(client, out)
 }
 
+/// Over either cache type: RoPE stores each key within its type's rounding of the exact
+/// rotation and each value as it came (rounded likewise), attention over the stored keys and
+/// values equals f64's, a row alone equals itself beside others, a tree row the chain over its
+/// path (bit for bit).
 #[test]
 fn rope_and_attention_match_f64_over_chains_and_trees() {
+    for ty in [KvType::F16, KvType::F32] {
+        rope_and_attention_over(ty);
+    }
+}
+
+fn rope_and_attention_over(ty: KvType) {
     let client = client();
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     // Head widths whose vec4 lanes split the 256 threads evenly (32, 64, 128, 256) and not (96:
@@ -176,8 +212,8 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
             head_dim: hd,
         };
         let (cos, sin) = tables(CAP, hd);
-        let rope = Rope::new(&client, shape, (&cos, &sin), halves, 1e-6).unwrap();
-        let attn = Attention::new(&client, shape).unwrap();
+        let rope = Rope::new(&client, (shape, ty), (&cos, &sin), halves, 1e-6).unwrap();
+        let attn = Attention::new(&client, (shape, ty)).unwrap();
         let reference = Reference {
             shape,
             halves,
@@ -186,7 +222,7 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
         };
         let width = (heads + 2 * kv_heads) * hd;
         // A prefix of PREFIX rows (more than one 256-key block), then 5 rows as a chain.
-        let kv = client.empty(shape.cache_bytes(CAP).unwrap());
+        let kv = client.empty(shape.cache_bytes(CAP, ty).unwrap());
         let prefix = normal(&mut rng, PREFIX * width, 2.0);
         rope_attend(
             &client,
@@ -205,22 +241,37 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
             &kv,
             &Step::chain(&[0; 5], PREFIX, 5, 1).unwrap(),
         );
-        // The reference over the keys the chain wrote: rows 0..PREFIX from the prefix, then these.
+        // The cache the chain wrote (rows 0..PREFIX from the prefix, then these), each value
+        // within its type's rounding of the exact one; the reference attends over it.
         let all: Vec<f32> = [prefix.as_slice(), rows.as_slice()].concat();
+        let cache = read_cache(&client, &kv, ty);
+        let stored = |part: usize, g: usize, p: usize| -> Vec<f64> {
+            let at = ((part * kv_heads + g) * CAP + p) * hd;
+            cache[at..at + hd].to_vec()
+        };
         let keys: Vec<(Heads64, Heads64)> = (0..PREFIX + 5)
             .map(|p| {
                 let row = &all[p * width..(p + 1) * width];
-                let k = (0..kv_heads)
-                    .map(|g| reference.rotate(&row[(heads + g) * hd..(heads + g + 1) * hd], p))
-                    .collect();
-                let v = (0..kv_heads)
-                    .map(|g| {
-                        row[(heads + kv_heads + g) * hd..(heads + kv_heads + g + 1) * hd]
-                            .iter()
-                            .map(|&v| f64::from(v))
-                            .collect()
-                    })
-                    .collect();
+                let k: Heads64 = (0..kv_heads).map(|g| stored(0, g, p)).collect();
+                let v: Heads64 = (0..kv_heads).map(|g| stored(1, g, p)).collect();
+                for g in 0..kv_heads {
+                    let exact_k = reference.rotate(&row[(heads + g) * hd..(heads + g + 1) * hd], p);
+                    let exact_v =
+                        &row[(heads + kv_heads + g) * hd..(heads + kv_heads + g + 1) * hd];
+                    for d in 0..hd {
+                        let (ek, ev) = (exact_k[d], f64::from(exact_v[d]));
+                        assert!(
+                            (k[g][d] - ek).abs() <= stored_bound(ty, ek),
+                            "{ty:?} key row {p} head {g} [{d}]: {} vs {ek}",
+                            k[g][d]
+                        );
+                        assert!(
+                            (v[g][d] - ev).abs() <= stored_bound(ty, ev),
+                            "{ty:?} value row {p} head {g} [{d}]: {} vs {ev}",
+                            v[g][d]
+                        );
+                    }
+                }
                 (k, v)
             })
             .collect();
@@ -255,7 +306,7 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
                 for (d, (&g, w)) in got.iter().zip(&want).enumerate() {
                     assert!(
                         (f64::from(g) - w).abs() < 2e-4,
-                        "halves {halves} row {r} head {h} [{d}]: {g} vs {w}"
+                        "{ty:?} halves {halves} row {r} head {h} [{d}]: {g} vs {w}"
                     );
                 }
             }
@@ -277,7 +328,7 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
 
         // A tree at base PREFIX: 0 ─ 1 ─ 3, 0 ─ 2 ─ 4; row 4's path is 0, 2, 4 and row 3's 0, 1, 3.
         let parents = [None, Some(0), Some(0), Some(1), Some(2)];
-        let tree_kv = client.empty(shape.cache_bytes(CAP).unwrap());
+        let tree_kv = client.empty(shape.cache_bytes(CAP, ty).unwrap());
         rope_attend(
             &client,
             (&rope, &attn),
@@ -296,7 +347,7 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
             &Step::tree(&[0; 5], PREFIX, &parents, 5, 1).unwrap(),
         );
         for path in [[0usize, 2, 4], [0, 1, 3]] {
-            let chain_kv = client.empty(shape.cache_bytes(CAP).unwrap());
+            let chain_kv = client.empty(shape.cache_bytes(CAP, ty).unwrap());
             rope_attend(
                 &client,
                 (&rope, &attn),
@@ -321,7 +372,7 @@ fn rope_and_attention_match_f64_over_chains_and_trees() {
                 assert_eq!(
                     bits(&tree[a * heads * hd..(a + 1) * heads * hd]),
                     bits(&chain[d * heads * hd..(d + 1) * heads * hd]),
-                    "halves {halves}: tree row {a} vs the chain over {path:?}"
+                    "{ty:?} halves {halves}: tree row {a} vs the chain over {path:?}"
                 );
             }
         }
@@ -339,7 +390,7 @@ fn qwen3_head_norm_comes_before_rope() {
     };
     let (cos, sin) = tables(8, 64);
     let (qn, kn) = (normal(&mut rng, 64, 1.0), normal(&mut rng, 64, 1.0));
-    let rope = Rope::new(&client, shape, (&cos, &sin), true, 1e-6)
+    let rope = Rope::new(&client, (shape, KvType::F32), (&cos, &sin), true, 1e-6)
         .unwrap()
         .with_head_norms(&client, &qn, &kn)
         .unwrap();
@@ -353,7 +404,7 @@ fn qwen3_head_norm_comes_before_rope() {
             .unwrap(),
     );
     let q = client.empty(2 * 64 * 4);
-    let kv = client.empty(shape.cache_bytes(8).unwrap());
+    let kv = client.empty(shape.cache_bytes(8, KvType::F32).unwrap());
     rope.run(&client, &upload_f32(&client, &qkv), &q, &kv, &s)
         .unwrap();
     let q = read_f32(&client, q);
@@ -733,27 +784,32 @@ fn a_trees_rows_move_into_place() {
         kv_heads: 2,
         head_dim: 96,
     };
-    let n = shape.cache_bytes(12).unwrap() / 4;
-    let before: Vec<f32> = (0..n).map(|i| i as f32).collect();
-    let kv = upload_f32(&client, &before);
-    let copy = CopyRows::new(&client, shape).unwrap();
-    let moves = copy.moves(&client, &[(7, 5), (9, 6)], 12).unwrap();
-    copy.run(&client, &kv, &moves).unwrap();
-    let after = read_f32(&client, kv);
-    let mut want = before.clone();
-    for head in 0..4 {
-        for (from, to) in [(7, 5), (9, 6)] {
-            for d in 0..96 {
-                want[(head * 12 + to) * 96 + d] = before[(head * 12 + from) * 96 + d];
+    for ty in [KvType::F16, KvType::F32] {
+        // The moves copy bits: 32-bit words, 96 values a row in 48 (f16) or 96 (f32) of them.
+        let row = 96 * ty.bytes() / 4;
+        let n = shape.cache_bytes(12, ty).unwrap() / 4;
+        assert_eq!(n, 4 * 12 * row);
+        let before: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let kv = upload_f32(&client, &before);
+        let copy = CopyRows::new(&client, (shape, ty)).unwrap();
+        let moves = copy.moves(&client, &[(7, 5), (9, 6)], 12).unwrap();
+        copy.run(&client, &kv, &moves).unwrap();
+        let after = read_f32(&client, kv);
+        let mut want = before.clone();
+        for head in 0..4 {
+            for (from, to) in [(7, 5), (9, 6)] {
+                for d in 0..row {
+                    want[(head * 12 + to) * row + d] = before[(head * 12 + from) * row + d];
+                }
             }
         }
+        assert_eq!(bits(&after), bits(&want), "{ty:?}");
+        assert!(copy.moves(&client, &[(12, 3)], 12).is_err());
+        // A cache cloned on the device equals its source.
+        let kv = upload_f32(&client, &before);
+        let copied = clone_buffer(&client, &kv, n * 4).unwrap();
+        assert_eq!(bits(&read_f32(&client, copied)), bits(&before));
     }
-    assert_eq!(bits(&after), bits(&want));
-    assert!(copy.moves(&client, &[(12, 3)], 12).is_err());
-    // A cache cloned on the device equals its source.
-    let kv = upload_f32(&client, &before);
-    let copied = clone_buffer(&client, &kv, n * 4).unwrap();
-    assert_eq!(bits(&read_f32(&client, copied)), bits(&before));
 }
 
 /// q | k | v in one launch (three types, with biases) equals each matrix alone plus its bias;

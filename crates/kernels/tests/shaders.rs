@@ -18,7 +18,7 @@
 use mars_kernels::gpu::{
     Epilogue, Fan, GpuType, Reduce, Shader, Team, embed_source, matmul_source, row_bound,
 };
-use mars_kernels::{MAX_ROWS, WeightType};
+use mars_kernels::{KvType, MAX_ROWS, WeightType};
 use naga::back::{hlsl, msl, spv};
 use naga::valid::{Capabilities, ModuleInfo, ValidationFlags, Validator};
 
@@ -174,9 +174,20 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
     }
     for shader in [
         Shader::Norm,
-        Shader::Rope { head_norm: false },
-        Shader::Rope { head_norm: true },
-        Shader::Attention,
+        Shader::Rope {
+            head_norm: false,
+            kv: KvType::F16,
+        },
+        Shader::Rope {
+            head_norm: true,
+            kv: KvType::F16,
+        },
+        Shader::Rope {
+            head_norm: false,
+            kv: KvType::F32,
+        },
+        Shader::Attention { kv: KvType::F16 },
+        Shader::Attention { kv: KvType::F32 },
         Shader::Summary,
         Shader::Top { c: 1 },
         Shader::Top { c: 4 },
@@ -193,7 +204,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
     }
     assert_eq!(
         checked,
-        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2)) + 14
+        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2)) + 16
     );
 }
 

@@ -270,8 +270,8 @@ impl LlamaConfig {
         4 * (per_layer * self.n_layers as u64 + head + d)
     }
 
-    /// Bytes of KV cache per token of context.
-    pub fn kv_bytes_per_token(&self) -> u64 {
-        4 * 2 * (self.n_layers * self.n_kv_heads * self.head_dim) as u64
+    /// Bytes of KV cache per token of context, at `value_bytes` a value (4 for f32).
+    pub fn kv_bytes_per_token(&self, value_bytes: usize) -> u64 {
+        (value_bytes * 2 * self.n_layers * self.n_kv_heads * self.head_dim) as u64
     }
 }

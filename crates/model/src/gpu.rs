@@ -16,9 +16,9 @@ use burn::backend::Cube;
 use burn::tensor::{Device, Tensor};
 use cubecl::server::Handle;
 use mars_kernels::gpu::{
-    Attention, CopyRows, Draw, Epilogue, GpuMatrix, GpuType, Heads, Link, MAX_TOP, MatrixGroup,
-    Norm, PART_PAD, Reduce, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, TopRows,
-    clone_buffer, link_ids,
+    Attention, CopyRows, Draw, Epilogue, GpuMatrix, GpuType, Heads, KvType, Link, MAX_TOP,
+    MatrixGroup, Norm, PART_PAD, Reduce, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary,
+    TopRows, clone_buffer, link_ids,
 };
 
 use crate::backend::{Backend, LayerCache, Pass, Reads, rope_tables};
@@ -204,6 +204,7 @@ pub(crate) struct GpuModel {
     draws: DrawCache,
     copy: CopyRows,
     heads: Heads,
+    kv: KvType,
     /// Tensors converted to Q8_0 at load (no kernel takes their type), as "name (type)".
     converted: Arc<Vec<String>>,
 }
@@ -219,7 +220,7 @@ impl GpuModel {
         c: &LlamaConfig,
         g: &dyn Weights,
         device: &Device,
-        subgroups: Option<u32>,
+        (subgroups, kv): (Option<u32>, KvType),
         max_binding: Option<u64>,
     ) -> Result<Self> {
         let target = GpuTarget::of(device, subgroups, max_binding)?;
@@ -253,8 +254,8 @@ impl GpuModel {
         };
         let (cos, sin) = rope_tables(c, freq_factors(g, hd)?.as_deref());
         let halves = c.rope_style() == RopeStyle::Halves;
-        let rope = Rope::new(&client, heads, (&cos, &sin), halves, c.rms_eps)?;
-        let attention = Attention::new(&client, heads)?;
+        let rope = Rope::new(&client, (heads, kv), (&cos, &sin), halves, c.rms_eps)?;
+        let attention = Attention::new(&client, (heads, kv))?;
         let vector = |n: &Named| read(g, &n.name, &n.shape);
         let mut layers = Vec::with_capacity(c.n_layers);
         for (i, (qkv, o, gate_up, down)) in uploads.into_iter().enumerate() {
@@ -290,8 +291,9 @@ impl GpuModel {
             summary: Summary::new(&client, v)?,
             tops: TopCache::default(),
             draws: DrawCache::default(),
-            copy: CopyRows::new(&client, heads)?,
+            copy: CopyRows::new(&client, (heads, kv))?,
             heads,
+            kv,
             converted: Arc::new(converted),
             client: Client(client),
         })
@@ -413,7 +415,7 @@ impl Backend for GpuModel {
     }
 
     fn new_cache(&self, _: &LlamaConfig, capacity: usize) -> Result<GpuCache> {
-        let bytes = self.heads.cache_bytes(capacity)?;
+        let bytes = self.heads.cache_bytes(capacity, self.kv)?;
         Ok(GpuCache {
             layers: Arc::new(
                 self.layers

@@ -45,4 +45,4 @@ pub use llama::Llama;
 pub use logits::{ChainLink, Logits, RowSummary, SummaryChain, read_f32, read_f32_async};
 /// What the GPU path's kernels have asked of the device so far (zeros without it).
 pub use mars_kernels::{GpuCounts, GpuKernelKind, gpu_counts};
-pub use path::{AdapterFacts, DeviceLimits, LoadOptions, WeightPath};
+pub use path::{AdapterFacts, DeviceLimits, KvType, LoadOptions, WeightPath};

@@ -387,6 +387,13 @@ impl Llama {
         self.weights
     }
 
+    /// Bytes of KV cache a token of context takes on this model's path (f16 or f32 on the
+    /// GPU, f32 elsewhere).
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        let value = self.weights.kv().map_or(4, mars_kernels::KvType::bytes);
+        self.config().kv_bytes_per_token(value)
+    }
+
     /// Launches the head's product takes on the GPU path (one per part of a matrix over the
     /// adapter's largest binding); `None` on the other paths.
     pub fn gpu_head_launches(&self) -> Option<usize> {

@@ -11,7 +11,7 @@ use crate::config::LlamaConfig;
 use crate::cpu::CpuModel;
 use crate::error::{ModelError, Result};
 use crate::llama::{Body, Llama};
-use crate::path::{LoadOptions, WeightPath};
+use crate::path::{KvType, LoadOptions, WeightPath};
 use crate::reference::ReferenceModel;
 use crate::tensors::{self, BlockTensors, Named, OUTPUT, ROPE_FREQS, TOKEN_EMBD};
 use crate::weights::{HfWeights, Weights, packable};
@@ -53,9 +53,13 @@ impl Llama {
         Self::check_weights(&c, g, options)?;
         let body = match options.weights {
             WeightPath::CpuPacked { threads } => Body::Cpu(CpuModel::load(&c, g, threads)?),
-            WeightPath::GpuBlocks { subgroups } => {
-                gpu_model(&c, g, device, subgroups, options.limits.max_buffer_bytes)?
-            }
+            WeightPath::GpuBlocks { subgroups, kv } => gpu_model(
+                &c,
+                g,
+                device,
+                (subgroups, kv),
+                options.limits.max_buffer_bytes,
+            )?,
             WeightPath::F32 => Body::Reference(Box::new(ReferenceModel::load(&c, g, device)?)),
         };
         Ok(Self {
@@ -251,14 +255,14 @@ fn gpu_model(
     c: &LlamaConfig,
     g: &dyn Weights,
     device: &Device,
-    subgroups: Option<u32>,
+    gpu: (Option<u32>, KvType),
     max_binding: Option<u64>,
 ) -> Result<Body> {
     Ok(Body::Gpu(Box::new(crate::gpu::GpuModel::load(
         c,
         g,
         device,
-        subgroups,
+        gpu,
         max_binding,
     )?)))
 }
@@ -269,7 +273,7 @@ fn gpu_model(
     _: &LlamaConfig,
     _: &dyn Weights,
     _: &Device,
-    _: Option<u32>,
+    _: (Option<u32>, KvType),
     _: Option<u64>,
 ) -> Result<Body> {
     Err(ModelError::Unsupported(

@@ -2,6 +2,8 @@
 //! load by the engine) and what the device can hold ([`DeviceLimits`]). A leaf: the back-ends
 //! and the loader read it, it reads nothing of the crate.
 
+pub use mars_kernels::KvType;
+
 /// How a model's matrices are stored and multiplied: resolved once per load (the engine's
 /// `OpenDevice::weights` turns a user's choice and the device into one), never re-derived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -21,13 +23,16 @@ pub enum WeightPath {
     },
     /// On wgpu / WebGPU: matrices (and the embedding) kept as GGUF blocks in GPU buffers, run
     /// by mars-kernels' WGSL kernels (F32 tensors stay f32; types without a kernel are
-    /// converted once to Q8_0); norms, RoPE and attention are burn ops.
+    /// converted once to Q8_0), as are norms, RoPE, attention and the logits' reductions.
     GpuBlocks {
         /// The adapter's smallest subgroup where it offers subgroups (wgpu's `SUBGROUP`), so
         /// that the kernels' partial sums meet through shuffles (the same bits as through
         /// workgroup memory, fewer barriers); `None`: as
         /// `mars_kernels::gpu::Reduce::detect` finds.
         subgroups: Option<u32>,
+        /// How the KV cache stores keys and values (f16 by default: half the memory).
+        #[serde(serialize_with = "kv_name")]
+        kv: KvType,
     },
 }
 
@@ -41,6 +46,14 @@ impl WeightPath {
         }
     }
 
+    /// The GPU path's KV cache type (`None` on the other paths: their caches are f32).
+    pub fn kv(self) -> Option<KvType> {
+        match self {
+            Self::GpuBlocks { kv, .. } => Some(kv),
+            _ => None,
+        }
+    }
+
     /// The packed CPU kernels' threads (`None` on the other paths).
     pub fn threads(self) -> Option<usize> {
         match self {
@@ -48,6 +61,10 @@ impl WeightPath {
             _ => None,
         }
     }
+}
+
+fn kv_name<S: serde::Serializer>(kv: &KvType, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(kv.name())
 }
 
 /// What wgpu's first adapter is, as the device choice reads it (`first_adapter` finds it where

@@ -5,7 +5,7 @@
 
 use mars_formats::{Gguf, Tokenizer};
 use mars_model::tiny::{tiny_config, tiny_gguf, tiny_gguf_quantized};
-use mars_model::{Device, DeviceLimits, Llama, LoadOptions, WeightPath};
+use mars_model::{Device, DeviceLimits, KvType, Llama, LoadOptions, WeightPath};
 
 #[path = "support/diff.rs"]
 mod diff;
@@ -15,6 +15,10 @@ use diff::max_diff;
 
 /// Largest difference allowed between backends: f32 sums in another order, over 2 layers.
 const TOLERANCE: f32 = 1e-4;
+/// The same with the GPU's f16 KV cache: keys and values rounded to 11 significant bits
+/// (relative 2^-11) move the tiny model's logits (up to ~9) by 1.3e-3 on lavapipe; the bound
+/// leaves 4x.
+const KV_F16_TOLERANCE: f32 = 5e-3;
 
 fn logits(device: &Device, bytes: &[u8], tokens: &[u32]) -> Vec<f32> {
     logits_with(device, bytes, tokens, LoadOptions::default())
@@ -93,11 +97,26 @@ fn wgpu_blocks_agree_with_flex_over_the_dequantized_weights() {
     let bytes = tiny_gguf_quantized(7).unwrap();
     let tokens = [72, 101, 108, 108, 111, 32, 119, 111];
     let cpu = logits(&Device::flex(), &bytes, &tokens);
-    let options = LoadOptions::with_weights(WeightPath::GpuBlocks { subgroups: None });
-    let gpu = logits_with(&wgpu(), &bytes, &tokens, options);
+    let blocks = |kv| {
+        LoadOptions::with_weights(WeightPath::GpuBlocks {
+            subgroups: None,
+            kv,
+        })
+    };
+    let gpu = logits_with(&wgpu(), &bytes, &tokens, blocks(KvType::F32));
     let worst = max_diff(&cpu, &gpu);
     eprintln!("flex f32 vs wgpu blocks: max |Δ logit| = {worst:.2e}");
     assert!(worst < TOLERANCE, "{worst}");
+    // The f16 cache (the default) rounds keys and values to 11 significant bits: the logits
+    // move by more than the order of sums, within KV_F16_TOLERANCE.
+    let half = logits_with(&wgpu(), &bytes, &tokens, blocks(KvType::F16));
+    let worst_half = max_diff(&cpu, &half);
+    eprintln!("flex f32 vs wgpu blocks, f16 cache: max |Δ logit| = {worst_half:.2e}");
+    assert!(worst_half < KV_F16_TOLERANCE, "{worst_half}");
+    assert!(
+        worst_half > 0.0,
+        "the f16 cache changed nothing: was it used?"
+    );
     // The kernels' partial sums meeting through subgroup shuffles, where the adapter has
     // subgroups (lavapipe: 8 lanes), give the same logits bit for bit.
     let (device, subgroups) = wgpu_and_subgroups();
@@ -108,6 +127,7 @@ fn wgpu_blocks_agree_with_flex_over_the_dequantized_weights() {
         &tokens,
         LoadOptions::with_weights(WeightPath::GpuBlocks {
             subgroups: Some(lanes),
+            kv: KvType::F32,
         }),
     );
     assert_eq!(
@@ -136,7 +156,10 @@ fn matrices_split_across_bindings_give_the_same_logits() {
         .max()
         .unwrap();
     let options = |limit| LoadOptions {
-        weights: WeightPath::GpuBlocks { subgroups: None },
+        weights: WeightPath::GpuBlocks {
+            subgroups: None,
+            kv: KvType::default(),
+        },
         limits: DeviceLimits {
             max_buffer_bytes: limit,
             max_total_bytes: None,
@@ -166,7 +189,10 @@ fn a_tree_row_matches_the_chain_over_its_path_on_wgpu() {
     let bytes = tiny_gguf_quantized(7).unwrap();
     let tokens: Vec<u32> = (0..13).map(|i| 40 + 7 * i).collect();
     for options in [
-        LoadOptions::with_weights(WeightPath::GpuBlocks { subgroups: None }),
+        LoadOptions::with_weights(WeightPath::GpuBlocks {
+            subgroups: None,
+            kv: KvType::default(),
+        }),
         LoadOptions::default(),
     ] {
         let model = Llama::from_gguf(&Gguf::parse(&bytes).unwrap(), &wgpu(), options).unwrap();
@@ -316,7 +342,10 @@ fn a_model_read_a_slice_at_a_time_equals_one_held_in_memory() {
     for (device, options) in [
         (
             wgpu(),
-            LoadOptions::with_weights(WeightPath::GpuBlocks { subgroups: None }),
+            LoadOptions::with_weights(WeightPath::GpuBlocks {
+                subgroups: None,
+                kv: KvType::default(),
+            }),
         ),
         (
             Device::flex(),
@@ -370,7 +399,10 @@ fn edited(drop: &str, reshape: Option<(&str, Vec<u64>)>) -> Vec<u8> {
 #[test]
 fn a_header_alone_is_checked_as_the_load_checks_it() {
     let blocks = |limit: Option<u64>| LoadOptions {
-        weights: WeightPath::GpuBlocks { subgroups: None },
+        weights: WeightPath::GpuBlocks {
+            subgroups: None,
+            kv: KvType::default(),
+        },
         limits: DeviceLimits {
             max_buffer_bytes: limit,
             max_total_bytes: None,

@@ -21,9 +21,10 @@
 const NEG: f32 = -3.0e38; // below every score; exp(NEG − m) is 0 for any real maximum m
 const WG: u32 = 256u;     // threads, and keys a block
 
-// Queries and outputs [rows, n_heads · head_dim / 4]; the cache [2, n_kv, capacity, head_dim / 4].
+// Queries and outputs [rows, n_heads · head_dim / 4]; the cache [2, n_kv, capacity, head_dim / 4]
+// fours of f16 or f32 values (KvType), read through kv4 as f32: the sums are f32 either way.
 @group(0) @binding(0) var<storage, read_write> q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read_write> kv: array<vec4<f32>>;
+{{kv}}
 @group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
 // [n_heads, n_kv, head_dim (a multiple of 4, ≤ 256), scale (f32 bits)]
 @group(0) @binding(3) var<storage, read_write> p: array<u32>;
@@ -100,7 +101,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let at = kb + j * hd4;
             var d = 0.0;
             for (var i = 0u; i < hd4; i++) {
-                d += dot(qs[i], kv[at + i]);
+                d += dot(qs[i], kv4(at + i));
             }
             score = d * scale;
         }
@@ -123,7 +124,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             var bl = l * corr;
             for (var i = team; i < count; i += parts) {
                 let w = sc[i];
-                a += w * kv[vb + js[i] * hd4 + c];
+                a += w * kv4(vb + js[i] * hd4 + c);
                 bl += w;
             }
             acc = a;

@@ -86,23 +86,24 @@ impl Norm {
 }
 
 /// The attention heads of a layer: the CPU attention's [`Heads`], one type for both paths. On
-/// the GPU a layer's KV cache is one buffer `[2, kv_heads, capacity, head_dim]` f32 (keys, then
-/// values); the capacity is the step's ([`Step::with_capacity`]).
+/// the GPU a layer's KV cache is one buffer `[2, kv_heads, capacity, head_dim]` of
+/// [`KvType`] values (keys, then values); the capacity is the step's
+/// ([`Step::with_capacity`]).
 ///
 /// [`Step::with_capacity`]: super::Step::with_capacity
-pub use crate::attention::Heads;
+pub use crate::attention::{Heads, KvType};
 
 impl Heads {
-    /// Bytes of one layer's cache of `capacity` rows.
+    /// Bytes of one layer's cache of `capacity` rows of `kv` values.
     ///
     /// # Errors
     /// [`KernelError::Overflow`] past usize.
-    pub fn cache_bytes(&self, capacity: usize) -> Result<usize> {
+    pub fn cache_bytes(&self, capacity: usize, kv: KvType) -> Result<usize> {
         2usize
             .checked_mul(self.kv_heads)
             .and_then(|v| v.checked_mul(capacity))
             .and_then(|v| v.checked_mul(self.head_dim))
-            .and_then(|v| v.checked_mul(4))
+            .and_then(|v| v.checked_mul(kv.bytes()))
             .ok_or(KernelError::Overflow {
                 what: "KV cache bytes",
                 rows: capacity,
@@ -152,17 +153,19 @@ pub struct Rope {
     /// `[context, head_dim / 2, 2]` cos, sin.
     table: Handle,
     context: usize,
+    kv: KvType,
 }
 
 impl Rope {
     /// RoPE for `heads` with the model's `cos` / `sin` tables (`[context, head_dim / 2]`
-    /// each), halves or interleaved pairs; `eps` for per-head norms.
+    /// each), halves or interleaved pairs; `eps` for per-head norms; keys and values stored
+    /// in caches of `kv` values.
     ///
     /// # Errors
     /// [`KernelError::Shape`] for tables of the wrong size or a bad head shape.
     pub fn new(
         client: &Client,
-        heads: Heads,
+        (heads, kv): (Heads, KvType),
         (cos, sin): (&[f32], &[f32]),
         halves: bool,
         eps: f32,
@@ -177,14 +180,15 @@ impl Rope {
             });
         }
         let table: Vec<f32> = cos.iter().zip(sin).flat_map(|(&c, &s)| [c, s]).collect();
-        let [h, kv, d] = heads.words()?;
+        let [h, g, d] = heads.words()?;
         Ok(Self {
             heads,
-            params: upload_words(client, &[h, kv, d, u32::from(halves), eps.to_bits()]),
+            params: upload_words(client, &[h, g, d, u32::from(halves), eps.to_bits()]),
             norms: upload_f32(client, &vec![0.0; 2 * heads.head_dim]),
             head_norm: false,
             table: upload_f32(client, &table),
             context: cos.len() / half,
+            kv,
         })
     }
 
@@ -236,11 +240,12 @@ impl Rope {
             rows * (s.heads + 2 * s.kv_heads) * s.head_dim * 4,
         )?;
         check_size("queries", q, rows * s.heads * s.head_dim * 4)?;
-        check_size("KV cache", kv, s.cache_bytes(step.capacity())?)?;
+        check_size("KV cache", kv, s.cache_bytes(step.capacity(), self.kv)?)?;
         launch(
             client,
             Shader::Rope {
                 head_norm: self.head_norm,
+                kv: self.kv,
             },
             CubeCount::Static(word("heads", s.heads + s.kv_heads)?, word("rows", rows)?, 1),
             KernelArguments::new()
@@ -261,20 +266,22 @@ impl Rope {
 pub struct Attention {
     heads: Heads,
     params: Handle,
+    kv: KvType,
 }
 
 impl Attention {
-    /// Attention for `heads`, scores scaled by 1/√head_dim.
+    /// Attention for `heads` over caches of `kv` values, scores scaled by 1/√head_dim.
     ///
     /// # Errors
     /// [`KernelError::Shape`] for a bad head shape.
-    pub fn new(client: &Client, heads: Heads) -> Result<Self> {
+    pub fn new(client: &Client, (heads, kv): (Heads, KvType)) -> Result<Self> {
         heads.check_gpu()?;
-        let [h, kv, d] = heads.words()?;
+        let [h, g, d] = heads.words()?;
         let scale = 1.0 / (heads.head_dim as f32).sqrt();
         Ok(Self {
             heads,
-            params: upload_words(client, &[h, kv, d, scale.to_bits()]),
+            params: upload_words(client, &[h, g, d, scale.to_bits()]),
+            kv,
         })
     }
 
@@ -295,10 +302,10 @@ impl Attention {
         let rows = step.rows();
         check_size("queries", q, rows * s.heads * s.head_dim * 4)?;
         check_size("attention output", out, rows * s.heads * s.head_dim * 4)?;
-        check_size("KV cache", kv, s.cache_bytes(step.capacity())?)?;
+        check_size("KV cache", kv, s.cache_bytes(step.capacity(), self.kv)?)?;
         launch(
             client,
-            Shader::Attention,
+            Shader::Attention { kv: self.kv },
             CubeCount::Static(word("heads", s.heads)?, word("rows", rows)?, 1),
             KernelArguments::new()
                 .with_buffer(q.clone().binding())
@@ -544,15 +551,18 @@ pub struct CopyRows {
 }
 
 impl CopyRows {
-    /// Row moves for caches of `heads`.
+    /// Row moves for caches of `heads` with `kv` values.
     ///
     /// # Errors
     /// [`KernelError::Shape`] for a bad head shape.
-    pub fn new(client: &Client, heads: Heads) -> Result<Self> {
+    pub fn new(client: &Client, (heads, kv): (Heads, KvType)) -> Result<Self> {
         heads.check_gpu()?;
+        // The kernel moves 32-bit words: a row's head_dim values are head_dim · bytes / 4 of
+        // them (whole: the head width is a multiple of 4).
+        let words = heads.head_dim * kv.bytes() / 4;
         Ok(Self {
             heads,
-            params: upload_words(client, &[word("head width", heads.head_dim)?]),
+            params: upload_words(client, &[word("words a cache row", words)?]),
         })
     }
 

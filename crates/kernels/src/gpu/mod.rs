@@ -57,7 +57,7 @@ use cubecl::server::{Handle, KernelArguments};
 use cubecl::{CubeKernel, PrecompiledSource};
 
 pub use layer::{
-    Attention, CopyRows, Draw, Heads, MAX_TOP, Norm, Rope, SUMMARY_WORDS, Summary, TopRows,
+    Attention, CopyRows, Draw, Heads, KvType, MAX_TOP, Norm, Rope, SUMMARY_WORDS, Summary, TopRows,
     clone_buffer, link_ids,
 };
 pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
@@ -480,9 +480,14 @@ pub enum Shader {
     Rope {
         /// Whether the heads are RMS-normalised first.
         head_norm: bool,
+        /// How the cache stores values.
+        kv: KvType,
     },
     /// Attention over the cache.
-    Attention,
+    Attention {
+        /// How the cache stores values.
+        kv: KvType,
+    },
     /// The logits' top-2 summary.
     Summary,
     /// A tree drafter's rows reduced to their best `c`.
@@ -517,8 +522,10 @@ impl Shader {
             } => matmul_source(types, *rows, *reduce, *epilogue, *team, *fan),
             Self::Embed(ty) => embed_source(*ty),
             Self::Norm => NORM.to_string(),
-            Self::Rope { head_norm } => ROPE.replace("{{head_norm}}", &head_norm.to_string()),
-            Self::Attention => ATTENTION.to_string(),
+            Self::Rope { head_norm, kv } => ROPE
+                .replace("{{head_norm}}", &head_norm.to_string())
+                .replace("{{kv}}", kv_store(*kv)),
+            Self::Attention { kv } => ATTENTION.replace("{{kv}}", kv_load(*kv)),
             Self::Summary => SUMMARY
                 .replace("{{summaries_at}}", &(LINKED + 2).to_string())
                 .replace("{{ids_at}}", &IDS.to_string())
@@ -553,7 +560,7 @@ impl Shader {
             Self::Embed(_) => Kind::Embed,
             Self::Norm => Kind::Norm,
             Self::Rope { .. } => Kind::Rope,
-            Self::Attention => Kind::Attention,
+            Self::Attention { .. } => Kind::Attention,
             Self::Summary | Self::Top { .. } => Kind::Summary,
             Self::Copy | Self::Clone | Self::Link => Kind::Copy,
         }
@@ -584,13 +591,56 @@ impl Shader {
                     | u64::from(epilogue.code())
             }
             Self::Embed(ty) => u64::from(type_code(*ty)),
-            Self::Rope { head_norm } => u64::from(*head_norm),
-            Self::Norm | Self::Attention | Self::Summary | Self::Copy => 0,
+            Self::Rope { head_norm, kv } => {
+                u64::from(*head_norm) | (u64::from(*kv == KvType::F32) << 1)
+            }
+            Self::Attention { kv } => u64::from(*kv == KvType::F32),
+            Self::Norm | Self::Summary | Self::Copy => 0,
             Self::Top { c } => 3 + *c as u64,
             Self::Clone => 1,
             Self::Link => 2,
         };
         (self.kind() as u8, code)
+    }
+}
+
+/// rope.wgsl's cache binding and `store2`, which writes dimensions 2w and 2w + 1 of the cache
+/// row starting at value `row`.
+fn kv_store(kv: KvType) -> &'static str {
+    match kv {
+        KvType::F16 => {
+            "@group(0) @binding(2) var<storage, read_write> kv: array<u32>; // [2, n_kv, capacity, head_dim / 2]: f16 pairs
+fn store2(row: u32, w: u32, v: vec2<f32>) {
+    kv[row / 2u + w] = pack2x16float(v);
+}"
+        }
+        KvType::F32 => {
+            "@group(0) @binding(2) var<storage, read_write> kv: array<f32>; // [2, n_kv, capacity, head_dim]
+fn store2(row: u32, w: u32, v: vec2<f32>) {
+    kv[row + 2u * w] = v.x;
+    kv[row + 2u * w + 1u] = v.y;
+}"
+        }
+    }
+}
+
+/// attention.wgsl's cache binding and `kv4`, which reads dimensions 4i .. 4i + 4 of the cache
+/// (i counted in fours from the buffer's start).
+fn kv_load(kv: KvType) -> &'static str {
+    match kv {
+        KvType::F16 => {
+            "@group(0) @binding(1) var<storage, read_write> kv: array<vec2<u32>>; // [2, n_kv, capacity, head_dim / 4]: 4 f16
+fn kv4(i: u32) -> vec4<f32> {
+    let w = kv[i];
+    return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
+}"
+        }
+        KvType::F32 => {
+            "@group(0) @binding(1) var<storage, read_write> kv: array<vec4<f32>>; // [2, n_kv, capacity, head_dim / 4]
+fn kv4(i: u32) -> vec4<f32> {
+    return kv[i];
+}"
+        }
     }
 }
 

@@ -7,11 +7,12 @@
 //
 // A pair (a, b) of a head's dimensions turns by pos · freq_i: a' = a·cos − b·sin,
 // b' = a·sin + b·cos, with (a, b) = (2i, 2i + 1) for interleaved pairs (GGUF llama) and
-// (i, i + head_dim / 2) for halves (qwen2, qwen3).
+// (i, i + head_dim / 2) for halves (qwen2, qwen3). The cache takes dimensions in adjacent pairs
+// (one f16 word, KvType), so a key head's rotated values meet in workgroup memory first.
 
 @group(0) @binding(0) var<storage, read_write> qkv: array<f32>; // [rows, (n_heads + 2 n_kv) · head_dim]
 @group(0) @binding(1) var<storage, read_write> qo: array<f32>;  // [rows, n_heads · head_dim]
-@group(0) @binding(2) var<storage, read_write> kv: array<f32>;  // [2, n_kv, capacity, head_dim]
+{{kv}}
 @group(0) @binding(3) var<storage, read_write> cs: array<f32>;  // [context, head_dim / 2, 2]: cos, sin
 @group(0) @binding(4) var<storage, read_write> hn: array<f32>;  // [2, head_dim]: q_norm, k_norm
 // [n_heads, n_kv, head_dim, halves (0 | 1), eps (f32 bits)]
@@ -22,6 +23,7 @@
 const HEAD_NORM: bool = {{head_norm}};
 
 var<workgroup> part: array<f32, 64>;
+var<workgroup> key: array<f32, 256>; // a key head's rotated values (head_dim ≤ 256)
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -88,18 +90,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             qo[dst + a] = ra;
             qo[dst + b] = rb;
         } else {
-            let dst = ((head - nh) * cap + crow) * hd;
-            kv[dst + a] = ra;
-            kv[dst + b] = rb;
+            key[a] = ra;
+            key[b] = rb;
         }
     }
+    // Every rotated value is in `key` before any is stored (outside the branch on the head,
+    // which WGSL's uniformity analysis cannot see is the whole workgroup's).
+    workgroupBarrier();
     if !is_q {
-        // The value head beside this key head, copied as it is.
+        // The key, then the value head beside it as it is, in pairs of dimensions.
         let g = head - nh;
+        let kdst = (g * cap + crow) * hd;
         let vsrc = r * width + (nh + nkv + g) * hd;
-        let dst = ((nkv + g) * cap + crow) * hd;
-        for (var i = lid; i < hd; i += 64u) {
-            kv[dst + i] = qkv[vsrc + i];
+        let vdst = ((nkv + g) * cap + crow) * hd;
+        for (var w = lid; w < half; w += 64u) {
+            store2(kdst, w, vec2<f32>(key[2u * w], key[2u * w + 1u]));
+            store2(vdst, w, vec2<f32>(qkv[vsrc + 2u * w], qkv[vsrc + 2u * w + 1u]));
         }
     }
 }
