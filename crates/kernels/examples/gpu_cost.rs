@@ -15,14 +15,16 @@
 //! shapes instead (Qwen2.5-7B's and -32B's matrices, and a small one for the cost of a launch):
 //! 40 calls enqueued back to back and read once, so neither a launch's host time nor a read
 //! sits between them, for 1, 5 and 16 rows, each team and fan: milliseconds a call, the
-//! weights' GB/s, and m rows against one.
+//! weights' GB/s, and m rows against one; and first, for each matrix, a plain read of its bytes
+//! (`read_through`: coalesced, every word once), the ceiling a kernel reading them reaches on
+//! this device through this runtime.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
 
 use cubecl::wgpu::WgpuDevice;
 use mars_kernels::gpu::{
-    Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, Step, StepBuffer, Team,
+    Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, Step, StepBuffer, Team, read_through,
 };
 use mars_kernels::{QMatrix, WeightType};
 
@@ -171,6 +173,30 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
     for (name, ty, out, cols) in shapes.into_iter().take(shapes_run) {
         let w = matrix(ty, out, cols);
         let bytes = w.blocks().len() as f64;
+        // The ceiling: the same bytes read once, coalesced (a call uploads its 12-byte
+        // parameters, as no matmul call does: a read's time is, if anything, high).
+        let read_bytes = w.blocks().len() / 16 * 16;
+        let raw = client.create_from_slice(&w.blocks()[..read_bytes]);
+        client
+            .read_one(read_through(client, &raw, read_bytes).unwrap())
+            .unwrap();
+        let mut times: Vec<f64> = (0..3)
+            .map(|_| {
+                let t = Instant::now();
+                let mut last = None;
+                for _ in 0..CALLS {
+                    last = Some(read_through(client, &raw, read_bytes).unwrap());
+                }
+                client.read_one(last.unwrap()).unwrap();
+                t.elapsed().as_secs_f64() * 1e3 / CALLS as f64
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        println!(
+            "| {name} [{out} x {cols}] | read alone | - | - | {:.3} | {:.1} | - |",
+            times[1],
+            read_bytes as f64 / times[1] / 1e6
+        );
         for team in [Team::Quarter, Team::Whole] {
             for fan in [Fan::One, Fan::Four] {
                 let mut gw = GpuMatrix::upload(client, ty, out, cols, w.blocks(), max).unwrap();

@@ -19,7 +19,7 @@ use cubecl::server::Handle;
 use mars_kernels::gpu::{
     Attention, CopyRows, Draw, Epilogue, Fan, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm,
     Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, TopRows, clone_buffer, link_ids,
-    upload_f32,
+    read_through, upload_f32,
 };
 use mars_kernels::{KvType, WeightType};
 use mars_verify::noise::{gumbel_max, row_key, seed_key};
@@ -810,6 +810,39 @@ fn a_trees_rows_move_into_place() {
         let copied = clone_buffer(&client, &kv, n * 4).unwrap();
         assert_eq!(bits(&read_f32(&client, copied)), bits(&before));
     }
+}
+
+/// The measurement's read touches every word it is given once: its threads' words XOR to the
+/// buffer's (for a size that leaves threads without work, and one that wraps threads around),
+/// and sizes it cannot read are refused.
+#[test]
+fn a_read_through_sees_every_word_once() {
+    let client = client();
+    for words in [4usize, 8000, 40_000] {
+        let data: Vec<u32> = (0..words as u32)
+            .map(|i| i.wrapping_mul(2_654_435_761).rotate_left(i % 31))
+            .collect();
+        let bytes: Vec<u8> = data.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let h = client.create_from_slice(&bytes);
+        let out = read_u32(&client, read_through(&client, &h, words * 4).unwrap());
+        let want = data.iter().fold(0, |a, &w| a ^ w);
+        assert_eq!(out.iter().fold(0, |a, &w| a ^ w), want, "{words} words");
+        if words < 8 {
+            continue;
+        }
+        // A prefix: the words past it are not read.
+        let half = read_u32(&client, read_through(&client, &h, words * 2).unwrap());
+        let want = data[..words / 2].iter().fold(0, |a, &w| a ^ w);
+        assert_eq!(
+            half.iter().fold(0, |a, &w| a ^ w),
+            want,
+            "half of {words} words"
+        );
+    }
+    let h = client.create_from_slice(&[0u8; 64]);
+    assert!(read_through(&client, &h, 0).is_err());
+    assert!(read_through(&client, &h, 20).is_err());
+    assert!(read_through(&client, &h, 128).is_err());
 }
 
 /// q | k | v in one launch (three types, with biases) equals each matrix alone plus its bias;

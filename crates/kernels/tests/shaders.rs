@@ -198,13 +198,14 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         Shader::Copy,
         Shader::Clone,
         Shader::Link,
+        Shader::Read,
     ] {
         check(&format!("{shader:?}"), &shader.source(), false);
         checked += 1;
     }
     assert_eq!(
         checked,
-        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2)) + 16
+        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2)) + 17
     );
 }
 

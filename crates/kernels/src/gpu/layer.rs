@@ -606,6 +606,48 @@ impl CopyRows {
     }
 }
 
+/// Reads the first `bytes` of `src` (a multiple of 16) once, coalesced, at the device's full
+/// width: what a kernel reading those bytes can reach (the `gpu_cost` example's ceiling).
+/// Returns the threads' words, whose XOR is the bytes' (as little-endian u32s).
+///
+/// # Errors
+/// [`KernelError::Shape`] for a size past the source or not whole vec4s.
+pub fn read_through(client: &Client, src: &Handle, bytes: usize) -> Result<Handle> {
+    check_size("read buffer", src, bytes)?;
+    if !bytes.is_multiple_of(16) || bytes == 0 {
+        return Err(KernelError::Shape {
+            what: "bytes of a read buffer (whole vec4s, at least one)",
+            expected: bytes.div_ceil(16).max(1) * 16,
+            found: bytes,
+        });
+    }
+    let n = bytes / 16;
+    // About four vec4s a thread: enough threads to cover every core's memory queue, few
+    // enough that each thread's loop amortises its start.
+    let groups = n.div_ceil(4 * 256).clamp(1, 65_535);
+    let threads = groups * 256;
+    let (gx, gy) = super::grid(groups);
+    let out = client.empty(threads * 4);
+    let params = upload_words(
+        client,
+        &[
+            word("vec4s", n)?,
+            word("threads", threads)?,
+            word("groups", gx)?,
+        ],
+    );
+    launch(
+        client,
+        Shader::Read,
+        CubeCount::Static(word("groups", gx)?, word("groups", gy)?, 1),
+        KernelArguments::new()
+            .with_buffer(src.clone().binding())
+            .with_buffer(out.clone().binding())
+            .with_buffer(params.binding()),
+    );
+    Ok(out)
+}
+
 /// A copy of `src` (`bytes`, a multiple of 4) made on the device: a new buffer.
 ///
 /// # Errors

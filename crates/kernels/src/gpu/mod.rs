@@ -58,7 +58,7 @@ use cubecl::{CubeKernel, PrecompiledSource};
 
 pub use layer::{
     Attention, CopyRows, Draw, Heads, KvType, MAX_TOP, Norm, Rope, SUMMARY_WORDS, Summary, TopRows,
-    clone_buffer, link_ids,
+    clone_buffer, link_ids, read_through,
 };
 pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
 
@@ -78,6 +78,7 @@ const SUMMARY: &str = include_str!("summary.wgsl");
 const TOP: &str = include_str!("top.wgsl");
 const COPY: &str = include_str!("copy.wgsl");
 const CLONE: &str = include_str!("clone.wgsl");
+const READ: &str = include_str!("read.wgsl");
 const LINK: &str = include_str!("link.wgsl");
 
 /// Threads per workgroup of [`Shader::Embed`] (one per 32-value group).
@@ -499,6 +500,8 @@ pub enum Shader {
     Copy,
     /// A buffer copied whole.
     Clone,
+    /// A buffer read once at full width (a measurement's ceiling).
+    Read,
     /// A step's linked ids taken from a summary chain.
     Link,
 }
@@ -546,6 +549,7 @@ impl Shader {
             }
             Self::Copy => COPY.to_string(),
             Self::Clone => CLONE.to_string(),
+            Self::Read => READ.to_string(),
             Self::Link => LINK
                 .replace("{{ids_at}}", &IDS.to_string())
                 .replace("{{linked_at}}", &LINKED.to_string())
@@ -562,7 +566,7 @@ impl Shader {
             Self::Rope { .. } => Kind::Rope,
             Self::Attention { .. } => Kind::Attention,
             Self::Summary | Self::Top { .. } => Kind::Summary,
-            Self::Copy | Self::Clone | Self::Link => Kind::Copy,
+            Self::Copy | Self::Clone | Self::Link | Self::Read => Kind::Copy,
         }
     }
 
@@ -599,6 +603,7 @@ impl Shader {
             Self::Top { c } => 3 + *c as u64,
             Self::Clone => 1,
             Self::Link => 2,
+            Self::Read => 3,
         };
         (self.kind() as u8, code)
     }
