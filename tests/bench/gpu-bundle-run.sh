@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The runner each part of tests/bench/gpu-bundle.sh carries: `add` copies the part it sits in to
 # $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
-#   usage: bash PART/run.sh add | tests | stream | peers | price | spec | profile | submits | all …
+#   usage: bash PART/run.sh add | tests | stream | peers | price | teams | spec | profile | submits | all …
 #   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -87,6 +87,17 @@ stage() {
     profile)
       for m in $(models); do timeout 120 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 128 16; done \
         | tee "$out/profile.md" ;;
+    teams) # a whole decode and passes of 5 and 16 rows in each matmul form (MARS_GPU_TEAM),
+      # alternating for ROUNDS rounds: the shape's own rule against lane teams on every group
+      for m in $(models); do for r in $(seq 1 "$ROUNDS"); do for t in rule lanes; do
+        env $([ $t = rule ] || echo MARS_GPU_TEAM=$t) timeout 120 "$MARS_BIN" speed --model "$m" \
+          --device wgpu --prompt-tokens 128 --decode-tokens 64 2>/dev/null | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+ms = d['forward_ms_by_rows']
+print('$r', '$(basename "$m")', '$t', round(d['decode_tokens_per_second'], 1), 'tok/s;',
+      'ms 1/5/16 rows', ' / '.join(str(round(ms[k], 2)) for k in ('1', '5', '16') if k in ms))"
+      done; done; done | tee "$out/teams.txt" ;;
     submits)
       for m in $(models); do for r in 1 2; do for t in 512 64 32 16; do
         CUBECL_WGPU_MAX_TASKS=$t timeout 90 "$MARS_BIN" speed --model "$m" --device wgpu \
@@ -95,7 +106,7 @@ import json, sys
 d = json.load(sys.stdin)
 print('$r', '$(basename "$m")', 'tasks $t', round(d['decode_tokens_per_second'], 1), 'tok/s')"
       done; done; done | tee "$out/submits.txt" ;;
-    all) for s in tests stream peers price spec profile submits; do stage "$s"; done ;;
+    all) for s in tests stream peers price teams spec profile submits; do stage "$s"; done ;;
     *) echo "unknown stage $1" >&2; return 2 ;;
   esac
 }

@@ -14,7 +14,7 @@
 //! With the argument `stream [N]` it measures what the GPU itself sustains on the large models'
 //! shapes instead (Qwen2.5-7B's and -32B's matrices, and a small one for the cost of a launch):
 //! 40 calls enqueued back to back and read once, so neither a launch's host time nor a read
-//! sits between them, for 1, 5 and 16 rows, each team and fan: milliseconds a call, the
+//! sits between them, for 1, 5 and 16 rows, each team and fan (lane teams for Q4_K): milliseconds a call, the
 //! weights' GB/s, and m rows against one; and first, for each matrix, a plain read of its bytes
 //! (`read_through`: coalesced, every word once), the ceiling a kernel reading them reaches on
 //! this device through this runtime.
@@ -197,7 +197,13 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
             times[1],
             read_bytes as f64 / times[1] / 1e6
         );
-        for team in [Team::Quarter, Team::Whole] {
+        // Lane teams where the type has them (Q4_K).
+        let teams: &[Team] = if Team::lanes_for(&[ty.into()]) {
+            &[Team::Quarter, Team::Whole, Team::Lanes]
+        } else {
+            &[Team::Quarter, Team::Whole]
+        };
+        for &team in teams {
             for fan in [Fan::One, Fan::Four] {
                 let mut gw = GpuMatrix::upload(client, ty, out, cols, w.blocks(), max).unwrap();
                 if lanes >= 2 {

@@ -14,7 +14,9 @@ use gpu_common::{client, read_f32};
 use common::{bits, cols_for, dequantized, random_matrix, random_x};
 use cubecl::client::Client;
 use cubecl::server::Handle;
-use mars_kernels::gpu::{Fan, GpuMatrix, Reduce, Step, StepBuffer};
+use mars_kernels::gpu::{
+    Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, Step, StepBuffer, Team,
+};
 use mars_kernels::{KernelError, QMatrix, WeightType};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -104,6 +106,107 @@ fn every_type_and_row_count_is_within_the_f32_rounding_bound() {
                 );
             }
         }
+    }
+}
+
+/// Lane teams (16 lanes sharing each Q4_K super-block): within the f32 bound of the exact
+/// product for 1, 5 and 16 rows, a row's bits independent of the rows beside it and of the fan,
+/// and in a gate | up SwiGLU group and a q | k | v group with biases, each output the bits of
+/// its matrix alone in the same form (plus its bias; SiLU(gate)·up within f32 rounding).
+#[test]
+fn lane_teams_are_exact_to_f32_and_keep_the_row_contracts() {
+    let client = client();
+    let max = max_binding(&client);
+    let mut rng = ChaCha8Rng::seed_from_u64(14);
+    let lanes = |w: &QMatrix, fan| {
+        let mut g = upload(&client, w, max);
+        g.set_team(Team::Lanes);
+        g.set_fan(fan);
+        g
+    };
+    for (out, cols) in [(37, 256), (9, 1280)] {
+        let w = random_matrix(WeightType::Q4K, out, cols, &mut rng);
+        let wd = dequantized(&w);
+        let x = random_x(16, cols, &mut rng);
+        let (exact, bound) = exact_and_bound(&wd, &x, (16, out, cols));
+        let one = matmul(&client, &lanes(&w, Fan::One), &x, 16);
+        let quarter = matmul(&client, &upload(&client, &w, max), &x, 16);
+        for i in 0..16 * out {
+            let err = (f64::from(one[i]) - exact[i]).abs();
+            assert!(err <= bound[i], "lanes [{i}]: {} vs {}", one[i], exact[i]);
+        }
+        // Its own bits: another order of sums than the 32-value groups'.
+        assert_ne!(bits(&one), bits(&quarter), "the lane form did not run");
+        assert_eq!(
+            bits(&matmul(&client, &lanes(&w, Fan::Four), &x, 16)),
+            bits(&one),
+            "four outputs a team"
+        );
+        for m in [1, 5] {
+            let some = matmul(&client, &lanes(&w, Fan::One), &x[..m * cols], m);
+            assert_eq!(bits(&some), bits(&one[..m * out]), "m = {m} vs 16");
+        }
+    }
+    // Groups: gate | up and q | k | v (with biases), 3 rows.
+    let cols = 512;
+    let x = random_x(3, cols, &mut rng);
+    let xh = f32_handle(&client, &x);
+    let ws: Vec<QMatrix> = [24, 8, 8]
+        .iter()
+        .map(|&o| random_matrix(WeightType::Q4K, o, cols, &mut rng))
+        .collect();
+    let alone: Vec<Vec<f32>> = ws
+        .iter()
+        .map(|w| matmul(&client, &lanes(w, Fan::One), &x, 3))
+        .collect();
+    let step = StepBuffer::new(&client, &Step::chain(&[0; 3], 0, 3, 1 << 20).unwrap());
+    let bias: Vec<f32> = (0..40).map(|i| i as f32 * 0.25 - 3.0).collect();
+    let qkv = MatrixGroup::new(
+        &client,
+        ws.iter().map(|w| lanes(w, Fan::One)).collect(),
+        Epilogue::Store,
+        Some(&bias),
+        Rows::All,
+    )
+    .unwrap();
+    let y = client.empty(3 * 40 * 4);
+    qkv.run(&client, &xh, &y, &step).unwrap();
+    let y = read_f32(&client, y);
+    let mut first = 0;
+    for (k, w) in ws.iter().enumerate() {
+        for r in 0..3 {
+            for o in 0..w.rows() {
+                let want = alone[k][r * w.rows() + o] + bias[first + o];
+                assert_eq!(
+                    y[r * 40 + first + o].to_bits(),
+                    want.to_bits(),
+                    "qkv {k} {r} {o}"
+                );
+            }
+        }
+        first += w.rows();
+    }
+    let up = random_matrix(WeightType::Q4K, 24, cols, &mut rng);
+    let up_alone = matmul(&client, &lanes(&up, Fan::One), &x, 3);
+    let swiglu = MatrixGroup::new(
+        &client,
+        vec![lanes(&ws[0], Fan::One), lanes(&up, Fan::One)],
+        Epilogue::SwiGlu,
+        None,
+        Rows::All,
+    )
+    .unwrap();
+    let y = client.empty(3 * 24 * 4);
+    swiglu.run(&client, &xh, &y, &step).unwrap();
+    let y = read_f32(&client, y);
+    for i in 0..3 * 24 {
+        let (g, u) = (f64::from(alone[0][i]), f64::from(up_alone[i]));
+        let want = g / (1.0 + (-g).exp()) * u;
+        assert!(
+            (f64::from(y[i]) - want).abs() <= 1e-5 * (1.0 + want.abs()),
+            "swiglu [{i}]: {} vs {want}",
+            y[i]
+        );
     }
 }
 

@@ -23,6 +23,13 @@
 // `subgroupShuffleXor` (lane t's partner t ^ step is t + step for t < step: the same sums in the
 // same order, so the same bits). LANES = 1: workgroup memory only, every adapter.
 //
+// Lane teams (LANE_TEAMS, `Team::Lanes`, Q4_K matrices only): the team's 16 threads share each
+// 256-value super-block instead of taking 32-value groups of their own: lane t reads 8 bytes of
+// quants beside its neighbours' (the team's loads cover the block's 128 bytes of quants once,
+// contiguous), 8 values of sub-block 2c and 8 of 2c + 1 (c = t / 4), and the activations those
+// 16 values meet; each lane sums over every super-block of the row, and the tree is the same.
+// A row's sum is again in a fixed order whatever the rows and fan (the form's own bits).
+//
 // What the sums become (EPILOGUE, compiled in):
 // 0 (store): y = sum (+ bias[y_offset + o] where has_bias), and −inf for outputs at or past the
 //   step's logit limit (a vocabulary-limited drafter) without computing them;
@@ -42,6 +49,7 @@ const TEAM: u32 = {{team}}u;
 const TEAMS: u32 = 64u / TEAM;
 const OUTS: u32 = {{outs}}u;
 const ACC: u32 = {{acc}}u;
+const LANE_TEAMS: bool = {{lane_teams}};
 
 // Every binding is read_write: the runtime sub-allocates buffers from shared pages, and WebGPU
 // refuses one buffer bound read-only and read-write in the same dispatch (and one bound twice
@@ -68,6 +76,26 @@ var<workgroup> partial: array<f32, 64u * ACC>;
 // Decodes group `g` of the row at byte `rb` of matrix `sub`.
 fn load(sub: u32, rb: u32, g: u32) {
 {{dispatch}}
+}
+
+// Lane `i`'s 16 values of super-block `b` of the row at byte `rb` of matrix `sub` (lane teams;
+// empty in the other form, where it is never called).
+fn lane(sub: u32, rb: u32, b: u32, i: u32) {
+{{lane_dispatch}}
+}
+
+// The binding and the first byte of group output `o`'s weight row.
+fn row_at(o: u32, first_1: u32, first_2: u32) -> vec2<u32> {
+    var sub = 0u;
+    var local = o;
+    if o >= first_2 {
+        sub = 2u;
+        local = o - first_2;
+    } else if o >= first_1 {
+        sub = 1u;
+        local = o - first_1;
+    }
+    return vec2<u32>(sub, p[13u + sub] + local * p[9u + sub]);
 }
 
 @compute @workgroup_size(64)
@@ -109,20 +137,51 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if !live(o0, j0, outputs, y_offset, limit, first_1) {
         end = 0u;
     }
-    for (var g = t; g < end; g += TEAM) {
+    if LANE_TEAMS {
+        end = 0u;
+        if live(o0, j0, outputs, y_offset, limit, first_1) {
+            end = n_in / 256u;
+        }
+    }
+    // The lane's first vec4 in a super-block's 64: values 32·2c + 8·(t % 4) (lane teams).
+    let xl = 16u * (t / 4u) + 2u * (t % 4u);
+    for (var b = 0u; b < end && LANE_TEAMS; b++) {
         for (var u = 0u; u < OUTS; u++) { // unroll
             let o = o0 + u;
             if live(o, j0 + u, outputs, y_offset, limit, first_1) {
-                var sub = 0u;
-                var local = o;
-                if o >= first_2 {
-                    sub = 2u;
-                    local = o - first_2;
-                } else if o >= first_1 {
-                    sub = 1u;
-                    local = o - first_1;
+                let at = row_at(o, first_1, first_2);
+                lane(at.x, at.y, b, t);
+                for (var k = 0u; k < 4u; k++) { // unroll
+                    qs[u * 8u + k] = q[k];
                 }
-                load(sub, p[13u + sub] + local * p[9u + sub], g);
+            } else {
+                for (var k = 0u; k < 4u; k++) { // unroll
+                    qs[u * 8u + k] = vec4<f32>(0.0);
+                }
+            }
+        }
+        for (var r = 0u; r < ROWS; r++) { // unroll
+            if r < m {
+                // Sub-block 2c's 8 values, then 2c + 1's (32 values, 8 vec4s, on).
+                let xb = (row0 + r) * x_row + b * 64u + xl;
+                let x0 = x[xb];
+                let x1 = x[xb + 1u];
+                let x2 = x[xb + 8u];
+                let x3 = x[xb + 9u];
+                for (var u = 0u; u < OUTS; u++) { // unroll
+                    let v = 8u * u;
+                    acc[u * ROWS + r] += dot(x0, qs[v]) + dot(x1, qs[v + 1u])
+                        + dot(x2, qs[v + 2u]) + dot(x3, qs[v + 3u]);
+                }
+            }
+        }
+    }
+    for (var g = t; g < end && !LANE_TEAMS; g += TEAM) {
+        for (var u = 0u; u < OUTS; u++) { // unroll
+            let o = o0 + u;
+            if live(o, j0 + u, outputs, y_offset, limit, first_1) {
+                let at = row_at(o, first_1, first_2);
+                load(at.x, at.y, g);
                 // The group's 32 weights as f32, once for all rows.
                 for (var k = 0u; k < 4u; k++) { // unroll
                     qs[u * 8u + k] = q[k] * s0 + vec4<f32>(mn);

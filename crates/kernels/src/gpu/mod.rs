@@ -151,13 +151,14 @@ fn load_group(ty: GpuType) -> &'static str {
 }
 
 /// The functions reader.wgsl and a decoder define, each renamed per weight binding.
-const READER_FNS: [&str; 6] = [
+const READER_FNS: [&str; 7] = [
     "aligned_at",
     "block_at",
     "byte_at",
     "scale_min_k4",
     "k_scales",
     "load_group",
+    "load_lane",
 ];
 
 /// reader.wgsl's `block_at` for a type whose blocks are 4k + 2 bytes (Q4_0, Q5_0, Q8_0: a block
@@ -291,6 +292,11 @@ pub enum Team {
     /// H100 the 0.5B's down product (896 outputs over 4,864 inputs, 14,336 threads in quarter
     /// teams) moved its weights at ~80 GB/s (docs/performance.md).
     Whole,
+    /// 16 threads an output sharing each 256-value super-block, each reading 8 bytes of quants
+    /// beside its neighbours' (matmul.wgsl's lane teams), as llama.cpp's Vulkan mat-vec shares
+    /// a Q4_K block among 16 threads: Q4_K groups only ([`Team::lanes_for`]). A form to
+    /// measure (`gpu_cost stream`); no shape chooses it yet.
+    Lanes,
 }
 
 impl Team {
@@ -316,9 +322,32 @@ impl Team {
     /// Threads an output.
     pub fn threads(self) -> usize {
         match self {
-            Self::Quarter => 16,
+            Self::Quarter | Self::Lanes => 16,
             Self::Whole => 64,
         }
+    }
+
+    /// The team the environment's `MARS_GPU_TEAM` (`quarter`, `whole` or `lanes`) forces on
+    /// every group it applies to, as [`GpuMatrix::set_team`] does: a measurement knob, so that
+    /// the GPU bundle times a whole decode in another form without a rebuild (as
+    /// `CUBECL_WGPU_MAX_TASKS` sets the submit interval). Read once; unset or another value:
+    /// none.
+    pub fn forced() -> Option<Self> {
+        static FORCED: std::sync::OnceLock<Option<Team>> = std::sync::OnceLock::new();
+        *FORCED.get_or_init(|| match std::env::var("MARS_GPU_TEAM").as_deref() {
+            Ok("quarter") => Some(Self::Quarter),
+            Ok("whole") => Some(Self::Whole),
+            Ok("lanes") => Some(Self::Lanes),
+            _ => None,
+        })
+    }
+
+    /// Whether matrices of `types` can run in [`Team::Lanes`]: every one Q4_K (the one type
+    /// with a lane decoder).
+    pub fn lanes_for(types: &[GpuType]) -> bool {
+        types
+            .iter()
+            .all(|&ty| ty == GpuType::Blocks(WeightType::Q4K))
     }
 
     /// Outputs a workgroup.
@@ -385,8 +414,8 @@ pub fn row_bound(rows: usize) -> usize {
 }
 
 /// The WGSL of a matmul over matrices of `types` (one to three, binding 0, 1, 2), compiled for
-/// up to `rows` rows a workgroup, with `reduce`, `epilogue`, `team` (a SwiGLU takes
-/// [`Team::Quarter`] only: [`Team::for_group`]) and `fan`.
+/// up to `rows` rows a workgroup, with `reduce`, `epilogue`, `team` (a SwiGLU takes a
+/// 16-thread team: [`Team::Quarter`], or [`Team::Lanes`] where the types have lanes) and `fan`.
 pub fn matmul_source(
     types: &[GpuType],
     rows: usize,
@@ -405,18 +434,29 @@ pub fn matmul_source(
     } else {
         ""
     };
-    let dispatch: Vec<String> = (0..types.len())
-        .map(|b| {
-            if b + 1 == types.len() {
-                format!("    {{ load_group_{b}(rb, g); }}")
-            } else {
-                format!("    if sub == {b}u {{ load_group_{b}(rb, g); }} else")
-            }
-        })
-        .collect();
+    let dispatch = |call: &str, args: &str| -> String {
+        (0..types.len())
+            .map(|b| {
+                if b + 1 == types.len() {
+                    format!("    {{ {call}_{b}({args}); }}")
+                } else {
+                    format!("    if sub == {b}u {{ {call}_{b}({args}); }} else")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let lane_teams = team == Team::Lanes;
+    let lane_dispatch = if lane_teams {
+        dispatch("load_lane", "rb, b, i")
+    } else {
+        String::new()
+    };
     let text = MATMUL
         .replace("{{common}}", &common(types))
-        .replace("{{dispatch}}", &dispatch.join("\n"))
+        .replace("{{dispatch}}", &dispatch("load_group", "rb, g"))
+        .replace("{{lane_dispatch}}", &lane_dispatch)
+        .replace("{{lane_teams}}", &lane_teams.to_string())
         .replace("{{rows}}", &rows.to_string())
         .replace("{{lanes}}", &lanes.to_string())
         .replace("{{epilogue}}", &epilogue.code().to_string())
@@ -591,6 +631,7 @@ impl Shader {
                     | (u64::from(*fan == Fan::Four) << 13)
                     | ((*rows as u64) << 8)
                     | (u64::from(*team == Team::Whole) << 7)
+                    | (u64::from(*team == Team::Lanes) << 14)
                     | (u64::from(reduce.lanes()) << 2)
                     | u64::from(epilogue.code())
             }
@@ -1134,7 +1175,9 @@ impl GpuMatrix {
     }
 
     /// The groups this matrix leads launched with `team` instead of the one their shape
-    /// chooses (benchmarks compare the teams; each gives its own bits).
+    /// chooses (benchmarks compare the teams; each gives its own bits): [`Team::Lanes`] where
+    /// the group's types have lanes ([`Team::lanes_for`]), a SwiGLU a 16-thread team, else the
+    /// shape's.
     pub fn set_team(&mut self, team: Team) {
         self.team = Some(team);
     }
@@ -1289,8 +1332,10 @@ impl MatrixGroup {
             .collect::<Result<_>>()?;
         // One team and fan for the whole group, whichever launches compute it: an output's sum
         // then meets in the same tree, so a split group gives the bits of an unsplit one.
-        let team = match first.team {
-            Some(team) if epilogue != Epilogue::SwiGlu => team,
+        let types: Vec<GpuType> = members.iter().map(|m| m.ty).collect();
+        let team = match first.team.or_else(Team::forced) {
+            Some(Team::Lanes) if Team::lanes_for(&types) => Team::Lanes,
+            Some(team @ (Team::Quarter | Team::Whole)) if epilogue != Epilogue::SwiGlu => team,
             _ => Team::for_group(epilogue, outputs, cols),
         };
         let fan = first.fan;

@@ -1,4 +1,21 @@
 // One 32-value group of a Q4_K row: load_group(rb, g) sets q, s0, s1 and mn (common.wgsl).
+// Lane `i` (of a 16-lane team, matmul.wgsl's lane teams) of super-block `b`: q[0], q[1] the
+// values 8·(i % 4) .. + 8 of sub-block 2c, q[2], q[3] the same of 2c + 1 (c = i / 4), scaled
+// (value = d·sc·q − dmin·m), from the 8 bytes of quants at 32c + 8·(i % 4), which hold both.
+fn load_lane(rb: u32, b: u32, i: u32) {
+    let off = rb + b * 144u;
+    let c = i / 4u;
+    let at = off + 16u + 32u * c + 8u * (i % 4u);
+    let w0 = aligned_at(at);
+    let w1 = aligned_at(at + 4u);
+    k_scales(off, 2u * c);
+    q[0] = nibbles(w0, 0u) * s0 + vec4<f32>(mn);
+    q[1] = nibbles(w1, 0u) * s0 + vec4<f32>(mn);
+    k_scales(off, 2u * c + 1u);
+    q[2] = nibbles(w0, 4u) * s0 + vec4<f32>(mn);
+    q[3] = nibbles(w1, 4u) * s0 + vec4<f32>(mn);
+}
+
 fn load_group(rb: u32, g: u32) {
     let off = rb + (g / 8u) * 144u;
     let j = g % 8u;
