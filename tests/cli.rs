@@ -215,6 +215,56 @@ fn generate_answers_with_the_real_model() {
     assert_eq!(a["tokens"].as_array().unwrap().len(), 12);
 }
 
+/// The page's and `cargo run`'s first race (the first preset's first prompt, chat, greedy, the
+/// packed CPU path) is a task SmolLM2 completes: the paragraph repeated word for word, then
+/// the end of the turn; with prompt lookup the drafts come from the prompt (most kept) and the
+/// text is the same.
+#[test]
+fn the_first_race_is_a_task_the_model_completes() {
+    let Some(model) = smollm2() else { return };
+    let preset = &mars_engine::PRESETS[0];
+    assert_eq!(preset.drafter, "ngram");
+    let prompt = preset.prompts[0];
+    let paragraph = prompt.split("\n\n").nth(1).unwrap();
+    let k = preset.k.to_string();
+    let base = [
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--prompt",
+        prompt,
+        "--chat",
+        "--max-tokens",
+        "64",
+        "--json",
+    ];
+    let strict = [
+        &base[..],
+        &["--method", "strict", "--draft", "ngram", "--k", &k],
+    ]
+    .concat();
+    for args in [&base[..], &strict[..]] {
+        let out = mars(args, "");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            report["text"].as_str().unwrap().trim(),
+            paragraph,
+            "{report}"
+        );
+        assert_eq!(report["stop_reason"], "eos");
+        if report["method"] == "strict" {
+            assert!(report["tau"].as_f64().unwrap() > 2.5, "{report}");
+        }
+    }
+}
+
 /// `mars generate --method strict` streams the target's own greedy tokens from a layer-skip
 /// chain and from a tree, drafting and keeping some; `--method mars` runs with its rule; the
 /// JSON names the method, the drafter and τ.

@@ -209,7 +209,7 @@ await test("presets fill the fields, say their download size, and a copied link 
     await page.click('[data-preset="smollm-lookup"]');
     assert(await field("draft") === "ngram", "lookup preset: drafter");
     assert((await field("model-url")).endsWith("SmolLM2-135M-Instruct.Q4_1.gguf"), "lookup preset: model");
-    assert(/replacing every "cat"/.test(await field("prompt")), "lookup preset: prompt");
+    assert(/^Repeat this paragraph exactly/.test(await field("prompt")), "lookup preset: prompt");
     assert(await page.getAttribute('[data-preset="smollm-lookup"]', "aria-pressed") === "true", "lookup preset not marked");
     // The tree preset sets the tree fields; a chain preset puts them back.
     await page.click('[data-preset="qwen-coder-tree"]');

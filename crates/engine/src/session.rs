@@ -77,13 +77,16 @@ pub struct Preset {
     pub prompts: &'static [&'static str],
 }
 
-/// Copy-and-edit prompts: the answer repeats the prompt, where prompt lookup drafts well.
+/// Copy-and-edit prompts: the answer repeats the prompt, where prompt lookup drafts well. The
+/// first is the page's and `cargo run`'s first race, a task SmolLM2-135M completes (greedy,
+/// chat: the paragraph word for word; tests/cli.rs checks it); it fails the other two (the
+/// cats stay cats, the misspellings stay), which stay as harder prompts.
 const COPY_PROMPTS: &[&str] = &[
-    "Repeat this text, replacing every \"cat\" with \"dog\":\n\nThe cat sat on the mat. The cat \
-     looked at the other cat, and the other cat looked back at the cat on the mat.",
     "Repeat this paragraph exactly, then say nothing else:\n\nThe old lighthouse stood at the \
      edge of the cliff. Every night its beam swept across the dark water, warning the ships \
      that passed along the rocky coast.",
+    "Repeat this text, replacing every \"cat\" with \"dog\":\n\nThe cat sat on the mat. The cat \
+     looked at the other cat, and the other cat looked back at the cat on the mat.",
     "Correct the spelling in this sentence and repeat it: \"The quick brwon fox jumpd over the \
      lazy dgo, and then the quick brwon fox ran into the forrest.\"",
 ];
@@ -164,10 +167,14 @@ pub const PRESETS: &[Preset] = &[
 /// [`DEFAULTS`]).
 const BRANCH: usize = 4;
 
-/// The pair's coding prompt.
+/// The pair's coding prompts (`cargo run`'s race on the pair: the domain it was measured on).
 const CODING_PROMPTS: &[&str] = &[
     "Write a Python function `is_palindrome(s: str) -> bool` that ignores case and \
      non-alphanumeric characters. Answer with code only.",
+    "Write a Python function `merge_sorted(a: list[int], b: list[int]) -> list[int]` that \
+     merges two sorted lists in linear time. Answer with code only.",
+    "Write a Python function `word_counts(text: str) -> dict[str, int]` that counts each \
+     lower-cased word, ignoring punctuation. Answer with code only.",
 ];
 
 impl Preset {
