@@ -125,12 +125,36 @@ fn main() -> Result<()> {
     }
 }
 
-/// `cargo run --release` with no arguments: a preset of the engine's, on the CPU. On the
-/// Qwen2.5-Coder pair when it is in the cache (the draft model, k and vocabulary limit its
-/// benchmark measured fastest), else on SmolLM2-135M with prompt lookup over copy-and-edit
-/// prompts: the drafters that beat plain decoding here (`mars_engine::PRESETS` has the figures).
+/// `cargo run --release` with no arguments: a preset of the engine's where it beats plain
+/// decoding on the device `--device auto` picks. The Qwen2.5-Coder pair (the draft model, k and
+/// vocabulary limit its benchmark measured fastest) where it is in the cache and the packed
+/// kernels run AVX-512 VNNI, where a 4-row pass costs little more than one row (1.56× plain
+/// decoding on coding); else SmolLM2-135M with prompt lookup over copy-and-edit prompts
+/// (1.16–1.53×): on an AVX2 CPU the pair's 4-row pass costs 2.3× one row and its race came out
+/// 0.76–0.95× plain decoding, on an H200 it projects to 0.67× (docs/performance.md).
 fn run_default() -> Result<()> {
-    let (preset_id, model, draft) = match args::pair_in_cache() {
+    let (device, _) = pollster::block_on(mars_engine::Backend::auto());
+    let isa = mars_kernels::Isa::detect();
+    let pair = args::pair_in_cache();
+    let pays = device == mars_engine::Backend::Cpu && isa == mars_kernels::Isa::Avx512;
+    let smollm = args::model_dir().join(args::DEFAULT_MODEL_FILE);
+    let pair = match pair {
+        Some((target, draft)) if !pays && smollm.is_file() => {
+            eprintln!(
+                "the pair is in the cache, but its draft model is slower than plain decoding on \
+                 this device ({} kernels on {}): racing prompt lookup on SmolLM2 instead; the \
+                 pair races with `mars compare --model {} --draft model:{} --k 3 --draft-vocab \
+                 32768 --chat --prompt ...`",
+                isa.name(),
+                device.name(),
+                target.display(),
+                draft.display()
+            );
+            None
+        }
+        pair => pair,
+    };
+    let (preset_id, model, draft) = match pair {
         Some((target, draft)) => {
             eprintln!(
                 "comparing on the pair in the cache: target {}, draft {}",

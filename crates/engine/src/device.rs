@@ -124,6 +124,12 @@ impl Backend {
         Ok(OpenDevice { chosen, ..open })
     }
 
+    /// What [`Backend::Auto`] would choose here, and why, without opening anything (a front
+    /// end that picks its work by the device it will run on).
+    pub async fn auto() -> (Backend, String) {
+        auto_choice(first_adapter().await.as_ref())
+    }
+
     /// Its name as the CLI and reports write it.
     pub fn name(self) -> &'static str {
         match self {
