@@ -33,6 +33,9 @@ const MIRRORS = {
 };
 // A URL and, where it has one, its public download: the order a file is looked for in.
 const sources = (url) => (MIRRORS[url] ? [url, MIRRORS[url]] : [url]);
+// Whether a response holds a file: a host that answers every path with its page (a single-page
+// app's fallback) has no copy either.
+const hasFile = (response) => response.ok && !(response.headers.get("content-type") || "").startsWith("text/html");
 const DEFAULT_MODELS = [
   SMOLLM,
   SMOLLM_HUB,
@@ -277,7 +280,7 @@ async function describeDownload(p, el) {
         try {
           const head = await fetch(from, { method: "HEAD" });
           const len = Number(head.headers.get("content-length"));
-          if (head.ok && len > 0) { n = len; break; }
+          if (hasFile(head) && len > 0) { n = len; break; }
         } catch (_) { /* offline: the pinned size stands */ }
       }
     }
@@ -492,11 +495,10 @@ async function fetchModel(url, draft = false, useCache = true) {
   }
   const abort = new AbortController();
   const response = await fetch(url, { signal: abort.signal });
-  // A host that answers every path with its page (a single-page app's fallback) has no copy
-  // either.
-  const missing = !response.ok || (response.headers.get("content-type") || "").startsWith("text/html");
-  if (missing && MIRRORS[url]) {
-    // No copy on this host (a static host with the page alone): the public download.
+  if (!hasFile(response) && MIRRORS[url]) {
+    // No copy on this host (a static host with the page alone): the public download; the
+    // host's answer is not read.
+    abort.abort();
     status(`${url} is not on this host: downloading it from ${new URL(MIRRORS[url]).host}…`);
     return fetchModel(MIRRORS[url], draft, useCache);
   }

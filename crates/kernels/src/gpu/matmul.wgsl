@@ -132,16 +132,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let n_groups = n_in / 32u;
     let x_row = n_in / 4u;
     // Outputs are live in a prefix of the team's (past the matrix, the logit limit or a
-    // SwiGLU's half, so are the ones after): a team with none skips the rows.
+    // SwiGLU's half, so are the ones after): a team with none skips the rows. The loop runs
+    // over 32-value groups, or in lane teams over 256-value super-blocks.
     var end = n_groups;
+    if LANE_TEAMS {
+        end = n_in / 256u;
+    }
     if !live(o0, j0, outputs, y_offset, limit, first_1) {
         end = 0u;
-    }
-    if LANE_TEAMS {
-        end = 0u;
-        if live(o0, j0, outputs, y_offset, limit, first_1) {
-            end = n_in / 256u;
-        }
     }
     // The lane's first vec4 in a super-block's 64: values 32·2c + 8·(t % 4) (lane teams).
     let xl = 16u * (t / 4u) + 2u * (t % 4u);
