@@ -22,6 +22,44 @@ pub struct ModelArgs {
     pub kernels: KernelArgs,
 }
 
+/// How a prompt reaches the model: raw text, or a user turn of the model's chat template.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ChatArgs {
+    /// Wrap each prompt as a user turn with the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    /// A system message before each user turn (implies --chat).
+    #[arg(long)]
+    pub system: Option<String>,
+}
+
+/// A conversation to continue instead of one prompt: OpenAI's message shape.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct MessagesArgs {
+    /// A JSON file of messages (`[{"role", "content"}, ...]`, or a chat-completion request
+    /// body with `messages`), system first if any, the user's turn last; rendered by the model's
+    /// chat template (implies --chat).
+    #[arg(long, conflicts_with_all = ["prompt", "system"])]
+    pub messages: Option<PathBuf>,
+}
+
+impl MessagesArgs {
+    /// The file's conversation, if one was named.
+    ///
+    /// # Errors
+    /// An unreadable file, or a message list the formats crate refuses (the field named).
+    pub fn read(&self) -> Result<Option<Vec<mars_engine::Message>>> {
+        let Some(path) = &self.messages else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --messages {}", path.display()))?;
+        let messages = mars_engine::conversation(&text)
+            .with_context(|| format!("--messages {}", path.display()))?;
+        Ok(Some(messages))
+    }
+}
+
 /// Kernel settings, shared by every subcommand that loads a model.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct KernelArgs {
@@ -206,7 +244,7 @@ pub fn resolve(
     rule: &RuleArgs,
     sampling: &SamplingArgs,
     max_tokens: usize,
-    chat: bool,
+    chat: &ChatArgs,
 ) -> Result<Decoding> {
     let run = drafter.shape.apply(RunSettings {
         drafter: drafter.resolve()?,
@@ -214,7 +252,8 @@ pub fn resolve(
         sampling: sampling.resolve()?,
         max_tokens,
         seed: sampling.seed,
-        chat,
+        chat: chat.chat || chat.system.is_some(),
+        system: chat.system.clone(),
         ..RunSettings::default()
     });
     let run = run

@@ -4,12 +4,12 @@
 
 use std::io::Write;
 
-use anyhow::{Result, ensure};
+use anyhow::{Result, bail, ensure};
 use mars_engine::{DEFAULTS, Method, MethodOutput, Resolved, RunSettings, StopReason, Target};
 use mars_model::Llama;
 use serde::Serialize;
 
-use crate::args::{self, DrafterArgs, ModelArgs, RuleArgs, SamplingArgs};
+use crate::args::{self, ChatArgs, DrafterArgs, MessagesArgs, ModelArgs, RuleArgs, SamplingArgs};
 use crate::load;
 
 /// How `mars generate` decodes.
@@ -39,11 +39,12 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// The prompt.
-    #[arg(long)]
-    pub prompt: String,
-    /// Wrap the prompt as a user turn with the model's chat template.
-    #[arg(long)]
-    pub chat: bool,
+    #[arg(long, required_unless_present = "messages")]
+    pub prompt: Option<String>,
+    #[command(flatten)]
+    pub chat: ChatArgs,
+    #[command(flatten)]
+    pub messages: MessagesArgs,
     /// Most tokens to generate.
     #[arg(long, default_value_t = DEFAULTS.generate_max_tokens)]
     pub max_tokens: usize,
@@ -204,9 +205,13 @@ pub fn run_generate(args: &GenerateArgs) -> Result<()> {
         &args.rule,
         &args.sampling,
         args.max_tokens,
-        args.chat,
+        &ChatArgs {
+            chat: args.chat.chat || args.messages.messages.is_some(),
+            ..args.chat.clone()
+        },
     )?
     .run;
+    let conversation = args.messages.read()?;
     let (target, open, _) =
         load::target(&args.model.model, args.model.device, &args.model.kernels)?;
     // Target-only never drafts: no draft model to load.
@@ -214,7 +219,11 @@ pub fn run_generate(args: &GenerateArgs) -> Result<()> {
         Method::Target => None,
         Method::Strict | Method::Mars => load::draft_model(&target, &run.drafter, &open)?,
     };
-    let ids = target.prompt_ids(&args.prompt, args.chat)?;
+    let ids = match (&conversation, &args.prompt) {
+        (Some(messages), _) => target.conversation_ids(messages)?,
+        (None, Some(prompt)) => target.prompt_ids(prompt, &run)?,
+        (None, None) => bail!("--prompt or --messages is required"),
+    };
     let prompt_tokens = ids.len();
     let mut out = std::io::stdout().lock();
     let (output, prefill_ms) = decode(&target, &run, method, draft_model.as_ref(), ids, |text| {

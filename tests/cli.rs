@@ -265,6 +265,126 @@ fn the_first_race_is_a_task_the_model_completes() {
     }
 }
 
+/// A conversation (`--messages`, OpenAI's shape) reaches the model through its own chat
+/// template: `--system` with `--prompt` is the same two messages, an earlier turn is what the
+/// answer draws on (absent without it), `compare` takes the same file, and malformed messages
+/// name the field.
+#[test]
+fn conversations_carry_a_system_message_and_earlier_turns() {
+    let Some(model) = smollm2() else { return };
+    let dir = std::env::temp_dir().join(format!("mars-messages-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, json: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, json).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let question = "What is my name and where do I live?";
+    let history = file(
+        "history.json",
+        &serde_json::json!({"model": "any", "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "My name is Ada and I live in Lisbon."},
+            {"role": "assistant", "content": "Nice to meet you, Ada! Lisbon is a beautiful city."},
+            {"role": "user", "content": question},
+        ]})
+        .to_string(),
+    );
+    let pair = file(
+        "pair.json",
+        &serde_json::json!([
+            {"role": "system", "content": "You are a pirate."},
+            {"role": "user", "content": "Say hello."},
+        ])
+        .to_string(),
+    );
+    let m = model.to_str().unwrap();
+    let generate = |extra: &[&str]| -> serde_json::Value {
+        let base = [
+            "generate",
+            "--model",
+            m,
+            "--device",
+            "cpu",
+            "--max-tokens",
+            "40",
+            "--json",
+        ];
+        let out = mars(&[&base[..], extra].concat(), "");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let flags = generate(&["--system", "You are a pirate.", "--prompt", "Say hello."]);
+    let file_pair = generate(&["--messages", &pair]);
+    assert_eq!(flags["prompt_tokens"], file_pair["prompt_tokens"]);
+    assert_eq!(flags["tokens"], file_pair["tokens"]);
+    let with_history = generate(&["--messages", &history]);
+    let without = generate(&["--chat", "--prompt", question]);
+    let answer = with_history["text"].as_str().unwrap();
+    assert!(answer.contains("Lisbon"), "{with_history}");
+    assert!(
+        !without["text"].as_str().unwrap().contains("Lisbon"),
+        "{without}"
+    );
+
+    let out = mars(
+        &[
+            "compare",
+            "--model",
+            m,
+            "--device",
+            "cpu",
+            "--max-tokens",
+            "16",
+            "--json",
+            "--messages",
+            &history,
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let prompt = &report["prompts"][0];
+    assert_eq!(prompt["prompt"], question);
+    assert_eq!(prompt["prompt_tokens"], with_history["prompt_tokens"]);
+    assert_eq!(report["settings"]["chat"], true);
+
+    let bad = file(
+        "bad.json",
+        r#"[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]"#,
+    );
+    let out = mars(&["generate", "--model", m, "--messages", &bad], "");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("messages[1].role: the last message must be the user's"),
+        "{err}"
+    );
+    let out = mars(
+        &[
+            "generate",
+            "--model",
+            m,
+            "--messages",
+            &pair,
+            "--prompt",
+            "x",
+        ],
+        "",
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// `mars generate --method strict` streams the target's own greedy tokens from a layer-skip
 /// chain and from a tree, drafting and keeping some; `--method mars` runs with its rule; the
 /// JSON names the method, the drafter and τ.

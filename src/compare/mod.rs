@@ -49,9 +49,8 @@ pub struct CommonArgs {
     /// At most this many prompts (per category with `mars bench`).
     #[arg(long)]
     pub limit: Option<usize>,
-    /// Wrap each prompt as a user turn with the model's chat template.
-    #[arg(long)]
-    pub chat: bool,
+    #[command(flatten)]
+    pub chat: args::ChatArgs,
     /// Most tokens generated per prompt and method.
     #[arg(long, default_value_t = DEFAULTS.max_tokens)]
     pub max_tokens: usize,
@@ -70,8 +69,10 @@ pub struct CompareArgs {
     pub prompt: Option<String>,
     /// JSONL prompts: Spec-Bench lines (`turns`, `category`; the first turn is used) or
     /// `{"prompt": ...}` lines. Without this or --prompt: three built-in chat prompts.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "messages")]
     pub prompts: Option<PathBuf>,
+    #[command(flatten)]
+    pub messages: args::MessagesArgs,
 }
 
 /// `mars bench` options: `compare` per category, written as markdown, JSON and SVG.
@@ -137,6 +138,9 @@ pub struct Settings {
     seed: u64,
     max_tokens: usize,
     chat: bool,
+    /// The system message before each user turn, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<String>,
     /// Where the target ran, and why where `--device auto` chose it.
     device: Backend,
     device_chosen: Option<String>,
@@ -173,7 +177,7 @@ impl Runner {
             &common.rule,
             &common.sampling,
             common.max_tokens,
-            common.chat,
+            &common.chat,
         )?;
         Self::new(
             resolved.model,
@@ -201,6 +205,7 @@ impl Runner {
             seed: run.seed,
             max_tokens: run.max_tokens,
             chat: run.chat,
+            system: run.system.clone(),
             device: open.backend,
             device_chosen: open.chosen.clone(),
         };
@@ -224,7 +229,14 @@ impl Runner {
     }
 
     fn run_prompt(&self, prompt: &Prompt) -> Result<PromptResult> {
-        let race = self.race(&prompt.text)?;
+        let race = match &prompt.messages {
+            Some(messages) => pollster::block_on(self.target.race_conversation(
+                messages,
+                &self.run,
+                self.draft_model.as_ref(),
+            ))?,
+            None => self.race(&prompt.text)?,
+        };
         let mut runs: Vec<MethodRun> = Vec::with_capacity(3);
         for method in [Method::Target, Method::Strict, Method::Mars] {
             let output = pollster::block_on(race.run(&self.run, method, |_| {}))?;
@@ -314,10 +326,14 @@ fn totals(results: &[PromptResult]) -> Totals {
 }
 
 pub fn run_compare(args: &CompareArgs) -> Result<()> {
-    let c = &args.common;
-    let prompts = match (&args.prompt, &args.prompts) {
-        (Some(text), _) => vec![Prompt::plain(text)],
-        (None, Some(path)) => prompts::read(
+    let mut c = args.common.clone();
+    let prompts = match (args.messages.read()?, &args.prompt, &args.prompts) {
+        (Some(messages), _, _) => {
+            c.chat.chat = true;
+            vec![Prompt::conversation(messages)]
+        }
+        (None, Some(text), _) => vec![Prompt::plain(text)],
+        (None, None, Some(path)) => prompts::read(
             path,
             &Selection {
                 category: c.category.as_deref(),
@@ -325,9 +341,9 @@ pub fn run_compare(args: &CompareArgs) -> Result<()> {
                 per_category: false,
             },
         )?,
-        (None, None) => prompts::default_prompts(),
+        (None, None, None) => prompts::default_prompts(),
     };
-    let runner = Runner::from_args(c)?;
+    let runner = Runner::from_args(&c)?;
     compare(&runner, &prompts, c.json)
 }
 

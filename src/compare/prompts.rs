@@ -5,13 +5,17 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
+use mars_engine::Message;
 use serde::Serialize;
 
-/// One prompt and its category, if the file gives one.
+/// One prompt and its category, if the file gives one; or a conversation (`--messages`),
+/// whose `text` is its last user turn.
 #[derive(Debug, Clone, Serialize)]
 pub struct Prompt {
     pub text: String,
     pub category: Option<String>,
+    #[serde(skip)]
+    pub messages: Option<Vec<Message>>,
 }
 
 impl Prompt {
@@ -19,6 +23,19 @@ impl Prompt {
         Self {
             text: text.to_string(),
             category: None,
+            messages: None,
+        }
+    }
+
+    /// A conversation, named in reports by its last message (the user's turn).
+    pub fn conversation(messages: Vec<Message>) -> Self {
+        Self {
+            text: messages
+                .last()
+                .map(|m| m.content.clone())
+                .unwrap_or_default(),
+            category: None,
+            messages: Some(messages),
         }
     }
 }
@@ -94,6 +111,7 @@ pub fn read(path: &Path, select: &Selection<'_>) -> Result<Vec<Prompt>> {
         out.push(Prompt {
             text: prompt.to_string(),
             category,
+            messages: None,
         });
     }
     ensure!(

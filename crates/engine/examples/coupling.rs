@@ -18,7 +18,9 @@
 use std::error::Error;
 use std::sync::Arc;
 
-use mars_engine::{AnyDrafter, Backend, CHAT_PROMPTS, DecodeConfig, Decoder, Target, WeightChoice};
+use mars_engine::{
+    AnyDrafter, Backend, CHAT_PROMPTS, DecodeConfig, Decoder, RunSettings, Target, WeightChoice,
+};
 use mars_formats::Gguf;
 use mars_model::Llama;
 use mars_verify::noise::coupled_acceptance;
@@ -77,7 +79,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let (mut pq_all, mut coupled_all, mut n_all) = (0.0, 0.0, 0usize);
     println!("prompt  seed  positions  p/q test (1 - TV)  coupled  coupled / p/q");
     for (i, seed) in (0..CHAT_PROMPTS.len()).flat_map(|i| (0..seeds).map(move |s| (i, s))) {
-        let ids = target.prompt_ids(CHAT_PROMPTS[i], true)?;
+        let ids = target.prompt_ids(CHAT_PROMPTS[i], &RunSettings::default())?;
         let config = DecodeConfig {
             k: 0,
             verify: VerifyConfig {

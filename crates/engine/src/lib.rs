@@ -29,7 +29,7 @@ pub use drafter::{
     check_same_tokenizer,
 };
 pub use error::{EngineError, Result};
-pub use mars_formats::LayerSpec;
+pub use mars_formats::{LayerSpec, Message, conversation};
 pub use mars_model::AdapterFacts;
 pub use race::{MethodOutput, Race};
 pub use session::{

@@ -3,6 +3,7 @@
 //! `eval` and the page's worker all go through here, so "prompt → prefill → one decoder per
 //! method" and the stop-token filtering of what a user sees exist once.
 
+use mars_formats::Message;
 use mars_model::Llama;
 use serde::Serialize;
 
@@ -45,7 +46,21 @@ impl Target {
         settings: &Resolved,
         draft_model: Option<&'t Llama>,
     ) -> Result<Race<'t>> {
-        let ids = self.prompt_ids(prompt, settings.chat)?;
+        let ids = self.prompt_ids(prompt, settings)?;
+        self.race_ids(ids, settings.max_tokens, draft_model).await
+    }
+
+    /// As [`Target::race`] from a conversation ([`Target::conversation_ids`]).
+    ///
+    /// # Errors
+    /// As [`Target::conversation_ids`] and [`Prefill::new`].
+    pub async fn race_conversation<'t>(
+        &'t self,
+        messages: &[Message],
+        settings: &Resolved,
+        draft_model: Option<&'t Llama>,
+    ) -> Result<Race<'t>> {
+        let ids = self.conversation_ids(messages)?;
         self.race_ids(ids, settings.max_tokens, draft_model).await
     }
 

@@ -329,6 +329,9 @@ pub struct RunSettings {
     pub seed: u64,
     /// Wrap the prompt as a user turn in the model's chat template.
     pub chat: bool,
+    /// With `chat`: a system message before the user's turn.
+    #[serde(default)]
+    pub system: Option<String>,
     /// A model drafter (draft model or layer skip) proposes only token ids below this;
     /// `None`: the whole vocabulary. Its output head then runs on those rows only
     /// ([`Llama::with_vocab_limit`]); verification stays exact. Prompt lookup ignores it.
@@ -369,6 +372,7 @@ impl Default for RunSettings {
             max_tokens: DEFAULTS.max_tokens,
             seed: DEFAULTS.seed,
             chat: true,
+            system: None,
             draft_vocab: None,
             tree: 0,
             branch: DEFAULTS.branch,
@@ -453,6 +457,13 @@ impl RunSettings {
                 field: "branch",
                 value: "0".into(),
                 why: "a tree needs at least one child per node",
+            });
+        }
+        if self.system.is_some() && !self.chat {
+            return Err(EngineError::Config {
+                field: "system",
+                value: "set".into(),
+                why: "a system message is rendered by the chat template: needs chat",
             });
         }
         crate::drafter::check_min_p(self.tree_min_p)?;
@@ -640,20 +651,39 @@ impl Target {
         &self.info
     }
 
-    /// The prompt's token ids: raw text (a BOS only if the model asks for one), or with `chat`
-    /// a user turn rendered by the model's chat template (which writes any BOS itself).
+    /// The prompt's token ids as `settings` say: raw text (a BOS only if the model asks for
+    /// one), or with `chat` a user turn, after `system` where set, rendered by the model's chat
+    /// template.
+    ///
+    /// # Errors
+    /// As [`Target::conversation_ids`], or [`EngineError::EmptyPrompt`] when the raw text
+    /// tokenizes to nothing.
+    pub fn prompt_ids(&self, prompt: &str, settings: &RunSettings) -> Result<Vec<u32>> {
+        if settings.chat {
+            let mut messages = Vec::with_capacity(2);
+            if let Some(system) = &settings.system {
+                messages.push(Message::new("system", system.as_str()));
+            }
+            messages.push(Message::new("user", prompt));
+            return self.conversation_ids(&messages);
+        }
+        let ids = self.tokenizer.encode(prompt, true)?;
+        if ids.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        Ok(ids)
+    }
+
+    /// A conversation's token ids ([`mars_formats::conversation`] reads one), rendered by the
+    /// model's chat template (which writes any BOS itself) up to the assistant's next turn.
     ///
     /// # Errors
     /// [`EngineError::NoChatTemplate`], a template or tokenizer failure, or
-    /// [`EngineError::EmptyPrompt`] when the text tokenizes to nothing.
-    pub fn prompt_ids(&self, prompt: &str, chat: bool) -> Result<Vec<u32>> {
-        let ids = if chat {
-            let template = self.template.as_ref().ok_or(EngineError::NoChatTemplate)?;
-            let text = template.render(&[Message::new("user", prompt)], true)?;
-            self.tokenizer.encode(&text, false)?
-        } else {
-            self.tokenizer.encode(prompt, true)?
-        };
+    /// [`EngineError::EmptyPrompt`] when it tokenizes to nothing.
+    pub fn conversation_ids(&self, messages: &[Message]) -> Result<Vec<u32>> {
+        let template = self.template.as_ref().ok_or(EngineError::NoChatTemplate)?;
+        let text = template.render(messages, true)?;
+        let ids = self.tokenizer.encode(&text, false)?;
         if ids.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }

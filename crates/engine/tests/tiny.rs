@@ -430,6 +430,19 @@ fn model_drafter_trees(options: LoadOptions) {
             ..
         })
     ));
+    // A system message is rendered by the chat template: without chat it would be dropped.
+    let system = RunSettings {
+        chat: false,
+        system: Some("Be brief.".into()),
+        ..RunSettings::default()
+    };
+    assert!(matches!(
+        system.resolve(),
+        Err(EngineError::Config {
+            field: "system",
+            ..
+        })
+    ));
 }
 
 /// A tree's probability floor keeps the nodes whose path is at least that probable: with a

@@ -4,6 +4,7 @@
 
 use minijinja::{Environment, Error, ErrorKind, context};
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::error::{FormatError, Result};
 
@@ -26,6 +27,110 @@ impl Message {
             role: role.into(),
             content: content.into(),
         }
+    }
+}
+
+/// The roles a conversation may hold.
+pub const ROLES: [&str; 3] = ["system", "user", "assistant"];
+
+fn conversation_err(field: impl Into<String>, problem: impl Into<String>) -> FormatError {
+    FormatError::Conversation {
+        field: field.into(),
+        problem: problem.into(),
+    }
+}
+
+/// A message's text: a string, or OpenAI's list of content parts of which only `text` parts
+/// are taken (joined with newlines).
+fn content_text(value: &Value, field: &str) -> Result<String> {
+    match value {
+        Value::String(text) => Ok(text.clone()),
+        Value::Array(parts) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for (i, part) in parts.iter().enumerate() {
+                let here = format!("{field}[{i}]");
+                match (part.get("type").and_then(Value::as_str), part.get("text")) {
+                    (Some("text"), Some(Value::String(text))) => texts.push(text.as_str()),
+                    (Some("text"), _) => {
+                        return Err(conversation_err(
+                            format!("{here}.text"),
+                            "expected a string",
+                        ));
+                    }
+                    (kind, _) => {
+                        return Err(conversation_err(
+                            format!("{here}.type"),
+                            format!("only text parts are supported, got {kind:?}"),
+                        ));
+                    }
+                }
+            }
+            Ok(texts.join("\n"))
+        }
+        other => Err(conversation_err(
+            field,
+            format!("expected a string or a list of text parts, got {other}"),
+        )),
+    }
+}
+
+/// A conversation in OpenAI's message shape, from JSON: a list of `{"role", "content"}`
+/// objects, or an object whose `messages` field is one (a chat-completion request body).
+/// Roles are `system` (first message only), `user` and `assistant`; the last message is the
+/// user's, the turn the model answers. Other fields of a message (`name`, ...) are ignored.
+///
+/// # Errors
+/// [`FormatError::Conversation`] naming the field at fault.
+pub fn conversation(json: &str) -> Result<Vec<Message>> {
+    let value: Value = serde_json::from_str(json)
+        .map_err(|e| conversation_err("messages", format!("not JSON: {e}")))?;
+    let list = match &value {
+        Value::Array(list) => list,
+        Value::Object(object) => match object.get("messages") {
+            Some(Value::Array(list)) => list,
+            _ => return Err(conversation_err("messages", "expected a list of messages")),
+        },
+        _ => {
+            return Err(conversation_err(
+                "messages",
+                "expected a list of messages or an object with one",
+            ));
+        }
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for (i, message) in list.iter().enumerate() {
+        let field = format!("messages[{i}]");
+        let role = match message.get("role") {
+            Some(Value::String(role)) if ROLES.contains(&role.as_str()) => role.as_str(),
+            Some(other) => {
+                return Err(conversation_err(
+                    format!("{field}.role"),
+                    format!("expected one of {ROLES:?}, got {other}"),
+                ));
+            }
+            None => return Err(conversation_err(format!("{field}.role"), "missing")),
+        };
+        if role == "system" && i > 0 {
+            return Err(conversation_err(
+                format!("{field}.role"),
+                "a system message may only come first",
+            ));
+        }
+        let content = message
+            .get("content")
+            .ok_or_else(|| conversation_err(format!("{field}.content"), "missing"))?;
+        out.push(Message::new(
+            role,
+            content_text(content, &format!("{field}.content"))?,
+        ));
+    }
+    match out.last() {
+        None => Err(conversation_err("messages", "empty")),
+        Some(last) if last.role != "user" => Err(conversation_err(
+            format!("messages[{}].role", out.len() - 1),
+            format!("the last message must be the user's, got {:?}", last.role),
+        )),
+        Some(_) => Ok(out),
     }
 }
 

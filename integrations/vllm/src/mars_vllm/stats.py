@@ -2,8 +2,9 @@
 
 Summed on the device every step (no host sync); read on demand with `snapshot()`, which is the
 one place a sync happens. Counters are per process: with vLLM's multiprocessing they live in the
-worker (the plugin logs them there every `MARS_VLLM_LOG_INTERVAL` seconds); with
-`VLLM_ENABLE_V1_MULTIPROCESSING=0` they can be read in the caller's process.
+worker, which logs them every `MARS_VLLM_LOG_INTERVAL` seconds and exports them to the API
+server's `/metrics` (metrics.py); with `VLLM_ENABLE_V1_MULTIPROCESSING=0` they can be read in the
+caller's process.
 """
 
 from __future__ import annotations
@@ -31,11 +32,15 @@ class Stats:
             self._steps += 1
 
     def snapshot(self) -> dict[str, float]:
+        # A copy under the lock (queued on the device, no wait), read outside it: a reader on
+        # another thread (metrics.Exporter) never holds up `add` while the device catches up.
         with self._lock:
-            values = [0.0] * len(STAT_NAMES) if self._sums is None else self._sums.tolist()
-            out = dict(zip(STAT_NAMES, values, strict=True))
-            out["steps"] = float(self._steps)
-            return out
+            sums = None if self._sums is None else self._sums.clone()
+            steps = self._steps
+        values = [0.0] * len(STAT_NAMES) if sums is None else sums.tolist()
+        out = dict(zip(STAT_NAMES, values, strict=True))
+        out["steps"] = float(steps)
+        return out
 
     def reset(self) -> None:
         with self._lock:
