@@ -73,12 +73,25 @@ pub struct KernelArgs {
     /// The GPU kernels' KV cache: f16 (default: half the memory, as llama.cpp) or f32.
     #[arg(long, value_name = "f16|f32")]
     pub kv_cache: Option<mars_model::KvType>,
+    /// The longest prompt plus generation a run may hold (default 4096, llama.cpp's; at most
+    /// the model's context length): sizes the RoPE tables and every cache, and what the load's
+    /// memory check reserves a KV cache and step buffers for.
+    #[arg(long, value_name = "POSITIONS")]
+    pub context: Option<usize>,
 }
+
+/// The context a run may hold unless `--context` says otherwise (llama.cpp's default).
+pub const DEFAULT_CONTEXT: usize = 4096;
 
 impl KernelArgs {
     /// The user's choice, resolved for a device by [`mars_engine::OpenDevice::weights`].
     pub fn choice(&self) -> WeightChoice {
         self.kernels.unwrap_or_default()
+    }
+
+    /// `--context`, or [`DEFAULT_CONTEXT`].
+    pub fn context(&self) -> usize {
+        self.context.unwrap_or(DEFAULT_CONTEXT)
     }
 }
 

@@ -135,9 +135,15 @@ pub fn target(
             _ => eprintln!("wgpu adapter: {adapter}"),
         }
     }
-    let options = open.options(weights.path);
-    let target = with_gguf(path, |g| Ok(Target::from_gguf(g, &open.device, options)?))?;
+    let options = open.options(weights.path, Some(kernels.context()));
+    let (target, needs) = with_gguf(path, |g| {
+        let needs = Llama::memory_needs(g, options)?;
+        Ok((Target::from_gguf(g, &open.device, options)?, needs))
+    })?;
     note_converted(target.model());
+    let mut open = open;
+    // A draft model is checked against what the target leaves.
+    open.reserve(needs.total());
     Ok((target, open, weights.path))
 }
 
@@ -164,7 +170,8 @@ pub fn draft_model(
     open: &OpenDevice,
 ) -> Result<Option<Llama>> {
     // The draft model runs on the target's path (one kernel pool, one device).
-    let options = open.options(target.model().weight_path());
+    let context = target.info().context_length;
+    let options = open.options(target.model().weight_path(), Some(context));
     let DrafterSpec::Model(path) = spec else {
         return Ok(None);
     };

@@ -385,6 +385,46 @@ fn conversations_carry_a_system_message_and_earlier_turns() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `--context` bounds a run (prompt plus generation) below the file's context: the run stops
+/// there, saying so; 0 positions is refused by name.
+#[test]
+fn the_context_option_bounds_a_run() {
+    let Some(model) = smollm2() else { return };
+    let m = model.to_str().unwrap();
+    let base = [
+        "generate",
+        "--model",
+        m,
+        "--device",
+        "cpu",
+        "--json",
+        "--max-tokens",
+        "40",
+    ];
+    let out = mars(
+        &[&base[..], &["--prompt", "Count to ten.", "--context", "12"]].concat(),
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["stop_reason"], "context", "{report}");
+    let held = report["prompt_tokens"].as_u64().unwrap()
+        + report["tokens"].as_array().unwrap().len() as u64;
+    // Every token but the last is in the cache; the last is emitted, never fed.
+    assert!(held <= 12 + 1, "{report}");
+    let out = mars(
+        &[&base[..], &["--prompt", "Hi", "--context", "0"]].concat(),
+        "",
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("context is 0"), "{err}");
+}
+
 /// `mars generate --method strict` streams the target's own greedy tokens from a layer-skip
 /// chain and from a tree, drafting and keeping some; `--method mars` runs with its rule; the
 /// JSON names the method, the drafter and τ.

@@ -181,6 +181,8 @@ function setupControls(d) {
   $("#run").addEventListener("click", () => run());
   $("#stop").addEventListener("click", () => stop());
   $("#reload").addEventListener("click", () => restart());
+  $("#keep-turns").addEventListener("change", () => showTurns());
+  $("#new-conversation").addEventListener("click", () => { turns = []; showTurns(); });
   $("#copy-link").addEventListener("click", () => copy(shareLink(), "link"));
   $("#copy-summary").addEventListener("click", () => copy($("#summary").textContent, "summary"));
   $("#draft").addEventListener("change", showDraftUrl);
@@ -668,6 +670,34 @@ function currentSettings() {
   return s;
 }
 
+// "Keep the conversation": each finished race's prompt and plain decoding's answer (the
+// reference pane; strict's is the same text when greedy), the last KEPT_EXCHANGES of them sent
+// as earlier turns before the next prompt (the engine renders them with the chat template).
+const KEPT_EXCHANGES = 4;
+let turns = []; // [prompt, answer] pairs, oldest first
+let racedPrompt = "";
+
+function showTurns() {
+  const n = turns.length;
+  $("#turns").textContent = !$("#keep-turns").checked ? ""
+    : n ? `${n} earlier exchange${n > 1 ? "s" : ""} before the prompt` : "the next race starts it";
+  $("#new-conversation").hidden = n === 0;
+}
+
+function history() {
+  if (!$("#keep-turns").checked) return [];
+  return turns.flatMap(([user, assistant]) => [{ role: "user", content: user }, { role: "assistant", content: assistant }]);
+}
+
+function keepTurn() {
+  // Once a race: each pane's last step may already say it stopped, so "all stopped" can be
+  // seen at more than one pane's done.
+  if (!$("#keep-turns").checked || !racedPrompt) return;
+  turns = [...turns, [racedPrompt, paneEl("target").querySelector(".output").textContent]].slice(-KEPT_EXCHANGES);
+  racedPrompt = "";
+  showTurns();
+}
+
 async function run() {
   if (running) return;
   setRunning(true);
@@ -675,9 +705,12 @@ async function run() {
   if (!(await loadOrFail(async () => { await ensureModel(); await ensureDraft(); }))) return;
   resetPanes();
   status("racing…");
+  // Earlier turns are rendered by the chat template: keeping them turns chat on.
+  if ($("#keep-turns").checked) $("#chat").checked = true;
   const settings = currentSettings();
   raced = { settings, model: $("#model-url").value.trim(), sequential: $("#sequential").checked };
-  worker.postMessage({ type: "race", prompt: $("#prompt").value, settings, methods: PANES, together: !raced.sequential });
+  racedPrompt = $("#prompt").value;
+  worker.postMessage({ type: "race", prompt: racedPrompt, history: history(), settings, methods: PANES, together: !raced.sequential });
   $("#stop").hidden = false;
 }
 
@@ -759,6 +792,7 @@ function onDone(pane, summary) {
     const s = speedups();
     status(`done: strict ${fmtX(s.strict)}, MARS ${fmtX(s.mars)} against plain decoding`);
     showSummary(false);
+    keepTurn();
   }
 }
 

@@ -545,6 +545,36 @@ if (existsSync(big)) {
       cdn.close();
     }
   });
+
+  // "Keep the conversation": the second race is given the first exchange (its prompt and plain
+  // decoding's answer) as earlier turns, rendered by the model's template: plain decoding's
+  // second answer equals native greedy over the same three messages (mars generate --messages).
+  await test("a kept conversation: the next race follows the earlier exchange, plain equals native greedy over the same messages", async () => {
+    await withPage([], async (page) => {
+      // A link naming a model loads it at once.
+      await page.goto(url({ model: "models/SmolLM2-135M-Instruct.Q4_1.gguf", draft: "ngram", chat: "1", "max-tokens": "24", backend: "cpu" }));
+      await page.waitForFunction(() => /model loaded/.test(document.querySelector("#status").textContent), null, { timeout: 240_000 });
+      await page.check("#keep-turns");
+      const first = "My name is Ada and I live in Lisbon.";
+      const second = "What is my name and where do I live?";
+      await page.fill("#prompt", first);
+      await page.click("#run");
+      await page.waitForFunction(() => /^1 earlier exchange/.test(document.querySelector("#turns").textContent), null, { timeout: 540_000 });
+      const answer = await text(page, "target");
+      await page.fill("#prompt", second);
+      await page.click("#run");
+      await page.waitForFunction(() => /^2 earlier exchanges/.test(document.querySelector("#turns").textContent), null, { timeout: 540_000 });
+      const file = join(outDir, "conversation.json");
+      writeFileSync(file, JSON.stringify([{ role: "user", content: first }, { role: "assistant", content: answer }, { role: "user", content: second }]));
+      const expected = JSON.parse(execFileSync(marsBin, ["generate", "--model", big, "--messages", file, "--max-tokens", "24", "--json"]).toString()).text;
+      const got = await text(page, "target");
+      console.log(`  first answer: ${JSON.stringify(answer)}; second: ${JSON.stringify(got)}; status: ${await page.textContent("#status")}`);
+      assert(got === expected, `plain ${JSON.stringify(got)} != native ${JSON.stringify(expected)}`);
+      assert(await text(page, "strict") === expected, "strict's text differs from plain decoding's");
+      await page.click("#new-conversation");
+      assert(await page.isHidden("#new-conversation"), "New conversation did not clear the turns");
+    });
+  });
 }
 
 server.close();

@@ -67,7 +67,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     let open = pollster::block_on(Backend::Cpu.open())?;
     let weights = open.weights(WeightChoice::Packed, Some(threads), None)?;
-    let options = open.options(weights.path);
+    let options = open.options(weights.path, None);
     let bytes = std::fs::read(target_path)?;
     let target = Target::from_gguf(&Gguf::parse(&bytes)?, &open.device, options)?;
     drop(bytes);

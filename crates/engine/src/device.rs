@@ -94,8 +94,9 @@ thread_local! {
 
 impl Backend {
     /// Opens the device (the wgpu one only the first time) with its limits: on the CPU the
-    /// available RAM (Linux), on wgpu the adapter's largest buffer (browsers and wgpu report no
-    /// device memory, so a failed allocation surfaces as an error there).
+    /// available RAM (Linux); on wgpu the adapter's largest buffer and, where its driver reports
+    /// it ([`crate::memory::free_memory`]: NVIDIA, AMD on Linux), its free memory (browsers and
+    /// other adapters report none, so a failed allocation surfaces as an error there).
     ///
     /// # Errors
     /// [`EngineError::Device`] when no adapter can be had; [`EngineError::BackendUnavailable`]
@@ -261,21 +262,29 @@ impl OpenDevice {
         Ok(Weights { path, notes })
     }
 
-    /// The loader's options for `path` on this device.
-    pub fn options(&self, path: WeightPath) -> LoadOptions {
+    /// The loader's options for `path` on this device, for runs of at most `context`
+    /// positions (`None`: the file's context).
+    pub fn options(&self, path: WeightPath, context: Option<usize>) -> LoadOptions {
         LoadOptions {
             weights: path,
             limits: self.limits,
+            context,
         }
     }
 
-    /// The loader's options for the default choice (packed blocks, threads per core): what the
-    /// page uses.
+    /// The loader's options for the default choice (packed blocks, threads per core) and the
+    /// file's context: what the page uses.
     pub fn default_options(&self) -> LoadOptions {
         let path = self
             .weights(WeightChoice::Packed, None, None)
             .map_or(WeightPath::F32, |w| w.path);
-        self.options(path)
+        self.options(path, None)
+    }
+
+    /// Takes what a loaded model needs off the memory left for the next one (a draft model
+    /// beside its target), so that the pair is checked against the device together.
+    pub fn reserve(&mut self, bytes: u64) {
+        self.limits.max_total_bytes = self.limits.max_total_bytes.map(|m| m.saturating_sub(bytes));
     }
 }
 
@@ -305,6 +314,18 @@ async fn open_wgpu(seen: Option<AdapterFacts>) -> Result<OpenDevice> {
         .map_err(|e| EngineError::Device(e.to_string()))?;
     let limits = setup.adapter.limits();
     let info = setup.adapter.get_info();
+    // The adapter's free memory where its driver reports it (natively: NVML, amdgpu's sysfs).
+    let free = crate::memory::free_memory(info.vendor, &info.device_pci_bus_id);
+    let memory = free.as_ref().map_or_else(
+        || "; device memory not reported, not checked".to_string(),
+        |f| {
+            format!(
+                "; {:.1} GiB free ({})",
+                f.bytes as f64 / 1_073_741_824.0,
+                f.source
+            )
+        },
+    );
     Ok(OpenDevice {
         backend: Backend::Wgpu,
         chosen: None,
@@ -315,9 +336,9 @@ async fn open_wgpu(seen: Option<AdapterFacts>) -> Result<OpenDevice> {
                     .max_storage_buffer_binding_size
                     .min(limits.max_buffer_size),
             ),
-            max_total_bytes: None,
+            max_total_bytes: free.map(|f| f.bytes),
         },
-        adapter: Some(format!("{} ({:?})", info.name, info.backend)),
+        adapter: Some(format!("{} ({:?}){memory}", info.name, info.backend)),
         gpu: Some(GpuCaps {
             blocks_unsupported: mars_model::blocks_unsupported(&setup.adapter).map(str::to_string),
             subgroups: mars_model::subgroup_lanes(&setup.adapter),

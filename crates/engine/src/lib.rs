@@ -16,6 +16,7 @@ mod decoder;
 mod device;
 mod drafter;
 mod error;
+pub mod memory;
 mod race;
 mod session;
 

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::decoder::{Decoder, Prefill, RunSummary, StepRecord};
 use crate::drafter::AnyDrafter;
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::session::{Method, Resolved, Target};
 
 /// A prompt after its prefill, from which every method starts.
@@ -48,6 +48,35 @@ impl Target {
     ) -> Result<Race<'t>> {
         let ids = self.prompt_ids(prompt, settings)?;
         self.race_ids(ids, settings.max_tokens, draft_model).await
+    }
+
+    /// As [`Target::race`] after earlier turns of a conversation (`history`, user and
+    /// assistant messages, oldest first; [`crate::RunSettings::messages`]); an empty history is
+    /// [`Target::race`] itself.
+    ///
+    /// # Errors
+    /// As [`Target::race`]; a history without chat is refused by name, and one the rules of
+    /// [`mars_formats::check_conversation`] refuse.
+    pub async fn race_after<'t>(
+        &'t self,
+        history: &[Message],
+        prompt: &str,
+        settings: &Resolved,
+        draft_model: Option<&'t Llama>,
+    ) -> Result<Race<'t>> {
+        if history.is_empty() {
+            return self.race(prompt, settings, draft_model).await;
+        }
+        if !settings.chat {
+            return Err(EngineError::Config {
+                field: "history",
+                value: format!("{} messages", history.len()),
+                why: "earlier turns are rendered by the chat template: needs chat",
+            });
+        }
+        let messages = settings.messages(history, prompt);
+        self.race_conversation(&messages, settings, draft_model)
+            .await
     }
 
     /// As [`Target::race`] from a conversation ([`Target::conversation_ids`]).

@@ -481,6 +481,18 @@ impl RunSettings {
         Ok(())
     }
 
+    /// The conversation a chat run renders: the system message if set, the earlier turns
+    /// (`history`, oldest first), then `prompt` as the user's turn.
+    pub fn messages(&self, history: &[Message], prompt: &str) -> Vec<Message> {
+        let mut out = Vec::with_capacity(history.len() + 2);
+        if let Some(system) = &self.system {
+            out.push(Message::new("system", system.as_str()));
+        }
+        out.extend_from_slice(history);
+        out.push(Message::new("user", prompt));
+        out
+    }
+
     /// The drafter's label for reports, with its vocabulary limit where one applies.
     pub fn drafter_label(&self) -> String {
         match (&self.drafter, self.draft_vocab) {
@@ -660,12 +672,7 @@ impl Target {
     /// tokenizes to nothing.
     pub fn prompt_ids(&self, prompt: &str, settings: &RunSettings) -> Result<Vec<u32>> {
         if settings.chat {
-            let mut messages = Vec::with_capacity(2);
-            if let Some(system) = &settings.system {
-                messages.push(Message::new("system", system.as_str()));
-            }
-            messages.push(Message::new("user", prompt));
-            return self.conversation_ids(&messages);
+            return self.conversation_ids(&settings.messages(&[], prompt));
         }
         let ids = self.tokenizer.encode(prompt, true)?;
         if ids.is_empty() {
@@ -678,9 +685,11 @@ impl Target {
     /// model's chat template (which writes any BOS itself) up to the assistant's next turn.
     ///
     /// # Errors
+    /// A conversation [`mars_formats::check_conversation`] refuses,
     /// [`EngineError::NoChatTemplate`], a template or tokenizer failure, or
     /// [`EngineError::EmptyPrompt`] when it tokenizes to nothing.
     pub fn conversation_ids(&self, messages: &[Message]) -> Result<Vec<u32>> {
+        mars_formats::check_conversation(messages)?;
         let template = self.template.as_ref().ok_or(EngineError::NoChatTemplate)?;
         let text = template.render(messages, true)?;
         let ids = self.tokenizer.encode(&text, false)?;

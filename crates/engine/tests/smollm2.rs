@@ -499,3 +499,68 @@ fn check(device: &Device, options: LoadOptions, near_tie: f32, quick: bool) {
         "drafts were almost never kept: the comparison would be vacuous"
     );
 }
+
+/// Earlier turns (the page's kept conversation): `race_after` renders the system message, the
+/// history and the prompt in that order, as the same messages given whole; no history is the
+/// plain race; a history without chat, or one the conversation rules refuse, is refused by name.
+#[test]
+fn a_race_after_earlier_turns_renders_them_before_the_prompt() {
+    use mars_engine::{EngineError, RunSettings, Target};
+    let Some(bytes) = models::bytes(models::SMOLLM2) else {
+        return;
+    };
+    let g = Gguf::parse(&bytes).unwrap();
+    let options = LoadOptions::with_weights(WeightPath::CpuPacked { threads: 2 });
+    let target = Target::from_gguf(&g, &Device::flex(), options).unwrap();
+    let settings = RunSettings {
+        system: Some("Be brief.".into()),
+        max_tokens: 4,
+        ..RunSettings::default()
+    }
+    .resolve()
+    .unwrap();
+    let history = [
+        Message::new("user", "My name is Ada."),
+        Message::new("assistant", "Hello, Ada."),
+    ];
+    let ids = |h: &[Message]| {
+        let race = pollster::block_on(target.race_after(h, "What is my name?", &settings, None));
+        race.map(|r| r.prompt_ids().to_vec())
+    };
+    let whole = [
+        Message::new("system", "Be brief."),
+        history[0].clone(),
+        history[1].clone(),
+        Message::new("user", "What is my name?"),
+    ];
+    assert_eq!(
+        ids(&history).unwrap(),
+        target.conversation_ids(&whole).unwrap()
+    );
+    assert_eq!(
+        ids(&[]).unwrap(),
+        target.prompt_ids("What is my name?", &settings).unwrap()
+    );
+    assert!(ids(&history).unwrap().len() > ids(&[]).unwrap().len());
+    let stray = [Message::new("system", "Be long."), history[1].clone()];
+    let err = ids(&stray).unwrap_err().to_string();
+    assert!(
+        err.contains("a system message may only come first"),
+        "{err}"
+    );
+    let raw = RunSettings {
+        chat: false,
+        max_tokens: 4,
+        ..RunSettings::default()
+    }
+    .resolve()
+    .unwrap();
+    let refused = pollster::block_on(target.race_after(&history, "x", &raw, None));
+    assert!(matches!(
+        refused,
+        Err(EngineError::Config {
+            field: "history",
+            ..
+        })
+    ));
+}

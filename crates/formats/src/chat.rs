@@ -3,7 +3,7 @@
 //! reach the host, and a fuel limit that stops runaway loops.
 
 use minijinja::{Environment, Error, ErrorKind, context};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{FormatError, Result};
@@ -12,7 +12,7 @@ use crate::error::{FormatError, Result};
 const FUEL: u64 = 1_000_000;
 
 /// One message of a conversation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     /// `system`, `user` or `assistant`.
     pub role: String,
@@ -101,7 +101,7 @@ pub fn conversation(json: &str) -> Result<Vec<Message>> {
     for (i, message) in list.iter().enumerate() {
         let field = format!("messages[{i}]");
         let role = match message.get("role") {
-            Some(Value::String(role)) if ROLES.contains(&role.as_str()) => role.as_str(),
+            Some(Value::String(role)) => role.as_str(),
             Some(other) => {
                 return Err(conversation_err(
                     format!("{field}.role"),
@@ -110,12 +110,6 @@ pub fn conversation(json: &str) -> Result<Vec<Message>> {
             }
             None => return Err(conversation_err(format!("{field}.role"), "missing")),
         };
-        if role == "system" && i > 0 {
-            return Err(conversation_err(
-                format!("{field}.role"),
-                "a system message may only come first",
-            ));
-        }
         let content = message
             .get("content")
             .ok_or_else(|| conversation_err(format!("{field}.content"), "missing"))?;
@@ -124,13 +118,37 @@ pub fn conversation(json: &str) -> Result<Vec<Message>> {
             content_text(content, &format!("{field}.content"))?,
         ));
     }
-    match out.last() {
+    check_conversation(&out)?;
+    Ok(out)
+}
+
+/// The rules a conversation keeps, however it was made (a file, the page's kept turns): known
+/// roles, a system message only first, the user's turn last.
+///
+/// # Errors
+/// [`FormatError::Conversation`] naming the message at fault.
+pub fn check_conversation(messages: &[Message]) -> Result<()> {
+    for (i, m) in messages.iter().enumerate() {
+        if !ROLES.contains(&m.role.as_str()) {
+            return Err(conversation_err(
+                format!("messages[{i}].role"),
+                format!("expected one of {ROLES:?}, got {:?}", m.role),
+            ));
+        }
+        if m.role == "system" && i > 0 {
+            return Err(conversation_err(
+                format!("messages[{i}].role"),
+                "a system message may only come first",
+            ));
+        }
+    }
+    match messages.last() {
         None => Err(conversation_err("messages", "empty")),
         Some(last) if last.role != "user" => Err(conversation_err(
-            format!("messages[{}].role", out.len() - 1),
+            format!("messages[{}].role", messages.len() - 1),
             format!("the last message must be the user's, got {:?}", last.role),
         )),
-        Some(_) => Ok(out),
+        Some(_) => Ok(()),
     }
 }
 

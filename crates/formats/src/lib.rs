@@ -18,7 +18,7 @@ pub mod quant;
 pub mod safetensors;
 pub mod tokenizer;
 
-pub use chat::{ChatTemplate, Message, conversation};
+pub use chat::{ChatTemplate, Message, check_conversation, conversation};
 pub use error::{FormatError, Result};
 pub use gguf::{Gguf, GgufWriter, ReadAt, TensorInfo, Value};
 pub use layers::{LayerSpec, check_layer_subset};

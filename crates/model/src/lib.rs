@@ -42,6 +42,7 @@ pub use gpu::{
     submit_every, submit_every_on,
 };
 pub use llama::Llama;
+pub use load::MemoryNeeds;
 pub use logits::{ChainLink, Logits, RowSummary, SummaryChain, read_f32, read_f32_async};
 /// What the GPU path's kernels have asked of the device so far (zeros without it).
 pub use mars_kernels::{GpuCounts, GpuKernelKind, gpu_counts};

@@ -50,6 +50,7 @@ impl Llama {
         device: &Device,
         options: LoadOptions,
     ) -> Result<Self> {
+        let c = bounded(c, options)?;
         Self::check_weights(&c, g, options)?;
         let body = match options.weights {
             WeightPath::CpuPacked { threads } => Body::Cpu(CpuModel::load(&c, g, threads)?),
@@ -81,15 +82,40 @@ impl Llama {
     /// # Errors
     /// As [`Llama::from_gguf`], short of errors reading the data itself.
     pub fn check_gguf(g: &Gguf<'_>, options: LoadOptions) -> Result<LlamaConfig> {
-        let c = LlamaConfig::from_gguf(g)?;
+        let c = bounded(LlamaConfig::from_gguf(g)?, options)?;
         Self::check_weights(&c, g, options)?;
         Ok(c)
+    }
+
+    /// What loading `g` with `options` asks of the device's memory ([`MemoryNeeds`]), from a
+    /// header alone.
+    ///
+    /// # Errors
+    /// As [`Llama::check_gguf`]'s configuration and table checks.
+    pub fn memory_needs(g: &Gguf<'_>, options: LoadOptions) -> Result<MemoryNeeds> {
+        let c = bounded(LlamaConfig::from_gguf(g)?, options)?;
+        c.validate()?;
+        MemoryNeeds::of(&c, g, options)
     }
 
     fn check_weights(c: &LlamaConfig, g: &dyn Weights, options: LoadOptions) -> Result<()> {
         c.validate()?;
         check_tensors(c, g)?;
         check_memory(c, g, options)
+    }
+}
+
+/// The configuration with its context bounded by `options.context` (never above the file's).
+fn bounded(mut c: LlamaConfig, options: LoadOptions) -> Result<LlamaConfig> {
+    match options.context {
+        Some(0) => Err(ModelError::Config(
+            "context is 0: a run needs at least one position".into(),
+        )),
+        Some(n) => {
+            c.context_length = c.context_length.min(n);
+            Ok(c)
+        }
+        None => Ok(c),
     }
 }
 
@@ -129,11 +155,95 @@ fn check_tensors(c: &LlamaConfig, g: &dyn Weights) -> Result<()> {
     Ok(())
 }
 
-/// Refuses a model whose weights cannot fit, before anything is allocated (so a too-large model
-/// costs nothing but the message): on the burn path the largest single tensor in f32 against the
-/// device's buffer limit and every weight in f32 against the memory budget; on the packed path
-/// the matrices as they will be held (stored blocks, or Q8_0 for converted types) against the
-/// budget.
+/// What a load asks of the device's memory, each part named in a refusal: the weights as the
+/// path holds them, the RoPE tables, and one run over the whole context (a KV cache and the
+/// step buffers of a prefill that fills it, the largest pass a run makes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryNeeds {
+    /// What `weights` are ("the weights in f32", "the weights as packed blocks").
+    pub what: &'static str,
+    /// Bytes of the weights.
+    pub weights: u64,
+    /// RoPE cos / sin tables `[context, head_dim / 2]` f32, two of them.
+    pub tables: u64,
+    /// The KV cache over `context` positions, at the path's cache type.
+    pub kv_cache: u64,
+    /// Activations of one pass over `context` rows (hidden, q / k / v, attention, gate / up,
+    /// their product, the output), f32, and a verification pass's logits.
+    pub steps: u64,
+    /// Positions the cache and the steps are sized for.
+    pub context: usize,
+}
+
+impl MemoryNeeds {
+    /// Rows of logits a verification pass may read back (a tree of up to 32 nodes).
+    const LOGIT_ROWS: u64 = 32;
+
+    /// The needs of model `c` (context already bounded) on `options`' path, from the tensor
+    /// table alone.
+    ///
+    /// # Errors
+    /// A tensor the packed path cannot hold, or a size that overflows.
+    pub fn of(c: &LlamaConfig, g: &dyn Weights, options: LoadOptions) -> Result<Self> {
+        let (d, ff, v) = (c.d_model as u64, c.d_ff as u64, c.vocab_size as u64);
+        let q = (c.n_heads as u64).saturating_mul(c.head_dim as u64);
+        let kv = (c.n_kv_heads as u64).saturating_mul(c.head_dim as u64);
+        let n = c.context_length as u64;
+        let (what, weights) = if options.weights == WeightPath::F32 {
+            ("the weights in f32", c.weight_bytes())
+        } else {
+            ("the weights as packed blocks", packed_bytes(c, g)?)
+        };
+        // Values a row holds across one pass: x, its norm, the attention output and the
+        // projection's, the FFN's output [d] each (5d); q and the attention [q] (2q); k, v
+        // [kv] (2kv); gate, up and their product [ff] (3ff).
+        let per_row = d
+            .saturating_mul(5)
+            .saturating_add(q.saturating_mul(2))
+            .saturating_add(kv.saturating_mul(2))
+            .saturating_add(ff.saturating_mul(3));
+        let value_bytes = options.weights.kv().map_or(4, KvType::bytes) as u64;
+        Ok(Self {
+            what,
+            weights,
+            tables: 4u64.saturating_mul(n).saturating_mul(c.head_dim as u64),
+            kv_cache: c.kv_bytes_per_token(value_bytes as usize).saturating_mul(n),
+            steps: per_row
+                .saturating_mul(n)
+                .saturating_add(v.saturating_mul(Self::LOGIT_ROWS))
+                .saturating_mul(4),
+            context: c.context_length,
+        })
+    }
+
+    /// All of it.
+    pub fn total(&self) -> u64 {
+        self.weights
+            .saturating_add(self.tables)
+            .saturating_add(self.kv_cache)
+            .saturating_add(self.steps)
+    }
+
+    /// The refusal's description: every part with its size.
+    fn describe(&self) -> String {
+        let mib = |b: u64| format!("{:.0} MiB", b as f64 / 1_048_576.0);
+        format!(
+            "{} ({}), a KV cache and step buffers for a context of {} positions ({} + {}; \
+             --context sets it) and RoPE tables ({})",
+            self.what,
+            mib(self.weights),
+            self.context,
+            mib(self.kv_cache),
+            mib(self.steps),
+            mib(self.tables)
+        )
+    }
+}
+
+/// Refuses a model that cannot fit, before anything is allocated (so a too-large model costs
+/// nothing but the message): on the burn path the largest single tensor in f32 against the
+/// device's buffer limit; on the GPU blocks path a row of blocks against it; and
+/// [`MemoryNeeds`] against the memory the device reports, where it reports any.
 fn check_memory(c: &LlamaConfig, g: &dyn Weights, options: LoadOptions) -> Result<()> {
     let (d, ff, v) = (c.d_model as u64, c.d_ff as u64, c.vocab_size as u64);
     let q = (c.n_heads as u64).saturating_mul(c.head_dim as u64);
@@ -162,19 +272,11 @@ fn check_memory(c: &LlamaConfig, g: &dyn Weights, options: LoadOptions) -> Resul
         check_block_buffers(c, g, limit)?;
     }
     if let Some(limit) = limits.max_total_bytes {
-        let rope = 4u64
-            .saturating_mul(c.context_length as u64)
-            .saturating_mul(c.head_dim as u64);
-        let (what, weights) = if f32_buffers {
-            ("the weights in f32", c.weight_bytes())
-        } else {
-            ("the weights as packed blocks", packed_bytes(c, g)?)
-        };
-        let needed = weights.saturating_add(rope);
-        if needed > limit {
+        let needs = MemoryNeeds::of(c, g, options)?;
+        if needs.total() > limit {
             return Err(ModelError::TooBigForDevice {
-                what: what.into(),
-                needed,
+                what: needs.describe(),
+                needed: needs.total(),
                 limit,
             });
         }

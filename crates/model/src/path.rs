@@ -86,26 +86,33 @@ pub struct DeviceLimits {
     /// The device's largest buffer (wgpu's `max_storage_buffer_binding_size`); `None` on the
     /// CPU.
     pub max_buffer_bytes: Option<u64>,
-    /// Memory the weights may take in all (available RAM for the CPU; browsers and wgpu do not
-    /// report device memory, so `None` there).
+    /// Memory a load may take in all, weights, tables, a run's KV cache and its step buffers
+    /// ([`crate::MemoryNeeds`]): available RAM for the CPU, the adapter's free memory where
+    /// its driver reports it (NVIDIA through NVML, AMD through sysfs); browsers and other
+    /// adapters do not report device memory, so `None` there.
     pub max_total_bytes: Option<u64>,
 }
 
-/// Options for `Llama::from_gguf`: the weight path and the device's limits.
+/// Options for `Llama::from_gguf`: the weight path, the device's limits and the context.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LoadOptions {
     /// How the matrices are stored and multiplied.
     pub weights: WeightPath,
     /// What the device can hold.
     pub limits: DeviceLimits,
+    /// The longest prompt plus generation a run may hold (at most the file's context length,
+    /// which `None` takes): it sizes the RoPE tables, bounds every cache, and is what the memory
+    /// check reserves a KV cache and step buffers for.
+    pub context: Option<usize>,
 }
 
 impl LoadOptions {
-    /// `weights` with no limits checked (tests, examples).
+    /// `weights` with no limits checked and the file's context (tests, examples).
     pub fn with_weights(weights: WeightPath) -> Self {
         Self {
             weights,
             limits: DeviceLimits::default(),
+            context: None,
         }
     }
 }

@@ -164,6 +164,7 @@ fn matrices_split_across_bindings_give_the_same_logits() {
             max_buffer_bytes: limit,
             max_total_bytes: None,
         },
+        context: None,
     };
     let bits = |v: Vec<f32>| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     let device = wgpu();
@@ -261,6 +262,7 @@ fn too_big_for_the_device_is_refused_up_front() {
                 max_buffer_bytes: Some(embedding - 1),
                 max_total_bytes: None,
             },
+            context: None,
         },
     )
     .unwrap_err();
@@ -280,24 +282,54 @@ fn too_big_for_the_device_is_refused_up_front() {
                 max_buffer_bytes: Some(embedding),
                 max_total_bytes: Some(c.weight_bytes()),
             },
+            context: None,
         },
     )
     .unwrap_err();
     assert!(err.to_string().contains("the weights in f32"), "{err}");
-    // Exactly enough is enough.
+    // Exactly enough is enough: the weights, the tables, and a run over the whole context.
+    let within = |context: Option<usize>, total: u64| LoadOptions {
+        weights: WeightPath::F32,
+        limits: DeviceLimits {
+            max_buffer_bytes: Some(embedding),
+            max_total_bytes: Some(total),
+        },
+        context,
+    };
+    let needs = Llama::memory_needs(&g, within(None, 0)).unwrap();
     let rope = 4 * (c.context_length * c.head_dim) as u64;
-    Llama::from_gguf(
+    let kv = c.kv_bytes_per_token(4) * c.context_length as u64;
+    assert_eq!(
+        (needs.weights, needs.tables, needs.kv_cache, needs.context),
+        (c.weight_bytes(), rope, kv, c.context_length)
+    );
+    assert!(needs.steps > 0 && needs.total() == c.weight_bytes() + rope + kv + needs.steps);
+    Llama::from_gguf(&g, &Device::flex(), within(None, needs.total())).unwrap();
+    let err = Llama::from_gguf(&g, &Device::flex(), within(None, needs.total() - 1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("a context of {} positions", c.context_length)),
+        "{err}"
+    );
+    // A shorter context asks for less (tables, cache and steps scale with it) and bounds
+    // every cache: what did not fit the whole context fits a quarter of it.
+    let quarter = c.context_length / 4;
+    let small = Llama::memory_needs(&g, within(Some(quarter), 0)).unwrap();
+    assert_eq!(small.context, quarter);
+    assert!(small.kv_cache * 4 == kv && small.tables * 4 == rope && small.steps < needs.steps);
+    let model = Llama::from_gguf(
         &g,
         &Device::flex(),
-        LoadOptions {
-            weights: WeightPath::F32,
-            limits: DeviceLimits {
-                max_buffer_bytes: Some(embedding),
-                max_total_bytes: Some(c.weight_bytes() + rope),
-            },
-        },
+        within(Some(quarter), needs.total() - 1),
     )
     .unwrap();
+    assert_eq!(model.config().context_length, quarter);
+    assert!(model.new_cache(quarter + 1).is_err());
+    // Never above the file's, never 0.
+    let beyond = Llama::memory_needs(&g, within(Some(4 * c.context_length), 0)).unwrap();
+    assert_eq!(beyond.context, c.context_length);
+    assert!(Llama::from_gguf(&g, &Device::flex(), within(Some(0), u64::MAX)).is_err());
 }
 
 /// A file behind `ReadAt` (as the page's `Blob` is), recording every read's length.
@@ -407,6 +439,7 @@ fn a_header_alone_is_checked_as_the_load_checks_it() {
             max_buffer_bytes: limit,
             max_total_bytes: None,
         },
+        context: None,
     };
     let bytes = tiny_gguf_quantized(7).unwrap();
     let whole = Gguf::parse(&bytes).unwrap();

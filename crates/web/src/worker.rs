@@ -19,7 +19,7 @@ use mars_engine::{
     AnyDrafter, Backend, DEFAULTS, Decoder, Defaults, EngineError, Method, ModelInfo, Resolved,
     RunSettings, RunSummary, StepRecord, Target,
 };
-use mars_formats::{FormatError, Gguf, ReadAt};
+use mars_formats::{FormatError, Gguf, Message, ReadAt};
 use mars_model::{Llama, ModelError};
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
@@ -77,6 +77,10 @@ pub enum Request {
     Race {
         /// The user's text.
         prompt: String,
+        /// Earlier turns the page keeps when asked (user and assistant messages, oldest
+        /// first), rendered before `prompt` by the chat template; empty: the prompt alone.
+        #[serde(default)]
+        history: Vec<Message>,
         /// The run's settings (drafter, k, MARS mode, sampling, budget, seed, chat), checked
         /// by [`RunSettings::resolve`] before the race.
         settings: RunSettings,
@@ -479,6 +483,7 @@ async fn handle(request: Request) {
         }
         Request::Race {
             prompt,
+            history,
             settings,
             methods,
             together,
@@ -489,7 +494,10 @@ async fn handle(request: Request) {
             STOP.with(|s| s.set(false));
             // The page's settings are checked here, once, as the CLI's flags are.
             let outcome = match settings.resolve() {
-                Ok(settings) => race(&target, &prompt, &settings, &methods, together).await,
+                Ok(settings) => {
+                    let turn = (history.as_slice(), prompt.as_str());
+                    race(&target, turn, &settings, &methods, together).await
+                }
                 Err(e) => Err(e),
             };
             match outcome {
@@ -521,13 +529,15 @@ fn draft_model_for(settings: &RunSettings) -> Option<Llama> {
 /// a Stop request ended it.
 async fn race(
     target: &Target,
-    prompt: &str,
+    (history, prompt): (&[Message], &str),
     settings: &Resolved,
     methods: &[Method],
     together: bool,
 ) -> mars_engine::Result<bool> {
     let draft_model = draft_model_for(settings);
-    let race = target.race(prompt, settings, draft_model.as_ref()).await?;
+    let race = target
+        .race_after(history, prompt, settings, draft_model.as_ref())
+        .await?;
     let mut panes: Vec<(Method, Decoder<AnyDrafter>)> = Vec::with_capacity(methods.len());
     for &method in methods {
         panes.push((method, race.decoder(settings, method).await?));
