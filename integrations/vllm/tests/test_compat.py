@@ -5,14 +5,13 @@ wrapper's handling of what 0.33 adds to `rejection_sample`."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
+from vllm_process import in_vllm
 
 import mars_vllm
 from mars_vllm import compat
@@ -161,21 +160,10 @@ def test_an_unsupported_release_stops_vllm_at_start_up_unless_overridden() -> No
         "import vllm; vllm.__version__ = '0.31.0'; "
         "from vllm.plugins import load_general_plugins; load_general_plugins()"
     )
-    base = {k: v for k, v in os.environ.items() if k != compat.ALLOW_ENV}
-
-    def start(**env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-c", code],
-            env={**base, **env},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-
-    refused = start()
+    refused = in_vllm(code, (compat.ALLOW_ENV,))
     assert refused.returncode != 0
     assert "mars-vllm supports vLLM 0.32 to 0.33" in refused.stderr
     assert "not vLLM 0.31.0" in refused.stderr
-    brave = start(**{compat.ALLOW_ENV: "1"})
+    brave = in_vllm(code, (compat.ALLOW_ENV,), **{compat.ALLOW_ENV: "1"})
     assert brave.returncode == 0, brave.stderr[-2000:]
     assert "going on because MARS_VLLM_ALLOW_UNTESTED=1" in brave.stdout + brave.stderr

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from vllm_process import in_vllm
 
 from mars_vllm import mode as m
 
@@ -78,14 +79,7 @@ def test_a_malformed_request_mode_is_refused_when_the_request_is_made() -> None:
 
 
 def _in_vllm(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k not in ("VLLM_USE_V2_MODEL_RUNNER",)}
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        env={**base, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return in_vllm(code, ("VLLM_USE_V2_MODEL_RUNNER",), **env)
 
 
 def test_the_v1_model_runner_is_asked_for_unless_the_user_chose() -> None:
