@@ -35,6 +35,17 @@ fn mars_with(args: &[&str], stdin: &str, env: &[(&str, &std::path::Path)]) -> Ou
 const CLOSE_CALL: &str =
     r#"{"target_logits": [[2.0, 1.9, null], [0.0, 0.0, 5.0]], "draft_tokens": [1]}"#;
 
+/// The JSON report of `mars ARGS` (which ask for `--json`), the run asserted to succeed.
+fn json_report(args: &[&str]) -> serde_json::Value {
+    let out = mars(args, "");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn verdict(args: &[&str]) -> serde_json::Value {
     let out = mars(
         &[&["verify", "--input", "-", "--json"], args].concat(),
@@ -310,13 +321,7 @@ fn conversations_carry_a_system_message_and_earlier_turns() {
             "40",
             "--json",
         ];
-        let out = mars(&[&base[..], extra].concat(), "");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        json_report(&[&base[..], extra].concat())
     };
     let flags = generate(&["--system", "You are a pirate.", "--prompt", "Say hello."]);
     let file_pair = generate(&["--messages", &pair]);
@@ -444,13 +449,7 @@ fn generate_speculates_with_strict_and_mars() {
             "24",
             "--json",
         ];
-        let out = mars(&[&base[..], extra].concat(), "");
-        assert!(
-            out.status.success(),
-            "{extra:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        json_report(&[&base[..], extra].concat())
     };
     let target = run(&[]);
     assert_eq!(target["method"], "target");
