@@ -37,9 +37,13 @@ if [ "$(trunk --version 2>/dev/null | awk '{print $2}')" != "0.21.14" ]; then
   echo "setup: cargo install trunk 0.21.14"
   cargo install -q trunk --version 0.21.14 --locked
 fi
-# wasm-opt (npm binaryen@132: Debian's binaryen breaks the module) and playwright-core, pinned
-# by tests/e2e/package-lock.json. playwright-core drives Debian's Chromium; it downloads nothing.
-if [ ! -x tests/e2e/node_modules/.bin/wasm-opt ] || [ ! -d tests/e2e/node_modules/playwright-core ]; then
+# The page's wasm-opt (npm binaryen@132, web/package-lock.json: Debian's binaryen breaks the
+# module) and the e2e tests' playwright-core (tests/e2e/package-lock.json), which drives Debian's
+# Chromium and downloads nothing.
+if [ ! -x web/node_modules/.bin/wasm-opt ]; then
+  (cd web && npm ci --no-audit --no-fund --silent)
+fi
+if [ ! -d tests/e2e/node_modules/playwright-core ]; then
   (cd tests/e2e && npm ci --no-audit --no-fund --silent)
 fi
 bash tests/fetch-model.sh

@@ -8,7 +8,7 @@ bash tests/setup.sh
 bash web/build.sh >/dev/null
 models="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}"
 port="${PORT:-8080}"
-node tests/e2e/serve.mjs dist "$models" "$port" &
+node web/serve.mjs dist "$models" "$port" &
 server=$!
 trap 'kill $server 2>/dev/null' EXIT
 sleep 1

@@ -9,7 +9,7 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, truncat
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
-import { serve } from "./serve.mjs";
+import { serve } from "../../web/serve.mjs";
 
 const [dist, models, marsBin, outDir] = process.argv.slice(2);
 mkdirSync(outDir, { recursive: true });

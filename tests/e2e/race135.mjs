@@ -1,7 +1,7 @@
 // One measured race on SmolLM2-135M (not part of CI: minutes on a software GPU).
 // Usage: node race135.mjs DIST MODELS OUT_PNG [max_tokens] [draft]
 import { chromium } from "playwright-core";
-import { serve } from "./serve.mjs";
+import { serve } from "../../web/serve.mjs";
 
 const [dist, models, png, maxTokens = "16", draft = "ngram"] = process.argv.slice(2);
 const port = 19000 + Math.floor(Math.random() * 1000);

@@ -1,6 +1,7 @@
 // A static file server for the built page (dist/) and models (a second root, under /models/),
 // bound to 127.0.0.1. Under /slow/ the models come at 8 MB/s, and `server.sent` records how many
 // bytes each /slow/ response sent before it ended (for the tests of early refusal).
+// The page needs nothing else: any static host serving dist/ with these types works (docs/web.md).
 // Options (tests/bench/browser-cpu.mjs): `roots` maps more URL prefixes to folders (wllama's
 // files), `isolate` sends the cross-origin isolation headers that wasm threads need, `cors` lets
 // any origin read the files (a stand-in for a public model host such as Hugging Face).
