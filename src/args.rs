@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use mars_engine::{Backend, DEFAULTS, DrafterSpec, Resolved, RunSettings, WeightChoice};
+use mars_engine::{
+    Backend, DEFAULTS, DraftShape, DrafterSpec, Resolved, RunSettings, WeightChoice,
+};
 use mars_verify::{Mode, Sampling};
 
 /// Where the model comes from and where it runs.
@@ -113,18 +115,14 @@ pub struct SamplingArgs {
 }
 
 impl SamplingArgs {
-    /// The verifier's sampling settings, validated.
-    ///
-    /// # Errors
-    /// The field at fault (temperature, top_p, top_k).
-    pub fn resolve(&self) -> Result<Sampling> {
-        let sampling = Sampling {
+    /// The verifier's sampling settings as given: [`RunSettings::resolve`] checks them with the
+    /// rest of the run.
+    pub fn sampling(&self) -> Sampling {
+        Sampling {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
-        };
-        sampling.validate()?;
-        Ok(sampling)
+        }
     }
 }
 
@@ -171,7 +169,7 @@ pub struct DrafterArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct DraftShapeArgs {
     /// Draft tokens per step.
-    #[arg(long, default_value_t = DEFAULTS.k)]
+    #[arg(long, default_value_t = DEFAULTS.shape.k)]
     pub k: usize,
     /// A model drafter proposes only token ids below N (its output head runs on those rows
     /// only; verification stays exact); default: the whole vocabulary.
@@ -183,7 +181,7 @@ pub struct DraftShapeArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub tree: usize,
     /// A model drafter's tree: children per expanded node, and nodes expanded per depth.
-    #[arg(long, value_name = "B", default_value_t = DEFAULTS.branch)]
+    #[arg(long, value_name = "B", default_value_t = DEFAULTS.shape.branch)]
     pub branch: usize,
     /// A model drafter's tree keeps only nodes whose path's draft probability is at least P, and
     /// stops growing where none reaches it (0: the node budget decides alone). Needs `--tree`
@@ -193,16 +191,14 @@ pub struct DraftShapeArgs {
 }
 
 impl DraftShapeArgs {
-    /// `run` with the draft's shape set from these options.
-    #[must_use]
-    pub fn apply(&self, run: RunSettings) -> RunSettings {
-        RunSettings {
+    /// The engine's one draft-shape type, from these flags.
+    pub fn shape(&self) -> DraftShape {
+        DraftShape {
             k: self.k,
             draft_vocab: self.draft_vocab,
             tree: self.tree,
             branch: self.branch,
             tree_min_p: self.tree_min_p,
-            ..run
         }
     }
 }
@@ -259,16 +255,17 @@ pub fn resolve(
     max_tokens: usize,
     chat: &ChatArgs,
 ) -> Result<Decoding> {
-    let run = drafter.shape.apply(RunSettings {
+    let run = RunSettings {
         drafter: drafter.resolve()?,
         mars: rule.resolve(DEFAULTS.mars)?,
-        sampling: sampling.resolve()?,
+        sampling: sampling.sampling(),
         max_tokens,
         seed: sampling.seed,
         chat: chat.chat || chat.system.is_some(),
         system: chat.system.clone(),
         ..RunSettings::default()
-    });
+    }
+    .with_shape(drafter.shape.shape());
     let run = run
         .resolve()
         .with_context(|| "checking the settings".to_string())?;

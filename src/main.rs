@@ -240,7 +240,7 @@ fn run_verify(args: &VerifyArgs) -> Result<()> {
         draft_probs: q.as_deref().map_or(DraftProbs::OneHot, DraftProbs::Full),
     };
     let config = VerifyConfig {
-        sampling: args.sampling.resolve()?,
+        sampling: args.sampling.sampling(),
         mode: args.rule.resolve(Mode::Strict)?,
     };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.sampling.seed);

@@ -1,4 +1,5 @@
-//! End-to-end tests of the `mars` binary.
+//! End-to-end tests of the `mars` binary. Over 800 lines: every subcommand's behaviour through
+//! the binary, sharing one set of helpers (the model cache, the JSON reports) in one file.
 // A failed unwrap is how a test or benchmark reports broken setup.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -237,7 +238,7 @@ fn the_first_race_is_a_task_the_model_completes() {
     assert_eq!(preset.drafter, "ngram");
     let prompt = preset.prompts[0];
     let paragraph = prompt.split("\n\n").nth(1).unwrap();
-    let k = preset.k.to_string();
+    let k = preset.shape.k.to_string();
     let base = [
         "generate",
         "--model",

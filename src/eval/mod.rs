@@ -226,18 +226,17 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         (None, None) => DEFAULTS.drafter.parse()?,
     };
     // The MARS mode is per method (`methods`); the rest is the run's.
-    let run = args
-        .shape
-        .apply(RunSettings {
-            drafter,
-            sampling: args.sampling.resolve()?,
-            seed: args.sampling.seed,
-            max_tokens: args.max_tokens,
-            chat: true,
-            ..RunSettings::default()
-        })
-        .resolve()
-        .context("checking the settings")?;
+    let run = RunSettings {
+        drafter,
+        sampling: args.sampling.sampling(),
+        seed: args.sampling.seed,
+        max_tokens: args.max_tokens,
+        chat: true,
+        ..RunSettings::default()
+    }
+    .with_shape(args.shape.shape())
+    .resolve()
+    .context("checking the settings")?;
     let runner = Runner::new(model.clone(), args.device, &args.kernels, run)?;
     eprintln!(
         "humaneval: {} problems × {} methods · sandbox: {}",
@@ -248,11 +247,6 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
     let mut settings = serde_json::json!({
         "model": model.display().to_string(),
         "drafter": runner.run.drafter_label(),
-        "k": runner.run.k,
-        "draft_vocab": args.shape.draft_vocab,
-        "tree": args.shape.tree,
-        "branch": args.shape.branch,
-        "tree_min_p": args.shape.tree_min_p,
         "temperature": runner.run.sampling.temperature,
         // null without top-k: a journal written before top-k was recorded resumes as before.
         "top_k": runner.run.sampling.top_k,
@@ -264,6 +258,10 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         "timeout_s": args.timeout,
     });
     if let Some(all) = settings.as_object_mut() {
+        // k, draft_vocab, tree, branch, tree_min_p: the engine's one list of them.
+        if let serde_json::Value::Object(shape) = serde_json::to_value(runner.run.shape())? {
+            all.extend(shape);
+        }
         all.extend(path_settings(runner.backend, runner.weights));
     }
     let (journal, done) = match &args.out {

@@ -34,6 +34,6 @@ pub use mars_formats::{LayerSpec, Message, conversation};
 pub use mars_model::AdapterFacts;
 pub use race::{MethodOutput, Race};
 pub use session::{
-    CHAT_PROMPTS, DEFAULTS, Defaults, DrafterSpec, Method, ModelInfo, PRESETS, Preset, Resolved,
-    RunSettings, Target,
+    CHAT_PROMPTS, DEFAULTS, Defaults, DraftShape, DrafterSpec, Method, ModelInfo, PRESETS, Preset,
+    Resolved, RunSettings, Target,
 };

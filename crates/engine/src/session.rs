@@ -22,8 +22,10 @@ use crate::error::{EngineError, Result};
 /// come from [`DEFAULTS`] (the page through the worker's `ready` event).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Defaults {
-    /// Draft tokens per step.
-    pub k: usize,
+    /// The draft's shape: k draft tokens per step, a chain, the whole vocabulary (flattened:
+    /// the page reads `k`, `branch`, … beside the other defaults).
+    #[serde(flatten)]
+    pub shape: DraftShape,
     /// The MARS mode a race or comparison uses unless θ or ρ is given.
     pub mars: Mode,
     /// The drafter, in [`DrafterSpec`] syntax: prompt lookup, which costs next to nothing
@@ -40,8 +42,6 @@ pub struct Defaults {
     pub top_p: f32,
     /// Seed of the sampling generators.
     pub seed: u64,
-    /// Children per node of a model drafter's token tree, and nodes expanded per depth.
-    pub branch: usize,
     /// The page's initial prompt (the first preset's).
     pub prompt: &'static str,
     /// One-click starting points, the first one the page's pre-selected preset.
@@ -62,17 +62,9 @@ pub struct Preset {
     /// The drafter in [`DrafterSpec`] syntax; `model` where the front end supplies the draft
     /// model's `model:<path or URL>`.
     pub drafter: &'static str,
-    /// Draft tokens per step.
-    pub k: usize,
-    /// [`RunSettings::draft_vocab`].
-    pub draft_vocab: Option<usize>,
-    /// [`RunSettings::tree`]: a token tree's node budget (0: chains of k); with a tree, k is its
-    /// depth.
-    pub tree: usize,
-    /// [`RunSettings::branch`].
-    pub branch: usize,
-    /// [`RunSettings::tree_min_p`].
-    pub tree_min_p: f32,
+    /// The draft's shape it was measured fastest at (flattened: the page reads `k`, `tree`, …).
+    #[serde(flatten)]
+    pub shape: DraftShape,
     /// Prompts it suits, the page's first.
     pub prompts: &'static [&'static str],
 }
@@ -103,7 +95,7 @@ pub const CHAT_PROMPTS: &[&str] = &[
 /// - prompt lookup on SmolLM2-135M over [`COPY_PROMPTS`], k = 4: strict 1.51–1.53×, MARS
 ///   1.53–1.68× plain decoding (two runs);
 /// - the Qwen2.5-Coder pair (1.5B target, 0.5B draft) on coding prompts, k = 3, ids < 32768:
-///   strict 1.56×, MARS 1.62× (`tests/bench/pair.sh`);
+///   strict 1.56×, MARS 1.62× (`tests/bench/bench.sh pair`);
 /// - layer skip over SmolLM2's first 24 of 30 layers on open chat, k = 4: strict 0.27×,
 ///   MARS 0.29× (τ 1.4: each drafted token costs 24/30 of a target step);
 /// - the pair with a 16-node token tree (depth 5, 4 children), Spec-Bench coding: τ 4.36 against
@@ -115,11 +107,7 @@ pub const PRESETS: &[Preset] = &[
         name: "SmolLM2-135M · prompt lookup",
         what: "an edit task: the answer copies the prompt, so drafts come from it",
         drafter: "ngram",
-        k: 4,
-        draft_vocab: None,
-        tree: 0,
-        branch: BRANCH,
-        tree_min_p: 0.0,
+        shape: DraftShape::CHAIN,
         prompts: COPY_PROMPTS,
     },
     Preset {
@@ -127,11 +115,11 @@ pub const PRESETS: &[Preset] = &[
         name: "Qwen2.5-Coder 1.5B · 0.5B draft",
         what: "coding, a separate draft model",
         drafter: "model",
-        k: 3,
-        draft_vocab: Some(32_768),
-        tree: 0,
-        branch: BRANCH,
-        tree_min_p: 0.0,
+        shape: DraftShape {
+            k: 3,
+            draft_vocab: Some(32_768),
+            ..DraftShape::CHAIN
+        },
         prompts: CODING_PROMPTS,
     },
     Preset {
@@ -140,11 +128,7 @@ pub const PRESETS: &[Preset] = &[
         what: "open chat, the model's first 24 of 30 layers drafting: slower than plain \
                decoding here (each draft token costs 0.8 of a target step)",
         drafter: "layers:first:24",
-        k: 4,
-        draft_vocab: None,
-        tree: 0,
-        branch: BRANCH,
-        tree_min_p: 0.0,
+        shape: DraftShape::CHAIN,
         prompts: CHAT_PROMPTS,
     },
     Preset {
@@ -154,18 +138,47 @@ pub const PRESETS: &[Preset] = &[
                30 % likely under the draft) verified in one pass: about 5 tokens a step where \
                its chain keeps 3; on a CPU each node is a row, and the chain of 3 stays faster",
         drafter: "model",
-        k: 8,
-        draft_vocab: Some(32_768),
-        tree: 16,
-        branch: 4,
-        tree_min_p: 0.3,
+        shape: DraftShape {
+            k: 8,
+            draft_vocab: Some(32_768),
+            tree: 16,
+            branch: 4,
+            tree_min_p: 0.3,
+        },
         prompts: CODING_PROMPTS,
     },
 ];
 
-/// Children a tree node gets by default (a constant of its own: the presets are part of
-/// [`DEFAULTS`]).
-const BRANCH: usize = 4;
+/// The draft's shape: a chain of `k` tokens or a token tree, and the ids a model drafter
+/// proposes. The one list of these fields a front end fills: [`DEFAULTS`], every [`Preset`], the
+/// CLI's draft-shape flags and eval's journal go through it into [`RunSettings`]
+/// ([`RunSettings::with_shape`], [`RunSettings::shape`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DraftShape {
+    /// Draft tokens per step; with a tree, its depth.
+    pub k: usize,
+    /// [`RunSettings::draft_vocab`].
+    pub draft_vocab: Option<usize>,
+    /// [`RunSettings::tree`]: a token tree's node budget (0: chains of k).
+    pub tree: usize,
+    /// [`RunSettings::branch`].
+    pub branch: usize,
+    /// [`RunSettings::tree_min_p`].
+    pub tree_min_p: f32,
+}
+
+impl DraftShape {
+    /// The default: a chain of 4 over the whole vocabulary (a tree, when asked for, gets 4
+    /// children a node).
+    pub const CHAIN: Self = Self {
+        k: 4,
+        draft_vocab: None,
+        tree: 0,
+        branch: 4,
+        tree_min_p: 0.0,
+    };
+}
 
 /// The pair's coding prompts (`cargo run`'s race on the pair: the domain it was measured on).
 const CODING_PROMPTS: &[&str] = &[
@@ -200,19 +213,15 @@ impl Preset {
         };
         Ok(RunSettings {
             drafter,
-            k: self.k,
-            draft_vocab: self.draft_vocab,
-            tree: self.tree,
-            branch: self.branch,
-            tree_min_p: self.tree_min_p,
             ..RunSettings::default()
-        })
+        }
+        .with_shape(self.shape))
     }
 }
 
 /// The one copy of the defaults.
 pub const DEFAULTS: Defaults = Defaults {
-    k: 4,
+    shape: DraftShape::CHAIN,
     mars: Mode::DEFAULT,
     drafter: "ngram",
     max_tokens: 64,
@@ -220,7 +229,6 @@ pub const DEFAULTS: Defaults = Defaults {
     temperature: 0.0,
     top_p: 1.0,
     seed: 0,
-    branch: BRANCH,
     prompt: COPY_PROMPTS[0],
     presets: PRESETS,
 };
@@ -353,16 +361,17 @@ pub struct RunSettings {
 }
 
 fn default_branch() -> usize {
-    DEFAULTS.branch
+    DEFAULTS.shape.branch
 }
 
 impl Default for RunSettings {
     fn default() -> Self {
+        let shape = DEFAULTS.shape;
         Self {
             // DEFAULTS.drafter is the one copy; a unit test proves it parses, so the fallback
             // is never taken.
             drafter: DEFAULTS.drafter.parse().unwrap_or(DrafterSpec::Ngram),
-            k: DEFAULTS.k,
+            k: shape.k,
             mars: DEFAULTS.mars,
             sampling: Sampling {
                 temperature: DEFAULTS.temperature,
@@ -373,10 +382,10 @@ impl Default for RunSettings {
             seed: DEFAULTS.seed,
             chat: true,
             system: None,
-            draft_vocab: None,
-            tree: 0,
-            branch: DEFAULTS.branch,
-            tree_min_p: 0.0,
+            draft_vocab: shape.draft_vocab,
+            tree: shape.tree,
+            branch: shape.branch,
+            tree_min_p: shape.tree_min_p,
         }
     }
 }
@@ -479,6 +488,37 @@ impl RunSettings {
         self.sampling.validate()?;
         self.mars.validate()?;
         Ok(())
+    }
+
+    /// These settings with the draft's shape `shape`.
+    #[must_use]
+    pub fn with_shape(self, shape: DraftShape) -> Self {
+        let DraftShape {
+            k,
+            draft_vocab,
+            tree,
+            branch,
+            tree_min_p,
+        } = shape;
+        Self {
+            k,
+            draft_vocab,
+            tree,
+            branch,
+            tree_min_p,
+            ..self
+        }
+    }
+
+    /// The draft's shape of these settings.
+    pub fn shape(&self) -> DraftShape {
+        DraftShape {
+            k: self.k,
+            draft_vocab: self.draft_vocab,
+            tree: self.tree,
+            branch: self.branch,
+            tree_min_p: self.tree_min_p,
+        }
     }
 
     /// The conversation a chat run renders: the system message if set, the earlier turns
@@ -825,7 +865,7 @@ mod tests {
         assert_eq!(s.mode(Method::Strict), Mode::Strict);
         assert_eq!(s.mode(Method::Mars), DEFAULTS.mars);
         assert_eq!(s.decode_config(Method::Target, 9).k, 0);
-        assert_eq!(s.decode_config(Method::Strict, 9).k, DEFAULTS.k);
+        assert_eq!(s.decode_config(Method::Strict, 9).k, DEFAULTS.shape.k);
         for bad in [
             RunSettings { k: 0, ..s.clone() },
             RunSettings {
@@ -904,7 +944,12 @@ mod tests {
             assert!(!p.prompts.is_empty(), "{} has no prompt", p.id);
             let s = p.settings(Some("draft.gguf")).unwrap();
             s.clone().resolve().unwrap();
-            assert_eq!((s.k, s.draft_vocab), (p.k, p.draft_vocab));
+            assert_eq!(s.shape(), p.shape);
+            // The page reads a preset's shape as flat fields beside its drafter.
+            let json = serde_json::to_value(p).unwrap();
+            assert_eq!(json["k"], p.shape.k);
+            assert_eq!(json["tree"], p.shape.tree);
+            assert!(json.get("shape").is_none(), "{json}");
             assert_eq!(Preset::by_id(p.id), Some(p));
         }
         // A preset drafting with a model needs one.
@@ -918,6 +963,10 @@ mod tests {
         // prompt, so a front end's untouched fields and that preset agree.
         assert_eq!(DEFAULTS.drafter, PRESETS[0].drafter);
         assert_eq!(DEFAULTS.prompt, PRESETS[0].prompts[0]);
-        assert_eq!(DEFAULTS.k, PRESETS[0].k);
+        assert_eq!(DEFAULTS.shape, PRESETS[0].shape);
+        assert_eq!(
+            serde_json::to_value(DEFAULTS).unwrap()["branch"],
+            DEFAULTS.shape.branch
+        );
     }
 }
