@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The plugin's benchmark on this machine's CPU (a command, not a CI step): vLLM plain decoding,
 # then speculation verified strict and with MARS, same prompts, engine and threads.
-#   usage: bash integrations/vllm/bench.sh smollm|pair|pair-ngram [bench.py options...]
+#   usage: bash tests/bench/bench.sh vllm smollm|pair|pair-ngram [bench.py options...]
 # smollm: SmolLM2-135M with prompt lookup; pair: Qwen2.5-Coder-1.5B with the 0.5B draft model;
 # pair-ngram: the 1.5B with prompt lookup. Models are converted to float32 folders once (cached).
 set -euo pipefail
@@ -9,10 +9,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 which=${1:?usage: bench.sh smollm|pair|pair-ngram [options]}
 shift
-command="bash integrations/vllm/bench.sh $which $*"
+command="bash tests/bench/bench.sh vllm $which $*"
 venv=$(bash "$here/venv.sh")
 models=${MARS_VLLM_MODELS:-$HOME/.cache/mars/vllm-models}
-gguf_dir=${MARS_MODEL_DIR:-$HOME/.cache/mars/models}
+# shellcheck source=../../tests/bench/lib.sh
+. "$root/tests/bench/lib.sh"
+gguf_dir=$MODELS
 convert() { "$venv/bin/python" "$here/convert.py" "$gguf_dir/$1" "$models/$2" >/dev/null; echo "$models/$2"; }
 case "$which" in
   smollm)

@@ -3,18 +3,19 @@
 // BACKEND=webgpu: the page on the machine's WebGPU adapter instead, Chromium started with
 // WebGPU on (a real GPU: tests/bench/gpu.sh), wllama with every layer offered to its WebGPU
 // path (it runs on the CPU where it declines the adapter, and says so in its log).
-// Usage: node browser-cpu.mjs DIST MODELS WLLAMA_ESM ROUNDS TOKENS [MODEL…] [--race]
-// Prints one line per measurement and a median table at the end.
+// Usage: node browser-cpu.mjs DIST MODELS WLLAMA_ESM ROUNDS TOKENS RESULTS.json [MODEL…] [--race]
+// Prints one line per measurement and writes every measurement's values to RESULTS.json
+// (browser-cpu.sh prints their medians with tests/bench/rounds.py).
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 // The e2e suite's pinned playwright-core (tests/e2e/package.json).
 import { chromium } from "../e2e/node_modules/playwright-core/index.mjs";
-import { serve } from "../e2e/serve.mjs";
+import { serve } from "../../web/serve.mjs";
 
 const args = process.argv.slice(2);
 const race = args.includes("--race");
-const [dist, models, wllamaEsm, rounds, tokens, ...files] = args.filter((a) => a !== "--race");
+const [dist, models, wllamaEsm, rounds, tokens, resultsFile, ...files] = args.filter((a) => a !== "--race");
 const PROMPT = "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring and a short example.";
 const page = mkdtempSync(join(tmpdir(), "mars-bench-"));
 writeFileSync(join(page, "blank.html"), "<!doctype html><title>wllama</title>");
@@ -87,7 +88,5 @@ for (let round = 0; round < Number(rounds); round++) {
     console.log(`  peak wasm ${(r.wasm / 2 ** 20).toFixed(0)} MiB`);
   }
 }
-const median = (v) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
-console.log("\n| measurement | median tok/s | runs |\n|---|---|---|");
-for (const [k, v] of Object.entries(results)) console.log(`| ${k} | ${median(v).toFixed(2)} | ${v.map((x) => x.toFixed(2)).join(", ")} |`);
+writeFileSync(resultsFile, JSON.stringify(results));
 server.close();

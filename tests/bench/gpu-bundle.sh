@@ -17,7 +17,7 @@
 # on SmolLM2, and on the pair where the real pair has arrived; profile: the per-kernel split of
 # a token (gpu-profile.sh); submits: decode by CubeCL's launches a submit. Results go to $OUT
 # (default $WORK/out).
-#   usage: bash tests/bench/gpu-bundle.sh DIR [MAX_MB (50: the repository's tracked files, ~12
+#   usage: bash tests/bench/bench.sh gpu-bundle DIR [MAX_MB (50: the repository's tracked files, ~12
 #          MB, travel beside each part within a call's 64 MiB)]
 #   env:   SHAPES (larger Qwen2.5 Q4_K_M shapes as skeletons made from the real 7B header:
 #          any of 7b 14b 32b 72b; default "7b 14b 32b"), SMOL=0 (leave SmolLM2's 98 MB out, so
@@ -26,16 +26,17 @@
 #          libopengl0, from `apt-get download`)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-dest=${1:?usage: gpu-bundle.sh DIR [MAX_MB]}
+dest=${1:?usage: bench.sh gpu-bundle DIR [MAX_MB]}
 max=$((${2:-50} * 1000 * 1000))
 pair=${PAIR:-skeleton}
 case $pair in
   skeleton | real) ;;
   *) echo "PAIR must be skeleton or real, not '$pair'" >&2; exit 2 ;;
 esac
-models="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}"
-[ -f "$models/SmolLM2-135M-Instruct.Q4_1.gguf" ] || bash tests/fetch-model.sh
-[ -f "$models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf" ] || bash tests/fetch-pair.sh
+. tests/bench/lib.sh
+models=$MODELS
+need_smol
+need_pair
 target="${CARGO_TARGET_DIR:-target}"
 cargo build --release -q
 tests=$(cargo test --release -q -p mars-kernels --features gpu --test gpu --test gpu_layer \
@@ -67,8 +68,9 @@ gomp=$(ldconfig -p | awk '/libgomp.so.1 / { print $NF; exit }')
 [ -n "$gomp" ] && cp -L "$gomp" "$stage/llama/"
 tar -C "$stage" -cJf "$stage/f/llama.tar.xz" llama
 tar -cJf "$stage/f/scripts.tar.xz" tests/bench/gpu.sh tests/bench/gpu-peers.sh \
-  tests/bench/gpu-profile.sh tests/bench/gguf-skeleton.py tests/bench/gpu-price.py
-xz -c "$(bash tests/fetch-spec-bench.sh | tail -n1)" >"$stage/f/spec_bench.jsonl.xz"
+  tests/bench/gpu-profile.sh tests/bench/gguf-skeleton.py tests/bench/gpu-price.py \
+  tests/bench/lib.sh tests/bench/rounds.py tests/bench/bench.sh
+xz -c "$(spec_bench)" >"$stage/f/spec_bench.jsonl.xz"
 if [ -n "${VULKAN_DEBS:-}" ]; then tar -C "$VULKAN_DEBS" -cf "$stage/f/debs.tar" .; fi
 cp /usr/bin/time "$stage/f/time" # GNU time, for peak memory (gpu-peers.sh)
 for m in Qwen2.5-Coder-0.5B-Instruct-Q4_K_M Qwen2.5-Coder-1.5B-Instruct-Q4_K_M; do

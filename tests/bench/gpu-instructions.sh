@@ -7,7 +7,7 @@
 # on disk, and waiting threads poll). Then each m against one row: what a row adds on a
 # CPU-emulated GPU, as a count where wall-clock times move ~1.5x.
 # A benchmark command, not a CI step (~10 minutes: valgrind runs ~50x slower).
-#   usage: bash tests/bench/gpu-instructions.sh [SHAPES] [ROWS] [N]
+#   usage: bash tests/bench/bench.sh gpu-instructions [SHAPES] [ROWS] [N]
 #   SHAPES: indices into gpu_cost's shapes (0 SmolLM2 FFN Q4_1, 1 SmolLM2 head Q8_0,
 #   2 Qwen2.5-1.5B FFN Q4_K, 3 Qwen2.5-0.5B FFN Q5_0, 4 Qwen2.5-0.5B head Q8_0, 5 Qwen2.5-0.5B
 #   FFN down Q4_K, 6 the same shape in Q6_K), default "0 1 2";

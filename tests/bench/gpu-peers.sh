@@ -1,21 +1,20 @@
 #!/usr/bin/env bash
 # mars on wgpu beside llama.cpp's Vulkan backend on the same GGUF file and the same adapter, in
-# one run, taking turns for ROUNDS rounds (default 3; each ratio is taken within a round, then
-# the median printed): decode, prefill, and the cost of a pass of 1, 5 and 16 rows (a
+# one run, taking turns for ROUNDS rounds (default 3; medians by tests/bench/rounds.py): decode, prefill, and the cost of a pass of 1, 5 and 16 rows (a
 # verification pass of k + 1 rows) against llama.cpp's batches of 1, 5 and 16 tokens; mars's
 # GPU counts (launches per layer and per token, pipelines compiled after warm-up, uploads and
 # reads per token) and peak memory beside them. On a machine without a GPU the adapter is
 # lavapipe (Mesa's Vulkan on the CPU; llama.cpp skips CPU devices unless told, hence
 # GGML_VK_VISIBLE_DEVICES=0); on a real GPU the same command measures it. A benchmark command,
 # not a CI step (minutes per model on lavapipe).
-#   usage: bash tests/bench/gpu-peers.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]
+#   usage: bash tests/bench/bench.sh gpu-peers MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]
 #   env:   ROUNDS (3), THREADS (the cores: llama.cpp's CPU threads; lavapipe uses every core),
 #          MARS_BIN (a built mars; else cargo builds it), LLAMA_VK_BIN (llama.cpp's Vulkan bin
 #          directory; else tests/bench/llama-cpp.sh builds it), KEEP (a directory: mars's
 #          last-round `speed` JSON is kept there as MODEL.speed.json, for gpu-price.py)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-model=${1:?usage: gpu-peers.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]}
+model=${1:?usage: bench.sh gpu-peers MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]}
 pp=${2:-64}
 tg=${3:-32}
 rounds=${ROUNDS:-3}
@@ -24,12 +23,8 @@ threads=${THREADS:-$(nproc)}
 bin=${LLAMA_VK_BIN:-$(bash tests/bench/llama-cpp.sh vulkan)}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-if [ -n "${MARS_BIN:-}" ]; then
-  mars=$MARS_BIN
-else
-  cargo build --release -q
-  mars="${CARGO_TARGET_DIR:-target}/release/mars"
-fi
+. tests/bench/lib.sh
+mars=$(mars_bin)
 bench() { # llama-bench on the first Vulkan device, all layers on it; its peak RSS to $2
   GGML_VK_VISIBLE_DEVICES=${GGML_VK_VISIBLE_DEVICES:-0} LD_LIBRARY_PATH="$bin" \
     /usr/bin/time -f %M -o "$2" "$bin/llama-bench" -m "$model" -ngl 99 -t "$threads" -r 1 -o json "${@:3}" \
@@ -50,7 +45,9 @@ if [ -n "${KEEP:-}" ]; then
   mkdir -p "$KEEP" && cp "$out/mars.$rounds.json" "$KEEP/$(basename "$model" .gguf).speed.json"
 fi
 python3 - "$model" "$out" "$rounds" "$pp" "$tg" <<'PY'
-import json, os, statistics as st, sys
+import json, os, sys
+sys.path.insert(0, "tests/bench")
+from rounds import peer_table
 model, out, rounds, pp, tg = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 def ts(kind, r):
     return json.load(open(f"{out}/{kind}.{r}.json"))[0]["avg_ts"]
@@ -64,19 +61,16 @@ for r in range(1, rounds + 1):
 m = runs[-1]["m"]
 print(f"{os.path.basename(model)} on {m['adapter']}: {rounds} alternating rounds, "
       f"prompt {pp} tokens, decode {tg}")
-print(f"| measure | mars (wgpu) | llama.cpp (Vulkan) | mars / llama.cpp | by round |")
-print(f"|---|---|---|---|---|")
-def row(name, mars, llama, higher_better=True, fmt="{:.2f}"):
-    ratios = [mars(x) / llama(x) for x in runs]
-    print(f"| {name} | {fmt.format(st.median(mars(x) for x in runs))} | "
-          f"{fmt.format(st.median(llama(x) for x in runs))} | {st.median(ratios):.2f}x | "
-          + " ".join(f"{v:.2f}" for v in ratios) + " |")
-row("decode tok/s", lambda x: x["m"]["decode_tokens_per_second"], lambda x: x["tg"])
-row("prefill tok/s", lambda x: x["m"]["prefill_tokens_per_second"], lambda x: x["pp"])
-for rows, key in [(1, "b1"), (5, "b5"), (16, "b16")]:
-    row(f"ms for a pass of {rows} rows (llama.cpp: a batch of {rows})",
-        lambda x, r=rows: x["m"]["forward_ms_by_rows"][str(r)], lambda x, k=key: x[k], fmt="{:.0f}")
-row("peak RSS (MiB)", lambda x: x["mars_rss"] / 2**20, lambda x: x["llama_rss"] / 2**20, fmt="{:.0f}")
+print(peer_table(runs, [
+    ("decode tok/s", lambda x: x["m"]["decode_tokens_per_second"], lambda x: x["tg"], "{:.2f}"),
+    ("prefill tok/s", lambda x: x["m"]["prefill_tokens_per_second"], lambda x: x["pp"], "{:.2f}"),
+] + [
+    (f"ms for a pass of {rows} rows (llama.cpp: a batch of {rows})",
+     lambda x, r=rows: x["m"]["forward_ms_by_rows"][str(r)], lambda x, k=key: x[k], "{:.0f}")
+    for rows, key in [(1, "b1"), (5, "b5"), (16, "b16")]
+] + [
+    ("peak RSS (MiB)", lambda x: x["mars_rss"] / 2**20, lambda x: x["llama_rss"] / 2**20, "{:.0f}"),
+], "llama.cpp (Vulkan)", "mars (wgpu)"))
 g = m.get("gpu")
 if g:
     f, t = g["forward_of_one_row"], g["per_token"]

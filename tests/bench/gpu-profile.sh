@@ -4,16 +4,16 @@
 # shares, not the sum), then every forward pass split by the launch order the GPU path uses
 # (embedding; per layer norm, q|k|v, RoPE, attention, o, norm, gate|up, down; final norm, head;
 # the summary) and the time per kernel summed for the prompt's pass and per decoded token.
-#   usage: bash tests/bench/gpu-profile.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]
+#   usage: bash tests/bench/bench.sh gpu-profile MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-model=${1:?usage: gpu-profile.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]}
+model=${1:?usage: bench.sh gpu-profile MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]}
 pp=${2:-64}
 tg=${3:-8}
 # MARS_BIN: a built mars (a machine with no toolchain); else cargo builds it.
 if [ -z "${MARS_BIN:-}" ]; then
-  cargo build --release -q
-  MARS_BIN="${CARGO_TARGET_DIR:-target}/release/mars"
+  . tests/bench/lib.sh
+  MARS_BIN=$(mars_bin)
 fi
 log=$(mktemp)
 json=$(mktemp)

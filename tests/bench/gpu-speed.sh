@@ -5,17 +5,17 @@
 # weights read per token and resident memory. Where the f32 path cannot load the model (a tensor
 # over the adapter's largest binding) it says so and reports the blocks alone. A benchmark
 # command, not a CI step: on lavapipe (no GPU) a 135M model decodes at ~1–2 tok/s.
-#   usage: bash tests/bench/gpu-speed.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]
+#   usage: bash tests/bench/bench.sh gpu-speed MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-model=${1:?usage: gpu-speed.sh MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]}
+model=${1:?usage: bench.sh gpu-speed MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]}
 pp=${2:-16}
 tg=${3:-16}
 [ -f "$model" ] || { echo "no such model file: $model" >&2; exit 1; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-cargo build --release -q
-mars="${CARGO_TARGET_DIR:-target}/release/mars"
+. tests/bench/lib.sh
+mars=$(mars_bin)
 for k in packed f32; do
   "$mars" speed --model "$model" --device wgpu --kernels "$k" --prompt-tokens "$pp" \
     --decode-tokens "$tg" >"$out/$k.json" 2>"$out/$k.log" || {

@@ -5,14 +5,14 @@
 # recorded work every `tasks_max` launches and before every read back; mars sets 512 on a CPU
 # adapter (a forward in one submit) and 32 on a GPU (`mars_model::submit_every`) unless
 # CUBECL_WGPU_MAX_TASKS is set: run with CUBECL_WGPU_MAX_TASKS=32 to see the difference.
-#   usage: bash tests/bench/gpu-submits.sh MODEL.gguf [TOKENS_A] [TOKENS_B]
+#   usage: bash tests/bench/bench.sh gpu-submits MODEL.gguf [TOKENS_A] [TOKENS_B]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-model=${1:?usage: gpu-submits.sh MODEL.gguf [TOKENS_A] [TOKENS_B]}
+model=${1:?usage: bench.sh gpu-submits MODEL.gguf [TOKENS_A] [TOKENS_B]}
 a=${2:-4}
 b=${3:-12}
-cargo build --release -q
-mars="${CARGO_TARGET_DIR:-target}/release/mars"
+. tests/bench/lib.sh
+mars=$(mars_bin)
 out=$(mktemp)
 script=$(mktemp)
 trap 'rm -f "$out" "$script"' EXIT

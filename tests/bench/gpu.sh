@@ -11,7 +11,7 @@
 #   3. with BROWSER=1, the page on the machine's WebGPU adapter beside wllama in the same headless
 #      Chromium (tests/bench/browser-cpu.sh with BACKEND=webgpu).
 # Writes the tables to OUT (default gpu-bench.md) and prints them.
-#   usage: bash tests/bench/gpu.sh [PROMPTS] [MAX_TOKENS]
+#   usage: bash tests/bench/bench.sh gpu [PROMPTS] [MAX_TOKENS]
 #   env:   ROUNDS (2), OUT, BROWSER, MARS_MODEL_DIR, PEERS=0 (skip part 1), PEERS_PP and PEERS_TG (the prompt and decode
 #          tokens of part 1: 64 and 32; fewer make a run on lavapipe take minutes, not an hour),
 #          PEER_MODELS (part 1's model files; default the three), SPEC ("pair smol": part 2's
@@ -24,23 +24,18 @@ prompts=${1:-6}
 max=${2:-64}
 export ROUNDS=${ROUNDS:-2}
 out=${OUT:-gpu-bench.md}
-dir="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}"
-smol="$dir/SmolLM2-135M-Instruct.Q4_1.gguf"
-draft="$dir/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"
-target="$dir/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf"
-if [ -z "${MARS_BIN:-}" ]; then
-  cargo build --release -q
-  export MARS_BIN="${CARGO_TARGET_DIR:-target}/release/mars"
-fi
+. tests/bench/lib.sh
+smol=$SMOL draft=$PAIR_DRAFT target=$PAIR_TARGET
+MARS_BIN=$(mars_bin)
+export MARS_BIN
 mars=$MARS_BIN
-prompt_file=${SPEC_BENCH:-$(bash tests/fetch-spec-bench.sh | tail -n1)}
+prompt_file=$(spec_bench)
 spec=${SPEC-pair smol}
 # Fetch only what the chosen parts read.
 uses=" $spec "
 if [ "${PEERS:-1}" = 1 ]; then uses=" ${PEER_MODELS:-$smol $draft $target}$uses"; fi
-if [[ $uses == *" $smol "* || $uses == *" smol "* ]] && [ ! -f "$smol" ]; then bash tests/fetch-model.sh; fi
-if [[ $uses == *" $draft "* || $uses == *" $target "* || $uses == *" pair "* ]] \
-  && { [ ! -f "$target" ] || [ ! -f "$draft" ]; }; then bash tests/fetch-pair.sh; fi
+if [[ $uses == *" $smol "* || $uses == *" smol "* ]]; then need_smol; fi
+if [[ $uses == *" $draft "* || $uses == *" $target "* || $uses == *" pair "* ]]; then need_pair; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 {
@@ -93,7 +88,7 @@ if [ "${BROWSER:-0}" = 1 ]; then
     echo
     echo "## 3. The page on this machine's WebGPU adapter beside wllama (headless Chromium)"
     echo
-    BACKEND=webgpu bash tests/bench/browser-cpu.sh "$ROUNDS" "$max" --race \
+    BACKEND=webgpu bash tests/bench/bench.sh browser "$ROUNDS" "$max" --race \
       "$(basename "$smol")" "$(basename "$target")" | tail -n 20
   } | tee -a "$out"
 fi

@@ -3,7 +3,7 @@
 # template, beside llama.cpp's own speculative decoding on the same files, prompts, k and
 # threads: `mars bench` (target-only, strict, MARS; per category) then llama-speculative-simple
 # per prompt, then llama-bench's target-only decode. A benchmark command, not a CI step.
-#   usage: bash tests/bench/pair.sh [K] [MAX_TOKENS] [CATEGORY] [THREADS] [DRAFT_VOCAB]
+#   usage: bash tests/bench/bench.sh pair [K] [MAX_TOKENS] [CATEGORY] [THREADS] [DRAFT_VOCAB]
 # DRAFT_VOCAB: mars's draft model proposes only token ids below it (`--draft-vocab`); llama.cpp's
 # run always drafts over the whole vocabulary.
 set -euo pipefail
@@ -13,14 +13,13 @@ max=${2:-64}
 category=${3:-coding}
 threads=${4:-$(nproc)}
 vocab=${5:-}
-dir="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}"
-target="$dir/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf"
-draft="$dir/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"
-[ -f "$target" ] && [ -f "$draft" ] || { echo "fetch the pair first: bash tests/fetch-pair.sh" >&2; exit 1; }
+. tests/bench/lib.sh
+need_pair
+target=$PAIR_TARGET draft=$PAIR_DRAFT
 bin=$(bash tests/bench/llama-cpp.sh)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-spec=$(bash tests/fetch-spec-bench.sh | tail -n1)
+spec=$(spec_bench)
 python3 - "$category" "$spec" >"$out/prompts.jsonl" <<'PY'
 import json, sys
 for line in open(sys.argv[2]):
@@ -28,8 +27,7 @@ for line in open(sys.argv[2]):
         sys.stdout.write(line)
 PY
 echo "== mars: $(wc -l <"$out/prompts.jsonl") $category prompts, k = $k, $max tokens, $threads threads"
-cargo build --release -q
-"${CARGO_TARGET_DIR:-target}/release/mars" bench --device cpu --chat --model "$target" --draft "model:$draft" \
+"$(mars_bin)" bench --device cpu --chat --model "$target" --draft "model:$draft" \
   --k "$k" --max-tokens "$max" --threads "$threads" --prompts "$out/prompts.jsonl" --out "$out/mars" \
   ${vocab:+--draft-vocab "$vocab"}
 echo "== llama.cpp llama-speculative-simple, same prompts (ChatML), --spec-draft-n-max $k"

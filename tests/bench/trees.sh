@@ -5,7 +5,7 @@
 # step, tok/s and speedup over target-only, MARS's relaxed share and moved mass, time per step
 # in the draft and in the target pass, peak memory. A benchmark command, not a CI step
 # (~2 min per shape on 6 prompts, 2 threads).
-#   usage: bash tests/bench/trees.sh [CATEGORY] [PROMPTS] [TEMPERATURE] [SEED] [THETA] [SHAPES...]
+#   usage: bash tests/bench/bench.sh trees [CATEGORY] [PROMPTS] [TEMPERATURE] [SEED] [THETA] [SHAPES...]
 # SHAPE: k3 (a chain of 3), or t16k5b4 (a tree of ≤ 16 nodes, depth 5, 4 children per node),
 # t16k8b4p0.1 (the same at depth 8 keeping only nodes whose path's draft probability ≥ 0.1).
 # LLAMA=1: then llama.cpp's own speculation on the same files, prompts, temperature and threads
@@ -17,7 +17,8 @@
 # nullptr) on most prompts) is counted and left out of its row.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-spec=$(bash tests/fetch-spec-bench.sh | tail -n1)
+. tests/bench/lib.sh
+spec=$(spec_bench)
 category=${1:-coding}
 limit=${2:-6}
 temp=${3:-0}
@@ -26,14 +27,11 @@ theta=${5:-0.95}
 shift $(($# < 5 ? $# : 5))
 shapes=("$@")
 [ ${#shapes[@]} -gt 0 ] || shapes=(k3 k7 t8k4b2 t16k5b4)
-dir="${MARS_MODEL_DIR:-$HOME/.cache/mars/models}"
-target="$dir/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf"
-draft="$dir/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"
-[ -f "$target" ] && [ -f "$draft" ] || { echo "fetch the pair first: bash tests/fetch-pair.sh" >&2; exit 1; }
+need_pair
+target=$PAIR_TARGET draft=$PAIR_DRAFT
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-cargo build --release -q
-mars="${CARGO_TARGET_DIR:-target}/release/mars"
+mars=$(mars_bin)
 echo "== $category (first $limit prompts), T = $temp, seed $seed, MARS θ $theta, 64 tokens, 2 threads"
 for shape in "${shapes[@]}"; do
   if [[ $shape =~ ^k([0-9]+)$ ]]; then

@@ -9,7 +9,7 @@
 //! With arguments `SHAPE M CALLS [FAN]` (SHAPE 0 to 6 in the order below; FAN 1 or 4 outputs a
 //! team, else the device's; the subgroup form) it only makes `CALLS` calls of `M` rows after one
 //! warm-up call, timing nothing: for counting the shader's instructions under valgrind
-//! (tests/bench/gpu-instructions.sh divides them by `CALLS + 1`).
+//! (tests/bench/bench.sh gpu-instructions divides them by `CALLS + 1`).
 //!
 //! With the argument `stream [N]` it measures what the GPU itself sustains on the large models'
 //! shapes instead (Qwen2.5-7B's and -32B's matrices, and a small one for the cost of a launch):

@@ -3,7 +3,7 @@
 pre-tokenizer): the strings of make_fixture.py plus llama.cpp's own qwen2 test strings
 (models/ggml-vocab-qwen2.gguf.inp) and more code, CJK and whitespace runs.
 
-Run: BIN=$(bash tests/bench/llama-cpp.sh); cmake --build "$BIN/../.." --target llama-tokenize
+Run: BIN=$(bash tests/bench/bench.sh llama-cpp); cmake --build "$BIN/../.." --target llama-tokenize
      python3 make_qwen2_fixture.py "$BIN" PATH/TO/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf > qwen2.json
 """
 import json
