@@ -160,47 +160,9 @@ pub struct DrafterArgs {
     /// list such as `0-7,29`.
     #[arg(long)]
     pub draft_layers: Option<String>,
+    /// The draft's shape (the engine's type: its fields are the flags).
     #[command(flatten)]
-    pub shape: DraftShapeArgs,
-}
-
-/// The draft's shape: its length (a chain) or its tree, and the ids a model drafter proposes;
-/// shared by the decoding subcommands and `mars eval`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct DraftShapeArgs {
-    /// Draft tokens per step.
-    #[arg(long, default_value_t = DEFAULTS.shape.k)]
-    pub k: usize,
-    /// A model drafter proposes only token ids below N (its output head runs on those rows
-    /// only; verification stays exact); default: the whole vocabulary.
-    #[arg(long, value_name = "N")]
-    pub draft_vocab: Option<usize>,
-    /// Token trees of at most N nodes (k their depth) verified in one target pass; 0: chains.
-    /// Prompt lookup branches over earlier matches, a model drafter expands its most probable
-    /// nodes (EAGLE-2).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub tree: usize,
-    /// A model drafter's tree: children per expanded node, and nodes expanded per depth.
-    #[arg(long, value_name = "B", default_value_t = DEFAULTS.shape.branch)]
-    pub branch: usize,
-    /// A model drafter's tree keeps only nodes whose path's draft probability is at least P, and
-    /// stops growing where none reaches it (0: the node budget decides alone). Needs `--tree`
-    /// and a draft model or layer skip.
-    #[arg(long, value_name = "P", default_value_t = 0.0)]
-    pub tree_min_p: f32,
-}
-
-impl DraftShapeArgs {
-    /// The engine's one draft-shape type, from these flags.
-    pub fn shape(&self) -> DraftShape {
-        DraftShape {
-            k: self.k,
-            draft_vocab: self.draft_vocab,
-            tree: self.tree,
-            branch: self.branch,
-            tree_min_p: self.tree_min_p,
-        }
-    }
+    pub shape: DraftShape,
 }
 
 impl DrafterArgs {
@@ -265,7 +227,7 @@ pub fn resolve(
         system: chat.system.clone(),
         ..RunSettings::default()
     }
-    .with_shape(drafter.shape.shape());
+    .with_shape(drafter.shape);
     let run = run
         .resolve()
         .with_context(|| "checking the settings".to_string())?;

@@ -308,11 +308,7 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
     // One untimed run: first-use allocation and kernel compilation on wgpu. Its prompt of up to
     // 18 tokens prefills up to 17 rows, so the prefill's 16-row kernels are compiled here and
     // not inside the timed prefill (on lavapipe compiling them took seconds).
-    let warm_up = RunSettings {
-        max_tokens: 2,
-        ..(*run).clone()
-    }
-    .resolve()?;
+    let warm_up = run.with_max_tokens(2)?;
     decode(
         &target,
         &warm_up,

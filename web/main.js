@@ -302,7 +302,8 @@ async function cachedResponse(url) {
   return undefined;
 }
 
-// Where the models run: WebGPU on a hardware adapter; the packed CPU kernels compiled to
+// Where the models run. "Runs on: auto" asks the worker for the engine's rule (the CLI's
+// --device auto): WebGPU on a hardware adapter; the packed CPU kernels compiled to
 // WebAssembly where WebGPU is missing or its adapter is software (SwiftShader, a fallback
 // adapter: SmolLM2-135M decodes at 0.32 tok/s there, many times slower than the CPU path). The
 // "Runs on" field forces either. Throws (shown as no_webgpu) only where WebGPU is forced and
@@ -325,14 +326,23 @@ async function chooseCompute() {
   }
   if (!adapter) {
     if (want === "webgpu") throw new ShownError("no_webgpu", problem[0].toUpperCase() + problem.slice(1) + ".");
-    return cpu(problem);
+    return cpu((await askWorker({ type: "choose", adapter: null, problem })).why);
   }
   const info = adapter.info || {};
   const name = [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ") || "an unnamed WebGPU adapter";
   const software = Boolean(info.isFallbackAdapter || adapter.isFallbackAdapter) || /swiftshader|llvmpipe|lavapipe|software|basic render/i.test(name);
   if (want === "webgpu") return { backend: "webgpu", name, why: software ? "chosen in the settings (a software adapter)" : "chosen in the settings" };
-  if (software) return cpu(`the WebGPU adapter (${name}) is software: the CPU is faster`);
-  return { backend: "webgpu", name, why: "a hardware WebGPU adapter" };
+  const chosen = await askWorker({ type: "choose", adapter: { name, software } });
+  return chosen.backend === "wgpu" ? { backend: "webgpu", name, why: chosen.why } : cpu(chosen.why);
+}
+
+// The engine's auto rule (mars_engine::auto_choice, the CLI's too), asked of the worker.
+let pendingChoice = null;
+function askWorker(request) {
+  return new Promise((resolve) => {
+    pendingChoice = resolve;
+    worker.postMessage(request);
+  });
 }
 
 // Chooses where the models run, once per choice of the "Runs on" field; a new choice reloads
@@ -367,6 +377,7 @@ class ShownError extends Error {
 function onEvent(ev, ready) {
   switch (ev.type) {
     case "ready": ready(ev.defaults); break;
+    case "chosen": if (pendingChoice) { pendingChoice(ev); pendingChoice = null; } break;
     case "loaded":
       showLoad(`model loaded: ${ev.info.name} (${ev.info.n_layers} layers, vocabulary ${ev.info.vocab}) on ${ev.runs_on}, as ${compute.why}`, ev.wasm_bytes);
       $("#run").disabled = running;

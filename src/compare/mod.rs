@@ -13,9 +13,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use mars_engine::{
-    Backend, DEFAULTS, Method, MethodOutput, Race, Resolved, RunSettings, RunSummary, Target,
-};
+use mars_engine::{Backend, DEFAULTS, Method, MethodOutput, Race, Resolved, RunSummary, Target};
 use mars_model::{Llama, WeightPath};
 use mars_verify::{Mode, Sampling};
 use serde::Serialize;
@@ -261,11 +259,7 @@ impl Runner {
     pub(crate) fn warm_up(&self) -> Result<()> {
         let ids = self.target.tokenizer().encode("Hello", false)?;
         let race = pollster::block_on(self.target.race_ids(ids, 8, self.draft_model.as_ref()))?;
-        let run = RunSettings {
-            max_tokens: 8,
-            ..(*self.run).clone()
-        }
-        .resolve()?;
+        let run = self.run.with_max_tokens(8)?;
         pollster::block_on(race.run(&run, Method::Strict, |_| {}))?;
         Ok(())
     }

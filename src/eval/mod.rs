@@ -17,7 +17,7 @@ use mars_engine::{Backend, DEFAULTS, DrafterSpec, Method, MethodOutput, RunSetti
 use mars_verify::Mode;
 use serde::{Deserialize, Serialize};
 
-use crate::args::{self, DraftShapeArgs, KernelArgs, SamplingArgs};
+use crate::args::{self, KernelArgs, SamplingArgs};
 use crate::compare::Runner;
 use crate::compare::report::mode_label;
 use code::Problem;
@@ -44,7 +44,7 @@ pub struct HumanEvalArgs {
     #[arg(long)]
     pub draft: Option<String>,
     #[command(flatten)]
-    pub shape: DraftShapeArgs,
+    pub shape: mars_engine::DraftShape,
     /// MARS paper-mode thresholds, one run each: `--theta 0.9,0.95`.
     #[arg(long, value_delimiter = ',')]
     pub theta: Vec<f32>,
@@ -234,7 +234,7 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         chat: true,
         ..RunSettings::default()
     }
-    .with_shape(args.shape.shape())
+    .with_shape(args.shape)
     .resolve()
     .context("checking the settings")?;
     let runner = Runner::new(model.clone(), args.device, &args.kernels, run)?;
@@ -409,12 +409,7 @@ fn run_problems(
         let mut attempts = Vec::with_capacity(methods.len());
         for (label, method, mode) in methods {
             bar.set_message(format!("{} s{seed} {label}", p.task_id));
-            let run = RunSettings {
-                mars: *mode,
-                seed,
-                ..(*runner.run).clone()
-            }
-            .resolve()?;
+            let run = runner.run.with_seed(seed).with_mars(*mode)?;
             let MethodOutput { text, summary, .. } =
                 pollster::block_on(race.run(&run, *method, |_| {}))?;
             let code = code::extract(&text, &p.entry_point);

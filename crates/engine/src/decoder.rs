@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use mars_formats::{StreamDecoder, Tokenizer};
-use mars_model::{ChainLink, KvCache, Llama, WeightPath};
+use mars_model::{ChainLink, KvCache, Llama};
 use mars_verify::{
     Decision, DraftProbs, Ledger, Margin, NextKind, PositionRecord, RowSummary, SampleKeys,
     TreeDraftProbs, TreeInput, Verifier, VerifyConfig, VerifyInput,
@@ -19,6 +19,7 @@ use web_time::Instant;
 
 use crate::drafter::{ChainedDraft, DraftRandom, Drafter};
 use crate::error::{EngineError, Result};
+use crate::readback::{Readback, RowRead};
 
 /// Settings of one run.
 #[derive(Debug, Clone)]
@@ -340,6 +341,8 @@ pub struct Decoder<D> {
     cache: KvCache,
     drafter: Option<D>,
     verifier: Verifier,
+    /// What the target's rows come back as ([`Readback`]: the one rule).
+    readback: Readback,
     k: usize,
     max_tokens: usize,
     vocab: usize,
@@ -410,6 +413,7 @@ impl<D: Drafter> Decoder<D> {
             },
             drafter,
             verifier,
+            readback: Readback::new(config.verify.sampling, target.reads()),
             max_tokens: config.max_tokens,
             vocab: target.config().vocab_size,
             rng: ChaCha8Rng::seed_from_u64(config.seed),
@@ -735,10 +739,11 @@ impl<D: Drafter> Decoder<D> {
     /// target off the GPU path reads the drafts and leaves the forward to the caller (`None`).
     async fn over_chain(&mut self, c: &ChainedDraft) -> Result<(Vec<u32>, Option<Rows>)> {
         let d = c.tokens;
-        let on_gpu = matches!(self.target.weight_path(), WeightPath::GpuBlocks { .. });
-        let summarised = self.verifier.config().sampling.summaries_suffice();
+        let on_device = self.readback.over_chain();
         let mut unsummarised = None;
-        if on_gpu && d > 0 {
+        if let Some(summarised) = on_device
+            && d > 0
+        {
             let last = self.context[self.context.len() - 1];
             let link = ChainLink {
                 chain: &c.chain,
@@ -765,7 +770,9 @@ impl<D: Drafter> Decoder<D> {
                 rows.truncate(good + 1, self.vocab);
                 Some(rows)
             }
-            (None, Some(target)) if on_gpu && d > 0 => Some(Rows::Summaries(target.to_vec())),
+            (None, Some(target)) if on_device.is_some() && d > 0 => {
+                Some(Rows::Summaries(target.to_vec()))
+            }
             _ => None,
         };
         Ok((tokens, rows))
@@ -791,20 +798,24 @@ impl<D: Drafter> Decoder<D> {
     /// needs p(x) / q(x) and the residual over the whole row; top-p alone needs the row's
     /// sorted mass).
     async fn rows(&self, logits: mars_model::Logits, one_hot: bool) -> Result<Rows> {
-        let sampling = self.verifier.config().sampling;
-        if sampling.summaries_suffice() && (sampling.is_greedy() || one_hot) {
-            let keys = self.sample_keys();
-            if let Some(s) = logits.summaries_async(keys.as_ref()).await? {
-                return Ok(Rows::Summaries(s));
+        // Logits decline a reduction only where it would not save a read; the rows then come
+        // whole.
+        match self.readback.verify_rows(one_hot) {
+            RowRead::Summaries => {
+                let keys = self.sample_keys();
+                if let Some(s) = logits.summaries_async(keys.as_ref()).await? {
+                    return Ok(Rows::Summaries(s));
+                }
             }
-        }
-        if let Some(k) = sampling.top_k
-            && let Some((values, sums)) = logits.top_k_rows_async(k as usize, self.vocab).await?
-        {
-            return Ok(Rows::Full {
-                values,
-                sums: Some(sums),
-            });
+            RowRead::TopK(k) => {
+                if let Some((values, sums)) = logits.top_k_rows_async(k, self.vocab).await? {
+                    return Ok(Rows::Full {
+                        values,
+                        sums: Some(sums),
+                    });
+                }
+            }
+            RowRead::Whole => {}
         }
         Ok(Rows::Full {
             values: logits.read_async().await?, // rows * vocab

@@ -58,7 +58,7 @@ pub fn auto_choice(adapter: Option<&AdapterFacts>) -> (Backend, String) {
         Some(a) if a.software => (
             Backend::Cpu,
             format!(
-                "the only adapter, {}, runs on the CPU (slower than the CPU kernels)",
+                "the GPU adapter, {}, is software: it runs on the CPU, slower than the CPU kernels",
                 a.name
             ),
         ),

@@ -15,6 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 
 use crate::error::{EngineError, Result};
+use crate::readback::{Readback, RowRead};
 
 /// One proposal: up to k token ids (all below the target's vocabulary) and, for a sampling
 /// drafter, its distributions q over the target's vocabulary (`[tokens.len() * vocab]`);
@@ -122,6 +123,8 @@ pub struct ModelDrafter {
     model: Llama,
     cache: KvCache,
     sampler: Sampler,
+    /// What this model's rows come back as ([`Readback`]: the one rule).
+    readback: Readback,
     target_vocab: usize,
     label: String,
     row: Vec<f32>,
@@ -182,6 +185,7 @@ impl ModelDrafter {
         };
         let cache = model.new_cache(capacity)?;
         Ok(Self {
+            readback: Readback::new(sampling, model.reads()),
             model,
             cache,
             sampler: Sampler::new(sampling)?,
@@ -249,8 +253,8 @@ impl ModelDrafter {
     async fn host_rows(&self, logits: Logits) -> Result<(Vec<f32>, usize)> {
         let (_, dv) = logits.dims();
         let cols = dv.min(self.target_vocab);
-        if let Some(k) = self.sampler.sampling().top_k
-            && let Some((values, _)) = logits.top_k_rows_async(k as usize, cols).await?
+        if let RowRead::TopK(k) = self.readback.host_rows()
+            && let Some((values, _)) = logits.top_k_rows_async(k, cols).await?
         {
             return Ok((values, cols));
         }
@@ -296,7 +300,7 @@ impl ModelDrafter {
         let (_, dv) = logits.dims();
         // Ids the target lacks are never proposed (as `set_row` drops them).
         let cols = dv.min(self.target_vocab);
-        if sampling.summaries_suffice()
+        if self.readback.children_on_device()
             && let Some(tops) = logits
                 .top_async(self.branch, cols, sampling.effective_temperature())
                 .await?
@@ -484,7 +488,7 @@ impl Drafter for ModelDrafter {
         let greedy = sampling.is_greedy();
         // On the GPU the chain stays there: greedy (top-k / top-p never move an argmax) or
         // drawn by the Gumbel-max rule where no filter needs the row's sorted mass.
-        if (greedy || sampling.summaries_suffice())
+        if self.readback.chain_on_device()
             && let Some(chain) = self.model.summary_chain(2 * k + 1)?
         {
             let sample = (!greedy).then_some(SampleKeys {

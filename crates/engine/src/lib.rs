@@ -18,6 +18,7 @@ mod drafter;
 mod error;
 pub mod memory;
 mod race;
+mod readback;
 mod session;
 
 pub use decoder::{

@@ -150,21 +150,34 @@ pub const PRESETS: &[Preset] = &[
 ];
 
 /// The draft's shape: a chain of `k` tokens or a token tree, and the ids a model drafter
-/// proposes. The one list of these fields a front end fills: [`DEFAULTS`], every [`Preset`], the
-/// CLI's draft-shape flags and eval's journal go through it into [`RunSettings`]
-/// ([`RunSettings::with_shape`], [`RunSettings::shape`]).
+/// proposes. The one list of these fields: [`DEFAULTS`] and every [`Preset`] hold one, the CLI's
+/// flags are this type (feature `clap`: `--k`, `--draft-vocab`, `--tree`, `--branch`,
+/// `--tree-min-p`), eval's journal records it, and [`RunSettings::with_shape`] /
+/// [`RunSettings::shape`] put it into a run and read it back.
+// The field comments are the CLI's help text, so they name flags, not items.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 #[serde(deny_unknown_fields)]
 pub struct DraftShape {
-    /// Draft tokens per step; with a tree, its depth.
+    /// Draft tokens per step.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DraftShape::CHAIN.k))]
     pub k: usize,
-    /// [`RunSettings::draft_vocab`].
+    /// A model drafter proposes only token ids below N (its output head runs on those rows
+    /// only; verification stays exact); default: the whole vocabulary.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "N"))]
     pub draft_vocab: Option<usize>,
-    /// [`RunSettings::tree`]: a token tree's node budget (0: chains of k).
+    /// Token trees of at most N nodes (k their depth) verified in one target pass; 0: chains.
+    /// Prompt lookup branches over earlier matches, a model drafter expands its most probable
+    /// nodes (EAGLE-2).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "N", default_value_t = DraftShape::CHAIN.tree))]
     pub tree: usize,
-    /// [`RunSettings::branch`].
+    /// A model drafter's tree: children per expanded node, and nodes expanded per depth.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "B", default_value_t = DraftShape::CHAIN.branch))]
     pub branch: usize,
-    /// [`RunSettings::tree_min_p`].
+    /// A model drafter's tree keeps only nodes whose path's draft probability is at least P, and
+    /// stops growing where none reaches it (0: the node budget decides alone). Needs `--tree`
+    /// and a draft model or layer skip.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "P", default_value_t = DraftShape::CHAIN.tree_min_p))]
     pub tree_min_p: f32,
 }
 
@@ -420,6 +433,28 @@ impl Resolved {
         }))
     }
 
+    /// The same settings with another token budget (a warm-up's short run), checked as
+    /// [`RunSettings::resolve`] checks it.
+    ///
+    /// # Errors
+    /// [`EngineError::Config`] for a budget of 0.
+    pub fn with_max_tokens(&self, max_tokens: usize) -> Result<Self> {
+        check_max_tokens(max_tokens)?;
+        Ok(Self(RunSettings {
+            max_tokens,
+            ..self.0.clone()
+        }))
+    }
+
+    /// The same settings with another seed (every seed is valid).
+    #[must_use]
+    pub fn with_seed(&self, seed: u64) -> Self {
+        Self(RunSettings {
+            seed,
+            ..self.0.clone()
+        })
+    }
+
     /// The settings, to change and resolve again.
     pub fn into_inner(self) -> RunSettings {
         self.0
@@ -447,13 +482,7 @@ impl RunSettings {
                 why: "at least 1 draft token per step",
             });
         }
-        if self.max_tokens == 0 {
-            return Err(EngineError::Config {
-                field: "max_tokens",
-                value: "0".into(),
-                why: "at least 1 token",
-            });
-        }
+        check_max_tokens(self.max_tokens)?;
         if self.draft_vocab == Some(0) {
             return Err(EngineError::Config {
                 field: "draft_vocab",
@@ -562,6 +591,17 @@ impl RunSettings {
             capacity: Some(capacity),
         }
     }
+}
+
+fn check_max_tokens(max_tokens: usize) -> Result<()> {
+    if max_tokens == 0 {
+        return Err(EngineError::Config {
+            field: "max_tokens",
+            value: "0".into(),
+            why: "at least 1 token",
+        });
+    }
+    Ok(())
 }
 
 /// Model facts a front end shows and checks.

@@ -7,4 +7,6 @@
 #![warn(missing_docs)]
 
 mod worker;
-pub use worker::{BlobSource, ErrorKind, Event, Request, wasm_bytes, worker_main};
+pub use worker::{
+    BlobSource, ErrorKind, Event, Request, SeenAdapter, choose, wasm_bytes, worker_main,
+};

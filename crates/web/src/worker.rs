@@ -89,8 +89,46 @@ pub enum Request {
         /// Interleave the runs step by step (true) or run them one after the other.
         together: bool,
     },
+    /// Where the models run when the page's "Runs on" is auto: the adapter WebGPU offered
+    /// (`None`: none, `problem` saying why) judged by the engine's one rule,
+    /// [`mars_engine::auto_choice`], as the CLI's `--device auto` judges wgpu's. Answered by
+    /// [`Event::Chosen`].
+    Choose {
+        /// WebGPU's adapter, as the page saw it.
+        adapter: Option<SeenAdapter>,
+        /// Why there is no adapter (no WebGPU in this browser, a refused request).
+        #[serde(default)]
+        problem: Option<String>,
+    },
     /// Stop the current race after the step in flight.
     Stop,
+}
+
+/// A WebGPU adapter as the page sees it (`GPUAdapter.info`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeenAdapter {
+    /// Vendor, architecture, device and description, as given.
+    pub name: String,
+    /// `isFallbackAdapter`, or a name that says software (SwiftShader, llvmpipe, lavapipe).
+    pub software: bool,
+}
+
+/// [`Request::Choose`]'s answer: [`mars_engine::auto_choice`] over the page's adapter, with the
+/// page's own reason where WebGPU gave none.
+pub fn choose(adapter: Option<SeenAdapter>, problem: Option<String>) -> (Backend, String) {
+    let facts = adapter.map(|a| mars_engine::AdapterFacts {
+        name: a.name,
+        software: a.software,
+        // The browser's WebGPU runs the block kernels wherever it gives an adapter (WGSL
+        // without extensions); wgpu's native limits do not apply.
+        blocks_unsupported: None,
+    });
+    let (backend, why) = mars_engine::auto_choice(facts.as_ref());
+    match (facts, problem) {
+        (None, Some(problem)) => (backend, problem),
+        _ => (backend, why),
+    }
 }
 
 /// Why something failed, so that the page can pick its advice.
@@ -184,6 +222,13 @@ pub enum Event {
         /// The wasm heap's size after the load (its peak so far).
         wasm_bytes: u64,
     },
+    /// [`Request::Choose`]'s answer.
+    Chosen {
+        /// [`Backend::Wgpu`] (the page's `webgpu`) or [`Backend::Cpu`].
+        backend: Backend,
+        /// Why, in words.
+        why: String,
+    },
     /// A pane's step.
     Step {
         /// The pane's method.
@@ -227,7 +272,10 @@ thread_local! {
 
 fn post(event: &Event) {
     let scope: DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
-    match serde_wasm_bindgen::to_value(event) {
+    // Maps as plain objects: a flattened struct (the defaults' and presets' draft shape)
+    // serializes as a map, which serde-wasm-bindgen otherwise makes a JS `Map`.
+    let serializer = serde_wasm_bindgen::Serializer::new().serialize_maps_as_objects(true);
+    match event.serialize(&serializer) {
         Ok(v) => {
             if let Err(e) = scope.post_message(&v) {
                 web_sys::console::error_2(&"postMessage failed".into(), &e);
@@ -505,6 +553,10 @@ async fn handle(request: Request) {
                 Ok(false) => {}
                 Err(e) => engine_error(&e),
             }
+        }
+        Request::Choose { adapter, problem } => {
+            let (backend, why) = choose(adapter, problem);
+            post(&Event::Chosen { backend, why });
         }
         Request::Stop => STOP.with(|s| s.set(true)),
     }

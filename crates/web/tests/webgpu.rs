@@ -244,3 +244,30 @@ async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
         web_sys_log(&format!("sampled chain: {kept} drafts kept"));
     }
 }
+
+/// The page's "Runs on: auto" is the engine's rule: a hardware adapter → WebGPU, a software one
+/// (SwiftShader, as CI's) → the CPU with why, no adapter → the CPU with the page's reason.
+#[wasm_bindgen_test]
+fn the_pages_auto_choice_is_the_engines_rule() {
+    use mars_engine::Backend;
+    use mars_web::{SeenAdapter, choose};
+    let seen = |name: &str, software| SeenAdapter {
+        name: name.into(),
+        software,
+    };
+    let (b, why) = choose(Some(seen("nvidia hopper", false)), None);
+    assert_eq!(b, Backend::Wgpu);
+    assert!(why.contains("nvidia hopper"), "{why}");
+    let (b, why) = choose(Some(seen("google swiftshader", true)), None);
+    assert_eq!(b, Backend::Cpu);
+    assert!(
+        why.contains("swiftshader") && why.contains("software"),
+        "{why}"
+    );
+    let (b, why) = choose(None, Some("this browser has no WebGPU".into()));
+    assert_eq!(
+        (b, why.as_str()),
+        (Backend::Cpu, "this browser has no WebGPU")
+    );
+    assert_eq!(choose(None, None).0, Backend::Cpu);
+}
