@@ -14,7 +14,7 @@ venv=$(bash "$here/venv.sh")
 models=${MARS_VLLM_MODELS:-$HOME/.cache/mars/vllm-models}
 # shellcheck source=../../tests/bench/lib.sh
 . "$root/tests/bench/lib.sh"
-gguf_dir=$MODELS
+gguf_dir=$BENCH_MODELS
 convert() { "$venv/bin/python" "$here/convert.py" "$gguf_dir/$1" "$models/$2" >/dev/null; echo "$models/$2"; }
 case "$which" in
   smollm)

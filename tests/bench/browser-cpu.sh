@@ -18,6 +18,6 @@ fi
 . tests/bench/lib.sh
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
-node tests/bench/browser-cpu.mjs dist "$MODELS" "$wl/node_modules/@wllama/wllama/esm" "$rounds" "$tokens" "$results" "$@"
+node tests/bench/browser-cpu.mjs dist "$BENCH_MODELS" "$wl/node_modules/@wllama/wllama/esm" "$rounds" "$tokens" "$results" "$@"
 echo
 python3 tests/bench/rounds.py medians "$results"  # tok/s

@@ -34,7 +34,7 @@ case $pair in
   *) echo "PAIR must be skeleton or real, not '$pair'" >&2; exit 2 ;;
 esac
 . tests/bench/lib.sh
-models=$MODELS
+models=$BENCH_MODELS
 need_smol
 need_pair
 target="${CARGO_TARGET_DIR:-target}"

@@ -25,7 +25,7 @@ max=${2:-64}
 export ROUNDS=${ROUNDS:-2}
 out=${OUT:-gpu-bench.md}
 . tests/bench/lib.sh
-smol=$SMOL draft=$PAIR_DRAFT target=$PAIR_TARGET
+smol=$BENCH_SMOL draft=$BENCH_PAIR_DRAFT target=$BENCH_PAIR_TARGET
 MARS_BIN=$(mars_bin)
 export MARS_BIN
 mars=$MARS_BIN

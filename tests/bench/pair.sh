@@ -15,7 +15,7 @@ threads=${4:-$(nproc)}
 vocab=${5:-}
 . tests/bench/lib.sh
 need_pair
-target=$PAIR_TARGET draft=$PAIR_DRAFT
+target=$BENCH_PAIR_TARGET draft=$BENCH_PAIR_DRAFT
 bin=$(bash tests/bench/llama-cpp.sh)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -28,7 +28,7 @@ shift $(($# < 5 ? $# : 5))
 shapes=("$@")
 [ ${#shapes[@]} -gt 0 ] || shapes=(k3 k7 t8k4b2 t16k5b4)
 need_pair
-target=$PAIR_TARGET draft=$PAIR_DRAFT
+target=$BENCH_PAIR_TARGET draft=$BENCH_PAIR_DRAFT
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 mars=$(mars_bin)
