@@ -5,10 +5,8 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use mars_engine::{
-    Backend, DEFAULTS, DraftShape, DrafterSpec, Resolved, RunSettings, WeightChoice,
-};
-use mars_verify::{Mode, Sampling};
+use mars_engine::{Backend, Choices, DEFAULTS, DraftShape, Resolved, WeightChoice};
+use mars_verify::Sampling;
 
 /// Where the model comes from and where it runs.
 #[derive(Debug, Clone, clap::Args)]
@@ -24,15 +22,38 @@ pub struct ModelArgs {
     pub kernels: KernelArgs,
 }
 
-/// How a prompt reaches the model: raw text, or a user turn of the model's chat template.
+/// How a prompt reaches the model: a user turn of the model's chat template (the default,
+/// the engine's and the page's), or raw text.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ChatArgs {
-    /// Wrap each prompt as a user turn with the model's chat template.
-    #[arg(long)]
+    /// Wrap each prompt as a user turn with the model's chat template (the default).
+    #[arg(long, conflicts_with = "raw")]
     pub chat: bool,
-    /// A system message before each user turn (implies --chat).
+    /// Give each prompt to the model as raw text, no chat template (a base model, or a model
+    /// file without a template).
     #[arg(long)]
+    pub raw: bool,
+    /// A system message before each user turn.
+    #[arg(long, conflicts_with = "raw")]
     pub system: Option<String>,
+}
+
+impl ChatArgs {
+    /// What the flags choose: chat on, off, or the default. `needs_chat` where the subcommand
+    /// renders a conversation whatever the flags say (`--messages`; clap refuses `--raw`
+    /// beside it).
+    pub fn choices(&self, needs_chat: bool) -> Choices {
+        let chat = match (self.chat || needs_chat, self.raw) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        };
+        Choices {
+            chat,
+            system: self.system.clone().map(Into::into),
+            ..Choices::NONE
+        }
+    }
 }
 
 /// A conversation to continue instead of one prompt: OpenAI's message shape.
@@ -40,8 +61,8 @@ pub struct ChatArgs {
 pub struct MessagesArgs {
     /// A JSON file of messages (`[{"role", "content"}, ...]`, or a chat-completion request
     /// body with `messages`), system first if any, the user's turn last; rendered by the model's
-    /// chat template (implies --chat).
-    #[arg(long, conflicts_with_all = ["prompt", "system"])]
+    /// chat template.
+    #[arg(long, conflicts_with_all = ["prompt", "system", "raw"])]
     pub messages: Option<PathBuf>,
 }
 
@@ -101,13 +122,13 @@ impl KernelArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct SamplingArgs {
     /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = DEFAULTS.temperature)]
+    #[arg(long, default_value_t = DEFAULTS.sampling.temperature)]
     pub temperature: f32,
     /// Keep only the k most likely tokens (unset: off).
     #[arg(long)]
     pub top_k: Option<u32>,
     /// Nucleus sampling mass (1: off).
-    #[arg(long, default_value_t = DEFAULTS.top_p)]
+    #[arg(long, default_value_t = DEFAULTS.sampling.top_p)]
     pub top_p: f32,
     /// Seed of the sampling generator (ChaCha8: the same stream on every platform).
     #[arg(long, default_value_t = DEFAULTS.seed)]
@@ -115,8 +136,8 @@ pub struct SamplingArgs {
 }
 
 impl SamplingArgs {
-    /// The verifier's sampling settings as given: [`RunSettings::resolve`] checks them with the
-    /// rest of the run.
+    /// The sampling settings as given (unchecked: the verifier or [`Choices::resolve`] checks
+    /// them).
     pub fn sampling(&self) -> Sampling {
         Sampling {
             temperature: self.temperature,
@@ -124,10 +145,19 @@ impl SamplingArgs {
             top_p: self.top_p,
         }
     }
+
+    /// The sampling settings and the seed as a run's choices.
+    pub fn choices(&self) -> Choices {
+        Choices {
+            sampling: Some(self.sampling()),
+            seed: Some(self.seed),
+            ..Choices::NONE
+        }
+    }
 }
 
-/// The MARS thresholds. Both at once is an error ([`Mode::resolve`], the one rule the page's
-/// mode field goes through too).
+/// The MARS thresholds. Both at once is an error ([`mars_verify::Mode::resolve`], the one rule
+/// the page's mode field goes through too, when [`Choices::resolve`] runs).
 #[derive(Debug, Clone, clap::Args)]
 pub struct RuleArgs {
     /// MARS, paper mode: relax where z2/z1 > θ (the authors use 0.9; without either flag MARS
@@ -140,12 +170,13 @@ pub struct RuleArgs {
 }
 
 impl RuleArgs {
-    /// The mode, `default` when neither threshold is given.
-    ///
-    /// # Errors
-    /// Both given, or a value that is not finite and > 0.
-    pub fn resolve(&self, default: Mode) -> Result<Mode> {
-        Ok(Mode::resolve(self.theta, self.rho, default)?)
+    /// The thresholds as given.
+    pub fn choices(&self) -> Choices {
+        Choices {
+            theta: self.theta,
+            rho: self.rho,
+            ..Choices::NONE
+        }
     }
 }
 
@@ -166,76 +197,43 @@ pub struct DrafterArgs {
 }
 
 impl DrafterArgs {
-    /// The drafter in the shared syntax.
-    ///
-    /// # Errors
-    /// A spec that does not parse (named with what is expected).
-    pub fn resolve(&self) -> Result<DrafterSpec> {
+    /// The drafter (in the shared syntax) and the draft's shape, as given.
+    pub fn choices(&self) -> Choices {
         // clap refuses both given, so a `--draft-layers` means `--draft` is its default.
-        match &self.draft_layers {
-            Some(layers) => drafter_spec(&format!("layers:{layers}")),
-            None => drafter_spec(&self.draft),
+        let drafter = match &self.draft_layers {
+            Some(layers) => format!("layers:{layers}"),
+            None => drafter_text(&self.draft),
+        };
+        Choices {
+            drafter: Some(drafter.into()),
+            shape: Some(self.shape),
+            ..Choices::NONE
         }
     }
 }
 
-/// A `--draft` value as a [`DrafterSpec`]: the shared syntax, or a bare path, the one shorthand
-/// the CLI keeps (`--draft draft.gguf` for `model:draft.gguf`).
-///
-/// # Errors
-/// A spec that does not parse (named with what is expected).
-pub fn drafter_spec(text: &str) -> Result<DrafterSpec> {
+/// A `--draft` value in the shared [`mars_engine::DrafterSpec`] syntax: as given, or a bare
+/// path, the one shorthand the CLI keeps (`--draft draft.gguf` for `model:draft.gguf`).
+pub fn drafter_text(text: &str) -> String {
     let is_spec = text == "ngram" || text.starts_with("layers:") || text.starts_with("model:");
     if is_spec {
-        Ok(text.parse()?)
+        text.to_string()
     } else {
-        Ok(format!("model:{text}").parse()?)
+        format!("model:{text}")
     }
 }
 
-/// A decoding subcommand's choices, resolved.
-#[derive(Debug, Clone)]
-pub struct Decoding {
-    /// Where the target comes from.
-    pub model: PathBuf,
-    /// The backend.
-    pub backend: Backend,
-    /// Everything a run needs, checked ([`RunSettings::resolve`]).
-    pub run: Resolved,
-}
-
-/// Turns the groups into one checked run ([`RunSettings::resolve`]).
+/// The flag groups' choices as one checked run: the groups are disjoint, so their order does
+/// not matter; [`Choices::resolve`] fills the rest from the defaults and checks it all once.
 ///
 /// # Errors
 /// The first field at fault.
-pub fn resolve(
-    model: PathBuf,
-    device: Backend,
-    drafter: &DrafterArgs,
-    rule: &RuleArgs,
-    sampling: &SamplingArgs,
-    max_tokens: usize,
-    chat: &ChatArgs,
-) -> Result<Decoding> {
-    let run = RunSettings {
-        drafter: drafter.resolve()?,
-        mars: rule.resolve(DEFAULTS.mars)?,
-        sampling: sampling.sampling(),
-        max_tokens,
-        seed: sampling.seed,
-        chat: chat.chat || chat.system.is_some(),
-        system: chat.system.clone(),
-        ..RunSettings::default()
-    }
-    .with_shape(drafter.shape);
-    let run = run
+pub fn resolve(groups: impl IntoIterator<Item = Choices>) -> Result<Resolved> {
+    groups
+        .into_iter()
+        .fold(Choices::NONE, Choices::over)
         .resolve()
-        .with_context(|| "checking the settings".to_string())?;
-    Ok(Decoding {
-        model,
-        backend: device,
-        run,
-    })
+        .context("checking the settings")
 }
 
 /// The default model's file name in the model cache directory.

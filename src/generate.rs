@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use anyhow::{Result, bail, ensure};
-use mars_engine::{DEFAULTS, Method, MethodOutput, Resolved, RunSettings, StopReason, Target};
+use mars_engine::{Choices, DEFAULTS, Method, MethodOutput, Resolved, StopReason, Target};
 use mars_model::Llama;
 use serde::Serialize;
 
@@ -198,19 +198,16 @@ fn decode(
 
 pub fn run_generate(args: &GenerateArgs) -> Result<()> {
     let method = Method::from(args.method);
-    let run = args::resolve(
-        args.model.model.clone(),
-        args.model.device,
-        &args.drafter,
-        &args.rule,
-        &args.sampling,
-        args.max_tokens,
-        &ChatArgs {
-            chat: args.chat.chat || args.messages.messages.is_some(),
-            ..args.chat.clone()
+    let run = args::resolve([
+        args.drafter.choices(),
+        args.rule.choices(),
+        args.sampling.choices(),
+        args.chat.choices(args.messages.messages.is_some()),
+        Choices {
+            max_tokens: Some(args.max_tokens),
+            ..Choices::NONE
         },
-    )?
-    .run;
+    ])?;
     let conversation = args.messages.read()?;
     let (target, open, _) =
         load::target(&args.model.model, args.model.device, &args.model.kernels)?;
@@ -288,10 +285,10 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
     let (target, open, weights) =
         load::target(&args.model.model, args.model.device, &args.model.kernels)?;
     // Greedy (the defaults), no chat template.
-    let run = RunSettings {
-        max_tokens: args.decode_tokens,
-        chat: false,
-        ..RunSettings::default()
+    let run = Choices {
+        max_tokens: Some(args.decode_tokens),
+        chat: Some(false),
+        ..Choices::NONE
     }
     .resolve()?;
     // A fixed, ordinary text, repeated to the requested length; one more token than measured,

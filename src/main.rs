@@ -168,11 +168,7 @@ fn run_default() -> Result<()> {
     let preset = mars_engine::Preset::by_id(preset_id)
         .with_context(|| format!("internal: no preset {preset_id}"))?;
     eprintln!("preset: {} ({})", preset.name, preset.what);
-    let run = mars_engine::RunSettings {
-        chat: true,
-        ..preset.settings(draft.as_deref())?
-    }
-    .resolve()?;
+    let run = preset.choices(draft.as_deref())?.resolve()?;
     let runner = compare::Runner::new(
         model,
         mars_engine::Backend::Auto,
@@ -241,7 +237,7 @@ fn run_verify(args: &VerifyArgs) -> Result<()> {
     };
     let config = VerifyConfig {
         sampling: args.sampling.sampling(),
-        mode: args.rule.resolve(Mode::Strict)?,
+        mode: Mode::resolve(args.rule.theta, args.rule.rho, Mode::Strict)?,
     };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.sampling.seed);
     let verdict = Verifier::new(config)?.verify(&input, &mut rng)?;

@@ -235,10 +235,15 @@ fn generate_answers_with_the_real_model() {
 fn the_first_race_is_a_task_the_model_completes() {
     let Some(model) = smollm2() else { return };
     let preset = &mars_engine::PRESETS[0];
-    assert_eq!(preset.drafter, "ngram");
+    assert_eq!(preset.choices.drafter.as_deref(), Some("ngram"));
     let prompt = preset.prompts[0];
     let paragraph = prompt.split("\n\n").nth(1).unwrap();
-    let k = preset.shape.k.to_string();
+    let k = preset
+        .choices
+        .shape
+        .unwrap_or(mars_engine::DEFAULTS.shape)
+        .k
+        .to_string();
     let base = [
         "generate",
         "--model",
@@ -404,6 +409,7 @@ fn the_context_option_bounds_a_run() {
         "--device",
         "cpu",
         "--json",
+        "--raw",
         "--max-tokens",
         "40",
     ];
@@ -446,6 +452,7 @@ fn generate_speculates_with_strict_and_mars() {
             model,
             "--prompt",
             "the cat sat on the mat; the dog sat on the",
+            "--raw",
             "--max-tokens",
             "24",
             "--json",
@@ -480,8 +487,8 @@ fn generate_is_the_same_on_cpu_and_wgpu() {
     let path = std::env::temp_dir().join(format!("mars-tiny-{}.gguf", std::process::id()));
     std::fs::write(&path, mars_model::tiny::tiny_gguf(5).unwrap()).unwrap();
     let model = path.to_str().unwrap();
-    let run = |device: &str| -> (serde_json::Value, String) {
-        let args = [
+    let args = |device: &'static str| {
+        [
             "generate",
             "--model",
             model,
@@ -492,8 +499,15 @@ fn generate_is_the_same_on_cpu_and_wgpu() {
             "--device",
             device,
             "--json",
-        ];
-        let out = mars(&args, "");
+        ]
+    };
+    // Chat is the default (the engine's and the page's); the tiny model has no template, and
+    // the error says how to give it raw text.
+    let out = mars(&args("cpu"), "");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--raw"), "{err}");
+    let run = |device: &'static str| -> (serde_json::Value, String) {
+        let out = mars(&[&args(device)[..], &["--raw"]].concat(), "");
         let stderr = String::from_utf8_lossy(&out.stderr).to_string();
         assert!(out.status.success(), "{device}: {stderr}");
         (serde_json::from_slice(&out.stdout).unwrap(), stderr)
@@ -557,6 +571,7 @@ fn compare_and_bench_on_the_tiny_model() {
             model,
             "--prompt",
             "abcabcabc",
+            "--raw",
             "--max-tokens",
             "12",
             "--json",
@@ -607,6 +622,7 @@ fn compare_and_bench_on_the_tiny_model() {
             model,
             "--draft",
             "ngram",
+            "--raw",
             "--max-tokens",
             "6",
             "--out",
@@ -658,6 +674,7 @@ fn compare_and_bench_on_the_tiny_model() {
             draft.to_str().unwrap(),
             "--prompt",
             "abcabc",
+            "--raw",
             "--max-tokens",
             "8",
             "--json",
@@ -688,6 +705,7 @@ fn compare_and_bench_on_the_tiny_model() {
             model,
             "--prompt",
             "x",
+            "--raw",
             "--draft-layers",
             "first:9",
         ],
@@ -703,6 +721,7 @@ fn compare_and_bench_on_the_tiny_model() {
             model,
             "--prompt",
             "x",
+            "--raw",
             "--draft",
             "layers:first:x",
         ],

@@ -78,56 +78,82 @@ const short = (x) => String(Number(Number(x).toPrecision(6)));
 const mb = (n) => (n / 1e6).toFixed(1);
 const size = (n) => (n >= 1e9 ? `${(n / 1e9).toFixed(2)} GB` : `${mb(n)} MB`);
 
-// Every setting of the form, once: its field, its URL key, its value from the engine's defaults
-// (mars-engine's DEFAULTS, sent with the worker's "ready" event: the page keeps no second copy)
-// and from a preset, and how it goes into the request (mars-engine's RunSettings). Filling the
-// form, reading the URL, marking the preset the form holds, the share link and the request all
-// walk this table. Fields without `into` are the page's own (files, prompt, layout).
+// Every setting of the form, once: its field, its URL key, its value read from the engine's
+// settings as DEFAULTS holds them (mars-engine's Defaults, sent with the worker's "ready" event:
+// the page keeps no second copy), whether a preset sets it, and how it goes into the request
+// (mars-engine's Choices). Filling the form, reading the URL, marking the preset the form holds,
+// the share link and the request all walk this table. Fields without `into` are the page's own
+// (files, prompt, layout).
 const threshold = (d) => short(d.mars.mode === "margin" ? d.mars.rho : d.mars.theta);
 const FIELDS = [
   { id: "model-url", url: "model", preset: (p) => p.model },
-  { id: "draft", url: "draft", preset: (p) => p.drafter, into: (s, v) => { s.drafter = v; } },
+  { id: "draft", url: "draft", of: (d) => d.drafter, preset: true, into: (s, v) => { s.drafter = v; } },
   {
     id: "draft-url", url: "draft_model", preset: (p) => p.draftModel || "",
     share: () => value("draft") === "model",
     into: (s, v) => { if (s.drafter === "model") s.drafter = "model:" + v.trim(); },
   },
   { id: "prompt", url: "prompt", defaults: (d) => d.prompt, preset: (p) => p.prompts[0] },
-  { id: "k", url: "k", defaults: (d) => String(d.k), preset: (p) => String(p.k), into: (s, v) => { s.k = Number(v); } },
+  { id: "k", url: "k", of: (d) => String(d.shape.k), preset: true, into: (s, v) => { s.shape.k = Number(v); } },
   {
-    id: "draft-vocab", url: "draft-vocab", defaults: () => "", preset: (p) => (p.draft_vocab ? String(p.draft_vocab) : ""),
-    share: (v) => v.trim() !== "", into: (s, v) => { s.draft_vocab = v.trim() ? Number(v) : null; },
+    id: "draft-vocab", url: "draft-vocab", of: (d) => (d.shape.draft_vocab ? String(d.shape.draft_vocab) : ""), preset: true,
+    share: (v) => v.trim() !== "", into: (s, v) => { s.shape.draft_vocab = v.trim() ? Number(v) : null; },
   },
   {
-    id: "tree", url: "tree", defaults: () => "0", preset: (p) => String(p.tree), share: (v) => v !== "0" && v.trim() !== "",
-    into: (s, v) => { s.tree = Number(v) || 0; },
+    id: "tree", url: "tree", of: (d) => String(d.shape.tree), preset: true, share: (v) => v !== "0" && v.trim() !== "",
+    into: (s, v) => { s.shape.tree = Number(v) || 0; },
   },
   {
-    id: "branch", url: "branch", defaults: (d) => String(d.branch), preset: (p) => String(p.branch), share: (v) => v !== String(defaults.branch),
-    into: (s, v) => { s.branch = Number(v) || defaults.branch; },
+    id: "branch", url: "branch", of: (d) => String(d.shape.branch), preset: true, share: (v) => v !== String(defaults.shape.branch),
+    into: (s, v) => { s.shape.branch = Number(v) || defaults.shape.branch; },
   },
   {
-    id: "tree-min-p", url: "tree-min-p", defaults: () => "0", preset: (p) => short(p.tree_min_p), share: (v) => v !== "0" && v.trim() !== "",
-    into: (s, v) => { s.tree_min_p = Number(v) || 0; },
+    id: "tree-min-p", url: "tree-min-p", of: (d) => short(d.shape.tree_min_p), preset: true, share: (v) => v !== "0" && v.trim() !== "",
+    into: (s, v) => { s.shape.tree_min_p = Number(v) || 0; },
   },
-  { id: "mars-mode", url: "mars-mode", defaults: (d) => d.mars.mode, preset: () => defaults.mars.mode, into: (s, v) => { s.mars = { mode: v }; } },
+  // The mode field says which threshold the number is: θ (paper) or ρ (margin).
+  { id: "mars-mode", url: "mars-mode", of: (d) => d.mars.mode, preset: true },
   {
-    id: "mars-theta", url: "mars-theta", defaults: threshold, preset: () => threshold(defaults),
-    into: (s, v) => { s.mars[s.mars.mode === "margin" ? "rho" : "theta"] = Number(v); },
+    id: "mars-theta", url: "mars-theta", of: threshold, preset: true,
+    into: (s, v) => { s[value("mars-mode") === "margin" ? "rho" : "theta"] = Number(v); },
   },
-  { id: "temperature", url: "temperature", defaults: (d) => short(d.temperature), into: (s, v) => { s.sampling.temperature = Number(v); } },
+  // Sampling, the budget and the seed are the visitor's: a preset leaves them as they are.
+  { id: "temperature", url: "temperature", of: (d) => short(d.sampling.temperature), into: (s, v) => { s.sampling.temperature = Number(v); } },
   {
-    id: "top-k", url: "top-k", defaults: () => "", share: (v) => v.trim() !== "",
+    id: "top-k", url: "top-k", of: (d) => (d.sampling.top_k ? String(d.sampling.top_k) : ""), share: (v) => v.trim() !== "",
     into: (s, v) => { s.sampling.top_k = v.trim() ? Number(v) : null; },
   },
-  { id: "top-p", url: "top-p", defaults: (d) => short(d.top_p), into: (s, v) => { s.sampling.top_p = Number(v); } },
-  { id: "max-tokens", url: "max-tokens", defaults: (d) => String(d.max_tokens), into: (s, v) => { s.max_tokens = Number(v); } },
-  { id: "seed", url: "seed", defaults: (d) => String(d.seed), into: (s, v) => { s.seed = Number(v); } },
+  { id: "top-p", url: "top-p", of: (d) => short(d.sampling.top_p), into: (s, v) => { s.sampling.top_p = Number(v); } },
+  { id: "max-tokens", url: "max-tokens", of: (d) => String(d.max_tokens), into: (s, v) => { s.max_tokens = Number(v); } },
+  { id: "seed", url: "seed", of: (d) => String(d.seed), into: (s, v) => { s.seed = Number(v); } },
   // Check boxes read and write "1" / "0".
-  { id: "chat", url: "chat", check: true, defaults: () => "1", preset: () => "1", share: (v) => v === "0", into: (s, v) => { s.chat = v === "1"; } },
+  { id: "chat", url: "chat", check: true, of: (d) => (d.chat ? "1" : "0"), preset: true, share: (v) => v !== (defaults.chat ? "1" : "0"), into: (s, v) => { s.chat = v === "1"; } },
   { id: "sequential", url: "sequential", check: true, defaults: () => "0", share: (v) => v === "1" },
   { id: "backend", url: "backend", defaults: () => "auto", share: (v) => v !== "auto" },
 ];
+// An engine setting's value is read the same way from the defaults and from a preset's choices
+// laid over them (`over`): `of` serves both.
+for (const f of FIELDS) {
+  if (!f.of) continue;
+  f.defaults = f.of;
+  if (f.preset === true) f.preset = (p) => f.of(over(p.choices));
+}
+
+// A preset's choices (mars-engine's Choices: only what it sets) over the engine's defaults, in
+// the defaults' shape; θ or ρ is the MARS mode.
+function over(c) {
+  const mars = c.theta != null ? { mode: "paper", theta: c.theta } : c.rho != null ? { mode: "margin", rho: c.rho } : defaults.mars;
+  return {
+    ...defaults,
+    drafter: c.drafter ?? defaults.drafter,
+    shape: c.shape ?? defaults.shape,
+    sampling: c.sampling ?? defaults.sampling,
+    max_tokens: c.max_tokens ?? defaults.max_tokens,
+    seed: c.seed ?? defaults.seed,
+    chat: c.chat ?? defaults.chat,
+    mars,
+  };
+}
 const FIELD = Object.fromEntries(FIELDS.map((f) => [f.id, f]));
 
 function value(id) {
@@ -153,9 +179,9 @@ function setupControls(d) {
   defaults = d;
   PRESETS = d.presets.filter((p) => PRESET_FILES[p.id]).map((p) => ({ ...p, ...PRESET_FILES[p.id] }));
   for (const u of DEFAULT_MODELS) $("#model-urls").append(new Option(u));
-  const layers = d.presets.find((p) => p.drafter.startsWith("layers:"));
+  const layers = d.presets.find((p) => (p.choices.drafter || "").startsWith("layers:"));
   const layerSkip = $("#draft-default");
-  layerSkip.value = layers ? layers.drafter : "layers:first:24";
+  layerSkip.value = layers ? layers.choices.drafter : "layers:first:24";
   layerSkip.textContent = `layer skip (${layerSkip.value.replace(/^layers:/, "")})`;
   const kept = [...typed.keys()].map((id) => [id, value(id)]);
   for (const f of FIELDS) if (f.defaults) setValue(f.id, f.defaults(d));
@@ -674,9 +700,9 @@ function resetPanes() {
   drawChart();
 }
 
-// The form as mars-engine's RunSettings (the worker validates them).
+// The form as mars-engine's Choices, every field set (the worker resolves and checks them).
 function currentSettings() {
-  const s = { sampling: {} };
+  const s = { sampling: {}, shape: {} };
   for (const f of FIELDS) if (f.into) f.into(s, value(f.id));
   return s;
 }
@@ -865,7 +891,7 @@ function showSummary(stopped) {
   if (!raced) return;
   const s = raced.settings;
   const x = speedups();
-  const mode = s.mars.mode === "margin" ? `margin ρ ${short(s.mars.rho)}` : `paper θ ${short(s.mars.theta)}`;
+  const mode = s.rho != null ? `margin ρ ${short(s.rho)}` : `paper θ ${short(s.theta)}`;
   const sampling = s.sampling.temperature === 0 ? "greedy" : `temperature ${s.sampling.temperature}${s.sampling.top_k ? `, top-k ${s.sampling.top_k}` : ""}, top-p ${s.sampling.top_p}, seed ${s.seed}`;
   const line = (p) => {
     const st = stats[p];
@@ -875,7 +901,7 @@ function showSummary(stopped) {
   };
   const lines = [
     `mars race${stopped ? " (stopped early)" : ""} on ${compute ? compute.name : "an unknown device"}`,
-    `model ${raced.model.split("/").pop()} · drafter ${s.drafter} · k ${s.k} · MARS ${mode} · ${sampling} · up to ${s.max_tokens} tokens · ${raced.sequential ? "one after the other" : "interleaved"}`,
+    `model ${raced.model.split("/").pop()} · drafter ${s.drafter} · k ${s.shape.k} · MARS ${mode} · ${sampling} · up to ${s.max_tokens} tokens · ${raced.sequential ? "one after the other" : "interleaved"}`,
     ...PANES.map(line),
     shareLink(),
   ];

@@ -13,7 +13,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use mars_engine::{Backend, DEFAULTS, Method, MethodOutput, Race, Resolved, RunSummary, Target};
+use mars_engine::{
+    Backend, Choices, DEFAULTS, Method, MethodOutput, Race, Resolved, RunSummary, Target,
+};
 use mars_model::{Llama, WeightPath};
 use mars_verify::{Mode, Sampling};
 use serde::Serialize;
@@ -165,24 +167,21 @@ pub(crate) struct Runner {
 }
 
 impl Runner {
-    /// Resolves `compare` / `bench` flags and loads what they name.
-    pub(crate) fn from_args(common: &CommonArgs) -> Result<Self> {
+    /// Resolves `compare` / `bench` flags and loads what they name; `needs_chat` where the
+    /// prompts are a conversation.
+    pub(crate) fn from_args(common: &CommonArgs, needs_chat: bool) -> Result<Self> {
         let model = args::model_or_default(common.model.as_ref())?;
-        let resolved = args::resolve(
-            model,
-            common.device,
-            &common.drafter,
-            &common.rule,
-            &common.sampling,
-            common.max_tokens,
-            &common.chat,
-        )?;
-        Self::new(
-            resolved.model,
-            resolved.backend,
-            &common.kernels,
-            resolved.run,
-        )
+        let run = args::resolve([
+            common.drafter.choices(),
+            common.rule.choices(),
+            common.sampling.choices(),
+            common.chat.choices(needs_chat),
+            Choices {
+                max_tokens: Some(common.max_tokens),
+                ..Choices::NONE
+            },
+        ])?;
+        Self::new(model, common.device, &common.kernels, run)
     }
 
     /// Loads `model` (and the draft model `run` names) on `backend` for runs with `run`.
@@ -197,7 +196,7 @@ impl Runner {
         let settings = Settings {
             model: model.display().to_string(),
             drafter: run.drafter_label(),
-            k: run.k,
+            k: run.shape.k,
             mars: run.mars,
             sampling: run.sampling,
             seed: run.seed,
@@ -320,12 +319,11 @@ fn totals(results: &[PromptResult]) -> Totals {
 }
 
 pub fn run_compare(args: &CompareArgs) -> Result<()> {
-    let mut c = args.common.clone();
-    let prompts = match (args.messages.read()?, &args.prompt, &args.prompts) {
-        (Some(messages), _, _) => {
-            c.chat.chat = true;
-            vec![Prompt::conversation(messages)]
-        }
+    let c = &args.common;
+    let conversation = args.messages.read()?;
+    let needs_chat = conversation.is_some();
+    let prompts = match (conversation, &args.prompt, &args.prompts) {
+        (Some(messages), _, _) => vec![Prompt::conversation(messages)],
         (None, Some(text), _) => vec![Prompt::plain(text)],
         (None, None, Some(path)) => prompts::read(
             path,
@@ -337,7 +335,7 @@ pub fn run_compare(args: &CompareArgs) -> Result<()> {
         )?,
         (None, None, None) => prompts::default_prompts(),
     };
-    let runner = Runner::from_args(&c)?;
+    let runner = Runner::from_args(c, needs_chat)?;
     compare(&runner, &prompts, c.json)
 }
 
@@ -376,7 +374,7 @@ pub fn run_bench(args: &BenchArgs) -> Result<()> {
             per_category: true,
         },
     )?;
-    let runner = Runner::from_args(c)?;
+    let runner = Runner::from_args(c, false)?;
     let results = runner.run_all(&prompts)?;
     let mut by_cat: BTreeMap<String, Vec<PromptResult>> = BTreeMap::new();
     for r in &results {

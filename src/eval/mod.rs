@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use mars_engine::{Backend, DEFAULTS, DrafterSpec, Method, MethodOutput, RunSettings, RunSummary};
+use mars_engine::{Backend, Choices, DEFAULTS, Method, MethodOutput, RunSummary};
 use mars_verify::Mode;
 use serde::{Deserialize, Serialize};
 
@@ -221,22 +221,22 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
         ),
     };
     let drafter = match (&args.draft, &pair) {
-        (Some(d), _) => args::drafter_spec(d)?,
-        (None, Some((_, draft))) => DrafterSpec::Model(draft.display().to_string()),
-        (None, None) => DEFAULTS.drafter.parse()?,
+        (Some(d), _) => Some(args::drafter_text(d)),
+        (None, Some((_, draft))) => Some(format!("model:{}", draft.display())),
+        (None, None) => None,
     };
-    // The MARS mode is per method (`methods`); the rest is the run's.
-    let run = RunSettings {
-        drafter,
-        sampling: args.sampling.sampling(),
-        seed: args.sampling.seed,
-        max_tokens: args.max_tokens,
-        chat: true,
-        ..RunSettings::default()
-    }
-    .with_shape(args.shape)
-    .resolve()
-    .context("checking the settings")?;
+    // The MARS mode is per method (`methods`); the rest is the run's. HumanEval's prompts are
+    // instructions: the chat template whatever the default.
+    let run = args::resolve([
+        Choices {
+            drafter: drafter.map(Into::into),
+            shape: Some(args.shape),
+            max_tokens: Some(args.max_tokens),
+            chat: Some(true),
+            ..Choices::NONE
+        },
+        args.sampling.choices(),
+    ])?;
     let runner = Runner::new(model.clone(), args.device, &args.kernels, run)?;
     eprintln!(
         "humaneval: {} problems × {} methods · sandbox: {}",
@@ -259,7 +259,7 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
     });
     if let Some(all) = settings.as_object_mut() {
         // k, draft_vocab, tree, branch, tree_min_p: the engine's one list of them.
-        if let serde_json::Value::Object(shape) = serde_json::to_value(runner.run.shape())? {
+        if let serde_json::Value::Object(shape) = serde_json::to_value(runner.run.shape)? {
             all.extend(shape);
         }
         all.extend(path_settings(runner.backend, runner.weights));
@@ -330,7 +330,7 @@ pub fn run_eval(task: &EvalTask) -> Result<()> {
     let record = EvalRecord {
         model: model.display().to_string(),
         drafter: runner.run.drafter_label(),
-        k: runner.run.k,
+        k: runner.run.shape.k,
         temperature: runner.run.sampling.temperature,
         answers: records.len(),
         seeds,

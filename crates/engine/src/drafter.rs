@@ -438,7 +438,7 @@ impl ModelDrafter {
     }
 }
 
-/// [`RunSettings::tree_min_p`](crate::RunSettings::tree_min_p)'s rule, the one check of it.
+/// [`DraftShape::tree_min_p`](crate::DraftShape::tree_min_p)'s rule, the one check of it.
 pub(crate) fn check_min_p(min_p: f32) -> Result<()> {
     if min_p.is_finite() && (0.0..1.0).contains(&min_p) {
         Ok(())

@@ -91,8 +91,11 @@ pub enum EngineError {
         /// Rows of the model's embedding.
         model: usize,
     },
-    /// A chat prompt was asked of a model file without a chat template.
-    #[error("chat: the model file has no tokenizer.chat_template")]
+    /// A chat prompt (the default) was asked of a model file without a chat template.
+    #[error(
+        "chat: the model file has no tokenizer.chat_template; give it the prompt as raw text \
+         (the CLI's --raw, the page's chat box unticked)"
+    )]
     NoChatTemplate,
     /// The GPU device could not be opened.
     #[error("opening the GPU device: {0}")]

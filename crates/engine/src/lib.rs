@@ -6,7 +6,7 @@
 //! decides how many to keep (strict or MARS), and every cache rolls back to the kept prefix.
 //!
 //! Front ends (the CLI, the browser worker) go through the session layer: [`Backend::open`]
-//! for the device, [`Target`] for a loaded model, [`RunSettings`] for resolved settings
+//! for the device, [`Target`] for a loaded model, [`Choices`] resolved into settings
 //! (defaults in [`DEFAULTS`], drafters in [`DrafterSpec`] syntax), then [`Target::race`]: one
 //! prompt's prefill, from which each method runs ([`Race::run`], [`Race::decoder`]).
 #![forbid(unsafe_code)]
@@ -20,6 +20,7 @@ pub mod memory;
 mod race;
 mod readback;
 mod session;
+mod settings;
 
 pub use decoder::{
     DecodeConfig, Decoder, GpuCost, Prefill, RunSummary, StepRecord, StopReason, TokenKind,
@@ -34,7 +35,8 @@ pub use error::{EngineError, Result};
 pub use mars_formats::{LayerSpec, Message, conversation};
 pub use mars_model::AdapterFacts;
 pub use race::{MethodOutput, Race};
-pub use session::{
-    CHAT_PROMPTS, DEFAULTS, Defaults, DraftShape, DrafterSpec, Method, ModelInfo, PRESETS, Preset,
-    Resolved, RunSettings, Target,
+pub use session::{ModelInfo, Target};
+pub use settings::{
+    CHAT_PROMPTS, Choices, DEFAULTS, Defaults, DraftShape, DrafterSpec, Method, PRESETS, Preset,
+    Resolved, RunSettings,
 };

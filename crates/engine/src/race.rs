@@ -10,7 +10,8 @@ use serde::Serialize;
 use crate::decoder::{Decoder, Prefill, RunSummary, StepRecord};
 use crate::drafter::AnyDrafter;
 use crate::error::{EngineError, Result};
-use crate::session::{Method, Resolved, Target};
+use crate::session::Target;
+use crate::settings::{Method, Resolved};
 
 /// A prompt after its prefill, from which every method starts.
 #[derive(Debug)]

@@ -7,7 +7,7 @@
 //! get them, unless `MARS_SKIP_MODEL_TESTS=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use mars_engine::{Method, Preset, RunSettings, Target, TokenKind};
+use mars_engine::{Choices, DraftShape, Method, Preset, RunSettings, Target, TokenKind};
 use mars_formats::Gguf;
 use mars_model::{Device, LoadOptions, WeightPath};
 
@@ -38,11 +38,18 @@ fn greedy_strict_speculation_with_the_draft_model_equals_target_only() {
     // The pair's preset: k = 3, the draft proposing only ids < 32,768 (the head's first rows),
     // which changes the drafts, never the output.
     let preset = Preset::by_id("qwen-coder").unwrap();
-    let settings = RunSettings {
-        max_tokens: 24,
-        ..preset.settings(Some("0.5B")).unwrap()
-    };
-    assert_eq!((settings.k, settings.draft_vocab), (3, Some(32_768)));
+    let settings = Choices {
+        max_tokens: Some(24),
+        ..Choices::NONE
+    }
+    .over(preset.choices(Some("0.5B")).unwrap())
+    .resolve()
+    .unwrap()
+    .into_inner();
+    assert_eq!(
+        (settings.shape.k, settings.shape.draft_vocab),
+        (3, Some(32_768))
+    );
     let race = pollster::block_on(target.race(
         "Write a Python function that returns the n-th Fibonacci number.",
         &settings.clone().resolve().unwrap(),
@@ -59,8 +66,11 @@ fn greedy_strict_speculation_with_the_draft_model_equals_target_only() {
 
     // The whole vocabulary, k = 4.
     let full = RunSettings {
-        k: 4,
-        draft_vocab: None,
+        shape: DraftShape {
+            k: 4,
+            draft_vocab: None,
+            ..settings.shape
+        },
         ..settings
     };
     let (out, s, records) = common::race(&race, &full, Method::Strict);

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use mars_engine::{
-    AnyDrafter, DecodeConfig, Decoder, Draft, EngineError, Method, ModelDrafter, NgramDrafter,
-    RunSettings, StopReason, Target, TokenKind, check_same_tokenizer,
+    AnyDrafter, DecodeConfig, Decoder, Draft, DraftShape, EngineError, Method, ModelDrafter,
+    NgramDrafter, RunSettings, StopReason, Target, TokenKind, check_same_tokenizer,
 };
 use mars_formats::{Gguf, GgufWriter, Tokenizer, Value};
 use mars_model::tiny::tiny_gguf;
@@ -226,7 +226,10 @@ fn the_race_gives_target_only_tokens_for_every_drafter_spec() {
         ] {
             let settings = RunSettings {
                 drafter: drafter.parse().unwrap(),
-                draft_vocab,
+                shape: DraftShape {
+                    draft_vocab,
+                    ..DraftShape::CHAIN
+                },
                 ..base.clone()
             };
             let (out, _, records) = common::race(&race, &settings, Method::Strict);
@@ -277,8 +280,11 @@ fn prompt_lookup_trees_give_target_only_tokens() {
     let (reference, _, _) = common::race(&race, &base, Method::Target);
     for (k, tree) in [(4, 8), (3, 16), (2, 5)] {
         let settings = RunSettings {
-            k,
-            tree,
+            shape: DraftShape {
+                k,
+                tree,
+                ..DraftShape::CHAIN
+            },
             ..base.clone()
         };
         let mut branched = 0;
@@ -328,7 +334,13 @@ fn prompt_lookup_trees_give_target_only_tokens() {
         LoadOptions::default(),
     )
     .unwrap();
-    let tree = RunSettings { tree: 8, ..base };
+    let tree = RunSettings {
+        shape: DraftShape {
+            tree: 8,
+            ..DraftShape::CHAIN
+        },
+        ..base
+    };
     let f32_race =
         pollster::block_on(f32_target.race(prompt, &tree.clone().resolve().unwrap(), None))
             .unwrap();
@@ -369,10 +381,13 @@ fn model_drafter_trees(options: LoadOptions) {
         ] {
             let settings = RunSettings {
                 drafter: drafter.parse().unwrap(),
-                k,
-                tree,
-                branch,
-                tree_min_p,
+                shape: DraftShape {
+                    k,
+                    draft_vocab: None,
+                    tree,
+                    branch,
+                    tree_min_p,
+                },
                 ..base.clone()
             };
             let what = format!(
@@ -419,8 +434,11 @@ fn model_drafter_trees(options: LoadOptions) {
     }
     let zero = RunSettings {
         drafter: "layers:0".parse().unwrap(),
-        tree: 4,
-        branch: 0,
+        shape: DraftShape {
+            tree: 4,
+            branch: 0,
+            ..DraftShape::CHAIN
+        },
         ..base
     };
     assert!(matches!(

@@ -16,8 +16,8 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use mars_engine::{
-    AnyDrafter, Backend, DEFAULTS, Decoder, Defaults, EngineError, Method, ModelInfo, Resolved,
-    RunSettings, RunSummary, StepRecord, Target,
+    AnyDrafter, Backend, Choices, DEFAULTS, Decoder, Defaults, EngineError, Method, ModelInfo,
+    Resolved, RunSettings, RunSummary, StepRecord, Target,
 };
 use mars_formats::{FormatError, Gguf, Message, ReadAt};
 use mars_model::{Llama, ModelError};
@@ -81,9 +81,9 @@ pub enum Request {
         /// first), rendered before `prompt` by the chat template; empty: the prompt alone.
         #[serde(default)]
         history: Vec<Message>,
-        /// The run's settings (drafter, k, MARS mode, sampling, budget, seed, chat), checked
-        /// by [`RunSettings::resolve`] before the race.
-        settings: RunSettings,
+        /// The form's settings (drafter, draft shape, MARS threshold, sampling, budget, seed,
+        /// chat), resolved and checked by [`Choices::resolve`] before the race.
+        settings: Choices,
         /// The panes, in order.
         methods: Vec<Method>,
         /// Interleave the runs step by step (true) or run them one after the other.

@@ -41,7 +41,7 @@ pub fn race(race: &Race<'_>, settings: &RunSettings, method: Method) -> Run {
         let k = if method == Method::Target {
             0
         } else {
-            settings.k.max(settings.tree)
+            settings.shape.k.max(settings.shape.tree)
         };
         let run = checked(dec, k).await;
         let output = race.run(settings, method, |_| {}).await.unwrap();
