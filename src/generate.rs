@@ -80,7 +80,7 @@ pub struct SpeedArgs {
 fn rows_cost(target: &Target, ids: &[u32]) -> Result<Vec<(usize, f64)>> {
     let model = target.model();
     let mut cache = model.new_cache(ids.len() + 16)?;
-    model.forward(ids, &mut cache)?.read()?;
+    model.forward_last(ids, &mut cache)?.read()?;
     let base = cache.len();
     let mut out = Vec::new();
     for m in [1usize, 2, 4, 5, 8, 16] {

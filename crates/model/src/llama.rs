@@ -51,7 +51,17 @@ pub struct Llama {
     /// Logits are computed for token ids below this (the vocabulary unless
     /// [`Llama::with_vocab_limit`] lowered it); the rest are −inf.
     pub(crate) logit_ids: usize,
+    /// [`Llama::forward_last`] runs a longer input in passes of this many rows
+    /// ([`PREFILL_ROWS`] unless [`Llama::with_prefill_rows`] changed it).
+    pub(crate) prefill_rows: usize,
 }
+
+/// Rows a prefill pass holds at most (llama.cpp's default micro-batch): a pass's activations are
+/// sized by its rows (the GPU path's step buffers, the CPU path's vectors), so a prompt that
+/// fills a 32K context needs the activations of 512 rows, not 32,768 (`MemoryNeeds::steps`
+/// reserves this many). The passes give the same logits and cache as one pass, bit for bit:
+/// a row's results never depend on the rows beside it.
+pub const PREFILL_ROWS: usize = 512;
 
 impl Llama {
     /// The same model running only `layers` (in that order) — a self-speculative drafter. The
@@ -78,6 +88,7 @@ impl Llama {
             body,
             device: self.device.clone(),
             logit_ids: self.logit_ids,
+            prefill_rows: self.prefill_rows,
         })
     }
 
@@ -109,6 +120,23 @@ impl Llama {
         self.logit_ids
     }
 
+    /// The same model (sharing every weight) running a longer [`Llama::forward_last`] input in
+    /// passes of at most `rows` rows: less memory a pass, the same logits and cache.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] for 0.
+    pub fn with_prefill_rows(&self, rows: usize) -> Result<Self> {
+        if rows == 0 {
+            return Err(ModelError::Config(
+                "prefill rows 0: a pass needs at least one row".into(),
+            ));
+        }
+        Ok(Self {
+            prefill_rows: rows,
+            ..self.clone()
+        })
+    }
+
     /// The model's hyper-parameters.
     pub fn config(&self) -> &LlamaConfig {
         &self.config
@@ -136,7 +164,16 @@ impl Llama {
     /// # Errors
     /// As [`Llama::forward`].
     pub fn forward_last(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Logits> {
-        self.forward_tail(tokens, cache, 1, None)
+        // The whole input is checked before the first pass, so a refusal leaves the cache as
+        // it was; then every pass but the last writes the cache and drops its one logit row.
+        self.check_input(tokens, cache)?;
+        let mut rest = tokens;
+        while rest.len() > self.prefill_rows {
+            let (pass, after) = rest.split_at(self.prefill_rows);
+            self.forward_tail(pass, cache, 1, None)?;
+            rest = after;
+        }
+        self.forward_tail(rest, cache, 1, None)
     }
 
     /// An empty [`SummaryChain`] of `rows` row summaries on the model's GPU, or `None` off the

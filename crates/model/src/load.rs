@@ -10,7 +10,7 @@ use mars_formats::{GgmlType, Gguf, SafetensorsFile};
 use crate::config::LlamaConfig;
 use crate::cpu::CpuModel;
 use crate::error::{ModelError, Result};
-use crate::llama::{Body, Llama};
+use crate::llama::{Body, Llama, PREFILL_ROWS};
 use crate::path::{KvType, LoadOptions, WeightPath};
 use crate::reference::ReferenceModel;
 use crate::tensors::{self, BlockTensors, Named, OUTPUT, ROPE_FREQS, TOKEN_EMBD};
@@ -66,6 +66,7 @@ impl Llama {
         Ok(Self {
             weights: options.weights,
             logit_ids: c.vocab_size,
+            prefill_rows: PREFILL_ROWS,
             config: c,
             body,
             device: device.clone(),
@@ -156,8 +157,9 @@ fn check_tensors(c: &LlamaConfig, g: &dyn Weights) -> Result<()> {
 }
 
 /// What a load asks of the device's memory, each part named in a refusal: the weights as the
-/// path holds them, the RoPE tables, and one run over the whole context (a KV cache and the
-/// step buffers of a prefill that fills it, the largest pass a run makes).
+/// path holds them, the RoPE tables, and one run over the whole context (a KV cache, and the
+/// step buffers of the largest pass a run makes: a prefill pass of [`PREFILL_ROWS`] rows, or
+/// the context where it is shorter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryNeeds {
     /// What `weights` are ("the weights in f32", "the weights as packed blocks").
@@ -168,8 +170,9 @@ pub struct MemoryNeeds {
     pub tables: u64,
     /// The KV cache over `context` positions, at the path's cache type.
     pub kv_cache: u64,
-    /// Activations of one pass over `context` rows (hidden, q / k / v, attention, gate / up,
-    /// their product, the output), f32, and a verification pass's logits.
+    /// Activations of one pass over [`PREFILL_ROWS`] rows or `context`, whichever is fewer
+    /// (hidden, q / k / v, attention, gate / up, their product, the output), f32, and a
+    /// verification pass's logits.
     pub steps: u64,
     /// Positions the cache and the steps are sized for.
     pub context: usize,
@@ -209,7 +212,7 @@ impl MemoryNeeds {
             tables: 4u64.saturating_mul(n).saturating_mul(c.head_dim as u64),
             kv_cache: c.kv_bytes_per_token(value_bytes as usize).saturating_mul(n),
             steps: per_row
-                .saturating_mul(n)
+                .saturating_mul(n.min(PREFILL_ROWS as u64))
                 .saturating_add(v.saturating_mul(Self::LOGIT_ROWS))
                 .saturating_mul(4),
             context: c.context_length,

@@ -182,6 +182,65 @@ fn matrices_split_across_bindings_give_the_same_logits() {
     assert!(launches(small).is_some_and(|n| n > 1));
 }
 
+/// A prefill in passes of a few rows (`Llama::with_prefill_rows`, `PREFILL_ROWS` by default)
+/// gives the last row's logits and a cache the next step reads exactly as one pass does, bit
+/// for bit, on the packed CPU path and on wgpu's blocks (a row's results never depend on the
+/// rows beside it); on the f32 path within the order of f32 sums. A refused input leaves the
+/// cache untouched.
+#[test]
+fn a_prefill_in_passes_equals_one_pass() {
+    let bytes = tiny_gguf_quantized(7).unwrap();
+    let g = Gguf::parse(&bytes).unwrap();
+    // 20 tokens: passes of 3 rows end in a pass of 2.
+    let tokens: Vec<u32> = (0..20).map(|i| (i * 37 + 11) % 257).collect();
+    let gpu = LoadOptions::with_weights(WeightPath::GpuBlocks {
+        subgroups: None,
+        kv: KvType::default(),
+    });
+    for (device, options, exact) in [
+        (
+            Device::flex(),
+            LoadOptions::with_weights(WeightPath::CpuPacked { threads: 2 }),
+            true,
+        ),
+        (wgpu(), gpu, true),
+        (Device::flex(), LoadOptions::default(), false),
+    ] {
+        let model = Llama::from_gguf(&g, &device, options).unwrap();
+        let run = |m: &Llama| {
+            let mut cache = m.new_cache(32).unwrap();
+            let mut out = m.forward_last(&tokens, &mut cache).unwrap().read().unwrap();
+            assert_eq!(cache.len(), tokens.len());
+            // The next step reads every cached row.
+            out.extend(m.forward(&[42], &mut cache).unwrap().read().unwrap());
+            out
+        };
+        let whole = run(&model);
+        let passes = run(&model.with_prefill_rows(3).unwrap());
+        if exact {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&passes), bits(&whole), "{:?}", options.weights);
+        } else {
+            assert!(
+                max_diff(&passes, &whole) < TOLERANCE,
+                "{:?}",
+                options.weights
+            );
+        }
+        // Past the cache: refused before the first pass, the cache as it was.
+        let chunked = model.with_prefill_rows(3).unwrap();
+        let mut cache = chunked.new_cache(16).unwrap();
+        assert!(chunked.forward_last(&tokens, &mut cache).is_err());
+        assert_eq!(cache.len(), 0);
+    }
+    assert!(
+        Llama::from_gguf(&g, &Device::flex(), LoadOptions::default())
+            .unwrap()
+            .with_prefill_rows(0)
+            .is_err()
+    );
+}
+
 /// Token trees on wgpu, GGUF blocks and f32: the tree mask and tree positions give each row the
 /// chain's logits over its path (to within the order of f32 sums), grown in two calls too, and
 /// a kept path goes on as the chain does.
