@@ -109,10 +109,11 @@ fn every_type_and_row_count_is_within_the_f32_rounding_bound() {
     }
 }
 
-/// Lane teams (16 lanes sharing each Q4_K super-block): within the f32 bound of the exact
-/// product for 1, 5 and 16 rows, a row's bits independent of the rows beside it and of the fan,
-/// and in a gate | up SwiGLU group and a q | k | v group with biases, each output the bits of
-/// its matrix alone in the same form (plus its bias; SiLU(gate)·up within f32 rounding).
+/// Lane teams (16 lanes sharing each Q4_K or Q6_K super-block): within the f32 bound of the
+/// exact product for 1, 5 and 16 rows, a row's bits independent of the rows beside it and of
+/// the fan, and in a gate | up SwiGLU group and a q | k | v group with biases (Q4_K, Q4_K, Q6_K:
+/// a Q4_K_M file's v), each output the bits of its matrix alone in the same form (plus its
+/// bias; SiLU(gate)·up within f32 rounding).
 #[test]
 fn lane_teams_are_exact_to_f32_and_keep_the_row_contracts() {
     let client = client();
@@ -124,8 +125,12 @@ fn lane_teams_are_exact_to_f32_and_keep_the_row_contracts() {
         g.set_fan(fan);
         g
     };
-    for (out, cols) in [(37, 256), (9, 1280)] {
-        let w = random_matrix(WeightType::Q4K, out, cols, &mut rng);
+    let shapes = [(37, 256), (9, 1280)];
+    for (ty, (out, cols)) in [WeightType::Q4K, WeightType::Q6K]
+        .into_iter()
+        .flat_map(|ty| shapes.map(|s| (ty, s)))
+    {
+        let w = random_matrix(ty, out, cols, &mut rng);
         let wd = dequantized(&w);
         let x = random_x(16, cols, &mut rng);
         let (exact, bound) = exact_and_bound(&wd, &x, (16, out, cols));
@@ -133,28 +138,41 @@ fn lane_teams_are_exact_to_f32_and_keep_the_row_contracts() {
         let quarter = matmul(&client, &upload(&client, &w, max), &x, 16);
         for i in 0..16 * out {
             let err = (f64::from(one[i]) - exact[i]).abs();
-            assert!(err <= bound[i], "lanes [{i}]: {} vs {}", one[i], exact[i]);
+            assert!(
+                err <= bound[i],
+                "{ty:?} lanes [{i}]: {} vs {}",
+                one[i],
+                exact[i]
+            );
         }
         // Its own bits: another order of sums than the 32-value groups'.
-        assert_ne!(bits(&one), bits(&quarter), "the lane form did not run");
+        assert_ne!(
+            bits(&one),
+            bits(&quarter),
+            "{ty:?}: the lane form did not run"
+        );
         assert_eq!(
             bits(&matmul(&client, &lanes(&w, Fan::Four), &x, 16)),
             bits(&one),
-            "four outputs a team"
+            "{ty:?}: four outputs a team"
         );
         for m in [1, 5] {
             let some = matmul(&client, &lanes(&w, Fan::One), &x[..m * cols], m);
-            assert_eq!(bits(&some), bits(&one[..m * out]), "m = {m} vs 16");
+            assert_eq!(bits(&some), bits(&one[..m * out]), "{ty:?}: m = {m} vs 16");
         }
     }
     // Groups: gate | up and q | k | v (with biases), 3 rows.
     let cols = 512;
     let x = random_x(3, cols, &mut rng);
     let xh = f32_handle(&client, &x);
-    let ws: Vec<QMatrix> = [24, 8, 8]
-        .iter()
-        .map(|&o| random_matrix(WeightType::Q4K, o, cols, &mut rng))
-        .collect();
+    let ws: Vec<QMatrix> = [
+        (24, WeightType::Q4K),
+        (8, WeightType::Q4K),
+        (8, WeightType::Q6K),
+    ]
+    .iter()
+    .map(|&(o, ty)| random_matrix(ty, o, cols, &mut rng))
+    .collect();
     let alone: Vec<Vec<f32>> = ws
         .iter()
         .map(|w| matmul(&client, &lanes(w, Fan::One), &x, 3))

@@ -172,22 +172,27 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
             checked += 2;
         }
     }
-    // Lane teams (Q4_K groups only): every row bound and epilogue, both reductions.
-    let q4k = [GpuType::from(WeightType::Q4K); 3];
+    // Lane teams (Q4_K and Q6_K groups only): every row bound and epilogue, both reductions,
+    // a Q4_K_M q | k | v (v in Q6_K) among them.
+    let (k4, k6) = (
+        GpuType::from(WeightType::Q4K),
+        GpuType::from(WeightType::Q6K),
+    );
     for (rows, fan) in bounds.into_iter().flat_map(|r| FANS.map(|f| (r, f))) {
-        for (n, epilogue) in [
-            (1, Epilogue::Store),
-            (1, Epilogue::Add),
-            (2, Epilogue::SwiGlu),
-            (3, Epilogue::Store),
+        for (types, epilogue) in [
+            (&[k4][..], Epilogue::Store),
+            (&[k6], Epilogue::Store),
+            (&[k6], Epilogue::Add),
+            (&[k4, k4], Epilogue::SwiGlu),
+            (&[k4, k4, k6], Epilogue::Store),
         ] {
             for (reduce, subgroups) in [
                 (Reduce::Workgroup, false),
                 (Reduce::Subgroup { lanes: 16 }, true),
             ] {
-                let source = matmul_source(&q4k[..n], rows, reduce, epilogue, Team::Lanes, fan);
+                let source = matmul_source(types, rows, reduce, epilogue, Team::Lanes, fan);
                 let what =
-                    format!("lanes {n} x Q4_K, {rows} rows, {epilogue:?}, {fan:?}, {reduce:?}");
+                    format!("lanes {types:?}, {rows} rows, {epilogue:?}, {fan:?}, {reduce:?}");
                 check(&what, &source, subgroups);
                 checked += 1;
             }
@@ -226,7 +231,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
     }
     assert_eq!(
         checked,
-        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2)) + 5 * 2 * 4 * 2 + 17
+        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2)) + 5 * 2 * 5 * 2 + 17
     );
 }
 

@@ -23,11 +23,12 @@
 // `subgroupShuffleXor` (lane t's partner t ^ step is t + step for t < step: the same sums in the
 // same order, so the same bits). LANES = 1: workgroup memory only, every adapter.
 //
-// Lane teams (LANE_TEAMS, `Team::Lanes`, Q4_K matrices only): the team's 16 threads share each
-// 256-value super-block instead of taking 32-value groups of their own: lane t reads 8 bytes of
-// quants beside its neighbours' (the team's loads cover the block's 128 bytes of quants once,
-// contiguous), 8 values of sub-block 2c and 8 of 2c + 1 (c = t / 4), and the activations those
-// 16 values meet; each lane sums over every super-block of the row, and the tree is the same.
+// Lane teams (LANE_TEAMS, `Team::Lanes`, Q4_K and Q6_K matrices only): the team's 16 threads
+// share each 256-value super-block instead of taking 32-value groups of their own: lane t reads
+// 8-byte runs of quants beside its neighbours' (the team's loads cover the block's quants
+// contiguously: Q4_K's once, Q6_K's twice, its lanes splitting each byte's halves), the 8 values 64c + 8·(t % 4) .. and the 8 values 32 on (c = t / 4), and the
+// activations those 16 values meet; each lane sums over every super-block of the row, and the
+// tree is the same.
 // A row's sum is again in a fixed order whatever the rows and fan (the form's own bits).
 //
 // What the sums become (EPILOGUE, compiled in):

@@ -294,8 +294,9 @@ pub enum Team {
     Whole,
     /// 16 threads an output sharing each 256-value super-block, each reading 8 bytes of quants
     /// beside its neighbours' (matmul.wgsl's lane teams), as llama.cpp's Vulkan mat-vec shares
-    /// a Q4_K block among 16 threads: Q4_K groups only ([`Team::lanes_for`]). A form to
-    /// measure (`gpu_cost stream`); no shape chooses it yet.
+    /// a K-quant block among 16 threads: groups of Q4_K and Q6_K matrices only
+    /// ([`Team::lanes_for`]: every matrix of a Q4_K_M file). A form to measure
+    /// (`gpu_cost stream`); no shape chooses it yet.
     Lanes,
 }
 
@@ -342,12 +343,15 @@ impl Team {
         })
     }
 
-    /// Whether matrices of `types` can run in [`Team::Lanes`]: every one Q4_K (the one type
-    /// with a lane decoder).
+    /// Whether matrices of `types` can run in [`Team::Lanes`]: every one Q4_K or Q6_K (the
+    /// types with a lane decoder).
     pub fn lanes_for(types: &[GpuType]) -> bool {
-        types
-            .iter()
-            .all(|&ty| ty == GpuType::Blocks(WeightType::Q4K))
+        types.iter().all(|&ty| {
+            matches!(
+                ty,
+                GpuType::Blocks(WeightType::Q4K) | GpuType::Blocks(WeightType::Q6K)
+            )
+        })
     }
 
     /// Outputs a workgroup.

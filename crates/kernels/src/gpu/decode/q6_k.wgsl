@@ -34,3 +34,45 @@ fn load_group(rb: u32, g: u32) {
         q[k] = v;
     }
 }
+
+// Lane `i` (of a 16-lane team, matmul.wgsl's lane teams) of super-block `b`: q[0], q[1] the
+// values 64c + 8m .. + 8, q[2], q[3] the values 64c + 32 + 8m .. + 8 (c = i / 4, m = i % 4),
+// scaled (value = d·sc·(q − 32)). In ggml's layout half n = c / 2 of the block holds values
+// 128n + l (l < 32) in ql[64n + l]'s low nibble and qh[32n + l]'s bits 0–1, + 32 in
+// ql[64n + 32 + l]'s low nibble and bits 2–3, + 64 and + 96 the same bytes' high nibbles and
+// bits 4–5, 6–7; value 128n + v has scale sc[8n + v / 16]. So lane i reads 8 bytes at each of
+// ql[64n + 8m], ql[64n + 32 + 8m] and qh[32n + 8m], its nibble and bit pairs chosen by c % 2,
+// and two scales: lanes c = 2n and 2n + 1 read the same bytes (low and high halves), so a team
+// reads the block's 192 bytes of quants twice, the second time from the cache.
+fn load_lane(rb: u32, b: u32, i: u32) {
+    let off = rb + b * 210u;
+    let sh = (off & 3u) * 8u;
+    let c = i / 4u;
+    let m = i % 4u;
+    let n = c / 2u;
+    let upper = 4u * (c % 2u);
+    let di = (off + 208u) >> 2u;
+    let d = unpack2x16float(funnel(w[di], w[di + 1u], sh)).x;
+    let sc = off + 192u + 8u * n + upper + m / 2u;
+    let sa = d * f32(extractBits(bitcast<i32>(byte_at(sc)), 0u, 8u));
+    let sb = d * f32(extractBits(bitcast<i32>(byte_at(sc + 2u)), 0u, 8u));
+    // Word indices of the three 8-byte runs (each run's last word and the one after are still
+    // inside the super-block).
+    let la = (off + 64u * n + 8u * m) >> 2u;
+    let lb = la + 8u;
+    let hq = (off + 128u + 32u * n + 8u * m) >> 2u;
+    for (var k = 0u; k < 2u; k++) { // unroll
+        let a = funnel(w[la + k], w[la + k + 1u], sh);
+        let bw = funnel(w[lb + k], w[lb + k + 1u], sh);
+        let h = funnel(w[hq + k], w[hq + k + 1u], sh);
+        var va = vec4<f32>(0.0);
+        var vb = vec4<f32>(0.0);
+        for (var j = 0u; j < 4u; j++) { // unroll
+            let hb = h >> (8u * j + upper);
+            va[j] = f32(((a >> (8u * j + upper)) & 15u) | ((hb & 3u) << 4u)) - 32.0;
+            vb[j] = f32(((bw >> (8u * j + upper)) & 15u) | (((hb >> 2u) & 3u) << 4u)) - 32.0;
+        }
+        q[k] = va * sa;
+        q[k + 2u] = vb * sb;
+    }
+}
