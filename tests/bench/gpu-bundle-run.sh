@@ -87,15 +87,19 @@ stage() {
     profile)
       for m in $(models); do timeout 120 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 128 16; done \
         | tee "$out/profile.md" ;;
-    teams) # a whole decode and passes of 5 and 16 rows in each matmul form (MARS_GPU_TEAM),
-      # alternating for ROUNDS rounds: the shape's own rule against lane teams on every group
-      for m in $(models); do for r in $(seq 1 "$ROUNDS"); do for t in rule lanes; do
-        env $([ $t = rule ] || echo MARS_GPU_TEAM=$t) timeout 120 "$MARS_BIN" speed --model "$m" \
+    teams) # a whole decode, passes of 5 and 16 rows and a 128-token prefill in each matmul form,
+      # alternating for ROUNDS rounds: the shape's own rule, lane teams on every group
+      # (MARS_GPU_TEAM=lanes), and the prefill in the mat-vec form instead of tiles
+      # (MARS_GPU_TILES=off)
+      for m in $(models); do for r in $(seq 1 "$ROUNDS"); do for t in rule lanes no-tiles; do
+        case $t in rule) e=;; lanes) e=MARS_GPU_TEAM=lanes;; no-tiles) e=MARS_GPU_TILES=off;; esac
+        env $e timeout 120 "$MARS_BIN" speed --model "$m" \
           --device wgpu --prompt-tokens 128 --decode-tokens 64 2>/dev/null | python3 -c "
 import json, sys
 d = json.load(sys.stdin)
 ms = d['forward_ms_by_rows']
 print('$r', '$(basename "$m")', '$t', round(d['decode_tokens_per_second'], 1), 'tok/s;',
+      'prefill', round(d['prefill_tokens_per_second'], 1), 'tok/s;',
       'ms 1/5/16 rows', ' / '.join(str(round(ms[k], 2)) for k in ('1', '5', '16') if k in ms))"
       done; done; done | tee "$out/teams.txt" ;;
     submits)

@@ -41,17 +41,50 @@ fn matmul(client: &Client, w: &GpuMatrix, x: &[f32], m: usize) -> Vec<f32> {
     read_f32(client, y)
 }
 
+/// A step of `m` rows whose products over every row run in tiles (a long prefill's).
+fn tile_step(client: &Client, m: usize) -> StepBuffer {
+    StepBuffer::new(
+        client,
+        &Step::chain(&vec![0; m], 0, m, 1 << 20)
+            .unwrap()
+            .with_tiles(),
+    )
+}
+
+/// `members` as one group with `epilogue` (and `bias`) over `m` rows of `x`, in tiles.
+fn tiled(
+    client: &Client,
+    members: Vec<GpuMatrix>,
+    epilogue: Epilogue,
+    bias: Option<&[f32]>,
+    x: &[f32],
+    m: usize,
+) -> Vec<f32> {
+    let group = MatrixGroup::new(client, members, epilogue, bias, Rows::All).unwrap();
+    let y = client.empty(m * group.outputs() * 4);
+    group
+        .run(client, &f32_handle(client, x), &y, &tile_step(client, m))
+        .unwrap();
+    read_f32(client, y)
+}
+
 /// The exact product and, per output, the f32 rounding bound: products and sums in f32 over
 /// `cols` terms (a thread's running sum over its groups, 8-term dot products, a 16-way tree)
 /// lose at most ~(cols / 16 + 24) ulps of Σ|w·x|; held with a factor of 4.
-fn exact_and_bound(
+fn exact_and_bound(wd: &[f32], x: &[f32], shape: (usize, usize, usize)) -> (Vec<f64>, Vec<f64>) {
+    exact_and_bound_over(wd, x, shape, shape.2 / 16 + 24)
+}
+
+/// [`exact_and_bound`] for a form whose sums take `depth` roundings in a row.
+fn exact_and_bound_over(
     wd: &[f32],
     x: &[f32],
     (m, out, cols): (usize, usize, usize),
+    depth: usize,
 ) -> (Vec<f64>, Vec<f64>) {
     let mut exact = vec![0f64; m * out];
     let mut bound = vec![0f64; m * out];
-    let ulps = 4.0 * ((cols / 16) as f64 + 24.0) * f64::from(f32::EPSILON) / 2.0;
+    let ulps = 4.0 * depth as f64 * f64::from(f32::EPSILON) / 2.0;
     for r in 0..m {
         let xr = &x[r * cols..(r + 1) * cols];
         for o in 0..out {
@@ -400,5 +433,177 @@ fn four_outputs_a_team_give_the_bits_of_one() {
             let four = matmul(&client, &gw, &x, m);
             assert_eq!(bits(&four), bits(&one), "{ty:?} m={m}");
         }
+    }
+}
+
+/// Tiles (a long prefill's form, tile.wgsl): every type within the f32 bound of the exact
+/// product (its sums are one running sum of 4-value dot products: cols / 4 + 4 roundings);
+/// a row's bits independent of the rows beside it and of its place in the pass (a row in the
+/// second 32-row tile equals it first in a shorter pass); a matrix split into parts, q | k | v
+/// with biases, an added residual and gate | up each the bits of their matrices alone in tiles
+/// (SiLU(gate)·up within f32 rounding); and another order of sums than the mat-vec form's.
+#[test]
+fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
+    let client = client();
+    let max = max_binding(&client);
+    let mut rng = ChaCha8Rng::seed_from_u64(15);
+    for (out, cols) in [(70, 288), (5, 64)] {
+        for ty in WeightType::ALL {
+            let cols = cols_for(ty, cols);
+            let w = random_matrix(ty, out, cols, &mut rng);
+            let wd = dequantized(&w);
+            let gw = upload(&client, &w, max);
+            let m = 40;
+            let x = random_x(m, cols, &mut rng);
+            let (exact, bound) = exact_and_bound_over(&wd, &x, (m, out, cols), cols / 4 + 4);
+            let all = tiled(&client, vec![gw.clone()], Epilogue::Store, None, &x, m);
+            for i in 0..m * out {
+                let err = (f64::from(all[i]) - exact[i]).abs();
+                assert!(
+                    err <= bound[i],
+                    "{ty:?} tiles out={out} in={cols} [{i}]: {} vs exact {} ({err:.3e} > {:.3e})",
+                    all[i],
+                    exact[i],
+                    bound[i]
+                );
+            }
+            // Rows 23..40 (the first tile's last 9 and the second's 8) as a pass of their own,
+            // and row 0 alone.
+            let late = tiled(
+                &client,
+                vec![gw.clone()],
+                Epilogue::Store,
+                None,
+                &x[23 * cols..],
+                17,
+            );
+            assert_eq!(bits(&late), bits(&all[23 * out..]), "{ty:?}: rows 23..40");
+            let first = tiled(&client, vec![gw.clone()], Epilogue::Store, None, &x, 1);
+            assert_eq!(bits(&first), bits(&all[..out]), "{ty:?}: row 0 alone");
+            if out > 8 {
+                assert_ne!(
+                    bits(&matmul(&client, &gw, &x[..16 * cols], 16)),
+                    bits(&all[..16 * out]),
+                    "{ty:?}: tiles did not run"
+                );
+            }
+        }
+    }
+    // A matrix in 8 parts (7 rows' bytes a part) equals the whole.
+    let cols = 256;
+    let w = random_matrix(WeightType::Q6K, 50, cols, &mut rng);
+    let x = random_x(20, cols, &mut rng);
+    let split = upload(&client, &w, (7 * w.row_bytes() + 4) as u64);
+    assert_eq!(split.parts().len(), 8);
+    let whole = tiled(
+        &client,
+        vec![upload(&client, &w, max)],
+        Epilogue::Store,
+        None,
+        &x,
+        20,
+    );
+    assert_eq!(
+        bits(&tiled(&client, vec![split], Epilogue::Store, None, &x, 20)),
+        bits(&whole),
+        "parts"
+    );
+    // Groups over 33 rows: q | k | v of three types with biases, o added to a residual, and
+    // gate | up (80 outputs each: two workgroups, the second half empty).
+    let m = 33;
+    let x = random_x(m, cols, &mut rng);
+    let ws: Vec<QMatrix> = [
+        (72, WeightType::Q4K),
+        (8, WeightType::Q8_0),
+        (8, WeightType::Q6K),
+    ]
+    .iter()
+    .map(|&(o, ty)| random_matrix(ty, o, cols, &mut rng))
+    .collect();
+    let alone: Vec<Vec<f32>> = ws
+        .iter()
+        .map(|w| {
+            tiled(
+                &client,
+                vec![upload(&client, w, max)],
+                Epilogue::Store,
+                None,
+                &x,
+                m,
+            )
+        })
+        .collect();
+    let bias: Vec<f32> = (0..88).map(|i| i as f32 * 0.25 - 3.0).collect();
+    let members = || ws.iter().map(|w| upload(&client, w, max)).collect();
+    let y = tiled(&client, members(), Epilogue::Store, Some(&bias), &x, m);
+    let mut first = 0;
+    for (k, w) in ws.iter().enumerate() {
+        for r in 0..m {
+            for o in 0..w.rows() {
+                let want = alone[k][r * w.rows() + o] + bias[first + o];
+                assert_eq!(
+                    y[r * 88 + first + o].to_bits(),
+                    want.to_bits(),
+                    "qkv {k} {r} {o}"
+                );
+            }
+        }
+        first += w.rows();
+    }
+    let residual: Vec<f32> = (0..m * 72).map(|i| (i % 13) as f32 - 6.0).collect();
+    let group = MatrixGroup::new(
+        &client,
+        vec![upload(&client, &ws[0], max)],
+        Epilogue::Add,
+        None,
+        Rows::All,
+    )
+    .unwrap();
+    let y = f32_handle(&client, &residual);
+    group
+        .run(
+            &client,
+            &f32_handle(&client, &x),
+            &y,
+            &tile_step(&client, m),
+        )
+        .unwrap();
+    let y = read_f32(&client, y);
+    for i in 0..m * 72 {
+        assert_eq!(
+            y[i].to_bits(),
+            (residual[i] + alone[0][i]).to_bits(),
+            "add [{i}]"
+        );
+    }
+    let gate = random_matrix(WeightType::Q4K, 80, cols, &mut rng);
+    let up = random_matrix(WeightType::Q5_0, 80, cols, &mut rng);
+    let [g1, u1] = [&gate, &up].map(|w| {
+        tiled(
+            &client,
+            vec![upload(&client, w, max)],
+            Epilogue::Store,
+            None,
+            &x,
+            m,
+        )
+    });
+    let y = tiled(
+        &client,
+        vec![upload(&client, &gate, max), upload(&client, &up, max)],
+        Epilogue::SwiGlu,
+        None,
+        &x,
+        m,
+    );
+    assert_eq!(y.len(), m * 80);
+    for i in 0..m * 80 {
+        let (g, u) = (f64::from(g1[i]), f64::from(u1[i]));
+        let want = g / (1.0 + (-g).exp()) * u;
+        assert!(
+            (f64::from(y[i]) - want).abs() <= 1e-5 * (1.0 + want.abs()),
+            "swiglu [{i}]: {} vs {want}",
+            y[i]
+        );
     }
 }

@@ -17,6 +17,7 @@
 
 use mars_kernels::gpu::{
     Epilogue, Fan, GpuType, Reduce, Shader, Team, embed_source, matmul_source, row_bound,
+    tile_source,
 };
 use mars_kernels::{KvType, MAX_ROWS, WeightType};
 use naga::back::{hlsl, msl, spv};
@@ -171,6 +172,18 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
             check(&format!("q | k | v {types:?}, {fan:?}"), &source, true);
             checked += 2;
         }
+        // Tiles (a long prefill's form): alone stored or added, beside a Q6_K up, and first of
+        // a q | k | v.
+        for (types, epilogue) in [
+            (&[ty][..], Epilogue::Store),
+            (&[ty], Epilogue::Add),
+            (&[ty, WeightType::Q6K.into()], Epilogue::SwiGlu),
+            (&[ty, WeightType::Q4K.into(), GpuType::F32], Epilogue::Store),
+        ] {
+            let what = format!("tiles {types:?}, {epilogue:?}");
+            check(&what, &tile_source(types, epilogue), false);
+            checked += 1;
+        }
     }
     // Lane teams (Q4_K and Q6_K groups only): every row bound and epilogue, both reductions,
     // a Q4_K_M q | k | v (v in Q6_K) among them.
@@ -231,7 +244,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
     }
     assert_eq!(
         checked,
-        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2)) + 5 * 2 * 5 * 2 + 17
+        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2) + 4) + 5 * 2 * 5 * 2 + 17
     );
 }
 

@@ -38,6 +38,11 @@ pub(crate) struct Pass<'a> {
     pub(crate) rows: usize,
     /// Token ids below this get logits; the rest are −inf (`Llama::with_vocab_limit`).
     pub(crate) logit_ids: usize,
+    /// Part of a prefill of more than `TILES_ABOVE` tokens (`Llama::forward_last`): the GPU
+    /// runs its products in tiles, within f32 rounding of the mat-vec form but not its bits. Never
+    /// set for a pass whose rows are compared with a decode's (verification, trees): those
+    /// stay in the mat-vec form, batch-invariant bit for bit.
+    pub(crate) long_prefill: bool,
 }
 
 /// A back-end's KV cache: one entry per block of the model that made it.

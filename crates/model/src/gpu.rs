@@ -205,6 +205,8 @@ pub(crate) struct GpuModel {
     copy: CopyRows,
     heads: Heads,
     kv: KvType,
+    /// Whether a long prefill's products run in tiles (`mars_kernels::gpu::tiles_for`).
+    tiles: bool,
     /// Tensors converted to Q8_0 at load (no kernel takes their type), as "name (type)".
     converted: Arc<Vec<String>>,
 }
@@ -294,12 +296,21 @@ impl GpuModel {
             copy: CopyRows::new(&client, (heads, kv))?,
             heads,
             kv,
+            tiles: mars_kernels::gpu::tiles_for(&client),
             converted: Arc::new(converted),
             client: Client(client),
         })
     }
 
     /// Launches the head's product takes (one per part of a split matrix).
+    /// The same model with a long prefill's products in tiles or not.
+    pub(crate) fn with_tiles(&self, tiles: bool) -> Self {
+        Self {
+            tiles,
+            ..self.clone()
+        }
+    }
+
     pub(crate) fn head_launches(&self) -> usize {
         self.lm_head.launches()
     }
@@ -345,6 +356,9 @@ impl GpuModel {
             Some((base, parents)) => Step::tree(tokens, base, parents, tail, limit)?,
         };
         let mut step = step.with_capacity(cache.capacity)?;
+        if pass.long_prefill && self.tiles {
+            step = step.with_tiles();
+        }
         if let Some((chain, l)) = link {
             if l.summaries_at
                 .checked_add(tail)

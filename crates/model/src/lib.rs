@@ -41,7 +41,7 @@ pub use gpu::{
     SUBMIT_EVERY_CPU, SUBMIT_EVERY_GPU, blocks_unsupported, first_adapter, subgroup_lanes,
     submit_every, submit_every_on,
 };
-pub use llama::{Llama, PREFILL_ROWS};
+pub use llama::{Llama, PREFILL_ROWS, TILES_ABOVE};
 pub use load::MemoryNeeds;
 pub use logits::{ChainLink, Logits, RowSummary, SummaryChain, read_f32, read_f32_async};
 /// What the GPU path's kernels have asked of the device so far (zeros without it).

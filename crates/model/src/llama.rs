@@ -63,6 +63,11 @@ pub struct Llama {
 /// a row's results never depend on the rows beside it.
 pub const PREFILL_ROWS: usize = 512;
 
+/// A prefill of more tokens than this is a long one ([`Pass::long_prefill`]): on the GPU its
+/// products run in tiles of 32 rows out of workgroup memory, where the mat-vec kernel holds 16
+/// rows and reloads each activation for every output it meets.
+pub const TILES_ABOVE: usize = mars_kernels::MAX_ROWS;
+
 impl Llama {
     /// The same model running only `layers` (in that order) — a self-speculative drafter. The
     /// result shares every weight with `self`: burn tensors and host blocks are
@@ -137,6 +142,22 @@ impl Llama {
         })
     }
 
+    /// The same model (sharing every weight) with a long prefill's products on the GPU in
+    /// tiles (`tiles`) or in the mat-vec form that decoding takes: the choice the adapter's
+    /// kind makes at load (tiles on a GPU card, not on a CPU adapter) set by hand, for tests and
+    /// measurements. The CPU and f32 paths have one form: the same model.
+    #[must_use]
+    pub fn with_prefill_tiles(&self, tiles: bool) -> Self {
+        let mut model = self.clone();
+        #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+        if let Body::Gpu(m) = &self.body {
+            model.body = Body::Gpu(Box::new(m.with_tiles(tiles)));
+        }
+        #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
+        let _ = tiles;
+        model
+    }
+
     /// The model's hyper-parameters.
     pub fn config(&self) -> &LlamaConfig {
         &self.config
@@ -167,13 +188,15 @@ impl Llama {
         // The whole input is checked before the first pass, so a refusal leaves the cache as
         // it was; then every pass but the last writes the cache and drops its one logit row.
         self.check_input(tokens, cache)?;
+        // One form for the whole input, whatever passes it is cut into.
+        let long = tokens.len() > TILES_ABOVE;
         let mut rest = tokens;
         while rest.len() > self.prefill_rows {
             let (pass, after) = rest.split_at(self.prefill_rows);
-            self.forward_tail(pass, cache, 1, None)?;
+            self.pass(pass, cache, 1, None, long)?;
             rest = after;
         }
-        self.forward_tail(rest, cache, 1, None)
+        self.pass(rest, cache, 1, None, long)
     }
 
     /// An empty [`SummaryChain`] of `rows` row summaries on the model's GPU, or `None` off the
@@ -287,6 +310,7 @@ impl Llama {
             tree: Some((base, parents)),
             rows: tokens.len(),
             logit_ids: self.logit_ids,
+            long_prefill: false,
         };
         let logits = self.run(&pass, cache, None)?;
         cache.advance(end);
@@ -332,6 +356,18 @@ impl Llama {
         rows: usize,
         link: Option<ChainLink<'_>>,
     ) -> Result<Logits> {
+        self.pass(tokens, cache, rows, link, false)
+    }
+
+    /// One chain pass over `tokens`, part of a long prefill where `long_prefill` says so.
+    fn pass(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        rows: usize,
+        link: Option<ChainLink<'_>>,
+        long_prefill: bool,
+    ) -> Result<Logits> {
         let (start, end) = self.check_input(tokens, cache)?;
         let pass = Pass {
             tokens,
@@ -339,6 +375,7 @@ impl Llama {
             tree: None,
             rows,
             logit_ids: self.logit_ids,
+            long_prefill,
         };
         let logits = self.run(&pass, cache, link)?;
         cache.advance(end);

@@ -5,7 +5,7 @@
 
 use mars_formats::{Gguf, Tokenizer};
 use mars_model::tiny::{tiny_config, tiny_gguf, tiny_gguf_quantized};
-use mars_model::{Device, DeviceLimits, KvType, Llama, LoadOptions, WeightPath};
+use mars_model::{Device, DeviceLimits, KvType, Llama, LoadOptions, TILES_ABOVE, WeightPath};
 
 #[path = "support/diff.rs"]
 mod diff;
@@ -206,7 +206,10 @@ fn a_prefill_in_passes_equals_one_pass() {
         (wgpu(), gpu, true),
         (Device::flex(), LoadOptions::default(), false),
     ] {
-        let model = Llama::from_gguf(&g, &device, options).unwrap();
+        // Tiles where an adapter is a card; lavapipe's own choice is the mat-vec form.
+        let model = Llama::from_gguf(&g, &device, options)
+            .unwrap()
+            .with_prefill_tiles(true);
         let run = |m: &Llama| {
             let mut cache = m.new_cache(32).unwrap();
             let mut out = m.forward_last(&tokens, &mut cache).unwrap().read().unwrap();
@@ -217,8 +220,27 @@ fn a_prefill_in_passes_equals_one_pass() {
         };
         let whole = run(&model);
         let passes = run(&model.with_prefill_rows(3).unwrap());
+        // 20 tokens are a long prefill (over `TILES_ABOVE`): on the GPU its products run in
+        // tiles, every pass of it, within f32 rounding of the mat-vec form that a forward over
+        // every row (a verification's) takes.
+        let mut cache = model.new_cache(32).unwrap();
+        let rows = model.forward(&tokens, &mut cache).unwrap().read().unwrap();
+        let vocab = model.config().vocab_size;
+        assert!(tokens.len() > TILES_ABOVE);
+        assert!(
+            max_diff(&whole[..vocab], &rows[rows.len() - vocab..]) < TOLERANCE,
+            "{:?}: a long prefill against a forward",
+            options.weights
+        );
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        if matches!(options.weights, WeightPath::GpuBlocks { .. }) {
+            assert_ne!(
+                bits(&whole[..vocab]),
+                bits(&rows[rows.len() - vocab..]),
+                "the long prefill did not run in tiles"
+            );
+        }
         if exact {
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&passes), bits(&whole), "{:?}", options.weights);
         } else {
             assert!(
@@ -239,6 +261,41 @@ fn a_prefill_in_passes_equals_one_pass() {
             .with_prefill_rows(0)
             .is_err()
     );
+}
+
+/// A vocabulary-limited model on wgpu's blocks masks the output head alone: with a limit below
+/// the width of q | k | v (128 outputs in the tiny model), the logits below it are the full
+/// model's, bit for bit, and the rest −inf, in a forward and in a long prefill.
+#[test]
+fn a_vocab_limit_masks_only_the_output_head_on_wgpu() {
+    let bytes = tiny_gguf_quantized(7).unwrap();
+    let options = LoadOptions::with_weights(WeightPath::GpuBlocks {
+        subgroups: None,
+        kv: KvType::default(),
+    });
+    let model = Llama::from_gguf(&Gguf::parse(&bytes).unwrap(), &wgpu(), options)
+        .unwrap()
+        .with_prefill_tiles(true);
+    let limit = 100;
+    let limited = model.with_vocab_limit(limit).unwrap();
+    let vocab = model.config().vocab_size;
+    for n in [5, TILES_ABOVE + 3] {
+        let tokens: Vec<u32> = (0..n as u32).map(|i| (i * 29 + 3) % 257).collect();
+        let run = |m: &Llama| {
+            let mut cache = m.new_cache(32).unwrap();
+            let mut out = m.forward_last(&tokens, &mut cache).unwrap().read().unwrap();
+            out.extend(m.forward(&[42, 7], &mut cache).unwrap().read().unwrap());
+            out
+        };
+        let (full, part) = (run(&model), run(&limited));
+        for (i, (f, p)) in full.iter().zip(&part).enumerate() {
+            if i % vocab < limit {
+                assert_eq!(f.to_bits(), p.to_bits(), "{n} tokens: logit {i}");
+            } else {
+                assert_eq!(*p, f32::NEG_INFINITY, "{n} tokens: logit {i}");
+            }
+        }
+    }
 }
 
 /// Token trees on wgpu, GGUF blocks and f32: the tree mask and tree positions give each row the

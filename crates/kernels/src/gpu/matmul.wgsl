@@ -32,8 +32,9 @@
 // A row's sum is again in a fixed order whatever the rows and fan (the form's own bits).
 //
 // What the sums become (EPILOGUE, compiled in):
-// 0 (store): y = sum (+ bias[y_offset + o] where has_bias), and −inf for outputs at or past the
-//   step's logit limit (a vocabulary-limited drafter) without computing them;
+// 0 (store): y = sum (+ bias[y_offset + o] where has_bias), and in the output head (`limited`)
+//   −inf for outputs at or past the step's logit limit (a vocabulary-limited drafter) without
+//   computing them;
 // 1 (add): y += sum, the residual added in place (each output is written by one thread);
 // 2 (SwiGLU): matrices gate and up of equal rows; a workgroup computes gate and up of 2 · OUTS
 //   consecutive outputs j and writes y[y_offset + j] = silu(gate_j) · up_j.
@@ -62,9 +63,10 @@ const LANE_TEAMS: bool = {{lane_teams}};
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;       // [rows, y_stride]
 @group(0) @binding(5) var<storage, read_write> bias: array<f32>;    // [group outputs] where has_bias
 // Fixed at upload: [n_in, y_stride, y_offset, outputs, groups_x, rows_at, has_bias, first_1,
-// first_2, rb_0, rb_1, rb_2, the bits of −inf (a WGSL constant cannot be infinite), and the
+// first_2, rb_0, rb_1, rb_2, the bits of −inf (a WGSL constant cannot be infinite), the
 // byte where each matrix's first row starts in its binding: base_0, base_1, base_2 (0 but for a
-// SwiGLU whose gate and up are split at different rows)]
+// SwiGLU whose gate and up are split at different rows), limited (1: the output head, whose
+// outputs at or past the step's logit limit are −inf; 0: any other product)]
 @group(0) @binding(6) var<storage, read_write> p: array<u32>;
 // The forward's step buffer (step.rs): [rows, tail rows, logit limit, …].
 @group(0) @binding(7) var<storage, read_write> s: array<u32>;
@@ -294,5 +296,5 @@ fn live(o: u32, j: u32, outputs: u32, y_offset: u32, limit: u32, first_1: u32) -
     if EPILOGUE == 2u {
         return j < first_1;
     }
-    return o < outputs && (EPILOGUE != 0u || y_offset + o < limit);
+    return o < outputs && (EPILOGUE != 0u || p[16] == 0u || y_offset + o < limit);
 }

@@ -70,6 +70,7 @@ use crate::quantize::MAX_ROWS;
 const COMMON: &str = include_str!("common.wgsl");
 const READER: &str = include_str!("reader.wgsl");
 const MATMUL: &str = include_str!("matmul.wgsl");
+const TILE: &str = include_str!("tile.wgsl");
 const EMBED: &str = include_str!("embed.wgsl");
 const NORM: &str = include_str!("norm.wgsl");
 const ROPE: &str = include_str!("rope.wgsl");
@@ -417,6 +418,21 @@ pub fn row_bound(rows: usize) -> usize {
     rows.clamp(1, MAX_ROWS).next_power_of_two()
 }
 
+/// WGSL that calls binding `sub`'s copy of `call` with `args` (one matrix a binding, each of its
+/// own type: see [`reader`]).
+fn dispatch(types: &[GpuType], call: &str, args: &str) -> String {
+    (0..types.len())
+        .map(|b| {
+            if b + 1 == types.len() {
+                format!("    {{ {call}_{b}({args}); }}")
+            } else {
+                format!("    if sub == {b}u {{ {call}_{b}({args}); }} else")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The WGSL of a matmul over matrices of `types` (one to three, binding 0, 1, 2), compiled for
 /// up to `rows` rows a workgroup, with `reduce`, `epilogue`, `team` (a SwiGLU takes a
 /// 16-thread team: [`Team::Quarter`], or [`Team::Lanes`] where the types have lanes) and `fan`.
@@ -438,27 +454,15 @@ pub fn matmul_source(
     } else {
         ""
     };
-    let dispatch = |call: &str, args: &str| -> String {
-        (0..types.len())
-            .map(|b| {
-                if b + 1 == types.len() {
-                    format!("    {{ {call}_{b}({args}); }}")
-                } else {
-                    format!("    if sub == {b}u {{ {call}_{b}({args}); }} else")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
     let lane_teams = team == Team::Lanes;
     let lane_dispatch = if lane_teams {
-        dispatch("load_lane", "rb, b, i")
+        dispatch(types, "load_lane", "rb, b, i")
     } else {
         String::new()
     };
     let text = MATMUL
         .replace("{{common}}", &common(types))
-        .replace("{{dispatch}}", &dispatch("load_group", "rb, g"))
+        .replace("{{dispatch}}", &dispatch(types, "load_group", "rb, g"))
         .replace("{{lane_dispatch}}", &lane_dispatch)
         .replace("{{lane_teams}}", &lane_teams.to_string())
         .replace("{{rows}}", &rows.to_string())
@@ -470,6 +474,38 @@ pub fn matmul_source(
         .replace("{{shuffles}}", shuffles);
     unroll::unroll(&text)
 }
+
+/// The WGSL of a long prefill's product over matrices of `types` with `epilogue` (tile.wgsl):
+/// 32 rows by 64 outputs a workgroup, out of workgroup memory.
+pub fn tile_source(types: &[GpuType], epilogue: Epilogue) -> String {
+    let text = TILE
+        .replace("{{common}}", &common(types))
+        .replace("{{dispatch}}", &dispatch(types, "load_group", "rb, g"))
+        .replace("{{epilogue}}", &epilogue.code().to_string());
+    unroll::unroll(&text)
+}
+
+/// Whether a long prefill on `client`'s device runs its products in tiles ([`Step::with_tiles`]):
+/// on a GPU card; not on a CPU adapter, which runs a workgroup's lanes as vectors and reaches
+/// workgroup memory one lane at a time (on lavapipe a 128-token prefill of SmolLM2 ran at 0.8×
+/// the mat-vec form's speed in tiles). The environment's `MARS_GPU_TILES` (`on` or `off`)
+/// overrides it: a measurement knob, as [`Team::forced`] is, so that the GPU bundle times both
+/// forms without a rebuild. Read once.
+pub fn tiles_for(client: &Client) -> bool {
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = *FORCED.get_or_init(|| match std::env::var("MARS_GPU_TILES").as_deref() {
+        Ok("on") => Some(true),
+        Ok("off") => Some(false),
+        _ => None,
+    });
+    forced.unwrap_or_else(|| client.properties().identity.physical.is_some())
+}
+
+/// Rows a tile workgroup computes (tile.wgsl's BM).
+pub const TILE_ROWS: usize = 32;
+
+/// Outputs a tile workgroup computes (tile.wgsl's BN; a SwiGLU's half of them).
+const TILE_OUTPUTS: usize = 64;
 
 /// The WGSL of the embedding lookup for `ty`.
 pub fn embed_source(ty: GpuType) -> String {
@@ -516,6 +552,13 @@ pub enum Shader {
         team: Team,
         /// Outputs a team.
         fan: Fan,
+    },
+    /// A long prefill's product over matrices of these types (tile.wgsl).
+    Tile {
+        /// Each matrix's type, binding 0 first.
+        types: Vec<GpuType>,
+        /// What the sums become.
+        epilogue: Epilogue,
     },
     /// The embedding lookup.
     Embed(GpuType),
@@ -567,6 +610,7 @@ impl Shader {
                 team,
                 fan,
             } => matmul_source(types, *rows, *reduce, *epilogue, *team, *fan),
+            Self::Tile { types, epilogue } => tile_source(types, *epilogue),
             Self::Embed(ty) => embed_source(*ty),
             Self::Norm => NORM.to_string(),
             Self::Rope { head_norm, kv } => ROPE
@@ -604,7 +648,7 @@ impl Shader {
     /// Its kind, as the counters name it.
     pub fn kind(&self) -> Kind {
         match self {
-            Self::Matmul { .. } => Kind::Matmul,
+            Self::Matmul { .. } | Self::Tile { .. } => Kind::Matmul,
             Self::Embed(_) => Kind::Embed,
             Self::Norm => Kind::Norm,
             Self::Rope { .. } => Kind::Rope,
@@ -638,6 +682,14 @@ impl Shader {
                     | (u64::from(*team == Team::Lanes) << 14)
                     | (u64::from(reduce.lanes()) << 2)
                     | u64::from(epilogue.code())
+            }
+            Self::Tile { types, epilogue } => {
+                // Bit 15 apart from every matmul key (whose bits stop at 14).
+                let mut k = 0u64;
+                for &ty in types {
+                    k = k * 16 + 1 + u64::from(type_code(ty));
+                }
+                (k << 16) | (1 << 15) | u64::from(epilogue.code())
             }
             Self::Embed(ty) => u64::from(type_code(*ty)),
             Self::Rope { head_norm, kv } => {
@@ -793,6 +845,7 @@ pub struct StepBuffer {
     tail: usize,
     capacity: usize,
     link: Link,
+    tiles: bool,
 }
 
 impl StepBuffer {
@@ -804,6 +857,7 @@ impl StepBuffer {
             tail: step.tail(),
             capacity: step.capacity(),
             link: step.link(),
+            tiles: step.tiles(),
         }
     }
 
@@ -825,6 +879,11 @@ impl StepBuffer {
     /// Rows that get logits.
     pub fn tail(&self) -> usize {
         self.tail
+    }
+
+    /// Whether products over every row run in tiles ([`Step::with_tiles`]).
+    pub fn tiles(&self) -> bool {
+        self.tiles
     }
 
     pub(crate) fn handle(&self) -> &Handle {
@@ -923,6 +982,8 @@ struct MatmulLaunch {
     types: Vec<GpuType>,
     params: Handle,
     groups: usize,
+    /// The same parameters with tile.wgsl's workgroups, and their count (`Rows::All` only).
+    tiled: Option<(Handle, usize)>,
     rows: Rows,
     team: Team,
     fan: Fan,
@@ -953,6 +1014,16 @@ struct MatmulParams {
     bases: [usize; 3],
 }
 
+/// Workgroups of tile.wgsl over a launch's `outputs` (a SwiGLU's gate and up: half of them
+/// each, 32 of each a workgroup).
+fn tile_groups(epilogue: Epilogue, outputs: usize) -> usize {
+    if epilogue == Epilogue::SwiGlu {
+        (outputs / 2).div_ceil(TILE_OUTPUTS / 2)
+    } else {
+        outputs.div_ceil(TILE_OUTPUTS)
+    }
+}
+
 impl MatmulParams {
     fn words(&self) -> Result<Vec<u32>> {
         let (gx, _) = grid(self.groups);
@@ -973,6 +1044,9 @@ impl MatmulParams {
             self.bases[0],
             self.bases[1],
             self.bases[2],
+            // The logit limit applies to the output head alone: the product over the logit
+            // rows.
+            usize::from(self.rows == Rows::Tail),
         ];
         let words = values
             .iter()
@@ -1002,22 +1076,39 @@ impl MatmulLaunch {
         step: &StepBuffer,
     ) {
         let rows = self.rows.count(step);
-        let (gx, gy) = grid(self.groups);
         let w = |b: usize| {
             let spare = &self.spare[b.saturating_sub(1).min(1)];
             self.weights.get(b).unwrap_or(spare).clone().binding()
         };
+        let (shader, params, groups, per_z) = match &self.tiled {
+            Some((params, groups)) if step.tiles() => (
+                Shader::Tile {
+                    types: self.types.clone(),
+                    epilogue,
+                },
+                params,
+                *groups,
+                TILE_ROWS,
+            ),
+            _ => (
+                Shader::Matmul {
+                    types: self.types.clone(),
+                    rows: row_bound(rows),
+                    reduce,
+                    epilogue,
+                    team: self.team,
+                    fan: self.fan,
+                },
+                &self.params,
+                self.groups,
+                MAX_ROWS,
+            ),
+        };
+        let (gx, gy) = grid(groups);
         launch(
             client,
-            Shader::Matmul {
-                types: self.types.clone(),
-                rows: row_bound(rows),
-                reduce,
-                epilogue,
-                team: self.team,
-                fan: self.fan,
-            },
-            CubeCount::Static(gx as u32, gy as u32, rows.div_ceil(MAX_ROWS) as u32),
+            shader,
+            CubeCount::Static(gx as u32, gy as u32, rows.div_ceil(per_z) as u32),
             KernelArguments::new()
                 .with_buffer(w(0))
                 .with_buffer(w(1))
@@ -1025,7 +1116,7 @@ impl MatmulLaunch {
                 .with_buffer(x.clone().binding())
                 .with_buffer(y.clone().binding())
                 .with_buffer(bias.unwrap_or(&self.spare[2]).clone().binding())
-                .with_buffer(self.params.clone().binding())
+                .with_buffer(params.clone().binding())
                 .with_buffer(step.handle().clone().binding()),
         );
     }
@@ -1345,10 +1436,19 @@ impl MatrixGroup {
         let fan = first.fan;
         let swiglu = epilogue == Epilogue::SwiGlu;
         let launch = |weights: Vec<Handle>, types: Vec<GpuType>, params: MatmulParams| {
+            // Products over every row run in tiles in a long prefill's steps.
+            let tiled = if rows == Rows::All {
+                let groups = tile_groups(epilogue, params.outputs);
+                let words = MatmulParams { groups, ..params }.words()?;
+                Some((upload_words(client, &words), groups))
+            } else {
+                None
+            };
             Ok::<_, KernelError>(MatmulLaunch {
                 weights,
                 types,
                 params: upload_words(client, &params.words()?),
+                tiled,
                 groups: params.groups,
                 rows,
                 team,

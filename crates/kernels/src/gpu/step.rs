@@ -44,6 +44,7 @@ pub struct Step {
     words: Vec<u32>,
     rows: usize,
     tail: usize,
+    tiles: bool,
 }
 
 fn word(what: &'static str, v: usize) -> Result<u32> {
@@ -94,6 +95,7 @@ impl Step {
             words,
             rows: ids.len(),
             tail,
+            tiles: false,
         })
     }
 
@@ -152,7 +154,22 @@ impl Step {
             words,
             rows: ids.len(),
             tail,
+            tiles: false,
         })
+    }
+
+    /// The same step with its products over every row run in tiles (tile.wgsl): a part of a
+    /// prefill of more rows than a mat-vec workgroup holds. Not bit-equal to the mat-vec form;
+    /// a whole prefill takes one form so that its passes give one pass's bits. The host's
+    /// choice: nothing changes on the device.
+    pub fn with_tiles(mut self) -> Self {
+        self.tiles = true;
+        self
+    }
+
+    /// Whether its products over every row run in tiles ([`Step::with_tiles`]).
+    pub fn tiles(&self) -> bool {
+        self.tiles
     }
 
     /// The same step over a cache of `capacity` rows (the layout of its buffers; the row count

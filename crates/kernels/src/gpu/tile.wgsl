@@ -1,0 +1,190 @@
+// The product of a long prefill (more than 16 rows: `Step::with_tiles`), y = x · Wᵀ over the
+// same groups, bindings, parameters and epilogues as matmul.wgsl, in workgroup tiles: a
+// workgroup of 128 threads computes BM = 32 rows × BN = 64 outputs (a SwiGLU's: 32 of gate and
+// the same 32 of up), walking the inputs one 32-value group at a time. Each step, threads 0..63
+// decode their output's group into workgroup memory (one decode for all 32 rows, where the
+// mat-vec kernel decodes it once per 16), threads 64..127 copy the rows' 32 inputs there, and
+// then every thread multiplies 4 rows by 4 outputs out of workgroup memory: 8 loads for 16
+// dot products, where the mat-vec kernel loads an activation from storage for every 4 FMAs of
+// one output. Why: on an H200 a 7B's prefill in the mat-vec form ran at 0.09× llama.cpp's
+// (docs/performance.md), bound by those loads, not by the weights.
+//
+// The contract this form keeps and the one it does not: each (row, output) sum runs over the
+// inputs in one fixed order (group by group, 4 values a dot product, from 0), so a row's result
+// does not depend on the rows beside it or on how many rows the pass has, bit for bit, among
+// passes in this form; it is within the f32 rounding bound of the exact product, but it is not
+// the mat-vec kernel's bits (that sums in 16 interleaved partials and a tree). Only prefills
+// take it, a whole prefill at once (`Llama::forward_last`), so decoding and verification — whose
+// rows must equal each other's — never meet it.
+//
+// Thread t holds rows 4·(t / 16) .. + 4 of the tile and its columns t % 16 + 16·i (i < 4): a
+// SwiGLU's gate j and up j (columns j and 32 + j) are then in one thread. Tile rows are 9 vec4s
+// apart in workgroup memory (8 and one unused) so that 16 threads reading 16 columns' same
+// vec4 touch different banks.
+
+const EPILOGUE: u32 = {{epilogue}}u;
+const BM: u32 = 32u;
+const BN: u32 = 64u;
+const PAD: u32 = 9u;
+
+@group(0) @binding(0) var<storage, read_write> w0: array<u32>;      // blocks, [rows_0, rb_0] + pad
+@group(0) @binding(1) var<storage, read_write> w1: array<u32>;      // blocks, [rows_1, rb_1] + pad
+@group(0) @binding(2) var<storage, read_write> w2: array<u32>;      // blocks, [rows_2, rb_2] + pad
+@group(0) @binding(3) var<storage, read_write> x: array<vec4<f32>>; // [rows, n_in / 4]
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;       // [rows, y_stride]
+@group(0) @binding(5) var<storage, read_write> bias: array<f32>;    // [group outputs] where has_bias
+// matmul.wgsl's parameters, groups_x counting this form's workgroups.
+@group(0) @binding(6) var<storage, read_write> p: array<u32>;
+// The forward's step buffer (step.rs).
+@group(0) @binding(7) var<storage, read_write> s: array<u32>;
+
+// [BN, PAD] vec4: the current group of each column's weight row, decoded (9 KiB).
+var<workgroup> ws: array<vec4<f32>, 576>;
+// [BM, PAD] vec4: the same 32 inputs of each row (4.5 KiB; 13.5 KiB in all, under WebGPU's 16).
+var<workgroup> xs: array<vec4<f32>, 288>;
+
+{{common}}
+
+// Decodes group `g` of the row at byte `rb` of matrix `sub`.
+fn load(sub: u32, rb: u32, g: u32) {
+{{dispatch}}
+}
+
+// The binding and the first byte of group output `o`'s weight row.
+fn row_at(o: u32, first_1: u32, first_2: u32) -> vec2<u32> {
+    var sub = 0u;
+    var local = o;
+    if o >= first_2 {
+        sub = 2u;
+        local = o - first_2;
+    } else if o >= first_1 {
+        sub = 1u;
+        local = o - first_1;
+    }
+    return vec2<u32>(sub, p[13u + sub] + local * p[9u + sub]);
+}
+
+// Column `c` of workgroup `wgi`: its group output (a SwiGLU's gate j or up j, at first_1 + j)
+// and its index j among the outputs written (the output itself but in a SwiGLU).
+fn column(wgi: u32, c: u32, first_1: u32) -> vec2<u32> {
+    if EPILOGUE == 2u {
+        let j = wgi * (BN / 2u) + c % (BN / 2u);
+        return vec2<u32>((c / (BN / 2u)) * first_1 + j, j);
+    }
+    let o = wgi * BN + c;
+    return vec2<u32>(o, o);
+}
+
+// Whether a column's output is computed (matmul.wgsl's `live`).
+fn live(o: u32, j: u32, outputs: u32, y_offset: u32, limit: u32, first_1: u32) -> bool {
+    if EPILOGUE == 2u {
+        return j < first_1;
+    }
+    return o < outputs && (EPILOGUE != 0u || p[16] == 0u || y_offset + o < limit);
+}
+
+@compute @workgroup_size(128)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let n_in = p[0];
+    // Every binding read, whatever the group's size (see matmul.wgsl).
+    if n_in == 0u {
+        y[0] = f32(w0[0] ^ w1[0] ^ w2[0]);
+    }
+    let y_stride = p[1];
+    let y_offset = p[2];
+    let outputs = p[3];
+    let groups_x = p[4];
+    let first_1 = p[7];
+    let first_2 = p[8];
+    let row0 = wg.z * BM;
+    let m = min(BM, s[p[5]] - row0);
+    let limit = s[2];
+    let wgi = wg.x + wg.y * groups_x;
+    let x_row = n_in / 4u;
+    let tr = lid / 16u;
+    let tc = lid % 16u;
+    // The column this thread decodes (threads 0..63).
+    let mine = column(wgi, lid % BN, first_1);
+    let decodes = lid < BN && live(mine.x, mine.y, outputs, y_offset, limit, first_1);
+    var at = vec2<u32>(0u);
+    if decodes {
+        at = row_at(mine.x, first_1, first_2);
+    }
+    // acc[4a + i]: tile row 4·tr + a, column tc + 16·i.
+    var acc: array<f32, 16>;
+    let n_groups = n_in / 32u;
+    for (var g = 0u; g < n_groups; g++) {
+        if lid < BN {
+            if decodes {
+                load(at.x, at.y, g);
+                for (var k = 0u; k < 4u; k++) { // unroll
+                    ws[lid * PAD + k] = q[k] * s0 + vec4<f32>(mn);
+                    ws[lid * PAD + k + 4u] = q[k + 4u] * s1 + vec4<f32>(mn);
+                }
+            } else {
+                for (var k = 0u; k < 8u; k++) { // unroll
+                    ws[lid * PAD + k] = vec4<f32>(0.0);
+                }
+            }
+        } else {
+            // 32 rows × 8 vec4s: 4 each for 64 threads; rows past the pass read as 0.
+            for (var j = 0u; j < 4u; j++) { // unroll
+                let e = lid - BN + BN * j;
+                let r = e / 8u;
+                let kk = e % 8u;
+                var v = vec4<f32>(0.0);
+                if r < m {
+                    v = x[(row0 + r) * x_row + g * 8u + kk];
+                }
+                xs[r * PAD + kk] = v;
+            }
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < 8u; kk++) { // unroll
+            var xv: array<vec4<f32>, 4>;
+            for (var a = 0u; a < 4u; a++) { // unroll
+                xv[a] = xs[(4u * tr + a) * PAD + kk];
+            }
+            for (var i = 0u; i < 4u; i++) { // unroll
+                let wv = ws[(tc + 16u * i) * PAD + kk];
+                for (var a = 0u; a < 4u; a++) { // unroll
+                    acc[4u * a + i] += dot(xv[a], wv);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var a = 0u; a < 4u; a++) { // unroll
+        let r = 4u * tr + a;
+        if r < m {
+            let yr = (row0 + r) * y_stride + y_offset;
+            if EPILOGUE == 2u {
+                // Gate j (columns tc, tc + 16) meets up j (columns tc + 32, tc + 48).
+                for (var i = 0u; i < 2u; i++) { // unroll
+                    let j = column(wgi, tc + 16u * i, first_1).y;
+                    if j < first_1 {
+                        let gate = acc[4u * a + i];
+                        let up = acc[4u * a + i + 2u];
+                        y[yr + j] = gate / (1.0 + exp(-gate)) * up;
+                    }
+                }
+            } else {
+                for (var i = 0u; i < 4u; i++) { // unroll
+                    let o = column(wgi, tc + 16u * i, first_1).x;
+                    if EPILOGUE == 0u && o < outputs {
+                        var v = bitcast<f32>(p[12]); // −inf past the logit limit
+                        if live(o, o, outputs, y_offset, limit, first_1) {
+                            v = acc[4u * a + i];
+                            if p[6] != 0u {
+                                v += bias[y_offset + o];
+                            }
+                        }
+                        y[yr + o] = v;
+                    } else if EPILOGUE == 1u && o < outputs {
+                        y[yr + o] = y[yr + o] + acc[4u * a + i];
+                    }
+                }
+            }
+        }
+    }
+}
