@@ -89,10 +89,13 @@ stage() {
         | tee "$out/profile.md" ;;
     teams) # a whole decode, passes of 5 and 16 rows and a 128-token prefill in each matmul form,
       # alternating for ROUNDS rounds: the shape's own rule, lane teams on every group
-      # (MARS_GPU_TEAM=lanes), and the prefill in the mat-vec form instead of tiles
-      # (MARS_GPU_TILES=off)
-      for m in $(models); do for r in $(seq 1 "$ROUNDS"); do for t in rule lanes no-tiles; do
-        case $t in rule) e=;; lanes) e=MARS_GPU_TEAM=lanes;; no-tiles) e=MARS_GPU_TILES=off;; esac
+      # (MARS_GPU_TEAM=lanes), the prefill in the mat-vec form instead of tiles
+      # (MARS_GPU_TILES=off) and its tiles on the matrix units (MARS_GPU_TILES=units)
+      for m in $(models); do for r in $(seq 1 "$ROUNDS"); do for t in rule lanes no-tiles units; do
+        case $t in
+          rule) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
+          no-tiles) e=MARS_GPU_TILES=off ;; units) e=MARS_GPU_TILES=units ;;
+        esac
         env $e timeout 120 "$MARS_BIN" speed --model "$m" \
           --device wgpu --prompt-tokens 128 --decode-tokens 64 2>/dev/null | python3 -c "
 import json, sys

@@ -15,7 +15,7 @@ use common::{bits, cols_for, dequantized, random_matrix, random_x};
 use cubecl::client::Client;
 use cubecl::server::Handle;
 use mars_kernels::gpu::{
-    Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, Step, StepBuffer, Team,
+    Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, Step, StepBuffer, Team, TileForm,
 };
 use mars_kernels::{KernelError, QMatrix, WeightType};
 use rand_chacha::ChaCha8Rng;
@@ -41,18 +41,32 @@ fn matmul(client: &Client, w: &GpuMatrix, x: &[f32], m: usize) -> Vec<f32> {
     read_f32(client, y)
 }
 
-/// A step of `m` rows whose products over every row run in tiles (a long prefill's).
-fn tile_step(client: &Client, m: usize) -> StepBuffer {
+/// A step of `m` rows whose products over every row run in tiles of `form` (a long
+/// prefill's).
+fn tile_step(client: &Client, m: usize, form: TileForm) -> StepBuffer {
     StepBuffer::new(
         client,
         &Step::chain(&vec![0; m], 0, m, 1 << 20)
             .unwrap()
-            .with_tiles(),
+            .with_tiles(form),
     )
 }
 
-/// `members` as one group with `epilogue` (and `bias`) over `m` rows of `x`, in tiles.
+/// `members` as one group with `epilogue` (and `bias`) over `m` rows of `x`, in f32 tiles.
 fn tiled(
+    client: &Client,
+    members: Vec<GpuMatrix>,
+    epilogue: Epilogue,
+    bias: Option<&[f32]>,
+    x: &[f32],
+    m: usize,
+) -> Vec<f32> {
+    tiled_in(TileForm::Vectors, client, members, epilogue, bias, x, m)
+}
+
+/// [`tiled`] in `form`.
+fn tiled_in(
+    form: TileForm,
     client: &Client,
     members: Vec<GpuMatrix>,
     epilogue: Epilogue,
@@ -63,7 +77,12 @@ fn tiled(
     let group = MatrixGroup::new(client, members, epilogue, bias, Rows::All).unwrap();
     let y = client.empty(m * group.outputs() * 4);
     group
-        .run(client, &f32_handle(client, x), &y, &tile_step(client, m))
+        .run(
+            client,
+            &f32_handle(client, x),
+            &y,
+            &tile_step(client, m, form),
+        )
         .unwrap();
     read_f32(client, y)
 }
@@ -565,7 +584,7 @@ fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
             &client,
             &f32_handle(&client, &x),
             &y,
-            &tile_step(&client, m),
+            &tile_step(&client, m, TileForm::Vectors),
         )
         .unwrap();
     let y = read_f32(&client, y);
@@ -603,6 +622,115 @@ fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
         assert!(
             (f64::from(y[i]) - want).abs() <= 1e-5 * (1.0 + want.abs()),
             "swiglu [{i}]: {} vs {want}",
+            y[i]
+        );
+    }
+}
+
+/// Whether wgpu's high-performance adapter (the one CubeCL's default device opens) has what
+/// [`TileForm::Units`] needs: cooperative matrices of 16 × 16 × 16 f16 into f32 on subgroups,
+/// f16 in shaders, and subgroups of exactly 32.
+fn has_matrix_units() -> bool {
+    use cubecl::wgpu::wgpu;
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+    let Ok(adapter) = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+        power_preference: wgpu::PowerPreference::HighPerformance,
+        ..Default::default()
+    })) else {
+        return false;
+    };
+    let info = adapter.get_info();
+    let features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
+    adapter.features().contains(features)
+        && info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && adapter.cooperative_matrix_properties().iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                && p.ab_type == wgpu::CooperativeScalarType::F16
+                && p.cr_type == wgpu::CooperativeScalarType::F32
+        })
+}
+
+/// Tiles on matrix units, where the adapter has them (not lavapipe: the test says so and
+/// stops): every type within the bound of operands rounded to f16 (2⁻¹¹ of each |w·x|, twice,
+/// plus the f32 sums), a row's bits independent of the rows beside it, and a SwiGLU group
+/// equal to gate and up alone within f32 rounding.
+#[test]
+fn tiles_on_matrix_units_are_within_the_f16_bound_where_the_adapter_has_them() {
+    if !has_matrix_units() {
+        eprintln!("no cooperative matrices of 16 x 16 x 16 f16 on subgroups of 32: skipped");
+        return;
+    }
+    let client = client();
+    let max = max_binding(&client);
+    let mut rng = ChaCha8Rng::seed_from_u64(16);
+    let units = TileForm::Units;
+    for ty in WeightType::ALL {
+        let (out, cols) = (70, cols_for(ty, 512));
+        let w = random_matrix(ty, out, cols, &mut rng);
+        let wd = dequantized(&w);
+        let gw = upload(&client, &w, max);
+        let m = 40;
+        let x = random_x(m, cols, &mut rng);
+        // The f32 sums' share as in tiles, plus 2⁻¹¹ of |w·x| for each of its two operands
+        // rounded to f16, held with a factor of 2 (`magnitude`: Σ|w·x| a row and output).
+        let (exact, bound) = exact_and_bound_over(&wd, &x, (m, out, cols), cols / 4 + 4);
+        let magnitude = exact_and_bound_over(&wd, &x, (m, out, cols), 1).1;
+        let all = tiled_in(
+            units,
+            &client,
+            vec![gw.clone()],
+            Epilogue::Store,
+            None,
+            &x,
+            m,
+        );
+        for i in 0..m * out {
+            let sum = magnitude[i] / (2.0 * f64::from(f32::EPSILON));
+            let limit = bound[i] + 2.0 * 2.0 * 2f64.powi(-11) * sum;
+            let err = (f64::from(all[i]) - exact[i]).abs();
+            assert!(
+                err <= limit,
+                "{ty:?} units [{i}]: {} vs exact {} ({err:.3e} > {limit:.3e})",
+                all[i],
+                exact[i]
+            );
+        }
+        let late = tiled_in(
+            units,
+            &client,
+            vec![gw.clone()],
+            Epilogue::Store,
+            None,
+            &x[23 * cols..],
+            17,
+        );
+        assert_eq!(bits(&late), bits(&all[23 * out..]), "{ty:?}: rows 23..40");
+    }
+    let cols = 256;
+    let m = 33;
+    let x = random_x(m, cols, &mut rng);
+    let gate = random_matrix(WeightType::Q4K, 80, cols, &mut rng);
+    let up = random_matrix(WeightType::Q6K, 80, cols, &mut rng);
+    let [g1, u1] = [&gate, &up].map(|w| {
+        let w = vec![upload(&client, w, max)];
+        tiled_in(units, &client, w, Epilogue::Store, None, &x, m)
+    });
+    let y = tiled_in(
+        units,
+        &client,
+        vec![upload(&client, &gate, max), upload(&client, &up, max)],
+        Epilogue::SwiGlu,
+        None,
+        &x,
+        m,
+    );
+    for i in 0..m * 80 {
+        let (g, u) = (f64::from(g1[i]), f64::from(u1[i]));
+        let want = g / (1.0 + (-g).exp()) * u;
+        assert!(
+            (f64::from(y[i]) - want).abs() <= 1e-5 * (1.0 + want.abs()),
+            "units swiglu [{i}]: {} vs {want}",
             y[i]
         );
     }

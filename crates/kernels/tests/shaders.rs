@@ -16,7 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use mars_kernels::gpu::{
-    Epilogue, Fan, GpuType, Reduce, Shader, Team, embed_source, matmul_source, row_bound,
+    Epilogue, Fan, GpuType, Reduce, Shader, Team, TileForm, embed_source, matmul_source, row_bound,
     tile_source,
 };
 use mars_kernels::{KvType, MAX_ROWS, WeightType};
@@ -126,6 +126,31 @@ fn check(what: &str, source: &str, subgroups: bool) {
     translate(what, &module, &info, msl, sm).unwrap();
 }
 
+/// Checks a tile kernel on matrix units (`TileForm::Units`): valid where wgpu grants
+/// cooperative matrices and f16 (`EXPERIMENTAL_COOPERATIVE_MATRIX`, `SHADER_F16`), and written
+/// as SPIR-V, native Vulkan being where it runs (naga writes Metal's simdgroup matrices in
+/// 8 × 8 only, and no HLSL for them).
+fn check_units(what: &str, source: &str) {
+    assert!(
+        !source.contains("// unroll"),
+        "{what}: a marked loop left rolled"
+    );
+    let caps = BASELINE | Capabilities::COOPERATIVE_MATRIX | Capabilities::SHADER_FLOAT16;
+    let (module, info) = validate(what, source, caps).unwrap();
+    let words = spv::write_vec(
+        &module,
+        &info,
+        &spv::Options::default(),
+        Some(&spv::PipelineOptions {
+            shader_stage: naga::ShaderStage::Compute,
+            entry_point: "main".to_string(),
+        }),
+    )
+    .map_err(|e| format!("{what} on units: SPIR-V: {e}"))
+    .unwrap();
+    assert_eq!(words.first(), Some(&0x0723_0203), "{what}: SPIR-V magic");
+}
+
 #[test]
 fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
     let mut checked = 0;
@@ -181,8 +206,13 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
             (&[ty, WeightType::Q4K.into(), GpuType::F32], Epilogue::Store),
         ] {
             let what = format!("tiles {types:?}, {epilogue:?}");
-            check(&what, &tile_source(types, epilogue), false);
-            checked += 1;
+            check(
+                &what,
+                &tile_source(types, epilogue, TileForm::Vectors),
+                false,
+            );
+            check_units(&what, &tile_source(types, epilogue, TileForm::Units));
+            checked += 2;
         }
     }
     // Lane teams (Q4_K and Q6_K groups only): every row bound and epilogue, both reductions,
@@ -244,7 +274,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
     }
     assert_eq!(
         checked,
-        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2) + 4) + 5 * 2 * 5 * 2 + 17
+        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2) + 2 * 4) + 5 * 2 * 5 * 2 + 17
     );
 }
 

@@ -18,7 +18,7 @@ use cubecl::server::Handle;
 use mars_kernels::gpu::{
     Attention, CopyRows, Draw, Epilogue, GpuMatrix, GpuType, Heads, KvType, Link, MAX_TOP,
     MatrixGroup, Norm, PART_PAD, Reduce, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary,
-    TopRows, clone_buffer, link_ids,
+    TileForm, TopRows, clone_buffer, link_ids,
 };
 
 use crate::backend::{Backend, LayerCache, Pass, Reads, rope_tables};
@@ -205,8 +205,9 @@ pub(crate) struct GpuModel {
     copy: CopyRows,
     heads: Heads,
     kv: KvType,
-    /// Whether a long prefill's products run in tiles (`mars_kernels::gpu::tiles_for`).
-    tiles: bool,
+    /// How a long prefill's products run in tiles, where they do
+    /// (`mars_kernels::gpu::tiles_for`).
+    tiles: Option<TileForm>,
     /// Tensors converted to Q8_0 at load (no kernel takes their type), as "name (type)".
     converted: Arc<Vec<String>>,
 }
@@ -303,8 +304,8 @@ impl GpuModel {
     }
 
     /// Launches the head's product takes (one per part of a split matrix).
-    /// The same model with a long prefill's products in tiles or not.
-    pub(crate) fn with_tiles(&self, tiles: bool) -> Self {
+    /// The same model with a long prefill's products in tiles or not (`Llama::with_prefill_tiles`).
+    pub(crate) fn with_tiles(&self, tiles: Option<TileForm>) -> Self {
         Self {
             tiles,
             ..self.clone()
@@ -356,8 +357,8 @@ impl GpuModel {
             Some((base, parents)) => Step::tree(tokens, base, parents, tail, limit)?,
         };
         let mut step = step.with_capacity(cache.capacity)?;
-        if pass.long_prefill && self.tiles {
-            step = step.with_tiles();
+        if let Some(form) = self.tiles.filter(|_| pass.long_prefill) {
+            step = step.with_tiles(form);
         }
         if let Some((chain, l)) = link {
             if l.summaries_at

@@ -151,7 +151,8 @@ impl Llama {
         let mut model = self.clone();
         #[cfg(any(feature = "wgpu", feature = "webgpu"))]
         if let Body::Gpu(m) = &self.body {
-            model.body = Body::Gpu(Box::new(m.with_tiles(tiles)));
+            let form = tiles.then_some(mars_kernels::gpu::TileForm::Vectors);
+            model.body = Body::Gpu(Box::new(m.with_tiles(form)));
         }
         #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
         let _ = tiles;

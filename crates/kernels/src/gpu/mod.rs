@@ -475,30 +475,141 @@ pub fn matmul_source(
     unroll::unroll(&text)
 }
 
-/// The WGSL of a long prefill's product over matrices of `types` with `epilogue` (tile.wgsl):
-/// 32 rows by 64 outputs a workgroup, out of workgroup memory.
-pub fn tile_source(types: &[GpuType], epilogue: Epilogue) -> String {
+/// How a long prefill's tiles are multiplied (tile.wgsl).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TileForm {
+    /// f32 dot products out of workgroup memory: every adapter.
+    Vectors,
+    /// The matrix units through wgpu's cooperative matrices (16 × 16 × 16 f16 products into
+    /// f32, subgroups of 32): native Vulkan where the adapter has `VK_KHR_cooperative_matrix`.
+    /// A form to measure: only `MARS_GPU_TILES=units` chooses it ([`tiles_for`]); where the
+    /// adapter lacks the feature its pipeline fails to build.
+    Units,
+}
+
+/// tile.wgsl's form-dependent parts: (enables, workgroup memory and its writers, the
+/// accumulators' declarations, one group's products, the products into `acc`).
+fn tile_parts(form: TileForm) -> [&'static str; 5] {
+    match form {
+        TileForm::Vectors => [
+            "",
+            "// [BN, PAD] vec4: the current group of each column's weight row, decoded (9 KiB).
+var<workgroup> ws: array<vec4<f32>, 576>;
+// [BM, PAD] vec4: the same 32 inputs of each row (4.5 KiB; 13.5 KiB in all, under WebGPU's 16).
+var<workgroup> xs: array<vec4<f32>, 288>;
+
+fn put_w(c: u32, k: u32, v: vec4<f32>) {
+    ws[c * PAD + k] = v;
+}
+
+fn put_x(r: u32, k: u32, v: vec4<f32>) {
+    xs[r * PAD + k] = v;
+}",
+            "",
+            "        for (var kk = 0u; kk < 8u; kk++) { // unroll
+            var xv: array<vec4<f32>, 4>;
+            for (var a = 0u; a < 4u; a++) { // unroll
+                xv[a] = xs[(4u * tr + a) * PAD + kk];
+            }
+            for (var i = 0u; i < 4u; i++) { // unroll
+                let wv = ws[(tc + 16u * i) * PAD + kk];
+                for (var a = 0u; a < 4u; a++) { // unroll
+                    acc[4u * a + i] += dot(xv[a], wv);
+                }
+            }
+        }",
+            "",
+        ],
+        TileForm::Units => [
+            "enable f16;
+enable wgpu_cooperative_matrix;",
+            "// Tile rows 40 f16 apart: 32 and 8 unused, 80 bytes (a cooperative load's stride is a
+// multiple of 16 bytes).
+const LD: u32 = 40u;
+var<workgroup> ws: array<f16, 2560>; // [BN, LD]: each column's group, decoded (5 KiB)
+var<workgroup> xs: array<f16, 1280>; // [BM, LD]: each row's 32 inputs (2.5 KiB)
+var<workgroup> st: array<f32, 2048>; // [BM, BN]: the products (8 KiB; 15.5 KiB in all)
+
+fn put_w(c: u32, k: u32, v: vec4<f32>) {
+    let b = c * LD + 4u * k;
+    ws[b] = f16(v.x);
+    ws[b + 1u] = f16(v.y);
+    ws[b + 2u] = f16(v.z);
+    ws[b + 3u] = f16(v.w);
+}
+
+fn put_x(r: u32, k: u32, v: vec4<f32>) {
+    let b = r * LD + 4u * k;
+    xs[b] = f16(v.x);
+    xs[b + 1u] = f16(v.y);
+    xs[b + 2u] = f16(v.z);
+    xs[b + 3u] = f16(v.w);
+}",
+            "    // Subgroup lid / 32's two blocks: rows rb .. rb + 16, columns cb .. cb + 32.
+    let sg = lid / 32u;
+    let rb = 16u * (sg % 2u);
+    let cb = 32u * (sg / 2u);
+    var c0 = coop_mat16x16<f32, C>();
+    var c1 = coop_mat16x16<f32, C>();",
+            "        for (var kb = 0u; kb < 32u; kb += 16u) {
+            let a = coopLoadT<coop_mat16x16<f16, A>>(&xs[rb * LD + kb], LD);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&ws[cb * LD + kb], LD);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&ws[(cb + 16u) * LD + kb], LD);
+            c0 = coopMultiplyAdd(a, b0, c0);
+            c1 = coopMultiplyAdd(a, b1, c1);
+        }",
+            "    coopStoreT(c0, &st[rb * BN + cb], BN);
+    coopStoreT(c1, &st[rb * BN + cb + 16u], BN);
+    workgroupBarrier();
+    for (var a = 0u; a < 4u; a++) { // unroll
+        for (var i = 0u; i < 4u; i++) { // unroll
+            acc[4u * a + i] = st[(4u * tr + a) * BN + tc + 16u * i];
+        }
+    }",
+        ],
+    }
+}
+
+/// The WGSL of a long prefill's product over matrices of `types` with `epilogue` in `form`
+/// (tile.wgsl): 32 rows by 64 outputs a workgroup, out of workgroup memory.
+pub fn tile_source(types: &[GpuType], epilogue: Epilogue, form: TileForm) -> String {
+    let [enables, shared, blocks, multiply, gather] = tile_parts(form);
     let text = TILE
+        .replace("{{enables}}", enables)
+        .replace("{{shared}}", shared)
+        .replace("{{blocks}}", blocks)
+        .replace("{{multiply}}", multiply)
+        .replace("{{gather}}", gather)
         .replace("{{common}}", &common(types))
         .replace("{{dispatch}}", &dispatch(types, "load_group", "rb, g"))
         .replace("{{epilogue}}", &epilogue.code().to_string());
     unroll::unroll(&text)
 }
 
-/// Whether a long prefill on `client`'s device runs its products in tiles ([`Step::with_tiles`]):
-/// on a GPU card; not on a CPU adapter, which runs a workgroup's lanes as vectors and reaches
-/// workgroup memory one lane at a time (on lavapipe a 128-token prefill of SmolLM2 ran at 0.8×
-/// the mat-vec form's speed in tiles). The environment's `MARS_GPU_TILES` (`on` or `off`)
-/// overrides it: a measurement knob, as [`Team::forced`] is, so that the GPU bundle times both
-/// forms without a rebuild. Read once.
-pub fn tiles_for(client: &Client) -> bool {
-    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+/// How a long prefill on `client`'s device runs its products ([`Step::with_tiles`]): in
+/// [`TileForm::Vectors`] on a GPU card; in the mat-vec form (`None`) on a CPU adapter, which
+/// runs a workgroup's lanes as vectors and reaches workgroup memory one lane at a time (on
+/// lavapipe a 128-token prefill of SmolLM2 ran at 3.3–3.4 tok/s in tiles, 4.2–4.5 in the mat-vec
+/// form). The environment's `MARS_GPU_TILES` (`on`, `off` or `units`) overrides it: a
+/// measurement knob, as [`Team::forced`] is, so that the GPU bundle times every form without a
+/// rebuild. Read once.
+pub fn tiles_for(client: &Client) -> Option<TileForm> {
+    type Forced = Option<Option<TileForm>>;
+    static FORCED: std::sync::OnceLock<Forced> = std::sync::OnceLock::new();
     let forced = *FORCED.get_or_init(|| match std::env::var("MARS_GPU_TILES").as_deref() {
-        Ok("on") => Some(true),
-        Ok("off") => Some(false),
+        Ok("on") => Some(Some(TileForm::Vectors)),
+        Ok("units") => Some(Some(TileForm::Units)),
+        Ok("off") => Some(None),
         _ => None,
     });
-    forced.unwrap_or_else(|| client.properties().identity.physical.is_some())
+    forced.unwrap_or_else(|| {
+        client
+            .properties()
+            .identity
+            .physical
+            .is_some()
+            .then_some(TileForm::Vectors)
+    })
 }
 
 /// Rows a tile workgroup computes (tile.wgsl's BM).
@@ -559,6 +670,8 @@ pub enum Shader {
         types: Vec<GpuType>,
         /// What the sums become.
         epilogue: Epilogue,
+        /// How the tiles are multiplied.
+        form: TileForm,
     },
     /// The embedding lookup.
     Embed(GpuType),
@@ -610,7 +723,11 @@ impl Shader {
                 team,
                 fan,
             } => matmul_source(types, *rows, *reduce, *epilogue, *team, *fan),
-            Self::Tile { types, epilogue } => tile_source(types, *epilogue),
+            Self::Tile {
+                types,
+                epilogue,
+                form,
+            } => tile_source(types, *epilogue, *form),
             Self::Embed(ty) => embed_source(*ty),
             Self::Norm => NORM.to_string(),
             Self::Rope { head_norm, kv } => ROPE
@@ -683,13 +800,20 @@ impl Shader {
                     | (u64::from(reduce.lanes()) << 2)
                     | u64::from(epilogue.code())
             }
-            Self::Tile { types, epilogue } => {
+            Self::Tile {
+                types,
+                epilogue,
+                form,
+            } => {
                 // Bit 15 apart from every matmul key (whose bits stop at 14).
                 let mut k = 0u64;
                 for &ty in types {
                     k = k * 16 + 1 + u64::from(type_code(ty));
                 }
-                (k << 16) | (1 << 15) | u64::from(epilogue.code())
+                (k << 16)
+                    | (1 << 15)
+                    | (u64::from(*form == TileForm::Units) << 2)
+                    | u64::from(epilogue.code())
             }
             Self::Embed(ty) => u64::from(type_code(*ty)),
             Self::Rope { head_norm, kv } => {
@@ -845,7 +969,7 @@ pub struct StepBuffer {
     tail: usize,
     capacity: usize,
     link: Link,
-    tiles: bool,
+    tiles: Option<TileForm>,
 }
 
 impl StepBuffer {
@@ -881,8 +1005,8 @@ impl StepBuffer {
         self.tail
     }
 
-    /// Whether products over every row run in tiles ([`Step::with_tiles`]).
-    pub fn tiles(&self) -> bool {
+    /// How products over every row run in tiles, where they do ([`Step::with_tiles`]).
+    pub fn tiles(&self) -> Option<TileForm> {
         self.tiles
     }
 
@@ -1080,11 +1204,12 @@ impl MatmulLaunch {
             let spare = &self.spare[b.saturating_sub(1).min(1)];
             self.weights.get(b).unwrap_or(spare).clone().binding()
         };
-        let (shader, params, groups, per_z) = match &self.tiled {
-            Some((params, groups)) if step.tiles() => (
+        let (shader, params, groups, per_z) = match (&self.tiled, step.tiles()) {
+            (Some((params, groups)), Some(form)) => (
                 Shader::Tile {
                     types: self.types.clone(),
                     epilogue,
+                    form,
                 },
                 params,
                 *groups,

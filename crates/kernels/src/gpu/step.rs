@@ -13,6 +13,7 @@
 //! - `[8 + rows + 4r ..]` row r's position (RoPE), `lo` and the two words of its tree mask:
 //!   row r sees cache rows `0..lo` and `lo + b` for every bit b set in the mask.
 
+use super::TileForm;
 use crate::error::{KernelError, Result};
 
 /// Where the token ids start in the step buffer.
@@ -44,7 +45,7 @@ pub struct Step {
     words: Vec<u32>,
     rows: usize,
     tail: usize,
-    tiles: bool,
+    tiles: Option<TileForm>,
 }
 
 fn word(what: &'static str, v: usize) -> Result<u32> {
@@ -95,7 +96,7 @@ impl Step {
             words,
             rows: ids.len(),
             tail,
-            tiles: false,
+            tiles: None,
         })
     }
 
@@ -154,7 +155,7 @@ impl Step {
             words,
             rows: ids.len(),
             tail,
-            tiles: false,
+            tiles: None,
         })
     }
 
@@ -162,13 +163,13 @@ impl Step {
     /// prefill of more rows than a mat-vec workgroup holds. Not bit-equal to the mat-vec form;
     /// a whole prefill takes one form so that its passes give one pass's bits. The host's
     /// choice: nothing changes on the device.
-    pub fn with_tiles(mut self) -> Self {
-        self.tiles = true;
+    pub fn with_tiles(mut self, form: TileForm) -> Self {
+        self.tiles = Some(form);
         self
     }
 
-    /// Whether its products over every row run in tiles ([`Step::with_tiles`]).
-    pub fn tiles(&self) -> bool {
+    /// How its products over every row run in tiles, where they do ([`Step::with_tiles`]).
+    pub fn tiles(&self) -> Option<TileForm> {
         self.tiles
     }
 

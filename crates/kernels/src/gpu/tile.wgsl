@@ -21,7 +21,14 @@
 // SwiGLU's gate j and up j (columns j and 32 + j) are then in one thread. Tile rows are 9 vec4s
 // apart in workgroup memory (8 and one unused) so that 16 threads reading 16 columns' same
 // vec4 touch different banks.
-
+//
+// On matrix units (UNITS, `TileForm::Units`: wgpu's cooperative matrices, native Vulkan and
+// Metal): the tiles are f16 in workgroup memory and each of the 4 subgroups of 32 multiplies
+// two 16 × 16 blocks of the 32 × 64 tile with 16 × 16 × 16 f16 products into f32 blocks,
+// which go through workgroup memory to the threads' 4 × 4 before the same epilogue. Another
+// contract: weights and activations rounded to f16 (relative 2⁻¹¹ each) and sums in the
+// hardware's order; a row still never meets another.
+{{enables}}
 const EPILOGUE: u32 = {{epilogue}}u;
 const BM: u32 = 32u;
 const BN: u32 = 64u;
@@ -38,10 +45,7 @@ const PAD: u32 = 9u;
 // The forward's step buffer (step.rs).
 @group(0) @binding(7) var<storage, read_write> s: array<u32>;
 
-// [BN, PAD] vec4: the current group of each column's weight row, decoded (9 KiB).
-var<workgroup> ws: array<vec4<f32>, 576>;
-// [BM, PAD] vec4: the same 32 inputs of each row (4.5 KiB; 13.5 KiB in all, under WebGPU's 16).
-var<workgroup> xs: array<vec4<f32>, 288>;
+{{shared}}
 
 {{common}}
 
@@ -112,18 +116,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     // acc[4a + i]: tile row 4·tr + a, column tc + 16·i.
     var acc: array<f32, 16>;
+{{blocks}}
     let n_groups = n_in / 32u;
     for (var g = 0u; g < n_groups; g++) {
         if lid < BN {
             if decodes {
                 load(at.x, at.y, g);
                 for (var k = 0u; k < 4u; k++) { // unroll
-                    ws[lid * PAD + k] = q[k] * s0 + vec4<f32>(mn);
-                    ws[lid * PAD + k + 4u] = q[k + 4u] * s1 + vec4<f32>(mn);
+                    put_w(lid, k, q[k] * s0 + vec4<f32>(mn));
+                    put_w(lid, k + 4u, q[k + 4u] * s1 + vec4<f32>(mn));
                 }
             } else {
                 for (var k = 0u; k < 8u; k++) { // unroll
-                    ws[lid * PAD + k] = vec4<f32>(0.0);
+                    put_w(lid, k, vec4<f32>(0.0));
                 }
             }
         } else {
@@ -136,24 +141,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 if r < m {
                     v = x[(row0 + r) * x_row + g * 8u + kk];
                 }
-                xs[r * PAD + kk] = v;
+                put_x(r, kk, v);
             }
         }
         workgroupBarrier();
-        for (var kk = 0u; kk < 8u; kk++) { // unroll
-            var xv: array<vec4<f32>, 4>;
-            for (var a = 0u; a < 4u; a++) { // unroll
-                xv[a] = xs[(4u * tr + a) * PAD + kk];
-            }
-            for (var i = 0u; i < 4u; i++) { // unroll
-                let wv = ws[(tc + 16u * i) * PAD + kk];
-                for (var a = 0u; a < 4u; a++) { // unroll
-                    acc[4u * a + i] += dot(xv[a], wv);
-                }
-            }
-        }
+{{multiply}}
         workgroupBarrier();
     }
+{{gather}}
     for (var a = 0u; a < 4u; a++) { // unroll
         let r = 4u * tr + a;
         if r < m {
