@@ -2,7 +2,8 @@
 # The runner each part of tests/bench/gpu-bundle.sh carries: `add` copies the part it sits in to
 # $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
 #   usage: bash PART/run.sh add | tests | stream | peers | price | teams | spec | profile | submits | all …
-#   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order)
+#   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order),
+#          TEAM_MODELS (the teams stage's; both default to every model, smallest first)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=${WORK:-$HOME/mars-gpu}
@@ -91,7 +92,7 @@ stage() {
       # alternating for ROUNDS rounds: the shape's own rule, lane teams on every group
       # (MARS_GPU_TEAM=lanes), the prefill in the mat-vec form instead of tiles
       # (MARS_GPU_TILES=off) and its tiles on the matrix units (MARS_GPU_TILES=units)
-      for m in $(models); do for r in $(seq 1 "$ROUNDS"); do for t in rule lanes no-tiles units; do
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule lanes no-tiles units; do
         case $t in
           rule) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
           no-tiles) e=MARS_GPU_TILES=off ;; units) e=MARS_GPU_TILES=units ;;
