@@ -1089,7 +1089,9 @@ fn group_output(
     let cols = gs[0].cols();
     let total: usize = gs.iter().map(GpuMatrix::rows).sum();
     let bias = (epilogue == Epilogue::Store).then_some(&bias[..total]);
-    let group = MatrixGroup::new(client, gs, epilogue, bias, Rows::All).unwrap();
+    // Over the logit rows (every row of the step), as the output head is: the logit limit
+    // applies to that product alone.
+    let group = MatrixGroup::new(client, gs, epilogue, bias, Rows::Tail).unwrap();
     let mut x_rng = ChaCha8Rng::seed_from_u64(m as u64);
     let x = normal(&mut x_rng, m * cols, 1.0);
     let y0 = normal(&mut x_rng, m * group.outputs(), 2.0);
