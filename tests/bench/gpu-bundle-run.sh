@@ -100,7 +100,10 @@ stage() {
         env $e timeout 120 "$MARS_BIN" speed --model "$m" \
           --device wgpu --prompt-tokens 128 --decode-tokens 64 2>/dev/null | python3 -c "
 import json, sys
-d = json.load(sys.stdin)
+try:
+    d = json.load(sys.stdin)
+except ValueError:
+    sys.exit(print('$r', '$(basename "$m")', '$t', 'no result: the run failed or timed out'))
 ms = d['forward_ms_by_rows']
 print('$r', '$(basename "$m")', '$t', round(d['decode_tokens_per_second'], 1), 'tok/s;',
       'prefill', round(d['prefill_tokens_per_second'], 1), 'tok/s;',
