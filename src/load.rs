@@ -106,6 +106,24 @@ pub fn target(
     backend: Backend,
     kernels: &KernelArgs,
 ) -> Result<(Target, OpenDevice, WeightPath)> {
+    let (target, open) = target_untuned(path, backend, kernels)?;
+    let (target, tuned) = mars_engine::tune::target_at_load(target, &open)?;
+    if let Some(note) = tuned {
+        eprintln!("{note}");
+    }
+    let path = target.model().weight_path();
+    Ok((target, open, path))
+}
+
+/// [`target`] in the rules' forms, the tuning table neither read nor written (`mars tune`).
+///
+/// # Errors
+/// As [`target`].
+pub fn target_untuned(
+    path: &Path,
+    backend: Backend,
+    kernels: &KernelArgs,
+) -> Result<(Target, OpenDevice)> {
     // Threads name the CPU kernels: `auto` with them is the CPU.
     let backend = match (backend, kernels.threads) {
         (Backend::Auto, Some(_)) => Backend::Cpu,
@@ -144,7 +162,7 @@ pub fn target(
     let mut open = open;
     // A draft model is checked against what the target leaves.
     open.reserve(needs.total());
-    Ok((target, open, weights.path))
+    Ok((target, open))
 }
 
 /// Says on stderr which weights the packed path converted to Q8_0 (types it has no kernel for).
@@ -179,5 +197,9 @@ pub fn draft_model(
         Ok(target.draft_model(g, &open.device, options)?)
     })?;
     note_converted(&model);
+    let (model, tuned) = mars_engine::tune::at_load(model, open)?;
+    if let Some(note) = tuned {
+        eprintln!("{note}");
+    }
     Ok(Some(model))
 }

@@ -10,6 +10,7 @@ mod compare;
 mod eval;
 mod generate;
 mod load;
+mod tune;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -62,6 +63,9 @@ enum Command {
     },
     /// Write a layer subset of a GGUF model as its own GGUF (a draft model file).
     ExtractLayers(ExtractArgs),
+    /// Time a model's matrix groups on the GPU in every form and record the fastest for this
+    /// adapter (later loads on it use them; a GPU's first load does this for what is missing).
+    Tune(tune::TuneArgs),
     /// Verify one speculative step given as JSON and print the verdict.
     ///
     /// Input: {"target_logits": [[...k+1 rows...]], "draft_tokens": [...k ids...],
@@ -116,6 +120,7 @@ fn main() -> Result<()> {
         Some(Command::Eval(task)) => eval::run_eval(&task),
         Some(Command::Generate(args)) => generate::run_generate(&args),
         Some(Command::Speed(args)) => generate::run_speed(&args),
+        Some(Command::Tune(args)) => tune::run_tune(&args),
         Some(Command::Verify(args)) => run_verify(&args),
         Some(Command::ExtractLayers(args)) => run_extract(&args),
         Some(Command::TinyModel { out, seed }) => {

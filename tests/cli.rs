@@ -1021,3 +1021,94 @@ fn cli_doc_is_the_help() {
         );
     }
 }
+
+/// `mars tune` on wgpu (lavapipe here): every form of every group shape timed and printed, the
+/// fastest of each recorded for the adapter in the table it names; bad arguments refused.
+#[test]
+fn tune_times_every_form_and_records_the_fastest() {
+    let dir = std::env::temp_dir().join(format!("mars-tune-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("tiny.gguf");
+    std::fs::write(&model, mars_model::tiny::tiny_gguf_quantized(7).unwrap()).unwrap();
+    let table = dir.join("tune.tsv");
+    let (model, table_arg) = (model.to_str().unwrap(), table.to_str().unwrap());
+    let args = [
+        "tune",
+        "--model",
+        model,
+        "--table",
+        table_arg,
+        "--budget-ms",
+        "1",
+    ];
+    let out = mars(&args, "");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // | role | shape | groups | form | ms 1 row | ms 5 rows | ratio | mark |, then
+    // | role | shape | prefill form | ms 128 rows | mark |.
+    let cells = |n: usize| -> Vec<Vec<&str>> {
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| group"))
+            .map(|l| l.split(" | ").collect::<Vec<_>>())
+            .filter(|c| c.len() == n)
+            .collect()
+    };
+    let (rows, prefill) = (cells(8), cells(5));
+    assert!(!stdout.contains("disagree"), "{stdout}");
+    let mut shapes: Vec<&str> = rows.iter().map(|r| r[1]).collect();
+    shapes.dedup();
+    assert_eq!(shapes.len(), 5, "{stdout}");
+    for role in ["qkv", "o", "gate+up", "down", "head"] {
+        assert!(
+            rows.iter().any(|r| r[0] == format!("| {role}")),
+            "{role}: {stdout}"
+        );
+        // Every group but the head meets a prefill: the mat-vec form and f32 tiles (no matrix
+        // units on lavapipe); every form's outputs agree with the rule's.
+        let forms: Vec<&str> = prefill
+            .iter()
+            .filter(|r| r[0] == format!("| {role}"))
+            .map(|r| r[2].rsplit('/').next().unwrap())
+            .collect();
+        let want: &[&str] = if role == "head" {
+            &[]
+        } else {
+            &["matvec", "tiles"]
+        };
+        assert_eq!(forms, want, "{role}: {stdout}");
+    }
+    let recorded = mars_model::Tuning::parse(&std::fs::read_to_string(&table).unwrap()).unwrap();
+    assert_eq!(recorded.len(), 5);
+    // Each shape's chosen form is the one the table holds: the chosen prefill form (in the
+    // chosen team and fan), the head's chosen team and fan.
+    let adapter = stdout
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("adapter: ");
+    for shape in &shapes {
+        let chosen = |rows: &[Vec<&str>], form: usize, mark: usize| {
+            rows.iter()
+                .find(|r| r[1] == *shape && r[mark].starts_with("chosen"))
+                .map(|r| r[form].to_string())
+        };
+        let want = chosen(&prefill, 2, 4)
+            .or_else(|| chosen(&rows, 3, 7))
+            .unwrap();
+        assert_eq!(
+            recorded.get(adapter, shape).unwrap().form.name(),
+            want,
+            "{stdout}"
+        );
+    }
+    for bad in [&["--k", "0"][..], &["--budget-ms", "NaN"]] {
+        let out = mars(&[&args[..], bad].concat(), "");
+        assert!(!out.status.success(), "{bad:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

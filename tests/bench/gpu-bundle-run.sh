@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The runner each part of tests/bench/gpu-bundle.sh carries: `add` copies the part it sits in to
 # $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
-#   usage: bash PART/run.sh add | tests | stream | peers | price | teams | spec | profile | submits | all …
+#   usage: bash PART/run.sh add | tests | stream | tune | peers | price | teams | spec | profile | submits | all …
 #   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order),
 #          TEAM_MODELS (the teams stage's; both default to every model, smallest first)
 set -uo pipefail
@@ -65,6 +65,7 @@ setup() { # unpacks what has arrived and is not unpacked yet
     export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd
   fi
   export MARS_BIN=$work/bin/mars LLAMA_VK_BIN=$work/llama MARS_MODEL_DIR=$work/models
+  export MARS_TUNE_CACHE=${MARS_TUNE_CACHE:-$out/tune.tsv}
   export SPEC_BENCH=$work/spec_bench.jsonl ROUNDS=${ROUNDS:-2}
   export PEERS_PP=${PEERS_PP:-128} PEERS_TG=${PEERS_TG:-64}
 }
@@ -75,6 +76,12 @@ stage() {
     tests)
       for t in "$work"/bin/test-*; do echo "== $(basename "$t")"; timeout 300 "$t" 2>&1 | tail -15; done ;;
     stream) timeout 240 "$work/bin/gpu_cost" stream 2>&1 | grep -v XDG | tee "$out/stream.md" ;;
+    tune) # every form of every group shape timed (`mars tune`), the choices kept in the table
+      # that later loads here read (MARS_TUNE_CACHE)
+      for m in $(models); do
+        echo "== $(basename "$m")"
+        timeout 120 "$MARS_BIN" tune --model "$m" --budget-ms 30 2>&1 | grep -v XDG
+      done | tee "$out/tune.md" ;;
     peers)
       KEEP="$work/speed" PEER_MODELS="${PEER_MODELS:-$(models)}" SPEC="" OUT="$out/gpu-peers.md" timeout 600 bash "$work/repo/tests/bench/gpu.sh" ;;
     price) # speculation priced from the peers stage's measured costs (a projection)
@@ -89,13 +96,14 @@ stage() {
       for m in $(models); do timeout 120 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 128 16; done \
         | tee "$out/profile.md" ;;
     teams) # a whole decode, passes of 5 and 16 rows and a 128-token prefill in each matmul form,
-      # alternating for ROUNDS rounds: the shape's own rule, lane teams on every group
+      # alternating for ROUNDS rounds: the shapes' rules (no tuning table), the table's forms
+      # (tuned: the tune stage's, or timed at this first load), lane teams on every group
       # (MARS_GPU_TEAM=lanes), the prefill in the mat-vec form instead of tiles
       # (MARS_GPU_TILES=off) and its tiles on the matrix units (MARS_GPU_TILES=units)
-      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule lanes no-tiles units; do
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule tuned lanes no-tiles units; do
         case $t in
-          rule) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
-          no-tiles) e=MARS_GPU_TILES=off ;; units) e=MARS_GPU_TILES=units ;;
+          rule) e=MARS_TUNE=off ;; tuned) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
+          no-tiles) e="MARS_TUNE=off MARS_GPU_TILES=off" ;; units) e="MARS_TUNE=off MARS_GPU_TILES=units" ;;
         esac
         env $e timeout 120 "$MARS_BIN" speed --model "$m" \
           --device wgpu --prompt-tokens 128 --decode-tokens 64 2>/dev/null | python3 -c "
@@ -117,7 +125,7 @@ import json, sys
 d = json.load(sys.stdin)
 print('$r', '$(basename "$m")', 'tasks $t', round(d['decode_tokens_per_second'], 1), 'tok/s')"
       done; done; done | tee "$out/submits.txt" ;;
-    all) for s in tests stream peers price teams spec profile submits; do stage "$s"; done ;;
+    all) for s in tests stream tune peers price teams spec profile submits; do stage "$s"; done ;;
     *) echo "unknown stage $1" >&2; return 2 ;;
   esac
 }

@@ -46,6 +46,15 @@ pub struct GpuCaps {
     pub blocks_unsupported: Option<String>,
     /// The adapter's smallest subgroup where it offers subgroups.
     pub subgroups: Option<u32>,
+    /// The adapter's name, API and driver: what the tuning table keys its choices by
+    /// (`crate::tune`), the same adapter under another driver tuning anew.
+    pub identity: String,
+    /// Whether it runs on the CPU (lavapipe, SwiftShader): its forms are the rules' (measured
+    /// there), never timed at load.
+    pub software: bool,
+    /// Whether it has the matrix units a long prefill's tiles can run on
+    /// (`mars_model::adapter_matrix_units`).
+    pub matrix_units: bool,
 }
 
 /// The rule of [`Backend::Auto`], one copy for every front end: wgpu on a hardware adapter that
@@ -342,6 +351,9 @@ async fn open_wgpu(seen: Option<AdapterFacts>) -> Result<OpenDevice> {
         gpu: Some(GpuCaps {
             blocks_unsupported: mars_model::blocks_unsupported(&setup.adapter).map(str::to_string),
             subgroups: mars_model::subgroup_lanes(&setup.adapter),
+            identity: mars_model::adapter_identity(&setup.adapter),
+            software: mars_model::adapter_software(&setup.adapter),
+            matrix_units: mars_model::adapter_matrix_units(&setup.adapter),
         }),
     })
 }
@@ -416,6 +428,9 @@ mod tests {
             gpu: gpu.map(|unsupported| GpuCaps {
                 blocks_unsupported: unsupported.map(str::to_string),
                 subgroups: None,
+                identity: "test adapter".into(),
+                software: true,
+                matrix_units: false,
             }),
         };
         let gpu = open(Some(None));

@@ -106,6 +106,14 @@ pub enum EngineError {
         /// The backend asked for.
         backend: &'static str,
     },
+    /// The tuning table could not be read or written (`mars tune`, a GPU's first use).
+    #[error("the tuning table {path}: {why}")]
+    TuneCache {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        why: String,
+    },
     /// A configuration value is out of range.
     #[error("{field} = {value}: {why}")]
     Config {

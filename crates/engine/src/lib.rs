@@ -21,6 +21,8 @@ mod race;
 mod readback;
 mod session;
 mod settings;
+#[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
+pub mod tune;
 
 pub use decoder::{
     DecodeConfig, Decoder, GpuCost, Prefill, RunSummary, StepRecord, StopReason, TokenKind,

@@ -138,6 +138,12 @@ impl Target {
         Ok(())
     }
 
+    /// The same target around `model` (the same weights in other forms: `crate::tune`).
+    #[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
+    pub(crate) fn with_model(self, model: Llama) -> Self {
+        Self { model, ..self }
+    }
+
     /// The model.
     pub fn model(&self) -> &Llama {
         &self.model

@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use cubecl::wgpu::WgpuDevice;
 use mars_kernels::gpu::{
-    Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, Step, StepBuffer, Team, read_through,
+    Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, Team, read_through, time_group,
 };
 use mars_kernels::{QMatrix, WeightType};
 
@@ -212,37 +212,13 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
                 gw.set_team(team);
                 gw.set_fan(fan);
                 let mut one = 0.0;
+                // The group made once: a call then uploads nothing.
+                let group =
+                    MatrixGroup::new(client, vec![gw.clone()], Epilogue::Store, None, Rows::All)
+                        .unwrap();
                 for m in [1usize, 5, 16] {
-                    let x: Vec<u8> = (0..m * cols)
-                        .flat_map(|i| ((i % 7) as f32 * 0.1).to_le_bytes())
-                        .collect();
-                    let xh = client.create_from_slice(&x);
-                    let y = client.empty(m * out * 4);
-                    // The group and step made once: a call then uploads nothing.
-                    let group = MatrixGroup::new(
-                        client,
-                        vec![gw.clone()],
-                        Epilogue::Store,
-                        None,
-                        Rows::All,
-                    )
-                    .unwrap();
-                    let step =
-                        StepBuffer::new(client, &Step::chain(&vec![0; m], 0, m, out).unwrap());
-                    group.run(client, &xh, &y, &step).unwrap();
-                    client.read_one(y.clone()).unwrap();
-                    let mut times: Vec<f64> = (0..3)
-                        .map(|_| {
-                            let t = Instant::now();
-                            for _ in 0..CALLS {
-                                group.run(client, &xh, &y, &step).unwrap();
-                            }
-                            client.read_one(y.clone()).unwrap();
-                            t.elapsed().as_secs_f64() * 1e3 / CALLS as f64
-                        })
-                        .collect();
-                    times.sort_by(f64::total_cmp);
-                    let ms = times[1];
+                    // CALLS back to back, read once, the median of three batches.
+                    let ms = time_group(client, &group, (m, false), f64::INFINITY).unwrap();
                     if m == 1 {
                         one = ms;
                     }

@@ -82,6 +82,14 @@ pub enum KernelError {
         /// The names it takes.
         expected: &'static str,
     },
+    /// A line of a tuning table that does not parse (`gpu::Tuning::parse`).
+    #[error("tuning table, line {line}: {why}")]
+    Tuning {
+        /// The line, from 1.
+        line: usize,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A thread count of 0, or a pool that could not start.
     #[error("threads = {threads}: {why}")]
     Threads {

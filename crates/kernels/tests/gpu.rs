@@ -41,14 +41,14 @@ fn matmul(client: &Client, w: &GpuMatrix, x: &[f32], m: usize) -> Vec<f32> {
     read_f32(client, y)
 }
 
-/// A step of `m` rows whose products over every row run in tiles of `form` (a long
-/// prefill's).
-fn tile_step(client: &Client, m: usize, form: TileForm) -> StepBuffer {
+/// A step of `m` rows, a part of a long prefill: its products over every row run in their
+/// group's prefill form.
+fn tile_step(client: &Client, m: usize) -> StepBuffer {
     StepBuffer::new(
         client,
         &Step::chain(&vec![0; m], 0, m, 1 << 20)
             .unwrap()
-            .with_tiles(form),
+            .long_prefill(),
     )
 }
 
@@ -74,15 +74,12 @@ fn tiled_in(
     x: &[f32],
     m: usize,
 ) -> Vec<f32> {
+    let mut members = members;
+    members[0].set_prefill(Some(form));
     let group = MatrixGroup::new(client, members, epilogue, bias, Rows::All).unwrap();
     let y = client.empty(m * group.outputs() * 4);
     group
-        .run(
-            client,
-            &f32_handle(client, x),
-            &y,
-            &tile_step(client, m, form),
-        )
+        .run(client, &f32_handle(client, x), &y, &tile_step(client, m))
         .unwrap();
     read_f32(client, y)
 }
@@ -570,21 +567,16 @@ fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
         first += w.rows();
     }
     let residual: Vec<f32> = (0..m * 72).map(|i| (i % 13) as f32 - 6.0).collect();
-    let group = MatrixGroup::new(
-        &client,
-        vec![upload(&client, &ws[0], max)],
-        Epilogue::Add,
-        None,
-        Rows::All,
-    )
-    .unwrap();
+    let mut w0 = upload(&client, &ws[0], max);
+    w0.set_prefill(Some(TileForm::Vectors));
+    let group = MatrixGroup::new(&client, vec![w0], Epilogue::Add, None, Rows::All).unwrap();
     let y = f32_handle(&client, &residual);
     group
         .run(
             &client,
             &f32_handle(&client, &x),
             &y,
-            &tile_step(&client, m, TileForm::Vectors),
+            &tile_step(&client, m),
         )
         .unwrap();
     let y = read_f32(&client, y);
@@ -628,27 +620,15 @@ fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
 }
 
 /// Whether wgpu's high-performance adapter (the one CubeCL's default device opens) has what
-/// [`TileForm::Units`] needs: cooperative matrices of 16 × 16 × 16 f16 into f32 on subgroups,
-/// f16 in shaders, and subgroups of exactly 32.
+/// [`TileForm::Units`] needs (`adapter_matrix_units`).
 fn has_matrix_units() -> bool {
     use cubecl::wgpu::wgpu;
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
-    let Ok(adapter) = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+    pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
         power_preference: wgpu::PowerPreference::HighPerformance,
         ..Default::default()
-    })) else {
-        return false;
-    };
-    let info = adapter.get_info();
-    let features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
-    adapter.features().contains(features)
-        && info.subgroup_min_size == 32
-        && info.subgroup_max_size == 32
-        && adapter.cooperative_matrix_properties().iter().any(|p| {
-            (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
-                && p.ab_type == wgpu::CooperativeScalarType::F16
-                && p.cr_type == wgpu::CooperativeScalarType::F32
-        })
+    }))
+    .is_ok_and(|adapter| mars_kernels::gpu::adapter_matrix_units(&adapter))
 }
 
 /// Tiles on matrix units, where the adapter has them (not lavapipe: the test says so and

@@ -16,7 +16,7 @@ use burn::backend::Cube;
 use burn::tensor::{Device, Tensor};
 use cubecl::server::Handle;
 use mars_kernels::gpu::{
-    Attention, CopyRows, Draw, Epilogue, GpuMatrix, GpuType, Heads, KvType, Link, MAX_TOP,
+    Attention, CopyRows, Draw, Epilogue, Form, GpuMatrix, GpuType, Heads, KvType, Link, MAX_TOP,
     MatrixGroup, Norm, PART_PAD, Reduce, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary,
     TileForm, TopRows, clone_buffer, link_ids,
 };
@@ -108,9 +108,27 @@ pub async fn first_adapter() -> Option<AdapterFacts> {
     let info = adapter.get_info();
     Some(AdapterFacts {
         name: format!("{} ({:?})", info.name, info.backend),
-        software: info.device_type == wgpu::DeviceType::Cpu,
+        software: adapter_software(&adapter),
         blocks_unsupported: blocks_unsupported(&adapter),
     })
+}
+
+/// Whether `adapter` runs on the CPU (lavapipe, llvmpipe, SwiftShader, WARP: wgpu's
+/// `DeviceType::Cpu`).
+pub fn adapter_software(adapter: &burn::backend::wgpu::wgpu::Adapter) -> bool {
+    adapter.get_info().device_type == burn::backend::wgpu::wgpu::DeviceType::Cpu
+}
+
+/// The adapter's name, API and driver, e.g. "NVIDIA H200 (Vulkan) NVIDIA 580.159.04": what the
+/// tuning table keys a GPU's chosen forms by, so that another driver tunes anew.
+pub fn adapter_identity(adapter: &burn::backend::wgpu::wgpu::Adapter) -> String {
+    let info = adapter.get_info();
+    format!(
+        "{} ({:?}) {} {}",
+        info.name, info.backend, info.driver, info.driver_info
+    )
+    .trim()
+    .to_string()
 }
 
 /// Launches CubeCL records before it submits them, for the adapter wgpu picks first
@@ -178,8 +196,92 @@ impl std::ops::Deref for Client {
     }
 }
 
+/// The most rows a timed pass takes (the kernels' mat-vec bound).
+#[cfg(not(target_family = "wasm"))]
+pub(crate) const MAX_PASS_ROWS: usize = 16;
+
+/// A distinct shape of a model's matrix groups and the form its groups run in
+/// (`Llama::group_forms`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupForm {
+    /// What the groups do: `qkv`, `o`, `gate+up`, `down` or `head`.
+    pub role: &'static str,
+    /// `MatrixGroup::shape_key`: what the tuning table keys.
+    pub shape: String,
+    /// Groups of this shape in the model.
+    pub groups: usize,
+    /// The form they run in.
+    pub form: Form,
+}
+
+/// A form's measured cost on one group shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FormTime {
+    /// The form.
+    pub form: Form,
+    /// Whether its outputs agreed with the current form's (within the order of f32 sums:
+    /// `mars_kernels::gpu::outputs_agree`); the times are NaN where not: it was
+    /// not timed.
+    pub agrees: bool,
+    /// Milliseconds a product of one row.
+    pub one_row_ms: f64,
+    /// Milliseconds a product of a verification pass's rows.
+    pub pass_ms: f64,
+}
+
+/// A prefill form's measured cost on one group shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrefillTime {
+    /// The form: the fastest team and fan, with this prefill form.
+    pub form: Form,
+    /// Whether its outputs agreed with the mat-vec form's (NaN ms where not: not timed).
+    pub agrees: bool,
+    /// Milliseconds a product of `mars_kernels::gpu::PREFILL_ROWS_TIMED` rows.
+    pub ms: f64,
+}
+
+/// One group shape timed in every form it can take (`Llama::time_forms`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupTiming {
+    /// The shape, and the form its groups ran in when timed.
+    pub shape: GroupForm,
+    /// Each team and fan's cost.
+    pub times: Vec<FormTime>,
+    /// Each prefill form's cost in the fastest team and fan (none for the head).
+    pub prefill: Vec<PrefillTime>,
+}
+
+impl GroupTiming {
+    /// The form with the least cost of a decoding step and a verification pass together (the
+    /// two products a speculative step's target and draft take) among those whose outputs
+    /// agreed, ties to the earlier form.
+    pub fn best(&self) -> Option<FormTime> {
+        self.times
+            .iter()
+            .copied()
+            .filter(|f| f.agrees)
+            .min_by(|a, b| (a.one_row_ms + a.pass_ms).total_cmp(&(b.one_row_ms + b.pass_ms)))
+    }
+
+    /// The fastest prefill form among those whose outputs agreed, ties to the earlier (the
+    /// mat-vec form first); `None` for a shape without a prefill (the head).
+    pub fn best_prefill(&self) -> Option<PrefillTime> {
+        self.prefill
+            .iter()
+            .copied()
+            .filter(|p| p.agrees)
+            .min_by(|a, b| a.ms.total_cmp(&b.ms))
+    }
+
+    /// The form to keep: the fastest team and fan with the fastest prefill form.
+    pub fn chosen(&self) -> Option<Form> {
+        let best = self.best()?;
+        Some(self.best_prefill().map_or(best.form, |p| p.form))
+    }
+}
+
 /// One decoder block's kernels and weights.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct GpuLayer {
     attn_norm: Norm,
     qkv: MatrixGroup,
@@ -205,9 +307,6 @@ pub(crate) struct GpuModel {
     copy: CopyRows,
     heads: Heads,
     kv: KvType,
-    /// How a long prefill's products run in tiles, where they do
-    /// (`mars_kernels::gpu::tiles_for`).
-    tiles: Option<TileForm>,
     /// Tensors converted to Q8_0 at load (no kernel takes their type), as "name (type)".
     converted: Arc<Vec<String>>,
 }
@@ -297,21 +396,181 @@ impl GpuModel {
             copy: CopyRows::new(&client, (heads, kv))?,
             heads,
             kv,
-            tiles: mars_kernels::gpu::tiles_for(&client),
             converted: Arc::new(converted),
             client: Client(client),
         })
     }
 
-    /// Launches the head's product takes (one per part of a split matrix).
     /// The same model with a long prefill's products in tiles or not (`Llama::with_prefill_tiles`).
-    pub(crate) fn with_tiles(&self, tiles: Option<TileForm>) -> Self {
-        Self {
-            tiles,
-            ..self.clone()
-        }
+    ///
+    /// # Errors
+    /// The kernels' error for a group that cannot be remade.
+    pub(crate) fn with_tiles(&self, tiles: Option<TileForm>) -> Result<Self> {
+        self.remade(&|g| {
+            (g.rows() == Rows::All).then_some(Form {
+                prefill: tiles,
+                ..g.form()
+            })
+        })
     }
 
+    /// Every matrix group with its role, layer by layer, then the head.
+    fn groups(&self) -> Vec<(&'static str, &MatrixGroup)> {
+        let mut groups: Vec<(&'static str, &MatrixGroup)> = self
+            .layers
+            .iter()
+            .flat_map(|l| {
+                [
+                    ("qkv", &l.qkv),
+                    ("o", &l.o),
+                    ("gate+up", &l.gate_up),
+                    ("down", &l.down),
+                ]
+            })
+            .collect();
+        groups.push(("head", &self.lm_head));
+        groups
+    }
+
+    /// The model's distinct group shapes, each with its role, how many groups have it and the
+    /// form they run in.
+    pub(crate) fn group_forms(&self) -> Vec<GroupForm> {
+        let mut shapes: Vec<GroupForm> = Vec::new();
+        for (role, g) in self.groups() {
+            let shape = g.shape_key();
+            match shapes.iter_mut().find(|s| s.shape == shape) {
+                Some(s) => s.groups += 1,
+                None => shapes.push(GroupForm {
+                    role,
+                    shape,
+                    groups: 1,
+                    form: g.form(),
+                }),
+            }
+        }
+        shapes
+    }
+
+    /// Times one group of each distinct shape in every form it can take, at one row and at
+    /// `pass_rows` rows, then, in the fastest of those, a long prefill's product in every
+    /// prefill form (the matrix units' where `units`); each timing within about `budget_ms`
+    /// (`mars_kernels::gpu::time_group`). A form whose outputs disagree with the current form's
+    /// (a driver's miscompile) is reported and never timed or chosen.
+    #[cfg(not(target_family = "wasm"))]
+    pub(crate) fn time_forms(
+        &self,
+        pass_rows: usize,
+        budget_ms: f64,
+        units: bool,
+    ) -> Result<Vec<GroupTiming>> {
+        use mars_kernels::gpu::{PREFILL_ROWS_TIMED, group_output, outputs_agree, time_group};
+        let client = &self.client;
+        let mut timings = Vec::new();
+        for shape in self.group_forms() {
+            let Some((_, group)) = self
+                .groups()
+                .into_iter()
+                .find(|(_, g)| g.shape_key() == shape.shape)
+            else {
+                continue;
+            };
+            // Operands rounded to f16 on the matrix units: 2⁻¹¹ each, with room for the sums.
+            let tolerance = |form: Form| {
+                if form.prefill == Some(TileForm::Units) {
+                    1e-2
+                } else {
+                    1e-3
+                }
+            };
+            let mut times = Vec::new();
+            let want = group_output(client, group, pass_rows, false)?;
+            for form in group.forms() {
+                let g = group.with_form(client, form)?;
+                let agrees = outputs_agree(
+                    &group_output(client, &g, pass_rows, false)?,
+                    &want,
+                    tolerance(form),
+                );
+                let (one, pass) = if agrees {
+                    (
+                        time_group(client, &g, (1, false), budget_ms)?,
+                        time_group(client, &g, (pass_rows, false), budget_ms)?,
+                    )
+                } else {
+                    (f64::NAN, f64::NAN)
+                };
+                times.push(FormTime {
+                    form,
+                    agrees,
+                    one_row_ms: one,
+                    pass_ms: pass,
+                });
+            }
+            let mut timing = GroupTiming {
+                shape,
+                times,
+                prefill: Vec::new(),
+            };
+            // The prefill forms in the fastest team and fan (a tile kernel has neither; the
+            // mat-vec form has both).
+            let chosen = timing.best().map_or(group.form(), |b| b.form);
+            let base = group.with_form(client, chosen)?;
+            if group.rows() == Rows::All {
+                let rows = PREFILL_ROWS_TIMED;
+                let want = group_output(client, &base, rows, false)?;
+                for form in base.prefill_forms(units) {
+                    let g = base.with_form(client, form)?;
+                    let agrees = outputs_agree(
+                        &group_output(client, &g, rows, true)?,
+                        &want,
+                        tolerance(form),
+                    );
+                    let ms = if agrees {
+                        time_group(client, &g, (rows, true), budget_ms)?
+                    } else {
+                        f64::NAN
+                    };
+                    timing.prefill.push(PrefillTime { form, agrees, ms });
+                }
+            }
+            timings.push(timing);
+        }
+        Ok(timings)
+    }
+
+    /// The same model (the same buffers) with each group whose shape `choose` names a form for
+    /// in that form, the others as they are.
+    pub(crate) fn with_forms(&self, choose: &dyn Fn(&str) -> Option<Form>) -> Result<Self> {
+        self.remade(&|g| choose(&g.shape_key()))
+    }
+
+    /// The same model with each group for which `choose` names a form remade in it.
+    fn remade(&self, choose: &dyn Fn(&MatrixGroup) -> Option<Form>) -> Result<Self> {
+        let client = &self.client;
+        let remake = |g: &MatrixGroup| -> Result<MatrixGroup> {
+            match choose(g) {
+                Some(form) if form != g.form() => Ok(g.with_form(client, form)?),
+                _ => Ok(g.clone()),
+            }
+        };
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for l in &self.layers {
+            layers.push(Arc::new(GpuLayer {
+                qkv: remake(&l.qkv)?,
+                o: remake(&l.o)?,
+                gate_up: remake(&l.gate_up)?,
+                down: remake(&l.down)?,
+                ..GpuLayer::clone(l)
+            }));
+        }
+        Ok(Self {
+            layers,
+            lm_head: remake(&self.lm_head)?,
+            ..self.clone()
+        })
+    }
+
+    /// Launches the head's product takes (one per part of a split matrix).
     pub(crate) fn head_launches(&self) -> usize {
         self.lm_head.launches()
     }
@@ -357,8 +616,8 @@ impl GpuModel {
             Some((base, parents)) => Step::tree(tokens, base, parents, tail, limit)?,
         };
         let mut step = step.with_capacity(cache.capacity)?;
-        if let Some(form) = self.tiles.filter(|_| pass.long_prefill) {
-            step = step.with_tiles(form);
+        if pass.long_prefill {
+            step = step.long_prefill();
         }
         if let Some((chain, l)) = link {
             if l.summaries_at

@@ -38,12 +38,21 @@ pub use config::{Architecture, LlamaConfig, RopeStyle};
 pub use error::{ModelError, Result};
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
 pub use gpu::{
-    SUBMIT_EVERY_CPU, SUBMIT_EVERY_GPU, blocks_unsupported, first_adapter, subgroup_lanes,
+    FormTime, GroupForm, GroupTiming, PrefillTime, SUBMIT_EVERY_CPU, SUBMIT_EVERY_GPU,
+    adapter_identity, adapter_software, blocks_unsupported, first_adapter, subgroup_lanes,
     submit_every, submit_every_on,
 };
 pub use llama::{Llama, PREFILL_ROWS, TILES_ABOVE};
 pub use load::MemoryNeeds;
 pub use logits::{ChainLink, Logits, RowSummary, SummaryChain, read_f32, read_f32_async};
+/// Whether an adapter has the matrix units `TileForm::Units` needs.
+#[cfg(any(feature = "wgpu", feature = "webgpu"))]
+pub use mars_kernels::gpu::adapter_matrix_units;
+/// A matrix group's form and the tuning table (`Llama::time_forms`, `Llama::with_forms`).
+#[cfg(any(feature = "wgpu", feature = "webgpu"))]
+pub use mars_kernels::gpu::{
+    Fan, Form, PREFILL_ROWS_TIMED, Team, TileForm, Tuned, Tuning, tiles_forced,
+};
 /// What the GPU path's kernels have asked of the device so far (zeros without it).
 pub use mars_kernels::{GpuCounts, GpuKernelKind, gpu_counts};
 pub use path::{AdapterFacts, DeviceLimits, KvType, LoadOptions, WeightPath};

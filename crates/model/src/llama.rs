@@ -146,17 +146,78 @@ impl Llama {
     /// tiles (`tiles`) or in the mat-vec form that decoding takes: the choice the adapter's
     /// kind makes at load (tiles on a GPU card, not on a CPU adapter) set by hand, for tests and
     /// measurements. The CPU and f32 paths have one form: the same model.
-    #[must_use]
-    pub fn with_prefill_tiles(&self, tiles: bool) -> Self {
+    ///
+    /// # Errors
+    /// The kernels' error for a group that cannot be remade.
+    pub fn with_prefill_tiles(&self, tiles: bool) -> Result<Self> {
         let mut model = self.clone();
         #[cfg(any(feature = "wgpu", feature = "webgpu"))]
         if let Body::Gpu(m) = &self.body {
             let form = tiles.then_some(mars_kernels::gpu::TileForm::Vectors);
-            model.body = Body::Gpu(Box::new(m.with_tiles(form)));
+            model.body = Body::Gpu(Box::new(m.with_tiles(form)?));
         }
         #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
         let _ = tiles;
-        model
+        Ok(model)
+    }
+
+    /// The GPU path's distinct matrix-group shapes, each with its role, count and form (empty on
+    /// the other paths, which have no forms).
+    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+    pub fn group_forms(&self) -> Vec<crate::GroupForm> {
+        match &self.body {
+            Body::Gpu(m) => m.group_forms(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Times one group of each distinct shape on the GPU path in every form it can take
+    /// (`mars_kernels::gpu::MatrixGroup::forms`), at one row and at `pass_rows` rows (a
+    /// verification pass: k + 1), then a long prefill's product in each prefill form (tiles on
+    /// the matrix units where `units`: `adapter_matrix_units`), each timing within about
+    /// `budget_ms`: what `mars tune` prints and the tuning table keeps the best of.
+    ///
+    /// # Errors
+    /// [`ModelError::Unsupported`] off the GPU path; the kernels' error for a group that cannot
+    /// run or a failed read.
+    #[cfg(all(any(feature = "wgpu", feature = "webgpu"), not(target_family = "wasm")))]
+    pub fn time_forms(
+        &self,
+        pass_rows: usize,
+        budget_ms: f64,
+        units: bool,
+    ) -> Result<Vec<crate::GroupTiming>> {
+        if !budget_ms.is_finite() || budget_ms <= 0.0 {
+            return Err(ModelError::Config(format!(
+                "tuning budget {budget_ms} ms: expected a positive finite number"
+            )));
+        }
+        match &self.body {
+            Body::Gpu(m) => m.time_forms(
+                pass_rows.clamp(1, crate::gpu::MAX_PASS_ROWS),
+                budget_ms,
+                units,
+            ),
+            _ => Err(ModelError::Unsupported(
+                "forms are timed on the GPU path (GGUF blocks on wgpu) only".into(),
+            )),
+        }
+    }
+
+    /// The same model (sharing every weight) with each matrix group whose shape `choose` names
+    /// a form for run in that form (the tuning table's choice); the others, and the CPU and f32
+    /// paths, as they are. Each form keeps the contract of every form: a row's logits do not
+    /// depend on the rows beside it, so decoding and verification agree bit for bit.
+    ///
+    /// # Errors
+    /// The kernels' error for a form a group cannot take.
+    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+    pub fn with_forms(&self, choose: &dyn Fn(&str) -> Option<crate::Form>) -> Result<Self> {
+        let mut model = self.clone();
+        if let Body::Gpu(m) = &self.body {
+            model.body = Body::Gpu(Box::new(m.with_forms(choose)?));
+        }
+        Ok(model)
     }
 
     /// The model's hyper-parameters.

@@ -209,7 +209,8 @@ fn a_prefill_in_passes_equals_one_pass() {
         // Tiles where an adapter is a card; lavapipe's own choice is the mat-vec form.
         let model = Llama::from_gguf(&g, &device, options)
             .unwrap()
-            .with_prefill_tiles(true);
+            .with_prefill_tiles(true)
+            .unwrap();
         let run = |m: &Llama| {
             let mut cache = m.new_cache(32).unwrap();
             let mut out = m.forward_last(&tokens, &mut cache).unwrap().read().unwrap();
@@ -275,7 +276,8 @@ fn a_vocab_limit_masks_only_the_output_head_on_wgpu() {
     });
     let model = Llama::from_gguf(&Gguf::parse(&bytes).unwrap(), &wgpu(), options)
         .unwrap()
-        .with_prefill_tiles(true);
+        .with_prefill_tiles(true)
+        .unwrap();
     let limit = 100;
     let limited = model.with_vocab_limit(limit).unwrap();
     let vocab = model.config().vocab_size;
@@ -603,4 +605,92 @@ fn a_header_alone_is_checked_as_the_load_checks_it() {
         }
         other => panic!("{other}"),
     }
+}
+
+/// Every form a matrix group can take on wgpu's blocks (what `mars tune` times and chooses
+/// between) keeps the forward's contract: the logits within f32 rounding of the rules' forms,
+/// and each row's bits the same in a pass of five rows as in a pass of its own (decoding and
+/// verification agree). Timing covers each shape once, in each of its forms, and the choice is
+/// the least cost; a form a group cannot take is refused by name.
+#[test]
+fn every_form_a_group_can_take_keeps_the_contract() {
+    let bytes = tiny_gguf_quantized(7).unwrap();
+    let options = LoadOptions::with_weights(WeightPath::GpuBlocks {
+        subgroups: None,
+        kv: KvType::default(),
+    });
+    let model = Llama::from_gguf(&Gguf::parse(&bytes).unwrap(), &wgpu(), options).unwrap();
+    let shapes = model.group_forms();
+    let layers = model.config().n_layers;
+    assert_eq!(
+        shapes.iter().map(|s| s.groups).sum::<usize>(),
+        4 * layers + 1,
+        "{shapes:?}"
+    );
+    let timings = model.time_forms(5, 1.0, false).unwrap();
+    assert_eq!(timings.len(), shapes.len());
+    let tokens: Vec<u32> = (0..5).map(|i| (i * 41 + 17) % 257).collect();
+    let rule = run(&model, &tokens);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let vocab = model.config().vocab_size;
+    for t in &timings {
+        // Quarter teams with one and four outputs at least; whole teams but for a SwiGLU.
+        let swiglu = t.shape.role == "gate+up";
+        assert_eq!(t.times.len(), if swiglu { 2 } else { 4 }, "{t:?}");
+        // Every group but the head meets a prefill: the mat-vec form and f32 tiles, both
+        // agreeing (no matrix units asked for), the chosen form the fastest of them.
+        if t.shape.role == "head" {
+            assert!(t.prefill.is_empty(), "{t:?}");
+        } else {
+            let forms: Vec<_> = t.prefill.iter().map(|p| p.form.prefill).collect();
+            assert_eq!(forms, [None, Some(mars_model::TileForm::Vectors)], "{t:?}");
+            assert!(t.prefill.iter().all(|p| p.agrees && p.ms > 0.0), "{t:?}");
+            let fastest = t.best_prefill().unwrap();
+            assert!(t.prefill.iter().all(|p| fastest.ms <= p.ms), "{t:?}");
+            assert_eq!(t.chosen(), Some(fastest.form));
+        }
+        let cost = |f: &mars_model::FormTime| f.one_row_ms + f.pass_ms;
+        let best = t.best().unwrap();
+        for f in &t.times {
+            // Every form is correct here: all agree, all timed.
+            assert!(f.agrees && f.one_row_ms > 0.0 && f.pass_ms > 0.0, "{t:?}");
+            assert!(cost(&best) <= cost(f), "{t:?}");
+            let formed = model
+                .with_forms(&|s| (s == t.shape.shape).then_some(f.form))
+                .unwrap();
+            let now = formed.group_forms();
+            let mine = now.iter().find(|s| s.shape == t.shape.shape).unwrap();
+            assert_eq!(mine.form, f.form);
+            let pass = run(&formed, &tokens);
+            assert!(
+                max_diff(&pass, &rule) < TOLERANCE,
+                "{} in {}",
+                t.shape.role,
+                f.form.name()
+            );
+            // Row by row after the same prefix: the pass's rows, bit for bit.
+            let mut cache = formed.new_cache(32).unwrap();
+            for (i, &id) in tokens.iter().enumerate() {
+                let row = formed.forward(&[id], &mut cache).unwrap().read().unwrap();
+                assert_eq!(
+                    bits(&row),
+                    bits(&pass[i * vocab..(i + 1) * vocab]),
+                    "{} in {}: row {i}",
+                    t.shape.role,
+                    f.form.name()
+                );
+            }
+        }
+    }
+    let gate_up = shapes.iter().find(|s| s.role == "gate+up").unwrap();
+    let whole = mars_model::Form {
+        team: mars_model::Team::Whole,
+        fan: mars_model::Fan::One,
+        prefill: None,
+    };
+    let err = model
+        .with_forms(&|s| (s == gate_up.shape).then_some(whole))
+        .unwrap_err();
+    assert!(err.to_string().contains("whole/1/matvec"), "{err}");
+    assert!(model.time_forms(5, f64::NAN, false).is_err());
 }

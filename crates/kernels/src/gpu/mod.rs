@@ -42,6 +42,7 @@
 
 mod layer;
 mod step;
+mod tune;
 mod unroll;
 
 use core::ops::Range;
@@ -61,6 +62,9 @@ pub use layer::{
     clone_buffer, link_ids, read_through,
 };
 pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
+pub use tune::{Form, PREFILL_ROWS_TIMED, Tuned, Tuning, outputs_agree};
+#[cfg(not(target_family = "wasm"))]
+pub use tune::{group_output, time_group};
 
 use crate::block::WeightType;
 use crate::counts::{Kind, counted_launch, counted_read, counted_upload};
@@ -71,6 +75,7 @@ const COMMON: &str = include_str!("common.wgsl");
 const READER: &str = include_str!("reader.wgsl");
 const MATMUL: &str = include_str!("matmul.wgsl");
 const TILE: &str = include_str!("tile.wgsl");
+const GROUP: &str = include_str!("group.wgsl");
 const EMBED: &str = include_str!("embed.wgsl");
 const NORM: &str = include_str!("norm.wgsl");
 const ROPE: &str = include_str!("rope.wgsl");
@@ -296,8 +301,8 @@ pub enum Team {
     /// 16 threads an output sharing each 256-value super-block, each reading 8 bytes of quants
     /// beside its neighbours' (matmul.wgsl's lane teams), as llama.cpp's Vulkan mat-vec shares
     /// a K-quant block among 16 threads: groups of Q4_K and Q6_K matrices only
-    /// ([`Team::lanes_for`]: every matrix of a Q4_K_M file). A form to measure
-    /// (`gpu_cost stream`); no shape chooses it yet.
+    /// ([`Team::lanes_for`]: every matrix of a Q4_K_M file). No rule chooses it; a tuning
+    /// table does where it measured fastest ([`Tuning`]).
     Lanes,
 }
 
@@ -461,6 +466,7 @@ pub fn matmul_source(
         String::new()
     };
     let text = MATMUL
+        .replace("{{group}}", GROUP)
         .replace("{{common}}", &common(types))
         .replace("{{dispatch}}", &dispatch(types, "load_group", "rb, g"))
         .replace("{{lane_dispatch}}", &lane_dispatch)
@@ -482,8 +488,9 @@ pub enum TileForm {
     Vectors,
     /// The matrix units through wgpu's cooperative matrices (16 × 16 × 16 f16 products into
     /// f32, subgroups of 32): native Vulkan where the adapter has `VK_KHR_cooperative_matrix`.
-    /// A form to measure: only `MARS_GPU_TILES=units` chooses it ([`tiles_for`]); where the
-    /// adapter lacks the feature its pipeline fails to build.
+    /// Chosen by a tuning table where it measured fastest and agreed with the mat-vec form
+    /// ([`Tuning`]; only on an adapter that has the feature), or by `MARS_GPU_TILES=units`
+    /// ([`tiles_for`]); where the adapter lacks the feature its pipeline fails to build.
     Units,
 }
 
@@ -575,6 +582,7 @@ fn put_x(r: u32, k: u32, v: vec4<f32>) {
 pub fn tile_source(types: &[GpuType], epilogue: Epilogue, form: TileForm) -> String {
     let [enables, shared, blocks, multiply, gather] = tile_parts(form);
     let text = TILE
+        .replace("{{group}}", GROUP)
         .replace("{{enables}}", enables)
         .replace("{{shared}}", shared)
         .replace("{{blocks}}", blocks)
@@ -586,23 +594,15 @@ pub fn tile_source(types: &[GpuType], epilogue: Epilogue, form: TileForm) -> Str
     unroll::unroll(&text)
 }
 
-/// How a long prefill on `client`'s device runs its products ([`Step::with_tiles`]): in
-/// [`TileForm::Vectors`] on a GPU card; in the mat-vec form (`None`) on a CPU adapter, which
-/// runs a workgroup's lanes as vectors and reaches workgroup memory one lane at a time (on
-/// lavapipe a 128-token prefill of SmolLM2 ran at 3.3–3.4 tok/s in tiles, 4.2–4.5 in the mat-vec
-/// form). The environment's `MARS_GPU_TILES` (`on`, `off` or `units`) overrides it: a
-/// measurement knob, as [`Team::forced`] is, so that the GPU bundle times every form without a
-/// rebuild. Read once.
+/// How a matrix uploaded to `client`'s device multiplies a long prefill ([`Step::long_prefill`])
+/// until a tuning table says otherwise ([`Tuning`]): in [`TileForm::Vectors`] on a GPU card; in
+/// the mat-vec form (`None`) on a CPU adapter, which runs a workgroup's lanes as vectors and
+/// reaches workgroup memory one lane at a time (on lavapipe a 128-token prefill of SmolLM2 ran at
+/// 3.3–3.4 tok/s in tiles, 4.2–4.5 in the mat-vec form). The environment's `MARS_GPU_TILES`
+/// (`on`, `off` or `units`) overrides it: a measurement knob, as [`Team::forced`] is, so that the
+/// GPU bundle times every form without a rebuild. Read once.
 pub fn tiles_for(client: &Client) -> Option<TileForm> {
-    type Forced = Option<Option<TileForm>>;
-    static FORCED: std::sync::OnceLock<Forced> = std::sync::OnceLock::new();
-    let forced = *FORCED.get_or_init(|| match std::env::var("MARS_GPU_TILES").as_deref() {
-        Ok("on") => Some(Some(TileForm::Vectors)),
-        Ok("units") => Some(Some(TileForm::Units)),
-        Ok("off") => Some(None),
-        _ => None,
-    });
-    forced.unwrap_or_else(|| {
+    forced_tiles().unwrap_or_else(|| {
         client
             .properties()
             .identity
@@ -610,6 +610,39 @@ pub fn tiles_for(client: &Client) -> Option<TileForm> {
             .is_some()
             .then_some(TileForm::Vectors)
     })
+}
+
+/// Whether `MARS_GPU_TILES` forces a prefill form ([`tiles_for`]).
+pub fn tiles_forced() -> bool {
+    forced_tiles().is_some()
+}
+
+/// The prefill form `MARS_GPU_TILES` forces, where it does.
+fn forced_tiles() -> Option<Option<TileForm>> {
+    static FORCED: std::sync::OnceLock<Option<Option<TileForm>>> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| match std::env::var("MARS_GPU_TILES").as_deref() {
+        Ok("on") => Some(Some(TileForm::Vectors)),
+        Ok("units") => Some(Some(TileForm::Units)),
+        Ok("off") => Some(None),
+        _ => None,
+    })
+}
+
+/// Whether `adapter` has what [`TileForm::Units`] needs: wgpu's cooperative matrices of
+/// 16 × 16 × 16 f16 into f32 on subgroups, f16 in shaders, and subgroups of exactly 32 (on
+/// Vulkan: `VK_KHR_cooperative_matrix`). A tuning times the matrix units only where it does.
+pub fn adapter_matrix_units(adapter: &cubecl::wgpu::wgpu::Adapter) -> bool {
+    use cubecl::wgpu::wgpu;
+    let info = adapter.get_info();
+    let features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
+    adapter.features().contains(features)
+        && info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && adapter.cooperative_matrix_properties().iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                && p.ab_type == wgpu::CooperativeScalarType::F16
+                && p.cr_type == wgpu::CooperativeScalarType::F32
+        })
 }
 
 /// Rows a tile workgroup computes (tile.wgsl's BM).
@@ -969,7 +1002,7 @@ pub struct StepBuffer {
     tail: usize,
     capacity: usize,
     link: Link,
-    tiles: Option<TileForm>,
+    long_prefill: bool,
 }
 
 impl StepBuffer {
@@ -981,7 +1014,7 @@ impl StepBuffer {
             tail: step.tail(),
             capacity: step.capacity(),
             link: step.link(),
-            tiles: step.tiles(),
+            long_prefill: step.is_long_prefill(),
         }
     }
 
@@ -1005,9 +1038,9 @@ impl StepBuffer {
         self.tail
     }
 
-    /// How products over every row run in tiles, where they do ([`Step::with_tiles`]).
-    pub fn tiles(&self) -> Option<TileForm> {
-        self.tiles
+    /// Whether it is a part of a long prefill ([`Step::long_prefill`]).
+    pub fn is_long_prefill(&self) -> bool {
+        self.long_prefill
     }
 
     pub(crate) fn handle(&self) -> &Handle {
@@ -1111,6 +1144,8 @@ struct MatmulLaunch {
     rows: Rows,
     team: Team,
     fan: Fan,
+    /// How it multiplies a long prefill: in tiles of this form, or (`None`) as any other step.
+    prefill: Option<TileForm>,
     /// Stand-ins for the bindings this launch does not use (weights 1 and 2, the bias): each
     /// its own small buffer, since WebGPU refuses one buffer bound twice for writing.
     spare: [Handle; 3],
@@ -1204,7 +1239,8 @@ impl MatmulLaunch {
             let spare = &self.spare[b.saturating_sub(1).min(1)];
             self.weights.get(b).unwrap_or(spare).clone().binding()
         };
-        let (shader, params, groups, per_z) = match (&self.tiled, step.tiles()) {
+        let tiles = self.prefill.filter(|_| step.is_long_prefill());
+        let (shader, params, groups, per_z) = match (&self.tiled, tiles) {
             (Some((params, groups)), Some(form)) => (
                 Shader::Tile {
                     types: self.types.clone(),
@@ -1259,6 +1295,8 @@ pub struct GpuMatrix {
     /// A team forced on the groups this matrix leads (benchmarks compare them); else the
     /// group's shape chooses ([`Team::for_group`]).
     team: Option<Team>,
+    /// How the groups it leads multiply a long prefill: [`tiles_for`] at upload.
+    prefill: Option<TileForm>,
 }
 
 impl GpuMatrix {
@@ -1357,6 +1395,7 @@ impl GpuMatrix {
             reduce: Reduce::detect(client),
             fan: Fan::for_matrix(client, rows, cols),
             team: None,
+            prefill: tiles_for(client),
         })
     }
 
@@ -1400,6 +1439,12 @@ impl GpuMatrix {
     /// shape's.
     pub fn set_team(&mut self, team: Team) {
         self.team = Some(team);
+    }
+
+    /// The groups this matrix leads multiplying a long prefill in tiles of `form`, or in the
+    /// mat-vec form (`None`).
+    pub fn set_prefill(&mut self, form: Option<TileForm>) {
+        self.prefill = form;
     }
 
     /// The block type.
@@ -1488,6 +1533,12 @@ pub struct MatrixGroup {
     cols: usize,
     outputs: usize,
     bytes: u64,
+    /// What the group was made of, so that [`MatrixGroup::with_form`] can remake it in another
+    /// form (the members' buffers are shared, not copied).
+    members: Vec<GpuMatrix>,
+    bias_values: Option<std::sync::Arc<[f32]>>,
+    rows: Rows,
+    form: Form,
 }
 
 impl MatrixGroup {
@@ -1559,6 +1610,8 @@ impl MatrixGroup {
             _ => Team::for_group(epilogue, outputs, cols),
         };
         let fan = first.fan;
+        // Only products over every row meet a prefill; the head's (the last rows) never does.
+        let prefill = first.prefill.filter(|_| rows == Rows::All);
         let swiglu = epilogue == Epilogue::SwiGlu;
         let launch = |weights: Vec<Handle>, types: Vec<GpuType>, params: MatmulParams| {
             // Products over every row run in tiles in a long prefill's steps.
@@ -1578,6 +1631,7 @@ impl MatrixGroup {
                 rows,
                 team,
                 fan,
+                prefill,
                 spare: spare_bindings(client),
             })
         };
@@ -1689,7 +1743,118 @@ impl MatrixGroup {
             cols,
             outputs,
             bytes: members.iter().map(GpuMatrix::bytes).sum(),
+            bias_values: bias.map(std::sync::Arc::from),
+            rows,
+            form: Form { team, fan, prefill },
+            members,
         })
+    }
+
+    /// The team and fan its products run in.
+    pub fn form(&self) -> Form {
+        self.form
+    }
+
+    /// Every form this group can run in: quarter teams, whole teams but for a SwiGLU (whose
+    /// gate and up meet inside a workgroup), lane teams where every member's type has a lane
+    /// decoder ([`Team::lanes_for`]), each with one and four outputs a team.
+    pub fn forms(&self) -> Vec<Form> {
+        let types: Vec<GpuType> = self.members.iter().map(GpuMatrix::ty).collect();
+        let mut teams = vec![Team::Quarter];
+        if self.epilogue != Epilogue::SwiGlu {
+            teams.push(Team::Whole);
+        }
+        if Team::lanes_for(&types) {
+            teams.push(Team::Lanes);
+        }
+        let prefill = self.form.prefill;
+        teams
+            .into_iter()
+            .flat_map(|team| [Fan::One, Fan::Four].map(|fan| Form { team, fan, prefill }))
+            .collect()
+    }
+
+    /// Every way this group can multiply a long prefill, with its team and fan: the mat-vec
+    /// form and tiles of f32 vectors, and tiles on the matrix units where `units` (the adapter
+    /// has them); a group over the last rows alone (the head) only as it is.
+    pub fn prefill_forms(&self, units: bool) -> Vec<Form> {
+        if self.rows != Rows::All {
+            return vec![self.form];
+        }
+        let mut prefills = vec![None, Some(TileForm::Vectors)];
+        if units {
+            prefills.push(Some(TileForm::Units));
+        }
+        prefills
+            .into_iter()
+            .map(|prefill| Form {
+                prefill,
+                ..self.form
+            })
+            .collect()
+    }
+
+    /// The same group (the same buffers) launched in `form`: each form gives its own bits, the
+    /// same for every row count (a row's result never depends on the rows beside it).
+    ///
+    /// # Errors
+    /// [`KernelError::Unknown`] for a form the group cannot take ([`MatrixGroup::forms`], with
+    /// any prefill form for a group over every row).
+    pub fn with_form(&self, client: &Client, form: Form) -> Result<Self> {
+        let as_now = Form {
+            prefill: self.form.prefill,
+            ..form
+        };
+        let prefill_ok = form.prefill == self.form.prefill || self.rows == Rows::All;
+        if !self.forms().contains(&as_now) || !prefill_ok {
+            return Err(KernelError::Unknown {
+                what: "form of a matrix group",
+                value: form.name(),
+                expected: "one of the group's forms (no whole teams for a SwiGLU, lanes for \
+                           Q4_K and Q6_K only, the head's prefill form as it is)",
+            });
+        }
+        let mut members = self.members.clone();
+        for m in &mut members {
+            m.set_fan(form.fan);
+        }
+        members[0].set_team(form.team);
+        members[0].set_prefill(form.prefill);
+        Self::new(
+            client,
+            members,
+            self.epilogue,
+            self.bias_values.as_deref(),
+            self.rows,
+        )
+    }
+
+    /// What the group's cost depends on, as [`Tuning`] keys it: the epilogue, each member's
+    /// type and outputs, the input width and the parts its launches take (a matrix over the
+    /// adapter's binding size runs in several).
+    pub fn shape_key(&self) -> String {
+        let members: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{:?}:{}", m.ty, m.rows))
+            .collect();
+        format!(
+            "{:?} {} x{} in {}",
+            self.epilogue,
+            members.join("+"),
+            self.cols,
+            self.launches.len()
+        )
+    }
+
+    /// Input values per row.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Which rows of a step its products run over.
+    pub fn rows(&self) -> Rows {
+        self.rows
     }
 
     /// Outputs per row of y.

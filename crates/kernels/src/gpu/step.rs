@@ -13,7 +13,6 @@
 //! - `[8 + rows + 4r ..]` row r's position (RoPE), `lo` and the two words of its tree mask:
 //!   row r sees cache rows `0..lo` and `lo + b` for every bit b set in the mask.
 
-use super::TileForm;
 use crate::error::{KernelError, Result};
 
 /// Where the token ids start in the step buffer.
@@ -45,7 +44,7 @@ pub struct Step {
     words: Vec<u32>,
     rows: usize,
     tail: usize,
-    tiles: Option<TileForm>,
+    long_prefill: bool,
 }
 
 fn word(what: &'static str, v: usize) -> Result<u32> {
@@ -96,7 +95,7 @@ impl Step {
             words,
             rows: ids.len(),
             tail,
-            tiles: None,
+            long_prefill: false,
         })
     }
 
@@ -155,22 +154,22 @@ impl Step {
             words,
             rows: ids.len(),
             tail,
-            tiles: None,
+            long_prefill: false,
         })
     }
 
-    /// The same step with its products over every row run in tiles (tile.wgsl): a part of a
-    /// prefill of more rows than a mat-vec workgroup holds. Not bit-equal to the mat-vec form;
-    /// a whole prefill takes one form so that its passes give one pass's bits. The host's
-    /// choice: nothing changes on the device.
-    pub fn with_tiles(mut self, form: TileForm) -> Self {
-        self.tiles = Some(form);
+    /// The same step as a part of a long prefill: each product over every row runs in its
+    /// matrix group's prefill form (tiles where the group has them: tile.wgsl), not bit-equal
+    /// to the mat-vec form; a whole prefill takes one form so that its passes give one pass's
+    /// bits. The host's choice: nothing changes on the device.
+    pub fn long_prefill(mut self) -> Self {
+        self.long_prefill = true;
         self
     }
 
-    /// How its products over every row run in tiles, where they do ([`Step::with_tiles`]).
-    pub fn tiles(&self) -> Option<TileForm> {
-        self.tiles
+    /// Whether it is a part of a long prefill ([`Step::long_prefill`]).
+    pub fn is_long_prefill(&self) -> bool {
+        self.long_prefill
     }
 
     /// The same step over a cache of `capacity` rows (the layout of its buffers; the row count

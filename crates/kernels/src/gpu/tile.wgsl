@@ -1,5 +1,7 @@
-// The product of a long prefill (more than 16 rows: `Step::with_tiles`), y = x · Wᵀ over the
-// same groups, bindings, parameters and epilogues as matmul.wgsl, in workgroup tiles: a
+// The product of a long prefill (more than 16 rows: `Step::long_prefill`, in the group's prefill
+// form: `GpuMatrix::set_prefill`), y = x · Wᵀ over the
+// same groups, bindings, parameters (group.wgsl; groups_x counting this form's workgroups) and
+// epilogues as matmul.wgsl, in workgroup tiles: a
 // workgroup of 128 threads computes BM = 32 rows × BN = 64 outputs (a SwiGLU's: 32 of gate and
 // the same 32 of up), walking the inputs one 32-value group at a time. Each step, threads 0..63
 // decode their output's group into workgroup memory (one decode for all 32 rows, where the
@@ -7,7 +9,7 @@
 // then every thread multiplies 4 rows by 4 outputs out of workgroup memory: 8 loads for 16
 // dot products, where the mat-vec kernel loads an activation from storage for every 4 FMAs of
 // one output. Why: on an H200 a 7B's prefill in the mat-vec form ran at 0.09× llama.cpp's
-// (docs/performance.md), bound by those loads, not by the weights.
+// (docs/performance.md); those loads are the likely bound (counted, not profiled).
 //
 // The contract this form keeps and the one it does not: each (row, output) sum runs over the
 // inputs in one fixed order (group by group, 4 values a dot product, from 0), so a row's result
@@ -34,39 +36,11 @@ const BM: u32 = 32u;
 const BN: u32 = 64u;
 const PAD: u32 = 9u;
 
-@group(0) @binding(0) var<storage, read_write> w0: array<u32>;      // blocks, [rows_0, rb_0] + pad
-@group(0) @binding(1) var<storage, read_write> w1: array<u32>;      // blocks, [rows_1, rb_1] + pad
-@group(0) @binding(2) var<storage, read_write> w2: array<u32>;      // blocks, [rows_2, rb_2] + pad
-@group(0) @binding(3) var<storage, read_write> x: array<vec4<f32>>; // [rows, n_in / 4]
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;       // [rows, y_stride]
-@group(0) @binding(5) var<storage, read_write> bias: array<f32>;    // [group outputs] where has_bias
-// matmul.wgsl's parameters, groups_x counting this form's workgroups.
-@group(0) @binding(6) var<storage, read_write> p: array<u32>;
-// The forward's step buffer (step.rs).
-@group(0) @binding(7) var<storage, read_write> s: array<u32>;
+{{group}}
 
 {{shared}}
 
 {{common}}
-
-// Decodes group `g` of the row at byte `rb` of matrix `sub`.
-fn load(sub: u32, rb: u32, g: u32) {
-{{dispatch}}
-}
-
-// The binding and the first byte of group output `o`'s weight row.
-fn row_at(o: u32, first_1: u32, first_2: u32) -> vec2<u32> {
-    var sub = 0u;
-    var local = o;
-    if o >= first_2 {
-        sub = 2u;
-        local = o - first_2;
-    } else if o >= first_1 {
-        sub = 1u;
-        local = o - first_1;
-    }
-    return vec2<u32>(sub, p[13u + sub] + local * p[9u + sub]);
-}
 
 // Column `c` of workgroup `wgi`: its group output (a SwiGLU's gate j or up j, at first_1 + j)
 // and its index j among the outputs written (the output itself but in a SwiGLU).
@@ -77,14 +51,6 @@ fn column(wgi: u32, c: u32, first_1: u32) -> vec2<u32> {
     }
     let o = wgi * BN + c;
     return vec2<u32>(o, o);
-}
-
-// Whether a column's output is computed (matmul.wgsl's `live`).
-fn live(o: u32, j: u32, outputs: u32, y_offset: u32, limit: u32, first_1: u32) -> bool {
-    if EPILOGUE == 2u {
-        return j < first_1;
-    }
-    return o < outputs && (EPILOGUE != 0u || p[16] == 0u || y_offset + o < limit);
 }
 
 @compute @workgroup_size(128)

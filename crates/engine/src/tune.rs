@@ -1,0 +1,194 @@
+//! A GPU tunes itself: each matrix-group shape of a model timed once per adapter in every form
+//! it can take (`Llama::time_forms`), the fastest kept in a table on disk and applied at every
+//! later load (`Llama::with_forms`). `mars tune` prints the whole measurement; a load on a GPU
+//! card times the shapes the table lacks (a few seconds, once); a CPU adapter (lavapipe) keeps
+//! the rules' forms, measured there, unless `mars tune` was run on it.
+//!
+//! The table: `MARS_TUNE_CACHE` where set, else `$XDG_CACHE_HOME/mars/tune.tsv`, else
+//! `~/.cache/mars/tune.tsv` (`mars_model::Tuning`'s text, a line a choice). `MARS_TUNE=off`
+//! skips it, as does a form forced with `MARS_GPU_TEAM` or `MARS_GPU_TILES`: the rules' (or the
+//! forced) forms, nothing timed or read.
+
+use std::path::{Path, PathBuf};
+
+use mars_model::{GroupTiming, Llama, Tuned, Tuning};
+
+use crate::device::{GpuCaps, OpenDevice};
+use crate::error::{EngineError, Result};
+use crate::session::Target;
+
+/// Milliseconds each timing of a load's tuning aims at: a few seconds for a model's five shapes,
+/// six team and fan forms and three prefill forms on an H200, where a product takes well under
+/// a millisecond (a 128-row prefill's, a few).
+pub const LOAD_BUDGET_MS: f64 = 15.0;
+
+/// Rows of the verification pass a load times: the default chain's k drafts and the last token.
+pub const PASS_ROWS: usize = crate::settings::DraftShape::CHAIN.k + 1;
+
+/// Where the table lives (see the module docs); `None` without a home to put it in.
+pub fn cache_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("MARS_TUNE_CACHE") {
+        return Some(PathBuf::from(p));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("mars").join("tune.tsv"))
+}
+
+/// The table at `path` (empty where there is no file yet).
+///
+/// # Errors
+/// [`EngineError::TuneCache`] for a file that cannot be read or does not parse (the line
+/// named: delete it to tune anew).
+pub fn read_table(path: &Path) -> Result<Tuning> {
+    let err = |why: String| EngineError::TuneCache {
+        path: path.display().to_string(),
+        why,
+    };
+    match std::fs::read_to_string(path) {
+        Ok(text) => Tuning::parse(&text).map_err(|e| err(e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Tuning::default()),
+        Err(e) => Err(err(e.to_string())),
+    }
+}
+
+/// Writes `table` to `path` whole (a temporary file renamed over it, so a reader never sees
+/// half a table), making its folder.
+///
+/// # Errors
+/// [`EngineError::TuneCache`] when the folder or file cannot be written.
+pub fn write_table(path: &Path, table: &Tuning) -> Result<()> {
+    let err = |e: std::io::Error| EngineError::TuneCache {
+        path: path.display().to_string(),
+        why: e.to_string(),
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, table.to_text()).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
+}
+
+/// Times `model`'s group shapes (every one, or only those `table` lacks for `adapter`) in
+/// every form, at one row and `pass_rows` rows and over a long prefill (on the matrix units
+/// too where `gpu.matrix_units`), and records each shape's chosen form in `table`; returns the
+/// timings.
+///
+/// # Errors
+/// The model's error off the GPU path or from a group that cannot run.
+pub fn tune(
+    model: &Llama,
+    gpu: &GpuCaps,
+    (pass_rows, budget_ms): (usize, f64),
+    table: &mut Tuning,
+    only_missing: bool,
+) -> Result<Vec<GroupTiming>> {
+    let adapter = &gpu.identity;
+    if only_missing
+        && model
+            .group_forms()
+            .iter()
+            .all(|g| table.get(adapter, &g.shape).is_some())
+    {
+        return Ok(Vec::new());
+    }
+    let timings = model.time_forms(pass_rows, budget_ms, gpu.matrix_units)?;
+    for t in &timings {
+        if only_missing && table.get(adapter, &t.shape.shape).is_some() {
+            continue;
+        }
+        if let (Some(best), Some(form)) = (t.best(), t.chosen()) {
+            table.insert(
+                adapter,
+                &t.shape.shape,
+                Tuned {
+                    form,
+                    one_row_ms: best.one_row_ms,
+                    pass_ms: best.pass_ms,
+                    prefill_ms: t.best_prefill().map(|p| p.ms),
+                },
+            );
+        }
+    }
+    Ok(timings)
+}
+
+/// `model` with the forms `table` holds for `adapter`, and how many of its shapes the table
+/// named.
+///
+/// # Errors
+/// The model's error for a form a group cannot take (a table edited by hand).
+pub fn apply(model: &Llama, adapter: &str, table: &Tuning) -> Result<(Llama, usize)> {
+    let named = model
+        .group_forms()
+        .iter()
+        .filter(|g| table.get(adapter, &g.shape).is_some())
+        .count();
+    let tuned = model.with_forms(&|shape| table.get(adapter, shape).map(|t| t.form))?;
+    Ok((tuned, named))
+}
+
+/// What a load does with the table (see the module docs): [`at_load_with`] with the table at
+/// [`cache_path`], unless `MARS_TUNE=off` or a form forced with `MARS_GPU_TEAM` or
+/// `MARS_GPU_TILES` (what that run measures) says otherwise. Off the GPU path, nothing.
+///
+/// # Errors
+/// As [`at_load_with`].
+pub fn at_load(model: Llama, open: &OpenDevice) -> Result<(Llama, Option<String>)> {
+    let (Some(gpu), Some(path)) = (&open.gpu, cache_path()) else {
+        return Ok((model, None));
+    };
+    // A form forced for a measurement (`MARS_GPU_TEAM`, `MARS_GPU_TILES`) is what the run is
+    // for: no table.
+    if std::env::var("MARS_TUNE").as_deref() == Ok("off")
+        || mars_model::Team::forced().is_some()
+        || mars_model::tiles_forced()
+    {
+        return Ok((model, None));
+    }
+    at_load_with(model, gpu, &path)
+}
+
+/// On a GPU card, the model's group shapes the table at `path` lacks for it are timed and
+/// saved; then, on any adapter, the table's forms are applied (a CPU adapter's come only from
+/// `mars tune`). Returns the model and a line for the user where something was timed.
+///
+/// # Errors
+/// The model's error from timing or applying a form; a table that cannot be read. A table that
+/// cannot be written is only noted (the forms are applied all the same).
+pub fn at_load_with(model: Llama, gpu: &GpuCaps, path: &Path) -> Result<(Llama, Option<String>)> {
+    if model.group_forms().is_empty() {
+        return Ok((model, None));
+    }
+    let mut table = read_table(path)?;
+    let mut note = None;
+    if !gpu.software {
+        let timed = tune(&model, gpu, (PASS_ROWS, LOAD_BUDGET_MS), &mut table, true)?;
+        if !timed.is_empty() {
+            note = Some(match write_table(path, &table) {
+                Ok(()) => format!(
+                    "tuned the GPU kernels for {}: {} group shapes timed in every form, once \
+                     (the choices are in {})",
+                    gpu.identity,
+                    timed.len(),
+                    path.display()
+                ),
+                Err(e) => format!("tuned the GPU kernels; not saved: {e}"),
+            });
+        }
+    }
+    let (model, _) = apply(&model, &gpu.identity, &table)?;
+    Ok((model, note))
+}
+
+/// [`at_load`] for a target.
+///
+/// # Errors
+/// As [`at_load`].
+pub fn target_at_load(target: Target, open: &OpenDevice) -> Result<(Target, Option<String>)> {
+    let (model, note) = at_load(target.model().clone(), open)?;
+    Ok((target.with_model(model), note))
+}

@@ -1,0 +1,48 @@
+// What matmul.wgsl and tile.wgsl share: the bindings of a group's product, its parameters, and
+// the reads of a group's weight rows (included as {{group}}; EPILOGUE is the including kernel's).
+
+// Every binding is read_write: the runtime sub-allocates buffers from shared pages, and WebGPU
+// refuses one buffer bound read-only and read-write in the same dispatch (and one bound twice
+// for writing: unused bindings get small buffers of their own).
+@group(0) @binding(0) var<storage, read_write> w0: array<u32>;      // blocks, [rows_0, rb_0] + pad
+@group(0) @binding(1) var<storage, read_write> w1: array<u32>;      // blocks, [rows_1, rb_1] + pad
+@group(0) @binding(2) var<storage, read_write> w2: array<u32>;      // blocks, [rows_2, rb_2] + pad
+@group(0) @binding(3) var<storage, read_write> x: array<vec4<f32>>; // [rows, n_in / 4]
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;       // [rows, y_stride]
+@group(0) @binding(5) var<storage, read_write> bias: array<f32>;    // [group outputs] where has_bias
+// Fixed at upload: [n_in, y_stride, y_offset, outputs, groups_x, rows_at, has_bias, first_1,
+// first_2, rb_0, rb_1, rb_2, the bits of −inf (a WGSL constant cannot be infinite), the
+// byte where each matrix's first row starts in its binding: base_0, base_1, base_2 (0 but for a
+// SwiGLU whose gate and up are split at different rows), limited (1: the output head, whose
+// outputs at or past the step's logit limit are −inf; 0: any other product)]
+@group(0) @binding(6) var<storage, read_write> p: array<u32>;
+// The forward's step buffer (step.rs): [rows, tail rows, logit limit, …].
+@group(0) @binding(7) var<storage, read_write> s: array<u32>;
+
+// Decodes group `g` of the row at byte `rb` of matrix `sub`.
+fn load(sub: u32, rb: u32, g: u32) {
+{{dispatch}}
+}
+
+// The binding and the first byte of group output `o`'s weight row.
+fn row_at(o: u32, first_1: u32, first_2: u32) -> vec2<u32> {
+    var sub = 0u;
+    var local = o;
+    if o >= first_2 {
+        sub = 2u;
+        local = o - first_2;
+    } else if o >= first_1 {
+        sub = 1u;
+        local = o - first_1;
+    }
+    return vec2<u32>(sub, p[13u + sub] + local * p[9u + sub]);
+}
+
+// Whether output `o` (the `j`th of a SwiGLU's gate or up) is computed: inside the group, and
+// for a store before the step's logit limit (past it the output is −inf without a product).
+fn live(o: u32, j: u32, outputs: u32, y_offset: u32, limit: u32, first_1: u32) -> bool {
+    if EPILOGUE == 2u {
+        return j < first_1;
+    }
+    return o < outputs && (EPILOGUE != 0u || p[16] == 0u || y_offset + o < limit);
+}

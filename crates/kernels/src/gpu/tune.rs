@@ -1,0 +1,411 @@
+//! Tuning by measurement: which form ([`Team`] and [`Fan`]) each of a model's matrix groups
+//! runs fastest in on one adapter, timed there, and the table that keeps the answers.
+//!
+//! Why: the rules that choose a form ([`Team::for_group`], [`Fan::for_matrix`]) were measured
+//! on lavapipe and on one H200; another GPU (another vendor, another subgroup size, another
+//! memory system) may rank the forms otherwise, and each form gives the same row-independent
+//! contract. So a GPU's groups are timed once in every form they can take, at one row (a
+//! decoding step) and at a verification pass's rows, and the form with the least sum is kept,
+//! keyed by the adapter (name, back-end, driver) and the group's shape
+//! ([`MatrixGroup::shape_key`]).
+//!
+//! The same for a long prefill: with its team and fan chosen, a group over every row is timed
+//! over [`PREFILL_ROWS_TIMED`] rows in the mat-vec form, in f32 tiles, and in tiles on the matrix
+//! units where the adapter has them, each form's outputs first checked against the current
+//! form's ([`outputs_agree`]).
+//!
+//! The table is text, a line an entry, so that a user can read and delete what their GPU chose:
+//! `adapter<TAB>shape<TAB>form<TAB>ms for one row<TAB>ms for a pass<TAB>ms for a prefill`.
+
+#[cfg(not(target_family = "wasm"))]
+use super::{Client, MatrixGroup, Step, StepBuffer};
+use super::{Fan, Result, Team, TileForm};
+use crate::KernelError;
+use std::collections::BTreeMap;
+
+/// A group's team and fan, and how it multiplies a long prefill: what [`Tuning`] chooses
+/// between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Form {
+    /// Threads an output.
+    pub team: Team,
+    /// Outputs a team.
+    pub fan: Fan,
+    /// A long prefill's products in tiles of this form, or (`None`) in the mat-vec form.
+    pub prefill: Option<TileForm>,
+}
+
+impl Form {
+    /// `quarter/1/matvec`, `whole/4/tiles`, `lanes/1/units`, …: the table's and `mars tune`'s
+    /// name.
+    pub fn name(self) -> String {
+        let team = match self.team {
+            Team::Quarter => "quarter",
+            Team::Whole => "whole",
+            Team::Lanes => "lanes",
+        };
+        let prefill = match self.prefill {
+            None => "matvec",
+            Some(TileForm::Vectors) => "tiles",
+            Some(TileForm::Units) => "units",
+        };
+        format!("{team}/{}/{prefill}", self.fan.outputs())
+    }
+
+    /// The form [`Form::name`] wrote.
+    ///
+    /// # Errors
+    /// [`KernelError::Unknown`] for any other text.
+    pub fn parse(text: &str) -> Result<Self> {
+        let unknown = || KernelError::Unknown {
+            what: "form",
+            value: text.to_string(),
+            expected: "quarter, whole or lanes, then /1 or /4, then /matvec, /tiles or /units",
+        };
+        let mut parts = text.split('/');
+        let (Some(team), Some(fan), Some(prefill), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(unknown());
+        };
+        let team = match team {
+            "quarter" => Team::Quarter,
+            "whole" => Team::Whole,
+            "lanes" => Team::Lanes,
+            _ => return Err(unknown()),
+        };
+        let fan = match fan {
+            "1" => Fan::One,
+            "4" => Fan::Four,
+            _ => return Err(unknown()),
+        };
+        let prefill = match prefill {
+            "matvec" => None,
+            "tiles" => Some(TileForm::Vectors),
+            "units" => Some(TileForm::Units),
+            _ => return Err(unknown()),
+        };
+        Ok(Self { team, fan, prefill })
+    }
+}
+
+/// What the table keeps for one adapter and group shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tuned {
+    /// The fastest form.
+    pub form: Form,
+    /// Its milliseconds a product of one row.
+    pub one_row_ms: f64,
+    /// Its milliseconds a product of a verification pass's rows.
+    pub pass_ms: f64,
+    /// Its milliseconds a product of a long prefill's rows ([`PREFILL_ROWS_TIMED`]; `None` for
+    /// a group that never meets one, the head: `-` in the text).
+    pub prefill_ms: Option<f64>,
+}
+
+/// Rows of the long prefill a tuning times (a pass of a 128-token prompt).
+pub const PREFILL_ROWS_TIMED: usize = 128;
+
+/// Chosen forms by adapter and group shape (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tuning {
+    entries: BTreeMap<(String, String), Tuned>,
+}
+
+impl Tuning {
+    /// The table `text` holds ([`Tuning::to_text`]'s form); blank lines and lines starting with
+    /// `#` are skipped.
+    ///
+    /// # Errors
+    /// [`KernelError::Tuning`] naming the line and field of anything else that does not parse.
+    pub fn parse(text: &str) -> Result<Self> {
+        let mut tuning = Self::default();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim_end_matches('\r');
+            if line.trim().is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let bad = |why: String| KernelError::Tuning { line: i + 1, why };
+            let fields: Vec<&str> = line.split('\t').collect();
+            let [adapter, shape, form, one, pass, prefill] = fields[..] else {
+                return Err(bad(format!("{} fields, expected 6", fields.len())));
+            };
+            let form = Form::parse(form).map_err(|e| bad(e.to_string()))?;
+            let ms = |what: &str, v: &str| match v.parse::<f64>() {
+                Ok(ms) if ms.is_finite() && ms >= 0.0 => Ok(ms),
+                _ => Err(bad(format!(
+                    "{what} = {v:?}: not a finite count of milliseconds"
+                ))),
+            };
+            tuning.insert(
+                adapter,
+                shape,
+                Tuned {
+                    form,
+                    one_row_ms: ms("one row", one)?,
+                    pass_ms: ms("pass", pass)?,
+                    // `-`: no prefill (the head).
+                    prefill_ms: match prefill {
+                        "-" => None,
+                        v => Some(ms("prefill", v)?),
+                    },
+                },
+            );
+        }
+        Ok(tuning)
+    }
+
+    /// The table as text, one line an entry (tabs in names replaced by spaces).
+    pub fn to_text(&self) -> String {
+        let clean = |s: &str| s.replace(['\t', '\n', '\r'], " ");
+        let mut text = String::from(
+            "# mars tune: adapter, group shape, fastest form, ms for one row, for a pass, for a \
+             prefill\n",
+        );
+        for ((adapter, shape), t) in &self.entries {
+            let prefill = t
+                .prefill_ms
+                .map_or("-".to_string(), |ms| format!("{ms:.4}"));
+            text += &format!(
+                "{}\t{}\t{}\t{:.4}\t{:.4}\t{prefill}\n",
+                clean(adapter),
+                clean(shape),
+                t.form.name(),
+                t.one_row_ms,
+                t.pass_ms,
+            );
+        }
+        text
+    }
+
+    /// What was chosen for `shape` on `adapter`.
+    pub fn get(&self, adapter: &str, shape: &str) -> Option<Tuned> {
+        self.entries
+            .get(&(adapter.to_string(), shape.to_string()))
+            .copied()
+    }
+
+    /// Records (or replaces) the choice for `shape` on `adapter`.
+    pub fn insert(&mut self, adapter: &str, shape: &str, tuned: Tuned) {
+        let clean = |s: &str| s.replace(['\t', '\n', '\r'], " ");
+        self.entries.insert((clean(adapter), clean(shape)), tuned);
+    }
+
+    /// Entries in all.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the table holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// The activations a timing multiplies: small values of both signs (no overflow in any form),
+/// the same for every form, so that their outputs can be compared ([`group_output`]).
+#[cfg(not(target_family = "wasm"))]
+fn probe_x(rows: usize, cols: usize) -> Vec<f32> {
+    (0..rows * cols)
+        .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.01)
+        .collect()
+}
+
+/// A group's product over `rows` rows, with the step it runs in.
+#[cfg(not(target_family = "wasm"))]
+struct Probe {
+    x: super::Handle,
+    y: super::Handle,
+    step: StepBuffer,
+}
+
+#[cfg(not(target_family = "wasm"))]
+impl Probe {
+    /// `rows` rows, as a part of a long prefill where `long`.
+    fn new(client: &Client, group: &MatrixGroup, rows: usize, long: bool) -> Result<Self> {
+        let rows = rows.max(1);
+        let x = super::upload_f32(client, &probe_x(rows, group.cols()));
+        // Zeros: an `Add` group adds into y (a residual), so its outputs start from the same.
+        let y = super::upload_f32(client, &vec![0.0; (rows * group.outputs()).max(1)]);
+        let ids = vec![0u32; rows];
+        let mut step = Step::chain(&ids, 0, rows, group.outputs())?;
+        if long {
+            step = step.long_prefill();
+        }
+        let step = StepBuffer::new(client, &step);
+        Ok(Self { x, y, step })
+    }
+
+    fn run(&self, client: &Client, group: &MatrixGroup) -> Result<()> {
+        group.run(client, &self.x, &self.y, &self.step)
+    }
+
+    fn read(&self, client: &Client) -> Result<Vec<u8>> {
+        super::read_blocking(client, self.y.clone())
+    }
+}
+
+/// `group`'s outputs over `rows` rows of the probe activations (as a part of a long prefill
+/// where `long`): what a tuning compares each form's against the current form's before it
+/// times it, so that a form a driver miscompiles is never chosen.
+///
+/// # Errors
+/// The kernels' error for a group that cannot run, or a failed read.
+#[cfg(not(target_family = "wasm"))]
+pub fn group_output(
+    client: &Client,
+    group: &MatrixGroup,
+    rows: usize,
+    long: bool,
+) -> Result<Vec<f32>> {
+    let probe = Probe::new(client, group, rows, long)?;
+    probe.run(client, group)?;
+    let bytes = probe.read(client)?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
+/// Whether two forms' outputs agree: every value within `tolerance` of the largest magnitude
+/// in `want` (forms differ in the order their partial sums meet — 1e-3 holds that — and on the
+/// matrix units in operands rounded to f16, 2⁻¹¹ each; a miscompiled form is off by far more).
+pub fn outputs_agree(got: &[f32], want: &[f32], tolerance: f32) -> bool {
+    // The finite values' scale: a −inf (a masked logit) must match, not widen the bound.
+    let scale = want
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0f32, |m, v| m.max(v.abs()))
+        .max(1e-6);
+    got.len() == want.len()
+        && got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| (g - w).abs() <= tolerance * scale || (g.is_infinite() && g == w))
+}
+
+/// Milliseconds one product of `group` over `rows` rows (as a part of a long prefill where
+/// `long`) takes on `client`'s device: the
+/// products enqueued back to back and read once (so that neither a launch's host time nor a
+/// read sits between them, as in a forward), the median of three batches, each batch as many
+/// products as fit `budget_ms` after one timed call (at least 2, at most 40).
+///
+/// # Errors
+/// The kernels' error for a group that cannot run ([`MatrixGroup::run`]), or a failed read.
+#[cfg(not(target_family = "wasm"))]
+pub fn time_group(
+    client: &Client,
+    group: &MatrixGroup,
+    (rows, long): (usize, bool),
+    budget_ms: f64,
+) -> Result<f64> {
+    use std::time::Instant;
+    let probe = Probe::new(client, group, rows, long)?;
+    // The first call compiles the pipelines: not timed.
+    probe.run(client, group)?;
+    probe.read(client)?;
+    let t = Instant::now();
+    probe.run(client, group)?;
+    probe.read(client)?;
+    let one = t.elapsed().as_secs_f64() * 1e3;
+    let calls = ((budget_ms / 3.0 / one.max(1e-3)) as usize).clamp(2, 40);
+    let mut times = Vec::with_capacity(3);
+    for _ in 0..3 {
+        let t = Instant::now();
+        for _ in 0..calls {
+            probe.run(client, group)?;
+        }
+        probe.read(client)?;
+        times.push(t.elapsed().as_secs_f64() * 1e3 / calls as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::TileForm;
+
+    #[test]
+    fn forms_round_trip_through_their_names() {
+        for team in [Team::Quarter, Team::Whole, Team::Lanes] {
+            for fan in [Fan::One, Fan::Four] {
+                for prefill in [None, Some(TileForm::Vectors), Some(TileForm::Units)] {
+                    let form = Form { team, fan, prefill };
+                    assert_eq!(Form::parse(&form.name()).unwrap(), form);
+                }
+            }
+        }
+        for bad in [
+            "",
+            "quarter",
+            "quarter/1",
+            "quarter/2/matvec",
+            "half/1/tiles",
+            "whole//tiles",
+            "whole/1/tensor",
+            "whole/1/tiles/x",
+        ] {
+            assert!(Form::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_table_round_trips_and_names_a_bad_line() {
+        let mut t = Tuning::default();
+        let tuned = Tuned {
+            form: Form {
+                team: Team::Lanes,
+                fan: Fan::Four,
+                prefill: Some(TileForm::Units),
+            },
+            one_row_ms: 0.125,
+            pass_ms: 0.25,
+            prefill_ms: Some(2.5),
+        };
+        let shape = "SwiGlu Q4K:4864+Q4K:4864 x896 in 1";
+        t.insert("NVIDIA H200 (Vulkan)\tdriver", shape, tuned);
+        let back = Tuning::parse(&t.to_text()).unwrap();
+        assert_eq!(back, t);
+        assert_eq!(back.get("NVIDIA H200 (Vulkan) driver", shape), Some(tuned));
+        assert_eq!(back.get("another adapter", shape), None);
+        let err = Tuning::parse("# comment\n\na\tb\tquarter/1/tiles\t0.1\t0.2\n").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("line 3") && text.contains("5 fields"),
+            "{err}"
+        );
+        let err = Tuning::parse("a\tb\tquarter/1/tiles\t0.1\tNaN\t3\n").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("pass") && text.contains("NaN"), "{err}");
+        let err = Tuning::parse("a\tb\teighth/1/tiles\t0.1\t0.2\t3\n").unwrap_err();
+        assert!(err.to_string().contains("eighth"), "{err}");
+        // The head has no prefill: `-`, which round-trips; NaN is no count.
+        let head = Tuning::parse("a\tb\tquarter/4/matvec\t0.1\t0.2\t-\n").unwrap();
+        assert_eq!(head.get("a", "b").unwrap().prefill_ms, None);
+        assert_eq!(Tuning::parse(&head.to_text()).unwrap(), head);
+        assert!(Tuning::parse("a\tb\tquarter/4/matvec\t0.1\t0.2\tNaN\n").is_err());
+    }
+}
+
+#[cfg(test)]
+mod agree {
+    use super::outputs_agree;
+
+    #[test]
+    fn outputs_agree_within_the_order_of_sums_only() {
+        let want = [1.0, -200.0, 3.5, f32::NEG_INFINITY];
+        let agree = |got: &[f32]| outputs_agree(got, &want, 1e-3);
+        assert!(agree(&[1.0001, -200.01, 3.5, f32::NEG_INFINITY]));
+        assert!(!agree(&[1.0, -200.0, 3.9, f32::NEG_INFINITY]));
+        assert!(outputs_agree(
+            &[1.0, -200.0, 3.9, f32::NEG_INFINITY],
+            &want,
+            1e-2
+        ));
+        assert!(!agree(&[1.0, -200.0, 3.5, 0.0]));
+        assert!(!agree(&[1.0, -200.0, f32::NAN, f32::NEG_INFINITY]));
+        assert!(!agree(&[1.0, -200.0, 3.5]));
+    }
+}
