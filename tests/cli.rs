@@ -335,12 +335,22 @@ fn conversations_carry_a_system_message_and_earlier_turns() {
     assert_eq!(flags["tokens"], file_pair["tokens"]);
     let with_history = generate(&["--messages", &history]);
     let without = generate(&["--chat", "--prompt", question]);
-    let answer = with_history["text"].as_str().unwrap();
-    assert!(answer.contains("Lisbon"), "{with_history}");
+    // The earlier turn reaches the model: its answer draws on it (Lisbon, or Portugal, whose
+    // capital it is, or the name Ada), and without it on none of that. Which words a 135M
+    // model picks greedily moves with the CPU's kernel (AVX2 and AVX-512 sum in other orders:
+    // on an AVX-512 machine it answered in broken Portuguese), so any of them counts.
+    let recalls = |text: &str| {
+        let text = text.to_lowercase();
+        ["lisbon", "lisboa", "portug"]
+            .iter()
+            .any(|w| text.contains(w))
+            || text.split(|c: char| !c.is_alphabetic()).any(|w| w == "ada")
+    };
     assert!(
-        !without["text"].as_str().unwrap().contains("Lisbon"),
-        "{without}"
+        recalls(with_history["text"].as_str().unwrap()),
+        "{with_history}"
     );
+    assert!(!recalls(without["text"].as_str().unwrap()), "{without}");
 
     let out = mars(
         &[
