@@ -48,9 +48,22 @@ impl Isa {
         }
     }
 
-    /// The fastest kernel this CPU runs.
+    /// The fastest kernel this CPU runs, or the one the environment's `MARS_CPU_KERNEL` names
+    /// (`scalar`, `avx2`, `avx-vnni`, `avx512`) where this CPU runs it: a reference knob, so that a
+    /// native run can give the bits of the browser's CPU path (simd128 gives the scalar kernel's;
+    /// AVX-512 sums its f32 steps in another order, and a greedy near-tie can go the other way).
+    /// Read once; another value, or a kernel this CPU lacks: the fastest.
     pub fn detect() -> Self {
-        Self::available().into_iter().last().unwrap_or(Self::Scalar)
+        static NAMED: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
+        let available = Self::available();
+        let named = *NAMED.get_or_init(|| {
+            let name = std::env::var("MARS_CPU_KERNEL").ok()?;
+            available.iter().copied().find(|isa| {
+                isa.name()
+                    .eq_ignore_ascii_case(&name.replace("avx512", "avx-512"))
+            })
+        });
+        named.unwrap_or_else(|| available.into_iter().last().unwrap_or(Self::Scalar))
     }
 
     /// Every kernel this CPU runs, the portable one first.
