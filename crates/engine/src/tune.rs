@@ -157,8 +157,9 @@ pub fn at_load(model: Llama, open: &OpenDevice) -> Result<(Llama, Option<String>
 /// `mars tune`). Returns the model and a line for the user where something was timed.
 ///
 /// # Errors
-/// The model's error from timing or applying a form; a table that cannot be read. A table that
-/// cannot be written is only noted (the forms are applied all the same).
+/// The model's error from applying a form; a table that cannot be read. A tuning that fails
+/// leaves the rules' forms, and a table that cannot be written keeps the choices for this run
+/// only: both are said in the returned line.
 pub fn at_load_with(model: Llama, gpu: &GpuCaps, path: &Path) -> Result<(Llama, Option<String>)> {
     if model.group_forms().is_empty() {
         return Ok((model, None));
@@ -166,7 +167,15 @@ pub fn at_load_with(model: Llama, gpu: &GpuCaps, path: &Path) -> Result<(Llama, 
     let mut table = read_table(path)?;
     let mut note = None;
     if !gpu.software {
-        let timed = tune(&model, gpu, (PASS_ROWS, LOAD_BUDGET_MS), &mut table, true)?;
+        // A tuning that fails (a form the driver cannot build) costs the load nothing: the
+        // rules' forms run, and the user is told why.
+        let timed = match tune(&model, gpu, (PASS_ROWS, LOAD_BUDGET_MS), &mut table, true) {
+            Ok(timed) => timed,
+            Err(e) => {
+                let why = format!("tuning the GPU kernels failed ({e}): the rules' forms run");
+                return Ok((model, Some(why)));
+            }
+        };
         if !timed.is_empty() {
             note = Some(match write_table(path, &table) {
                 Ok(()) => format!(
