@@ -99,10 +99,12 @@ stage() {
       # alternating for ROUNDS rounds: the shapes' rules (no tuning table), the table's forms
       # (tuned: the tune stage's, or timed at this first load), lane teams on every group
       # (MARS_GPU_TEAM=lanes), the prefill in the mat-vec form instead of tiles
-      # (MARS_GPU_TILES=off) and its tiles on the matrix units (MARS_GPU_TILES=units)
-      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule tuned lanes no-tiles units; do
+      # (MARS_GPU_TILES=off), its tiles on the matrix units (MARS_GPU_TILES=units) and 8-bit
+      # activations on every group that takes them (MARS_GPU_ACTS=q8)
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule tuned q8 lanes no-tiles units; do
         case $t in
           rule) e=MARS_TUNE=off ;; tuned) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
+          q8) e="MARS_TUNE=off MARS_GPU_ACTS=q8" ;;
           no-tiles) e="MARS_TUNE=off MARS_GPU_TILES=off" ;; units) e="MARS_TUNE=off MARS_GPU_TILES=units" ;;
         esac
         env $e timeout 120 "$MARS_BIN" speed --model "$m" \

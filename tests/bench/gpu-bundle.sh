@@ -39,7 +39,7 @@ need_smol
 need_pair
 target="${CARGO_TARGET_DIR:-target}"
 cargo build --release -q
-tests=$(cargo test --release -q -p mars-kernels --features gpu --test gpu --test gpu_layer \
+tests=$(cargo test --release -q -p mars-kernels --features gpu --test gpu --test gpu_layer --test gpu_q8 \
   --no-run --message-format=json 2>/dev/null | python3 -c "
 import json, sys
 for line in sys.stdin:

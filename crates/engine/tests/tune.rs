@@ -81,6 +81,7 @@ fn a_card_tunes_once_and_later_loads_read_its_choices() {
                 Form {
                     team: Team::Quarter,
                     fan,
+                    acts: form.acts,
                     prefill: form.prefill,
                 },
             )

@@ -14,7 +14,8 @@
 //! With the argument `stream [N]` it measures what the GPU itself sustains on the large models'
 //! shapes instead (Qwen2.5-7B's and -32B's matrices, and a small one for the cost of a launch):
 //! 40 calls enqueued back to back and read once, so neither a launch's host time nor a read
-//! sits between them, for 1, 5 and 16 rows, each team and fan (lane teams for Q4_K): milliseconds a call, the
+//! sits between them, for 1, 5 and 16 rows, each team and fan (lane teams for Q4_K and Q6_K),
+//! each with f32 and 8-bit activations (`Acts`; not in lane teams): milliseconds a call, the
 //! weights' GB/s, and m rows against one; and first, for each matrix, a plain read of its bytes
 //! (`read_through`: coalesced, every word once), the ceiling a kernel reading them reaches on
 //! this device through this runtime.
@@ -24,7 +25,7 @@ use std::time::Instant;
 
 use cubecl::wgpu::WgpuDevice;
 use mars_kernels::gpu::{
-    Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, Team, read_through, time_group,
+    Acts, Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, Team, read_through, time_group,
 };
 use mars_kernels::{QMatrix, WeightType};
 
@@ -168,7 +169,9 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
         }
         client.read_one(y.clone()).unwrap();
     }
-    println!("| matrix | team | fan | rows | ms a call | GB/s of weights | vs 1 row |");
+    println!(
+        "| matrix | team, activations | fan | rows | ms a call | GB/s of weights | vs 1 row |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for (name, ty, out, cols) in shapes.into_iter().take(shapes_run) {
         let w = matrix(ty, out, cols);
@@ -203,9 +206,15 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
         } else {
             &[Team::Quarter, Team::Whole]
         };
-        for &team in teams {
+        // Each team with f32 activations, and with 8-bit ones but in lane teams.
+        let forms = teams.iter().flat_map(|&team| {
+            let q8 = (team != Team::Lanes).then_some((team, Acts::Q8));
+            [Some((team, Acts::F32)), q8].into_iter().flatten()
+        });
+        for (team, acts) in forms {
             for fan in [Fan::One, Fan::Four] {
                 let mut gw = GpuMatrix::upload(client, ty, out, cols, w.blocks(), max).unwrap();
+                gw.set_acts(acts);
                 if lanes >= 2 {
                     gw.set_reduce(Reduce::Subgroup { lanes }).unwrap();
                 }
@@ -223,7 +232,8 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
                         one = ms;
                     }
                     println!(
-                        "| {name} [{out} x {cols}] | {team:?} | {fan:?} | {m} | {ms:.3} | {:.1} | {:.2}x |",
+                        "| {name} [{out} x {cols}] | {team:?}, {} | {fan:?} | {m} | {ms:.3} | {:.1} | {:.2}x |",
+                        acts.name(),
                         bytes / ms / 1e6,
                         ms / one
                     );

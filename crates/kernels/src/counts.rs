@@ -8,6 +8,9 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Kinds of GPU kernel ([`Kind::ALL`]).
+pub const KINDS: usize = 8;
+
 /// The kinds of GPU kernel, as [`GpuCounts`] splits launches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -25,11 +28,13 @@ pub enum Kind {
     Summary = 5,
     /// Tree row moves and cache copies.
     Copy = 6,
+    /// Activations quantized to 8 bits for a matrix product.
+    Quantize = 7,
 }
 
 impl Kind {
     /// Every kind, in [`GpuCounts::by_kind`]'s order.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; KINDS] = [
         Self::Matmul,
         Self::Embed,
         Self::Norm,
@@ -37,6 +42,7 @@ impl Kind {
         Self::Attention,
         Self::Summary,
         Self::Copy,
+        Self::Quantize,
     ];
 
     /// The kind's name.
@@ -49,6 +55,7 @@ impl Kind {
             Self::Attention => "attention",
             Self::Summary => "summary",
             Self::Copy => "copy",
+            Self::Quantize => "quantize",
         }
     }
 }
@@ -61,7 +68,7 @@ pub struct GpuCounts {
     /// Kernel launches (dispatches).
     pub launches: u64,
     /// Launches per [`Kind`], in [`Kind::ALL`]'s order.
-    pub by_kind: [u64; 7],
+    pub by_kind: [u64; KINDS],
     /// Distinct kernels launched: each is compiled into a pipeline once, on first use.
     pub pipelines: u64,
     /// Buffers written from the host (each a queue write).
@@ -77,7 +84,7 @@ pub struct GpuCounts {
 impl GpuCounts {
     /// What happened between `earlier` and `self`.
     pub fn since(&self, earlier: &GpuCounts) -> GpuCounts {
-        let mut by_kind = [0; 7];
+        let mut by_kind = [0; KINDS];
         for (i, k) in by_kind.iter_mut().enumerate() {
             *k = self.by_kind[i].saturating_sub(earlier.by_kind[i]);
         }
@@ -95,7 +102,7 @@ impl GpuCounts {
 
 struct Counters {
     launches: AtomicU64,
-    by_kind: [AtomicU64; 7],
+    by_kind: [AtomicU64; KINDS],
     uploads: AtomicU64,
     upload_bytes: AtomicU64,
     reads: AtomicU64,
@@ -105,7 +112,7 @@ struct Counters {
 
 static COUNTERS: Counters = Counters {
     launches: AtomicU64::new(0),
-    by_kind: [const { AtomicU64::new(0) }; 7],
+    by_kind: [const { AtomicU64::new(0) }; KINDS],
     uploads: AtomicU64::new(0),
     upload_bytes: AtomicU64::new(0),
     reads: AtomicU64::new(0),
@@ -116,7 +123,7 @@ static COUNTERS: Counters = Counters {
 /// The counts so far (see [`GpuCounts`]).
 pub fn gpu_counts() -> GpuCounts {
     let c = &COUNTERS;
-    let mut by_kind = [0; 7];
+    let mut by_kind = [0; KINDS];
     for (i, k) in by_kind.iter_mut().enumerate() {
         *k = c.by_kind[i].load(Ordering::Relaxed);
     }

@@ -16,8 +16,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use mars_kernels::gpu::{
-    Epilogue, Fan, GpuType, Reduce, Shader, Team, TileForm, embed_source, matmul_source, row_bound,
-    tile_source,
+    Acts, Epilogue, Fan, GpuType, Reduce, Shader, Team, TileForm, embed_source, matmul_source,
+    row_bound, tile_source,
 };
 use mars_kernels::{KvType, MAX_ROWS, WeightType};
 use naga::back::{hlsl, msl, spv};
@@ -168,34 +168,61 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
                 let what = format!("matmul {ty:?} x {rows} rows, {epilogue:?}, {team:?}, {fan:?}");
                 check(
                     &what,
-                    &matmul_source(&[ty], rows, Reduce::Workgroup, epilogue, team, fan),
+                    &matmul_source(
+                        &[ty],
+                        rows,
+                        Reduce::Workgroup,
+                        epilogue,
+                        (team, fan, Acts::F32),
+                    ),
                     false,
                 );
                 checked += 1;
                 for lanes in [2, 4, 8, 16] {
                     let reduce = Reduce::Subgroup { lanes };
-                    let source = matmul_source(&[ty], rows, reduce, epilogue, team, fan);
+                    let form = (team, fan, Acts::F32);
+                    let source = matmul_source(&[ty], rows, reduce, epilogue, form);
                     check(&format!("{what}, subgroups of {lanes}"), &source, true);
                     checked += 1;
+                }
+                // 8-bit activations (block types): both reductions.
+                if Acts::q8_for(&[ty]) {
+                    for (reduce, subgroups) in [
+                        (Reduce::Workgroup, false),
+                        (Reduce::Subgroup { lanes: 16 }, true),
+                    ] {
+                        let form = (team, fan, Acts::Q8);
+                        let source = matmul_source(&[ty], rows, reduce, epilogue, form);
+                        check(&format!("{what}, q8, {reduce:?}"), &source, subgroups);
+                        checked += 1;
+                    }
                 }
             }
         }
         // Groups: gate | up of this type beside a Q6_K up; q | k | v of three types.
         for fan in FANS {
-            let source = matmul_source(
-                &[ty, WeightType::Q6K.into()],
-                4,
-                Reduce::Workgroup,
-                Epilogue::SwiGlu,
-                Team::Quarter,
-                fan,
-            );
+            let form = (Team::Quarter, fan, Acts::F32);
+            let gate_up = [ty, WeightType::Q6K.into()];
+            let source = matmul_source(&gate_up, 4, Reduce::Workgroup, Epilogue::SwiGlu, form);
             check(&format!("SwiGLU {ty:?} | Q6_K, {fan:?}"), &source, false);
             let types = [ty, WeightType::Q4K.into(), GpuType::F32];
             let reduce = Reduce::Subgroup { lanes: 8 };
-            let source = matmul_source(&types, 16, reduce, Epilogue::Store, Team::Quarter, fan);
+            let source = matmul_source(&types, 16, reduce, Epilogue::Store, form);
             check(&format!("q | k | v {types:?}, {fan:?}"), &source, true);
             checked += 2;
+            if Acts::q8_for(&[ty]) {
+                let form = (Team::Quarter, fan, Acts::Q8);
+                let source = matmul_source(&gate_up, 4, Reduce::Workgroup, Epilogue::SwiGlu, form);
+                check(
+                    &format!("SwiGLU {ty:?} | Q6_K, {fan:?}, q8"),
+                    &source,
+                    false,
+                );
+                let types = [ty, WeightType::Q4K.into(), WeightType::Q8_0.into()];
+                let source = matmul_source(&types, 16, reduce, Epilogue::Store, form);
+                check(&format!("q | k | v {types:?}, {fan:?}, q8"), &source, true);
+                checked += 2;
+            }
         }
         // Tiles (a long prefill's form): alone stored or added, beside a Q6_K up, and first of
         // a q | k | v.
@@ -233,7 +260,8 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
                 (Reduce::Workgroup, false),
                 (Reduce::Subgroup { lanes: 16 }, true),
             ] {
-                let source = matmul_source(types, rows, reduce, epilogue, Team::Lanes, fan);
+                let form = (Team::Lanes, fan, Acts::F32);
+                let source = matmul_source(types, rows, reduce, epilogue, form);
                 let what =
                     format!("lanes {types:?}, {rows} rows, {epilogue:?}, {fan:?}, {reduce:?}");
                 check(&what, &source, subgroups);
@@ -242,7 +270,8 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         }
     }
     for shader in [
-        Shader::Norm,
+        Shader::Norm { q8: false },
+        Shader::Norm { q8: true },
         Shader::Rope {
             head_norm: false,
             kv: KvType::F16,
@@ -268,13 +297,18 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         Shader::Clone,
         Shader::Link,
         Shader::Read,
+        Shader::Quant,
     ] {
         check(&format!("{shader:?}"), &shader.source(), false);
         checked += 1;
     }
+    let blocks = GpuType::all().filter(|&ty| Acts::q8_for(&[ty])).count();
     assert_eq!(
         checked,
-        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2) + 2 * 4) + 5 * 2 * 5 * 2 + 17
+        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2) + 2 * 4)
+            + blocks * 2 * (5 * 3 * 2 + 2)
+            + 5 * 2 * 5 * 2
+            + 19
     );
 }
 
@@ -285,8 +319,7 @@ fn a_broken_kernel_is_refused() {
         8,
         Reduce::Workgroup,
         Epilogue::Store,
-        Team::Quarter,
-        Fan::One,
+        (Team::Quarter, Fan::One, Acts::F32),
     );
     assert!(validate("good", &good, BASELINE).is_ok());
     // An identifier the kernel never declares.
@@ -301,8 +334,7 @@ fn a_broken_kernel_is_refused() {
         8,
         Reduce::Subgroup { lanes: 8 },
         Epilogue::Store,
-        Team::Quarter,
-        Fan::Four,
+        (Team::Quarter, Fan::Four, Acts::F32),
     );
     let err = validate("shuffles", &shuffles, BASELINE).unwrap_err();
     assert!(err.to_lowercase().contains("subgroup"), "{err}");

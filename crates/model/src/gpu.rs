@@ -463,7 +463,9 @@ impl GpuModel {
         budget_ms: f64,
         units: bool,
     ) -> Result<Vec<GroupTiming>> {
-        use mars_kernels::gpu::{PREFILL_ROWS_TIMED, group_output, outputs_agree, time_group};
+        use mars_kernels::gpu::{
+            Acts, PREFILL_ROWS_TIMED, group_output, outputs_agree, time_group,
+        };
         let client = &self.client;
         let mut timings = Vec::new();
         for shape in self.group_forms() {
@@ -474,9 +476,10 @@ impl GpuModel {
             else {
                 continue;
             };
-            // Operands rounded to f16 on the matrix units: 2⁻¹¹ each, with room for the sums.
+            // Operands rounded to f16 on the matrix units (2⁻¹¹ each) or activations to 8 bits
+            // (half a step of max|x| / 127 each), with room for the sums.
             let tolerance = |form: Form| {
-                if form.prefill == Some(TileForm::Units) {
+                if form.prefill == Some(TileForm::Units) || form.acts == Acts::Q8 {
                     1e-2
                 } else {
                     1e-3
@@ -646,20 +649,28 @@ impl GpuModel {
         let att = f32s(t * q); // [t, n_heads · head_dim]
         let ff = f32s(t * c.d_ff); // [t, d_ff]: SiLU(gate)·up
         self.embedding.embed(client, &step, &x)?;
+        // A norm and the product after it: where the product multiplies 8-bit activations
+        // the norm writes them too, sparing the product its own quantizing launch.
+        let normed = |norm: &Norm, group: &MatrixGroup, (x, h, y): (&Handle, &Handle, &Handle)| {
+            let tail = group.rows() == Rows::Tail;
+            let hq = group.quantized_room(client, &step);
+            match &hq {
+                Some(hq) => norm.run_q8(client, (x, h, hq), &step, tail)?,
+                None => norm.run(client, x, h, &step, tail)?,
+            }
+            group.run_from(client, (h, hq.as_ref()), y, &step)
+        };
         for (layer, kv) in self.layers.iter().zip(kv.iter()) {
-            layer.attn_norm.run(client, &x, &h, &step, false)?;
-            layer.qkv.run(client, &h, &qkv, &step)?;
+            normed(&layer.attn_norm, &layer.qkv, (&x, &h, &qkv))?;
             layer.rope.run(client, &qkv, &qo, kv, &step)?;
             layer.attention.run(client, &qo, kv, &att, &step)?;
             layer.o.run(client, &att, &x, &step)?;
-            layer.ffn_norm.run(client, &x, &h, &step, false)?;
-            layer.gate_up.run(client, &h, &ff, &step)?;
+            normed(&layer.ffn_norm, &layer.gate_up, (&x, &h, &ff))?;
             layer.down.run(client, &ff, &x, &step)?;
         }
         let last = f32s(tail * d); // [tail, d_model]
-        self.out_norm.run(client, &x, &last, &step, true)?;
         let logits = f32s(tail * c.vocab_size); // [tail, vocab]
-        self.lm_head.run(client, &last, &logits, &step)?;
+        normed(&self.out_norm, &self.lm_head, (&x, &last, &logits))?;
         Ok(GpuLogits {
             client: client.clone(),
             handle: logits,

@@ -1,10 +1,14 @@
 // Shared by the GPU kernels that decode weights: one 32-value group of a weight row decoded into
-// `q` (its integer values as f32, in order) with the scales that apply: value l = s0 · q[l] + mn
-// for l < 16, s1 · q[l] + mn for l ≥ 16 (only Q6_K has s0 ≠ s1). Block scales are f16 decoded
-// with `unpack2x16float`, core WGSL: no `shader-f16` needed. The byte reads are in reader.wgsl,
-// one copy per weight binding; the decoders of each type in decode/.
+// `q` (its values as f32, in order: integers for the block types) with the scales that apply:
+// value l = s0 · q[l] + mn for l < 16, s1 · q[l] + mn for l ≥ 16 (only Q6_K has s0 ≠ s1). Block
+// scales are f16 decoded with `unpack2x16float`, core WGSL: no `shader-f16` needed. The byte
+// reads are in reader.wgsl, one copy per weight binding; the decoders of each type in decode/.
 
 var<private> q: array<vec4<f32>, 8>;
+// The same group as 8-bit integers, four to a word (value l in byte l % 4 of qi[l / 4]), for
+// matmul.wgsl's 8-bit form: `load_i8`, where a decoder has one (in decode/, or mod.rs's
+// generic one over `load_group`).
+var<private> qi: array<u32, 8>;
 var<private> s0: f32;
 var<private> s1: f32;
 var<private> mn: f32;

@@ -7,7 +7,8 @@
 @group(0) @binding(0) var<storage, read_write> w0: array<u32>;      // blocks, [rows_0, rb_0] + pad
 @group(0) @binding(1) var<storage, read_write> w1: array<u32>;      // blocks, [rows_1, rb_1] + pad
 @group(0) @binding(2) var<storage, read_write> w2: array<u32>;      // blocks, [rows_2, rb_2] + pad
-@group(0) @binding(3) var<storage, read_write> x: array<vec4<f32>>; // [rows, n_in / 4]
+// [rows, n_in / 4] as vec4<f32>; in matmul.wgsl's 8-bit form quant.wgsl's blocks, as vec4<u32>
+@group(0) @binding(3) var<storage, read_write> x: array<{{x}}>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;       // [rows, y_stride]
 @group(0) @binding(5) var<storage, read_write> bias: array<f32>;    // [group outputs] where has_bias
 // Fixed at upload: [n_in, y_stride, y_offset, outputs, groups_x, rows_at, has_bias, first_1,

@@ -6,7 +6,9 @@ use cubecl::client::Client;
 use cubecl::prelude::CubeCount;
 use cubecl::server::{Handle, KernelArguments};
 
-use super::{NEG_INF_BITS, Shader, StepBuffer, check_size, launch, upload_f32, upload_words};
+use super::{
+    NEG_INF_BITS, Shader, StepBuffer, check_size, launch, quant_bytes, upload_f32, upload_words,
+};
 use crate::error::{KernelError, Result};
 
 fn word(what: &'static str, v: usize) -> Result<u32> {
@@ -62,6 +64,34 @@ impl Norm {
         step: &StepBuffer,
         tail: bool,
     ) -> Result<()> {
+        self.launch(client, (x, y, None), step, tail)
+    }
+
+    /// [`Norm::run`] that also writes the normed rows quantized to 8 bits into `xq` (room from
+    /// [`MatrixGroup::quantized_room`] of the product after the norm, which then takes them:
+    /// [`MatrixGroup::run_from`]), the bits a separate quantization of `y` writes, without its
+    /// launch.
+    ///
+    /// # Errors
+    /// As [`Norm::run`]; [`KernelError::Shape`] for a width that is not whole 32-value blocks
+    /// or an `xq` too small.
+    pub fn run_q8(
+        &self,
+        client: &Client,
+        (x, y, xq): (&Handle, &Handle, &Handle),
+        step: &StepBuffer,
+        tail: bool,
+    ) -> Result<()> {
+        self.launch(client, (x, y, Some(xq)), step, tail)
+    }
+
+    fn launch(
+        &self,
+        client: &Client,
+        (x, y, xq): (&Handle, &Handle, Option<&Handle>),
+        step: &StepBuffer,
+        tail: bool,
+    ) -> Result<()> {
         let out_rows = if tail { step.tail() } else { step.rows() };
         check_size("norm input", x, step.rows() * self.d * 4)?;
         check_size("norm output", y, out_rows * self.d * 4)?;
@@ -70,16 +100,28 @@ impl Norm {
         } else {
             &self.every_row
         };
+        let mut args = KernelArguments::new()
+            .with_buffer(x.clone().binding())
+            .with_buffer(self.weight.clone().binding())
+            .with_buffer(y.clone().binding())
+            .with_buffer(params.clone().binding())
+            .with_buffer(step.handle().clone().binding());
+        if let Some(xq) = xq {
+            if !self.d.is_multiple_of(32) {
+                return Err(KernelError::Shape {
+                    what: "norm width quantized to 8 bits (whole 32-value blocks)",
+                    expected: self.d.next_multiple_of(32),
+                    found: self.d,
+                });
+            }
+            check_size("norm's 8-bit output", xq, quant_bytes(out_rows, self.d))?;
+            args = args.with_buffer(xq.clone().binding());
+        }
         launch(
             client,
-            Shader::Norm,
+            Shader::Norm { q8: xq.is_some() },
             CubeCount::Static(word("rows", out_rows)?, 1, 1),
-            KernelArguments::new()
-                .with_buffer(x.clone().binding())
-                .with_buffer(self.weight.clone().binding())
-                .with_buffer(y.clone().binding())
-                .with_buffer(params.clone().binding())
-                .with_buffer(step.handle().clone().binding()),
+            args,
         );
         Ok(())
     }

@@ -43,6 +43,12 @@
 // on its own with y_offset its first output in the group (for a SwiGLU, a range of rows inside
 // one part of gate and one of up, each from its base byte):
 // the team, fan and tree are the group's, so every output has the bits of an unsplit launch.
+//
+// The products (matvec_*.wgsl, `Acts` in mod.rs): f32 activations met by weights decoded to f32
+// (matvec_f32.wgsl: every adapter, every type), or activations quantized to 8 bits per 32 values
+// (quant.wgsl) met by weights decoded to 8-bit integers in integer dot products of four
+// (matvec_q8.wgsl: block types only; `x` is then the quantized blocks, `vec4<u32>`). A row's
+// quantization depends on that row alone, so rows stay independent in both.
 
 const ROWS: u32 = {{rows}}u;
 const LANES: u32 = {{lanes}}u;
@@ -64,6 +70,12 @@ var<workgroup> partial: array<f32, 64u * ACC>;
 // empty in the other form, where it is never called).
 fn lane(sub: u32, rb: u32, b: u32, i: u32) {
 {{lane_dispatch}}
+}
+
+// Group `g` of the row at byte `rb` of matrix `sub` as 8-bit integers (`qi`, s0, s1, mn: the
+// 8-bit form; empty in the f32 form, where it is never called).
+fn load_q8(sub: u32, rb: u32, g: u32) {
+{{q8_dispatch}}
 }
 
 @compute @workgroup_size(64)
@@ -96,9 +108,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         o0 = (wgi * TEAMS + team) * OUTS;
     }
     var acc: array<f32, ACC>;
-    var qs: array<vec4<f32>, 8u * OUTS>;
     let n_groups = n_in / 32u;
-    let x_row = n_in / 4u;
     // Outputs are live in a prefix of the team's (past the matrix, the logit limit or a
     // SwiGLU's half, so are the ones after): a team with none skips the rows. The loop runs
     // over 32-value groups, or in lane teams over 256-value super-blocks.
@@ -109,74 +119,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if !live(o0, j0, outputs, y_offset, limit, first_1) {
         end = 0u;
     }
-    // The lane's first vec4 in a super-block's 64: values 32·2c + 8·(t % 4) (lane teams).
-    let xl = 16u * (t / 4u) + 2u * (t % 4u);
-    for (var b = 0u; b < end && LANE_TEAMS; b++) {
-        for (var u = 0u; u < OUTS; u++) { // unroll
-            let o = o0 + u;
-            if live(o, j0 + u, outputs, y_offset, limit, first_1) {
-                let at = row_at(o, first_1, first_2);
-                lane(at.x, at.y, b, t);
-                for (var k = 0u; k < 4u; k++) { // unroll
-                    qs[u * 8u + k] = q[k];
-                }
-            } else {
-                for (var k = 0u; k < 4u; k++) { // unroll
-                    qs[u * 8u + k] = vec4<f32>(0.0);
-                }
-            }
-        }
-        for (var r = 0u; r < ROWS; r++) { // unroll
-            if r < m {
-                // Sub-block 2c's 8 values, then 2c + 1's (32 values, 8 vec4s, on).
-                let xb = (row0 + r) * x_row + b * 64u + xl;
-                let x0 = x[xb];
-                let x1 = x[xb + 1u];
-                let x2 = x[xb + 8u];
-                let x3 = x[xb + 9u];
-                for (var u = 0u; u < OUTS; u++) { // unroll
-                    let v = 8u * u;
-                    acc[u * ROWS + r] += dot(x0, qs[v]) + dot(x1, qs[v + 1u])
-                        + dot(x2, qs[v + 2u]) + dot(x3, qs[v + 3u]);
-                }
-            }
-        }
-    }
-    for (var g = t; g < end && !LANE_TEAMS; g += TEAM) {
-        for (var u = 0u; u < OUTS; u++) { // unroll
-            let o = o0 + u;
-            if live(o, j0 + u, outputs, y_offset, limit, first_1) {
-                let at = row_at(o, first_1, first_2);
-                load(at.x, at.y, g);
-                // The group's 32 weights as f32, once for all rows.
-                for (var k = 0u; k < 4u; k++) { // unroll
-                    qs[u * 8u + k] = q[k] * s0 + vec4<f32>(mn);
-                    qs[u * 8u + k + 4u] = q[k + 4u] * s1 + vec4<f32>(mn);
-                }
-            } else {
-                for (var k = 0u; k < 8u; k++) { // unroll
-                    qs[u * 8u + k] = vec4<f32>(0.0);
-                }
-            }
-        }
-        // Each row is then 8 dot products an output, each activation loaded once for the
-        // team's OUTS outputs, with nothing per row that a single row would not also do.
-        for (var r = 0u; r < ROWS; r++) { // unroll
-            if r < m {
-                let xb = (row0 + r) * x_row + g * 8u;
-                var sums: array<f32, OUTS>;
-                for (var k = 0u; k < 8u; k++) { // unroll
-                    let xk = x[xb + k];
-                    for (var u = 0u; u < OUTS; u++) { // unroll
-                        sums[u] += dot(xk, qs[u * 8u + k]);
-                    }
-                }
-                for (var u = 0u; u < OUTS; u++) { // unroll
-                    acc[u * ROWS + r] += sums[u];
-                }
-            }
-        }
-    }
+{{products}}
     if LANES < TEAM {
         for (var a = 0u; a < ACC; a++) { // unroll
             partial[a * 64u + lid] = acc[a];

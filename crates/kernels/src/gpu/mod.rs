@@ -74,6 +74,11 @@ use crate::quantize::MAX_ROWS;
 const COMMON: &str = include_str!("common.wgsl");
 const READER: &str = include_str!("reader.wgsl");
 const MATMUL: &str = include_str!("matmul.wgsl");
+const MATVEC_F32: &str = include_str!("matvec_f32.wgsl");
+const MATVEC_Q8: &str = include_str!("matvec_q8.wgsl");
+const QUANT: &str = include_str!("quant.wgsl");
+const Q8: &str = include_str!("q8.wgsl");
+const NORM_Q8: &str = include_str!("norm_q8.wgsl");
 const TILE: &str = include_str!("tile.wgsl");
 const GROUP: &str = include_str!("group.wgsl");
 const EMBED: &str = include_str!("embed.wgsl");
@@ -157,7 +162,7 @@ fn load_group(ty: GpuType) -> &'static str {
 }
 
 /// The functions reader.wgsl and a decoder define, each renamed per weight binding.
-const READER_FNS: [&str; 7] = [
+const READER_FNS: [&str; 8] = [
     "aligned_at",
     "block_at",
     "byte_at",
@@ -165,7 +170,24 @@ const READER_FNS: [&str; 7] = [
     "k_scales",
     "load_group",
     "load_lane",
+    "load_i8",
 ];
+
+/// A block type's `load_i8` (common.wgsl's `qi`) for a decoder without its own: its f32
+/// integers packed (Q5_0, Q5_1, Q5_K; their fifth bits are spread over the block). Only in an
+/// 8-bit kernel, since `pack4xI8` needs WGSL's `packed_4x8_integer_dot_product`.
+fn generic_i8() -> String {
+    format!(
+        "
+fn load_i8(rb: u32, g: u32) {{
+    load_group(rb, g);
+    for (var k = 0u; k < 8u; k++) {{ {MARK}
+        qi[k] = pack4xI8(vec4<i32>(q[k]));
+    }}
+}}",
+        MARK = unroll::MARKER,
+    )
+}
 
 /// reader.wgsl's `block_at` for a type whose blocks are 4k + 2 bytes (Q4_0, Q5_0, Q8_0: a block
 /// starts 0 or 2 bytes into a word), empty for the others: the block's k + 1 words from its first
@@ -197,9 +219,16 @@ fn block_at(ty: GpuType) -> String {
 
 /// The byte reads and the decoder of `ty` for weight binding `b`: the binding is `w{b}` and
 /// every function gets the suffix `_{b}`, so a kernel can read matrices of different types
-/// from different bindings (WGSL has no pointer to a storage buffer as an argument).
-fn reader(ty: GpuType, b: usize) -> String {
-    let mut text = format!("{READER}\n{}", load_group(ty))
+/// from different bindings (WGSL has no pointer to a storage buffer as an argument). With `q8`
+/// (an 8-bit kernel) every decoder has a `load_i8`.
+fn reader(ty: GpuType, b: usize, q8: bool) -> String {
+    let decoder = load_group(ty);
+    let extra = if q8 && !decoder.contains("fn load_i8(") {
+        generic_i8()
+    } else {
+        String::new()
+    };
+    let mut text = format!("{READER}\n{decoder}{extra}")
         .replace("{{block_at}}", &block_at(ty))
         .replace("w[", &format!("w{b}["));
     for f in READER_FNS {
@@ -208,12 +237,13 @@ fn reader(ty: GpuType, b: usize) -> String {
     text
 }
 
-/// common.wgsl with one reader per weight binding, binding b reading `types[b]`.
-fn common(types: &[GpuType]) -> String {
+/// common.wgsl with one reader per weight binding, binding b reading `types[b]` (each with a
+/// `load_i8` where `q8`).
+fn common(types: &[GpuType], q8: bool) -> String {
     let readers: Vec<String> = types
         .iter()
         .enumerate()
-        .map(|(b, &ty)| reader(ty, b))
+        .map(|(b, &ty)| reader(ty, b, q8))
         .collect();
     COMMON.replace("{{readers}}", &readers.join("\n"))
 }
@@ -417,6 +447,60 @@ impl Fan {
     }
 }
 
+/// The activations a matmul multiplies (matmul.wgsl's products).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Acts {
+    /// f32, met by weights decoded to f32: every adapter and type, and what a row's result is
+    /// tested against (within f32 rounding of an exact product).
+    F32,
+    /// Quantized to 8 bits per 32 values by a launch before the product (quant.wgsl), met by
+    /// weights decoded to 8-bit integers in integer dot products of four (WGSL's
+    /// `dot4I8Packed`: the GPU's own instruction where Vulkan has `shaderIntegerDotProduct`,
+    /// else a few integer operations), as llama.cpp's Vulkan mat-vec and mars's CPU kernels
+    /// multiply: a quarter of the activation bytes a row and no float conversion of the
+    /// weights. Each activation moves by at most half its block's step (max|x| / 254), which
+    /// [`Acts::Q8`]'s tests bound. Block types only ([`Acts::q8_for`]), not in lane teams. No
+    /// rule chooses it; a tuning table does where it measured fastest ([`Tuning`]), or
+    /// `MARS_GPU_ACTS=q8` ([`Acts::forced`]).
+    Q8,
+}
+
+impl Acts {
+    /// Whether matrices of `types` can multiply 8-bit activations: every one a block type of
+    /// integer values (16- and 32-bit float weights are no integers).
+    pub fn q8_for(types: &[GpuType]) -> bool {
+        types.iter().all(|ty| match ty {
+            GpuType::Blocks(t) => !matches!(t, WeightType::F16 | WeightType::BF16),
+            GpuType::F32 => false,
+        })
+    }
+
+    /// The activations the environment's `MARS_GPU_ACTS` (`f32` or `q8`) forces on every group
+    /// that can take them: a measurement knob, as [`Team::forced`] is. Read once; unset or
+    /// another value: none.
+    pub fn forced() -> Option<Self> {
+        static FORCED: std::sync::OnceLock<Option<Acts>> = std::sync::OnceLock::new();
+        *FORCED.get_or_init(|| match std::env::var("MARS_GPU_ACTS").as_deref() {
+            Ok("f32") => Some(Self::F32),
+            Ok("q8") => Some(Self::Q8),
+            _ => None,
+        })
+    }
+
+    /// `f32` or `q8`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::Q8 => "q8",
+        }
+    }
+}
+
+/// Bytes of quant.wgsl's blocks for `rows` rows of `cols` values: 160 for each 128 values.
+fn quant_bytes(rows: usize, cols: usize) -> usize {
+    (rows * cols).div_ceil(128) * 160
+}
+
 /// The bound a matmul pipeline is compiled for: the power of two at or above `rows` (at most
 /// [`MAX_ROWS`]), so one pipeline serves every call of up to that many rows.
 pub fn row_bound(rows: usize) -> usize {
@@ -440,14 +524,14 @@ fn dispatch(types: &[GpuType], call: &str, args: &str) -> String {
 
 /// The WGSL of a matmul over matrices of `types` (one to three, binding 0, 1, 2), compiled for
 /// up to `rows` rows a workgroup, with `reduce`, `epilogue`, `team` (a SwiGLU takes a
-/// 16-thread team: [`Team::Quarter`], or [`Team::Lanes`] where the types have lanes) and `fan`.
+/// 16-thread team: [`Team::Quarter`], or [`Team::Lanes`] where the types have lanes), `fan`
+/// and `acts` (8-bit activations: block types only, not in lane teams).
 pub fn matmul_source(
     types: &[GpuType],
     rows: usize,
     reduce: Reduce,
     epilogue: Epilogue,
-    team: Team,
-    fan: Fan,
+    (team, fan, acts): (Team, Fan, Acts),
 ) -> String {
     let lanes = reduce.lanes();
     let shuffles = if lanes > 1 {
@@ -465,11 +549,20 @@ pub fn matmul_source(
     } else {
         String::new()
     };
+    let q8 = acts == Acts::Q8;
+    let (x, products, q8_dispatch) = if q8 {
+        ("vec4<u32>", MATVEC_Q8, dispatch(types, "load_i8", "rb, g"))
+    } else {
+        ("vec4<f32>", MATVEC_F32, String::new())
+    };
     let text = MATMUL
+        .replace("{{products}}", products)
         .replace("{{group}}", GROUP)
-        .replace("{{common}}", &common(types))
+        .replace("{{x}}", x)
+        .replace("{{common}}", &common(types, q8))
         .replace("{{dispatch}}", &dispatch(types, "load_group", "rb, g"))
         .replace("{{lane_dispatch}}", &lane_dispatch)
+        .replace("{{q8_dispatch}}", &q8_dispatch)
         .replace("{{lane_teams}}", &lane_teams.to_string())
         .replace("{{rows}}", &rows.to_string())
         .replace("{{lanes}}", &lanes.to_string())
@@ -583,12 +676,13 @@ pub fn tile_source(types: &[GpuType], epilogue: Epilogue, form: TileForm) -> Str
     let [enables, shared, blocks, multiply, gather] = tile_parts(form);
     let text = TILE
         .replace("{{group}}", GROUP)
+        .replace("{{x}}", "vec4<f32>")
         .replace("{{enables}}", enables)
         .replace("{{shared}}", shared)
         .replace("{{blocks}}", blocks)
         .replace("{{multiply}}", multiply)
         .replace("{{gather}}", gather)
-        .replace("{{common}}", &common(types))
+        .replace("{{common}}", &common(types, false))
         .replace("{{dispatch}}", &dispatch(types, "load_group", "rb, g"))
         .replace("{{epilogue}}", &epilogue.code().to_string());
     unroll::unroll(&text)
@@ -655,7 +749,7 @@ const TILE_OUTPUTS: usize = 64;
 pub fn embed_source(ty: GpuType) -> String {
     unroll::unroll(
         &EMBED
-            .replace("{{common}}", &common(&[ty]))
+            .replace("{{common}}", &common(&[ty], false))
             .replace("{{ids_at}}", &IDS.to_string()),
     )
 }
@@ -696,7 +790,11 @@ pub enum Shader {
         team: Team,
         /// Outputs a team.
         fan: Fan,
+        /// The activations it multiplies.
+        acts: Acts,
     },
+    /// Rows of activations quantized to 8 bits for [`Acts::Q8`] (quant.wgsl).
+    Quant,
     /// A long prefill's product over matrices of these types (tile.wgsl).
     Tile {
         /// Each matrix's type, binding 0 first.
@@ -708,8 +806,11 @@ pub enum Shader {
     },
     /// The embedding lookup.
     Embed(GpuType),
-    /// RMSNorm of rows.
-    Norm,
+    /// RMSNorm of rows, and with `q8` the normed rows quantized for the product after it.
+    Norm {
+        /// Whether it writes 8-bit activations too ([`Norm::run_q8`]).
+        q8: bool,
+    },
     /// RoPE and the cache write, with Qwen3's per-head norm or without.
     Rope {
         /// Whether the heads are RMS-normalised first.
@@ -755,14 +856,23 @@ impl Shader {
                 epilogue,
                 team,
                 fan,
-            } => matmul_source(types, *rows, *reduce, *epilogue, *team, *fan),
+                acts,
+            } => matmul_source(types, *rows, *reduce, *epilogue, (*team, *fan, *acts)),
+            Self::Quant => QUANT.replace("{{q8}}", &Q8.replace("{{q8_binding}}", "1")),
             Self::Tile {
                 types,
                 epilogue,
                 form,
             } => tile_source(types, *epilogue, *form),
             Self::Embed(ty) => embed_source(*ty),
-            Self::Norm => NORM.to_string(),
+            Self::Norm { q8 } => {
+                let (decl, rows) = if *q8 {
+                    (Q8.replace("{{q8_binding}}", "5"), NORM_Q8)
+                } else {
+                    (String::new(), "")
+                };
+                NORM.replace("{{q8}}", &decl).replace("{{q8_rows}}", rows)
+            }
             Self::Rope { head_norm, kv } => ROPE
                 .replace("{{head_norm}}", &head_norm.to_string())
                 .replace("{{kv}}", kv_store(*kv)),
@@ -799,8 +909,9 @@ impl Shader {
     pub fn kind(&self) -> Kind {
         match self {
             Self::Matmul { .. } | Self::Tile { .. } => Kind::Matmul,
+            Self::Quant => Kind::Quantize,
             Self::Embed(_) => Kind::Embed,
-            Self::Norm => Kind::Norm,
+            Self::Norm { .. } => Kind::Norm,
             Self::Rope { .. } => Kind::Rope,
             Self::Attention { .. } => Kind::Attention,
             Self::Summary | Self::Top { .. } => Kind::Summary,
@@ -818,14 +929,16 @@ impl Shader {
                 epilogue,
                 team,
                 fan,
+                acts,
             } => {
                 let mut k = 0u64;
                 for &ty in types {
                     k = k * 16 + 1 + u64::from(type_code(ty));
                 }
-                // the fan in bit 13, rows ≤ 16 in bits 8..13, the team in bit 7, lanes ≤ 16 in
-                // bits 2..7.
-                (k << 16)
+                // 8-bit activations in bit 16, lane teams in bit 14, the fan in bit 13, rows
+                // ≤ 16 in bits 8..13, a whole team in bit 7, lanes ≤ 16 in bits 2..7.
+                (k << 17)
+                    | (u64::from(*acts == Acts::Q8) << 16)
                     | (u64::from(*fan == Fan::Four) << 13)
                     | ((*rows as u64) << 8)
                     | (u64::from(*team == Team::Whole) << 7)
@@ -838,12 +951,12 @@ impl Shader {
                 epilogue,
                 form,
             } => {
-                // Bit 15 apart from every matmul key (whose bits stop at 14).
+                // Bit 15 apart from every matmul key (bit 15 is never set in one).
                 let mut k = 0u64;
                 for &ty in types {
                     k = k * 16 + 1 + u64::from(type_code(ty));
                 }
-                (k << 16)
+                (k << 17)
                     | (1 << 15)
                     | (u64::from(*form == TileForm::Units) << 2)
                     | u64::from(epilogue.code())
@@ -853,7 +966,8 @@ impl Shader {
                 u64::from(*head_norm) | (u64::from(*kv == KvType::F32) << 1)
             }
             Self::Attention { kv } => u64::from(*kv == KvType::F32),
-            Self::Norm | Self::Summary | Self::Copy => 0,
+            Self::Norm { q8 } => u64::from(*q8),
+            Self::Summary | Self::Copy | Self::Quant => 0,
             Self::Top { c } => 3 + *c as u64,
             Self::Clone => 1,
             Self::Link => 2,
@@ -1144,6 +1258,7 @@ struct MatmulLaunch {
     rows: Rows,
     team: Team,
     fan: Fan,
+    acts: Acts,
     /// How it multiplies a long prefill: in tiles of this form, or (`None`) as any other step.
     prefill: Option<TileForm>,
     /// Stand-ins for the bindings this launch does not use (weights 1 and 2, the bias): each
@@ -1222,14 +1337,16 @@ impl MatmulParams {
 }
 
 impl MatmulLaunch {
-    /// Enqueues the product of the step's rows of `x` into `y` (and `bias`, or a stand-in).
+    /// Enqueues the product of the step's rows of `x` into `y` (and `bias`, or a stand-in):
+    /// `x` is f32 rows (`.0`), or the same rows quantized (`.1`, for [`Acts::Q8`] outside a
+    /// long prefill's tiles: [`MatrixGroup::run`] made them).
     #[allow(clippy::too_many_arguments)] // one launch's bindings
     fn run(
         &self,
         client: &Client,
         reduce: Reduce,
         epilogue: Epilogue,
-        x: &Handle,
+        x: (&Handle, Option<&Handle>),
         y: &Handle,
         bias: Option<&Handle>,
         step: &StepBuffer,
@@ -1240,8 +1357,8 @@ impl MatmulLaunch {
             self.weights.get(b).unwrap_or(spare).clone().binding()
         };
         let tiles = self.prefill.filter(|_| step.is_long_prefill());
-        let (shader, params, groups, per_z) = match (&self.tiled, tiles) {
-            (Some((params, groups)), Some(form)) => (
+        let (shader, params, groups, per_z, x) = match (&self.tiled, tiles, x) {
+            (Some((params, groups)), Some(form), (x, _)) => (
                 Shader::Tile {
                     types: self.types.clone(),
                     epilogue,
@@ -1250,20 +1367,29 @@ impl MatmulLaunch {
                 params,
                 *groups,
                 TILE_ROWS,
+                x,
             ),
-            _ => (
-                Shader::Matmul {
-                    types: self.types.clone(),
-                    rows: row_bound(rows),
-                    reduce,
-                    epilogue,
-                    team: self.team,
-                    fan: self.fan,
-                },
-                &self.params,
-                self.groups,
-                MAX_ROWS,
-            ),
+            (_, _, (x, quantized)) => {
+                let (acts, x) = match (self.acts, quantized) {
+                    (Acts::Q8, Some(q)) => (Acts::Q8, q),
+                    _ => (Acts::F32, x),
+                };
+                (
+                    Shader::Matmul {
+                        types: self.types.clone(),
+                        rows: row_bound(rows),
+                        reduce,
+                        epilogue,
+                        team: self.team,
+                        fan: self.fan,
+                        acts,
+                    },
+                    &self.params,
+                    self.groups,
+                    MAX_ROWS,
+                    x,
+                )
+            }
         };
         let (gx, gy) = grid(groups);
         launch(
@@ -1295,6 +1421,8 @@ pub struct GpuMatrix {
     /// A team forced on the groups this matrix leads (benchmarks compare them); else the
     /// group's shape chooses ([`Team::for_group`]).
     team: Option<Team>,
+    /// Activations set on the groups this matrix leads; else f32 ([`Acts::forced`] aside).
+    acts: Option<Acts>,
     /// How the groups it leads multiply a long prefill: [`tiles_for`] at upload.
     prefill: Option<TileForm>,
 }
@@ -1395,6 +1523,7 @@ impl GpuMatrix {
             reduce: Reduce::detect(client),
             fan: Fan::for_matrix(client, rows, cols),
             team: None,
+            acts: None,
             prefill: tiles_for(client),
         })
     }
@@ -1439,6 +1568,12 @@ impl GpuMatrix {
     /// shape's.
     pub fn set_team(&mut self, team: Team) {
         self.team = Some(team);
+    }
+
+    /// The groups this matrix leads multiplying `acts` (8-bit ones where the group's types
+    /// take them, [`Acts::q8_for`], outside lane teams; else f32).
+    pub fn set_acts(&mut self, acts: Acts) {
+        self.acts = Some(acts);
     }
 
     /// The groups this matrix leads multiplying a long prefill in tiles of `form`, or in the
@@ -1539,6 +1674,8 @@ pub struct MatrixGroup {
     bias_values: Option<std::sync::Arc<[f32]>>,
     rows: Rows,
     form: Form,
+    /// quant.wgsl's parameters where the form's activations are 8-bit.
+    quant: Option<Handle>,
 }
 
 impl MatrixGroup {
@@ -1610,6 +1747,10 @@ impl MatrixGroup {
             _ => Team::for_group(epilogue, outputs, cols),
         };
         let fan = first.fan;
+        let acts = match first.acts.or_else(Acts::forced) {
+            Some(Acts::Q8) if Acts::q8_for(&types) && team != Team::Lanes => Acts::Q8,
+            _ => Acts::F32,
+        };
         // Only products over every row meet a prefill; the head's (the last rows) never does.
         let prefill = first.prefill.filter(|_| rows == Rows::All);
         let swiglu = epilogue == Epilogue::SwiGlu;
@@ -1631,6 +1772,7 @@ impl MatrixGroup {
                 rows,
                 team,
                 fan,
+                acts,
                 prefill,
                 spare: spare_bindings(client),
             })
@@ -1745,19 +1887,30 @@ impl MatrixGroup {
             bytes: members.iter().map(GpuMatrix::bytes).sum(),
             bias_values: bias.map(std::sync::Arc::from),
             rows,
-            form: Form { team, fan, prefill },
+            form: Form {
+                team,
+                fan,
+                acts,
+                prefill,
+            },
+            quant: (acts == Acts::Q8).then(|| {
+                let at = u32::from(rows == Rows::Tail);
+                upload_words(client, &[cols as u32, at, MAX_GROUPS_PER_DIM as u32])
+            }),
             members,
         })
     }
 
-    /// The team and fan its products run in.
+    /// The team, fan, activations and prefill form its products run in.
     pub fn form(&self) -> Form {
         self.form
     }
 
     /// Every form this group can run in: quarter teams, whole teams but for a SwiGLU (whose
     /// gate and up meet inside a workgroup), lane teams where every member's type has a lane
-    /// decoder ([`Team::lanes_for`]), each with one and four outputs a team.
+    /// decoder ([`Team::lanes_for`]), each with one and four outputs a team, each with f32
+    /// activations and (but in lane teams) 8-bit ones where the types take them
+    /// ([`Acts::q8_for`]).
     pub fn forms(&self) -> Vec<Form> {
         let types: Vec<GpuType> = self.members.iter().map(GpuMatrix::ty).collect();
         let mut teams = vec![Team::Quarter];
@@ -1768,10 +1921,24 @@ impl MatrixGroup {
             teams.push(Team::Lanes);
         }
         let prefill = self.form.prefill;
-        teams
-            .into_iter()
-            .flat_map(|team| [Fan::One, Fan::Four].map(|fan| Form { team, fan, prefill }))
-            .collect()
+        let q8 = Acts::q8_for(&types);
+        let mut forms = Vec::new();
+        for team in teams {
+            for acts in [Acts::F32, Acts::Q8] {
+                if acts == Acts::Q8 && (!q8 || team == Team::Lanes) {
+                    continue;
+                }
+                for fan in [Fan::One, Fan::Four] {
+                    forms.push(Form {
+                        team,
+                        fan,
+                        acts,
+                        prefill,
+                    });
+                }
+            }
+        }
+        forms
     }
 
     /// Every way this group can multiply a long prefill, with its team and fan: the mat-vec
@@ -1811,7 +1978,8 @@ impl MatrixGroup {
                 what: "form of a matrix group",
                 value: form.name(),
                 expected: "one of the group's forms (no whole teams for a SwiGLU, lanes for \
-                           Q4_K and Q6_K only, the head's prefill form as it is)",
+                           Q4_K and Q6_K only, 8-bit activations for block types outside lane \
+                           teams, the head's prefill form as it is)",
             });
         }
         let mut members = self.members.clone();
@@ -1819,6 +1987,7 @@ impl MatrixGroup {
             m.set_fan(form.fan);
         }
         members[0].set_team(form.team);
+        members[0].set_acts(form.acts);
         members[0].set_prefill(form.prefill);
         Self::new(
             client,
@@ -1872,25 +2041,77 @@ impl MatrixGroup {
         self.launches.len()
     }
 
+    /// Room for this group's 8-bit activations over `step`'s rows where its products multiply
+    /// them in that step ([`Acts::Q8`] outside a long prefill's tiles), for a norm before it to
+    /// write ([`Norm::run_q8`]) and [`MatrixGroup::run_from`] to take; `None` where they
+    /// multiply f32 rows.
+    pub fn quantized_room(&self, client: &Client, step: &StepBuffer) -> Option<Handle> {
+        let tiled = step.is_long_prefill() && self.form.prefill.is_some();
+        let rows = self.rows.count(step);
+        (self.quant.is_some() && !tiled && rows > 0)
+            .then(|| client.empty(quant_bytes(rows, self.cols)))
+    }
+
     /// Enqueues the product over the step's rows: `x` holds them (`cols` values each), `y`
     /// room for as many rows of [`MatrixGroup::outputs`] values (read as well as written with
-    /// [`Epilogue::Add`]).
+    /// [`Epilogue::Add`]). In the 8-bit form the rows are quantized first, by a launch of their
+    /// own ([`MatrixGroup::run_from`] takes them quantized by a norm instead).
     ///
     /// # Errors
     /// [`KernelError::Shape`] for buffers smaller than the shapes need.
     pub fn run(&self, client: &Client, x: &Handle, y: &Handle, step: &StepBuffer) -> Result<()> {
-        let rows = self
-            .launches
-            .first()
-            .map_or(step.rows, |l| l.rows.count(step));
+        self.run_from(client, (x, None), y, step)
+    }
+
+    /// [`MatrixGroup::run`] from `x` and, where given, the same rows already quantized in `xq`
+    /// (the room [`MatrixGroup::quantized_room`] gave for this step, filled by
+    /// [`Norm::run_q8`]); where not given and the step needs them, they are quantized here.
+    ///
+    /// # Errors
+    /// As [`MatrixGroup::run`], and [`KernelError::Shape`] for an `xq` too small.
+    pub fn run_from(
+        &self,
+        client: &Client,
+        (x, xq): (&Handle, Option<&Handle>),
+        y: &Handle,
+        step: &StepBuffer,
+    ) -> Result<()> {
+        let rows = self.rows.count(step);
         check_size("x", x, rows * self.cols * 4)?;
         check_size("y", y, rows * self.outputs * 4)?;
+        let made;
+        let quantized = match (xq, &self.quant) {
+            (Some(xq), _) => {
+                check_size("xq", xq, quant_bytes(rows, self.cols))?;
+                Some(xq)
+            }
+            (None, Some(params)) => {
+                made = self.quantized_room(client, step);
+                if let Some(xq) = &made {
+                    let workgroups = (rows * self.cols / 32).div_ceil(64);
+                    let gy = workgroups.div_ceil(MAX_GROUPS_PER_DIM);
+                    let gx = workgroups.min(MAX_GROUPS_PER_DIM);
+                    launch(
+                        client,
+                        Shader::Quant,
+                        CubeCount::Static(gx as u32, gy as u32, 1),
+                        KernelArguments::new()
+                            .with_buffer(x.clone().binding())
+                            .with_buffer(xq.clone().binding())
+                            .with_buffer(params.clone().binding())
+                            .with_buffer(step.handle().clone().binding()),
+                    );
+                }
+                made.as_ref()
+            }
+            (None, None) => None,
+        };
         for l in &self.launches {
             l.run(
                 client,
                 self.reduce,
                 self.epilogue,
-                x,
+                (x, quantized),
                 y,
                 self.bias.as_ref(),
                 step,

@@ -14,6 +14,10 @@
 
 var<workgroup> part: array<f32, 256>;
 
+// Where the product after the norm multiplies 8-bit activations (`Norm::run_q8`): the normed
+// rows also quantized into `xq` (q8.wgsl), each value the bits written to y; else empty.
+{{q8}}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let d = p[0];
@@ -41,4 +45,5 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     for (var i = lid; i < d; i += 256u) {
         y[yb + i] = x[xb + i] * inv * g[i];
     }
+{{q8_rows}}
 }

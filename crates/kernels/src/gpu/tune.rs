@@ -17,27 +17,29 @@
 //! The table is text, a line an entry, so that a user can read and delete what their GPU chose:
 //! `adapter<TAB>shape<TAB>form<TAB>ms for one row<TAB>ms for a pass<TAB>ms for a prefill`.
 
+use super::{Acts, Fan, Result, Team, TileForm};
 #[cfg(not(target_family = "wasm"))]
 use super::{Client, MatrixGroup, Step, StepBuffer};
-use super::{Fan, Result, Team, TileForm};
 use crate::KernelError;
 use std::collections::BTreeMap;
 
-/// A group's team and fan, and how it multiplies a long prefill: what [`Tuning`] chooses
-/// between.
+/// A group's team, fan and activations, and how it multiplies a long prefill: what [`Tuning`]
+/// chooses between.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Form {
     /// Threads an output.
     pub team: Team,
     /// Outputs a team.
     pub fan: Fan,
+    /// The activations the mat-vec products multiply.
+    pub acts: Acts,
     /// A long prefill's products in tiles of this form, or (`None`) in the mat-vec form.
     pub prefill: Option<TileForm>,
 }
 
 impl Form {
-    /// `quarter/1/matvec`, `whole/4/tiles`, `lanes/1/units`, …: the table's and `mars tune`'s
-    /// name.
+    /// `quarter/1/f32/matvec`, `whole/4/q8/tiles`, `lanes/1/f32/units`, …: the table's and
+    /// `mars tune`'s name.
     pub fn name(self) -> String {
         let team = match self.team {
             Team::Quarter => "quarter",
@@ -49,10 +51,15 @@ impl Form {
             Some(TileForm::Vectors) => "tiles",
             Some(TileForm::Units) => "units",
         };
-        format!("{team}/{}/{prefill}", self.fan.outputs())
+        format!(
+            "{team}/{}/{}/{prefill}",
+            self.fan.outputs(),
+            self.acts.name()
+        )
     }
 
-    /// The form [`Form::name`] wrote.
+    /// The form [`Form::name`] wrote, or a name without its activations (`quarter/1/matvec`:
+    /// f32, a table written before they were a choice).
     ///
     /// # Errors
     /// [`KernelError::Unknown`] for any other text.
@@ -60,13 +67,19 @@ impl Form {
         let unknown = || KernelError::Unknown {
             what: "form",
             value: text.to_string(),
-            expected: "quarter, whole or lanes, then /1 or /4, then /matvec, /tiles or /units",
+            expected: "quarter, whole or lanes, then /1 or /4, then /f32 or /q8, then /matvec, \
+                       /tiles or /units",
         };
-        let mut parts = text.split('/');
-        let (Some(team), Some(fan), Some(prefill), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(unknown());
+        let parts: Vec<&str> = text.split('/').collect();
+        let (team, fan, acts, prefill) = match parts[..] {
+            [team, fan, prefill] => (team, fan, "f32", prefill),
+            [team, fan, acts, prefill] => (team, fan, acts, prefill),
+            _ => return Err(unknown()),
+        };
+        let acts = match acts {
+            "f32" => Acts::F32,
+            "q8" => Acts::Q8,
+            _ => return Err(unknown()),
         };
         let team = match team {
             "quarter" => Team::Quarter,
@@ -85,7 +98,12 @@ impl Form {
             "units" => Some(TileForm::Units),
             _ => return Err(unknown()),
         };
-        Ok(Self { team, fan, prefill })
+        Ok(Self {
+            team,
+            fan,
+            acts,
+            prefill,
+        })
     }
 }
 
@@ -331,12 +349,29 @@ mod tests {
     fn forms_round_trip_through_their_names() {
         for team in [Team::Quarter, Team::Whole, Team::Lanes] {
             for fan in [Fan::One, Fan::Four] {
-                for prefill in [None, Some(TileForm::Vectors), Some(TileForm::Units)] {
-                    let form = Form { team, fan, prefill };
-                    assert_eq!(Form::parse(&form.name()).unwrap(), form);
+                for acts in [Acts::F32, Acts::Q8] {
+                    for prefill in [None, Some(TileForm::Vectors), Some(TileForm::Units)] {
+                        let form = Form {
+                            team,
+                            fan,
+                            acts,
+                            prefill,
+                        };
+                        assert_eq!(Form::parse(&form.name()).unwrap(), form);
+                    }
                 }
             }
         }
+        // A table written before the activations were a choice: f32.
+        assert_eq!(
+            Form::parse("whole/4/tiles").unwrap(),
+            Form {
+                team: Team::Whole,
+                fan: Fan::Four,
+                acts: Acts::F32,
+                prefill: Some(TileForm::Vectors),
+            }
+        );
         for bad in [
             "",
             "quarter",
@@ -346,6 +381,8 @@ mod tests {
             "whole//tiles",
             "whole/1/tensor",
             "whole/1/tiles/x",
+            "whole/1/q4/tiles",
+            "whole/1/q8/tiles/x",
         ] {
             assert!(Form::parse(bad).is_err(), "{bad}");
         }
@@ -358,6 +395,7 @@ mod tests {
             form: Form {
                 team: Team::Lanes,
                 fan: Fan::Four,
+                acts: Acts::F32,
                 prefill: Some(TileForm::Units),
             },
             one_row_ms: 0.125,

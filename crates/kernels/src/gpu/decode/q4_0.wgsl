@@ -12,3 +12,18 @@ fn load_group(rb: u32, g: u32) {
         q[k + 4u] = nibbles(v, 4u);
     }
 }
+
+// The same group as 8-bit integers (matmul.wgsl's 8-bit form): qi[k] the nibbles of values
+// 4k .. 4k + 3, a byte each, with the same s0, s1 and mn.
+fn load_i8(rb: u32, g: u32) {
+    let off = rb + g * 18u;
+    block_at(off);
+    s0 = unpack2x16float(blk[0]).x;
+    s1 = s0;
+    mn = -8.0 * s0;
+    for (var k = 0u; k < 4u; k++) { // unroll
+        let v = funnel(blk[k], blk[k + 1u], 16u);
+        qi[k] = v & 0x0f0f0f0fu;
+        qi[k + 4u] = (v >> 4u) & 0x0f0f0f0fu;
+    }
+}

@@ -26,3 +26,16 @@ fn load_group(rb: u32, g: u32) {
         q[k] = nibbles(aligned_at(base + 4u * k), shift);
     }
 }
+
+// The same group as 8-bit integers (matmul.wgsl's 8-bit form): qi[k] the nibbles of values
+// 4k .. 4k + 3, a byte each, with the same s0, s1 and mn.
+fn load_i8(rb: u32, g: u32) {
+    let off = rb + (g / 8u) * 144u;
+    let j = g % 8u;
+    k_scales(off, j);
+    let base = off + 16u + 32u * (j / 2u);
+    let shift = 4u * (j % 2u);
+    for (var k = 0u; k < 8u; k++) { // unroll
+        qi[k] = (aligned_at(base + 4u * k) >> shift) & 0x0f0f0f0fu;
+    }
+}

@@ -35,6 +35,34 @@ fn load_group(rb: u32, g: u32) {
     }
 }
 
+// The same group as 8-bit integers (matmul.wgsl's 8-bit form): each byte's 6-bit value v
+// (0 .. 63) becomes v − 32 as a signed byte without a carry between bytes: below 32 (bit 5
+// clear) it is v + 224, bits 5–7 set over the low five; from 32 on, the low five alone.
+fn load_i8(rb: u32, g: u32) {
+    let off = rb + (g / 8u) * 210u;
+    let sh = (off & 3u) * 8u;
+    let j = g % 8u;
+    let half = j / 4u;
+    let part = j % 4u;
+    let di = (off + 208u) >> 2u;
+    let d = unpack2x16float(funnel(w[di], w[di + 1u], sh)).x;
+    let sc = off + 192u + 8u * half + 2u * part;
+    s0 = d * f32(extractBits(bitcast<i32>(byte_at(sc)), 0u, 8u));
+    s1 = d * f32(extractBits(bitcast<i32>(byte_at(sc + 1u)), 0u, 8u));
+    mn = 0.0;
+    let li = (off + 64u * half + 32u * (part & 1u)) >> 2u;
+    let ls = 4u * (part >> 1u);
+    let hi = (off + 128u + 32u * half) >> 2u;
+    let hs = 2u * part;
+    for (var k = 0u; k < 8u; k++) { // unroll
+        let l = funnel(w[li + k], w[li + k + 1u], sh);
+        let h = funnel(w[hi + k], w[hi + k + 1u], sh);
+        let v = ((l >> ls) & 0x0f0f0f0fu) | (((h >> hs) & 0x03030303u) << 4u);
+        let t = ~v & 0x20202020u;
+        qi[k] = (v & 0x1f1f1f1fu) | t | (t << 1u) | (t << 2u);
+    }
+}
+
 // Lane `i` (of a 16-lane team, matmul.wgsl's lane teams) of super-block `b`: q[0], q[1] the
 // values 64c + 8m .. + 8, q[2], q[3] the values 64c + 32 + 8m .. + 8 (c = i / 4, m = i % 4),
 // scaled (value = d·sc·(q − 32)). In ggml's layout half n = c / 2 of the block holds values

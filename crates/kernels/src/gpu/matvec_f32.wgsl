@@ -1,0 +1,72 @@
+// matmul.wgsl's products in its f32 form (included in its main): lane teams' super-blocks,
+// or 32-value groups decoded to f32 and met by the rows' f32 activations (see matmul.wgsl).
+    var qs: array<vec4<f32>, 8u * OUTS>;
+    let x_row = n_in / 4u; // vec4s a row of x
+    // The lane's first vec4 in a super-block's 64: values 32·2c + 8·(t % 4) (lane teams).
+    let xl = 16u * (t / 4u) + 2u * (t % 4u);
+    for (var b = 0u; b < end && LANE_TEAMS; b++) {
+        for (var u = 0u; u < OUTS; u++) { // unroll
+            let o = o0 + u;
+            if live(o, j0 + u, outputs, y_offset, limit, first_1) {
+                let at = row_at(o, first_1, first_2);
+                lane(at.x, at.y, b, t);
+                for (var k = 0u; k < 4u; k++) { // unroll
+                    qs[u * 8u + k] = q[k];
+                }
+            } else {
+                for (var k = 0u; k < 4u; k++) { // unroll
+                    qs[u * 8u + k] = vec4<f32>(0.0);
+                }
+            }
+        }
+        for (var r = 0u; r < ROWS; r++) { // unroll
+            if r < m {
+                // Sub-block 2c's 8 values, then 2c + 1's (32 values, 8 vec4s, on).
+                let xb = (row0 + r) * x_row + b * 64u + xl;
+                let x0 = x[xb];
+                let x1 = x[xb + 1u];
+                let x2 = x[xb + 8u];
+                let x3 = x[xb + 9u];
+                for (var u = 0u; u < OUTS; u++) { // unroll
+                    let v = 8u * u;
+                    acc[u * ROWS + r] += dot(x0, qs[v]) + dot(x1, qs[v + 1u])
+                        + dot(x2, qs[v + 2u]) + dot(x3, qs[v + 3u]);
+                }
+            }
+        }
+    }
+    for (var g = t; g < end && !LANE_TEAMS; g += TEAM) {
+        for (var u = 0u; u < OUTS; u++) { // unroll
+            let o = o0 + u;
+            if live(o, j0 + u, outputs, y_offset, limit, first_1) {
+                let at = row_at(o, first_1, first_2);
+                load(at.x, at.y, g);
+                // The group's 32 weights as f32, once for all rows.
+                for (var k = 0u; k < 4u; k++) { // unroll
+                    qs[u * 8u + k] = q[k] * s0 + vec4<f32>(mn);
+                    qs[u * 8u + k + 4u] = q[k + 4u] * s1 + vec4<f32>(mn);
+                }
+            } else {
+                for (var k = 0u; k < 8u; k++) { // unroll
+                    qs[u * 8u + k] = vec4<f32>(0.0);
+                }
+            }
+        }
+        // Each row is then 8 dot products an output, each activation loaded once for the
+        // team's OUTS outputs, with nothing per row that a single row would not also do.
+        for (var r = 0u; r < ROWS; r++) { // unroll
+            if r < m {
+                let xb = (row0 + r) * x_row + g * 8u;
+                var sums: array<f32, OUTS>;
+                for (var k = 0u; k < 8u; k++) { // unroll
+                    let xk = x[xb + k];
+                    for (var u = 0u; u < OUTS; u++) { // unroll
+                        sums[u] += dot(xk, qs[u * 8u + k]);
+                    }
+                }
+                for (var u = 0u; u < OUTS; u++) { // unroll
+                    acc[u * ROWS + r] += sums[u];
+                }
+            }
+        }
+    }
