@@ -142,7 +142,8 @@ impl GpuType {
 }
 
 /// The WGSL that decodes one 32-value group of `ty` (`fn load_group(rb: u32, g: u32)`, setting
-/// `q`, `s0`, `s1`, `mn`; see common.wgsl): one file per type in `decode/`.
+/// `q`, `s0`, `s1`, `mn`, or `fn load_i8` setting `qi` instead, from which [`reader`] makes
+/// `load_group`; see common.wgsl): one file per type in `decode/`.
 fn load_group(ty: GpuType) -> &'static str {
     let GpuType::Blocks(ty) = ty else {
         return include_str!("decode/f32.wgsl");
@@ -172,6 +173,24 @@ const READER_FNS: [&str; 8] = [
     "load_lane",
     "load_i8",
 ];
+
+/// `load_group` for a decoder that writes 8-bit integers (`load_i8`: Q4_0, Q4_1, Q4_K, Q6_K,
+/// Q8_0): each byte sign-extended and converted, the values its f32 form multiplies (integers,
+/// exact in f32). Core WGSL: `extractBits`, no language extension.
+fn group_from_i8() -> String {
+    format!(
+        "
+fn load_group(rb: u32, g: u32) {{
+    load_i8(rb, g);
+    for (var k = 0u; k < 8u; k++) {{ {MARK}
+        let v = bitcast<i32>(qi[k]);
+        q[k] = vec4<f32>(f32(extractBits(v, 0u, 8u)), f32(extractBits(v, 8u, 8u)),
+            f32(extractBits(v, 16u, 8u)), f32(extractBits(v, 24u, 8u)));
+    }}
+}}",
+        MARK = unroll::MARKER,
+    )
+}
 
 /// A block type's `load_i8` (common.wgsl's `qi`) for a decoder without its own: its f32
 /// integers packed (Q5_0, Q5_1, Q5_K; their fifth bits are spread over the block). Only in an
@@ -223,7 +242,9 @@ fn block_at(ty: GpuType) -> String {
 /// (an 8-bit kernel) every decoder has a `load_i8`.
 fn reader(ty: GpuType, b: usize, q8: bool) -> String {
     let decoder = load_group(ty);
-    let extra = if q8 && !decoder.contains("fn load_i8(") {
+    let extra = if !decoder.contains("fn load_group(") {
+        group_from_i8()
+    } else if q8 && !decoder.contains("fn load_i8(") {
         generic_i8()
     } else {
         String::new()

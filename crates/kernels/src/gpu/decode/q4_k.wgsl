@@ -1,4 +1,5 @@
-// One 32-value group of a Q4_K row: load_group(rb, g) sets q, s0, s1 and mn (common.wgsl).
+// One 32-value group of a Q4_K row: load_i8(rb, g) sets qi, s0, s1 and mn (common.wgsl;
+// load_group is made from it).
 // Lane `i` (of a 16-lane team, matmul.wgsl's lane teams) of super-block `b`: q[0], q[1] the
 // values 8·(i % 4) .. + 8 of sub-block 2c, q[2], q[3] the same of 2c + 1 (c = i / 4), scaled
 // (value = d·sc·q − dmin·m), from the 8 bytes of quants at 32c + 8·(i % 4), which hold both.
@@ -16,19 +17,8 @@ fn load_lane(rb: u32, b: u32, i: u32) {
     q[3] = nibbles(w1, 4u) * s0 + vec4<f32>(mn);
 }
 
-fn load_group(rb: u32, g: u32) {
-    let off = rb + (g / 8u) * 144u;
-    let j = g % 8u;
-    k_scales(off, j);
-    let base = off + 16u + 32u * (j / 2u);
-    let shift = 4u * (j % 2u);
-    for (var k = 0u; k < 8u; k++) { // unroll
-        q[k] = nibbles(aligned_at(base + 4u * k), shift);
-    }
-}
 
-// The same group as 8-bit integers (matmul.wgsl's 8-bit form): qi[k] the nibbles of values
-// 4k .. 4k + 3, a byte each, with the same s0, s1 and mn.
+// The group as 8-bit integers: qi[k] the nibbles of values 4k .. 4k + 3, a byte each.
 fn load_i8(rb: u32, g: u32) {
     let off = rb + (g / 8u) * 144u;
     let j = g % 8u;
