@@ -6,8 +6,8 @@
 //!
 //! The table: `MARS_TUNE_CACHE` where set, else `$XDG_CACHE_HOME/mars/tune.tsv`, else
 //! `~/.cache/mars/tune.tsv` (`mars_model::Tuning`'s text, a line a choice). `MARS_TUNE=off`
-//! skips it, as does a form forced with `MARS_GPU_TEAM` or `MARS_GPU_TILES`: the rules' (or the
-//! forced) forms, nothing timed or read.
+//! skips it, as does a form forced with `MARS_GPU_TEAM`, `MARS_GPU_TILES` or `MARS_GPU_ACTS`: the
+//! rules' (or the forced) forms, nothing timed or read.
 
 use std::path::{Path, PathBuf};
 
@@ -132,8 +132,8 @@ pub fn apply(model: &Llama, adapter: &str, table: &Tuning) -> Result<(Llama, usi
 }
 
 /// What a load does with the table (see the module docs): [`at_load_with`] with the table at
-/// [`cache_path`], unless `MARS_TUNE=off` or a form forced with `MARS_GPU_TEAM` or
-/// `MARS_GPU_TILES` (what that run measures) says otherwise. Off the GPU path, nothing.
+/// [`cache_path`], unless `MARS_TUNE=off` or a form forced with `MARS_GPU_TEAM`,
+/// `MARS_GPU_TILES` or `MARS_GPU_ACTS` (what that run measures) says otherwise. Off the GPU path, nothing.
 ///
 /// # Errors
 /// As [`at_load_with`].
@@ -141,11 +141,12 @@ pub fn at_load(model: Llama, open: &OpenDevice) -> Result<(Llama, Option<String>
     let (Some(gpu), Some(path)) = (&open.gpu, cache_path()) else {
         return Ok((model, None));
     };
-    // A form forced for a measurement (`MARS_GPU_TEAM`, `MARS_GPU_TILES`) is what the run is
-    // for: no table.
+    // A form forced for a measurement (`MARS_GPU_TEAM`, `MARS_GPU_TILES`, `MARS_GPU_ACTS`) is
+    // what the run is for: no table (whose forms would set the activations over the knob).
     if std::env::var("MARS_TUNE").as_deref() == Ok("off")
         || mars_model::Team::forced().is_some()
         || mars_model::tiles_forced()
+        || mars_model::Acts::forced().is_some()
     {
         return Ok((model, None));
     }
