@@ -453,13 +453,39 @@ fn the_summary_ranks_as_the_verifier_does() {
     // Row 3: a NaN at 40 and +inf at 900 (the lowest id is reported).
     z[3 * vocab + 900] = f32::INFINITY;
     z[3 * vocab + 40] = f32::NAN;
-    let summary = Summary::new(&client, vocab).unwrap();
-    let out = client.empty(5 * SUMMARY_WORDS * 4);
     let s = step(&client, &Step::chain(&[0; 5], 0, 5, vocab).unwrap());
-    summary
-        .run(&client, &upload_f32(&client, &z), &out, 5, &s, None)
-        .unwrap();
-    let out = read_u32(&client, out);
+    let logits = upload_f32(&client, &z);
+    // One chunk a row, the adapter's own, chunks that leave a short last one, and 143 chunks
+    // of 7 values: every chunking ranks alike.
+    let mut first: Option<Vec<u32>> = None;
+    for summary in [
+        Summary::with_chunk(&client, vocab, vocab).unwrap(),
+        Summary::new(&client, vocab).unwrap(),
+        Summary::with_chunk(&client, vocab, 64).unwrap(),
+        Summary::with_chunk(&client, vocab, 7).unwrap(),
+    ] {
+        let out = client.empty(5 * SUMMARY_WORDS * 4);
+        summary.run(&client, &logits, &out, 5, &s, None).unwrap();
+        let out = read_u32(&client, out);
+        summary_ranks(&z, vocab, &out);
+        // The words but the sums (summed in another order) are the same bits.
+        let ranks = |w: &[u32]| {
+            w.chunks(SUMMARY_WORDS)
+                .flat_map(|r| [&r[..4], &r[5..9]].concat())
+                .collect::<Vec<u32>>()
+        };
+        match &first {
+            None => first = Some(out),
+            Some(f) => assert_eq!(ranks(f), ranks(&out), "{} chunks", summary.chunks()),
+        }
+    }
+    // More chunks than a row's merge takes, or none: refused by name.
+    assert!(Summary::with_chunk(&client, vocab, 3).is_err());
+    assert!(Summary::with_chunk(&client, vocab, 0).is_err());
+}
+
+/// The checks of [`the_summary_ranks_as_the_verifier_does`] on one chunking's words.
+fn summary_ranks(z: &[f32], vocab: usize, out: &[u32]) {
     for r in [0, 1, 2, 4] {
         let row = &z[r * vocab..(r + 1) * vocab];
         let mut order: Vec<usize> = (0..vocab).collect();
@@ -544,6 +570,21 @@ fn the_summary_draws_as_the_verifier_does() {
         );
     }
     assert!([5, 600, 999].contains(&drawn[3 * SUMMARY_WORDS + 7]));
+    // Chunks of 7 values draw the same ids with the same logits.
+    let fine = Summary::with_chunk(&client, vocab, 7).unwrap();
+    let out = client.empty(rows * SUMMARY_WORDS * 4);
+    let d = Draw::new(&client, t, seed_key(42)).unwrap();
+    fine.run(&client, &logits, &out, rows, &s, Some(&d))
+        .unwrap();
+    let fine = read_u32(&client, out);
+    for r in 0..rows {
+        let at = r * SUMMARY_WORDS;
+        assert_eq!(
+            fine[at + 7..at + 9],
+            drawn[at + 7..at + 9],
+            "row {r}: 7-value chunks"
+        );
+    }
     // Row 3 over 400 keys: its three ids drawn as softmax(z / T) says (chi-square, 2 degrees of
     // freedom, P(> 13.8) = 0.001).
     let n = 400;

@@ -16,8 +16,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use mars_kernels::gpu::{
-    Acts, Epilogue, Fan, GpuType, Reduce, Shader, Team, TileForm, embed_source, matmul_source,
-    row_bound, tile_source,
+    Acts, Epilogue, Fan, GpuType, Reduce, Shader, SummaryPass, Team, TileForm, embed_source,
+    matmul_source, row_bound, tile_source,
 };
 use mars_kernels::{KvType, MAX_ROWS, WeightType};
 use naga::back::{hlsl, msl, spv};
@@ -286,7 +286,9 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         },
         Shader::Attention { kv: KvType::F16 },
         Shader::Attention { kv: KvType::F32 },
-        Shader::Summary,
+        Shader::Summary(SummaryPass::Tops),
+        Shader::Summary(SummaryPass::Sums),
+        Shader::Summary(SummaryPass::End),
         Shader::Top { c: 1 },
         Shader::Top { c: 4 },
         Shader::Top { c: 8 },
@@ -308,7 +310,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2) + 2 * 4)
             + blocks * 2 * (5 * 3 * 2 + 2)
             + 5 * 2 * 5 * 2
-            + 19
+            + 21
     );
 }
 

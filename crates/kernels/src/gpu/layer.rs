@@ -367,11 +367,32 @@ pub const SUMMARY_WORDS: usize = 10;
 /// step samples.
 #[derive(Debug, Clone)]
 pub struct Summary {
+    /// [vocab, 0, the bits of −inf, values a chunk, chunks a row] (summary.wgsl).
     params: Handle,
     /// The draw's words of a greedy step: none (and 1 / T = 1, so the sum is at T = 1).
     greedy: Handle,
     vocab: usize,
+    chunks: usize,
 }
+
+/// The launches of a logit summary, in order (summary.wgsl): each chunk of a row ranked, each
+/// chunk summed and drawn against the row's best, the chunks merged into the row's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SummaryPass {
+    /// summary_top.wgsl.
+    Tops,
+    /// summary_sum.wgsl.
+    Sums,
+    /// summary_end.wgsl.
+    End,
+}
+
+/// Values a workgroup of a summary takes on a card: 8 a thread, so that a 150K vocabulary
+/// spreads over ~75 workgroups (one a row left an H100 waiting on one workgroup's loads).
+const SUMMARY_CHUNK: usize = 2048;
+
+/// Chunks a row at most: summary_end.wgsl's one thread a chunk.
+const MAX_SUMMARY_CHUNKS: usize = 256;
 
 /// 1 / `temperature`, the factor the kernels scale logits by.
 ///
@@ -428,11 +449,55 @@ impl Summary {
                 found: 0,
             });
         }
+        // A CPU adapter runs workgroups a few at a time, and each chunk costs it its barriers:
+        // one chunk a core's share there, many chunks on a card.
+        let chunk = if client.properties().identity.physical.is_none() {
+            vocab.div_ceil(8)
+        } else {
+            SUMMARY_CHUNK
+        };
+        Self::with_chunk(client, vocab, chunk.max(vocab.div_ceil(MAX_SUMMARY_CHUNKS)))
+    }
+
+    /// [`Summary::new`] with `chunk` values a workgroup (what the tests vary).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for an empty vocabulary or one past u32, an empty chunk, or
+    /// more than 256 chunks a row.
+    pub fn with_chunk(client: &Client, vocab: usize, chunk: usize) -> Result<Self> {
+        if vocab == 0 || chunk == 0 {
+            return Err(KernelError::Shape {
+                what: "vocabulary and chunk of a logit summary",
+                expected: 1,
+                found: 0,
+            });
+        }
+        let chunks = vocab.div_ceil(chunk);
+        if chunks > MAX_SUMMARY_CHUNKS {
+            return Err(KernelError::Shape {
+                what: "chunks a row of a logit summary",
+                expected: MAX_SUMMARY_CHUNKS,
+                found: chunks,
+            });
+        }
+        let words = [
+            word("vocabulary", vocab)?,
+            0,
+            NEG_INF_BITS,
+            word("summary chunk", chunk)?,
+            word("summary chunks", chunks)?,
+        ];
         Ok(Self {
-            params: upload_words(client, &[word("vocabulary", vocab)?, 0, NEG_INF_BITS]),
+            params: upload_words(client, &words),
             greedy: upload_words(client, &[0, 1.0f32.to_bits(), 0]),
             vocab,
+            chunks,
         })
+    }
+
+    /// Chunks a row: workgroups a row in the first two launches.
+    pub fn chunks(&self) -> usize {
+        self.chunks
     }
 
     /// Enqueues the summaries of the first `rows` rows of `logits` (the last rows of a forward
@@ -463,16 +528,43 @@ impl Summary {
         let end = step.link().summaries_at.checked_add(rows);
         let bytes = end.and_then(|e| e.checked_mul(SUMMARY_WORDS * 4));
         check_size("summaries", out, bytes.unwrap_or(usize::MAX))?;
+        if rows == 0 {
+            return Ok(());
+        }
+        let n = word("rows", rows)?;
+        let chunks = word("summary chunks", self.chunks)?;
+        // [rows, chunks, 9] words (summary.wgsl).
+        let part = client.empty(rows * self.chunks * 9 * 4);
         launch(
             client,
-            Shader::Summary,
-            CubeCount::Static(word("rows", rows)?, 1, 1),
+            Shader::Summary(SummaryPass::Tops),
+            CubeCount::Static(chunks, n, 1),
+            KernelArguments::new()
+                .with_buffer(logits.clone().binding())
+                .with_buffer(self.params.clone().binding())
+                .with_buffer(part.clone().binding()),
+        );
+        launch(
+            client,
+            Shader::Summary(SummaryPass::Sums),
+            CubeCount::Static(chunks, n, 1),
+            KernelArguments::new()
+                .with_buffer(logits.clone().binding())
+                .with_buffer(self.params.clone().binding())
+                .with_buffer(part.clone().binding())
+                .with_buffer(step.handle().clone().binding())
+                .with_buffer(draw.clone().binding()),
+        );
+        launch(
+            client,
+            Shader::Summary(SummaryPass::End),
+            CubeCount::Static(n, 1, 1),
             KernelArguments::new()
                 .with_buffer(logits.clone().binding())
                 .with_buffer(out.clone().binding())
                 .with_buffer(self.params.clone().binding())
                 .with_buffer(step.handle().clone().binding())
-                .with_buffer(draw.clone().binding()),
+                .with_buffer(part.binding()),
         );
         Ok(())
     }

@@ -58,8 +58,8 @@ use cubecl::server::{Handle, KernelArguments};
 use cubecl::{CubeKernel, PrecompiledSource};
 
 pub use layer::{
-    Attention, CopyRows, Draw, Heads, KvType, MAX_TOP, Norm, Rope, SUMMARY_WORDS, Summary, TopRows,
-    clone_buffer, link_ids, read_through,
+    Attention, CopyRows, Draw, Heads, KvType, MAX_TOP, Norm, Rope, SUMMARY_WORDS, Summary,
+    SummaryPass, TopRows, clone_buffer, link_ids, read_through,
 };
 pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
 pub use tune::{Form, PREFILL_ROWS_TIMED, Tuned, Tuning, outputs_agree};
@@ -86,6 +86,9 @@ const NORM: &str = include_str!("norm.wgsl");
 const ROPE: &str = include_str!("rope.wgsl");
 const ATTENTION: &str = include_str!("attention.wgsl");
 const SUMMARY: &str = include_str!("summary.wgsl");
+const SUMMARY_TOP: &str = include_str!("summary_top.wgsl");
+const SUMMARY_SUM: &str = include_str!("summary_sum.wgsl");
+const SUMMARY_END: &str = include_str!("summary_end.wgsl");
 const TOP: &str = include_str!("top.wgsl");
 const COPY: &str = include_str!("copy.wgsl");
 const CLONE: &str = include_str!("clone.wgsl");
@@ -844,8 +847,8 @@ pub enum Shader {
         /// How the cache stores values.
         kv: KvType,
     },
-    /// The logits' top-2 summary.
-    Summary,
+    /// A launch of the logits' top-2 summary.
+    Summary(SummaryPass),
     /// A tree drafter's rows reduced to their best `c`.
     Top {
         /// Values kept a row.
@@ -898,10 +901,15 @@ impl Shader {
                 .replace("{{head_norm}}", &head_norm.to_string())
                 .replace("{{kv}}", kv_store(*kv)),
             Self::Attention { kv } => ATTENTION.replace("{{kv}}", kv_load(*kv)),
-            Self::Summary => SUMMARY
-                .replace("{{summaries_at}}", &(LINKED + 2).to_string())
-                .replace("{{ids_at}}", &IDS.to_string())
-                .replace("{{summary_words}}", &SUMMARY_WORDS.to_string()),
+            Self::Summary(pass) => match pass {
+                SummaryPass::Tops => SUMMARY_TOP,
+                SummaryPass::Sums => SUMMARY_SUM,
+                SummaryPass::End => SUMMARY_END,
+            }
+            .replace("{{common}}", SUMMARY)
+            .replace("{{summaries_at}}", &(LINKED + 2).to_string())
+            .replace("{{ids_at}}", &IDS.to_string())
+            .replace("{{summary_words}}", &SUMMARY_WORDS.to_string()),
             Self::Top { c } => {
                 // Workgroup memory holds every thread's list: fewer threads for longer lists
                 // keep it at 8 KiB, under WebGPU's 16 KiB.
@@ -935,7 +943,7 @@ impl Shader {
             Self::Norm { .. } => Kind::Norm,
             Self::Rope { .. } => Kind::Rope,
             Self::Attention { .. } => Kind::Attention,
-            Self::Summary | Self::Top { .. } => Kind::Summary,
+            Self::Summary(_) | Self::Top { .. } => Kind::Summary,
             Self::Copy | Self::Clone | Self::Link | Self::Read => Kind::Copy,
         }
     }
@@ -988,7 +996,8 @@ impl Shader {
             }
             Self::Attention { kv } => u64::from(*kv == KvType::F32),
             Self::Norm { q8 } => u64::from(*q8),
-            Self::Summary | Self::Copy | Self::Quant => 0,
+            Self::Copy | Self::Quant => 0,
+            Self::Summary(pass) => *pass as u64,
             Self::Top { c } => 3 + *c as u64,
             Self::Clone => 1,
             Self::Link => 2,
