@@ -659,10 +659,38 @@ fn the_top_c_ranks_as_the_verifier_does() {
     z[4 * stride + 850] = 99.0;
     let logits = upload_f32(&client, &z);
     for c in [1, 3, 4, 5, 8, 9, 16, 20, 33, 64] {
-        let top = TopRows::new(&client, c, stride, cols, t).unwrap();
-        let out = client.empty(rows * top.words() * 4);
-        top.run(&client, &logits, &out, rows).unwrap();
-        let out = read_u32(&client, out);
+        // The adapter's chunks, one chunk a row, and chunks of 7 values (115 a row, a short
+        // last one, more than the last launch's threads): the same ranks and bad ids.
+        let tops = [
+            TopRows::new(&client, c, stride, cols, t).unwrap(),
+            TopRows::with_chunk(&client, (c, stride, cols, t), cols).unwrap(),
+            TopRows::with_chunk(&client, (c, stride, cols, t), 7).unwrap(),
+        ];
+        let outs: Vec<Vec<u32>> = tops
+            .iter()
+            .map(|top| {
+                let out = client.empty(rows * top.words() * 4);
+                top.run(&client, &logits, &out, rows).unwrap();
+                read_u32(&client, out)
+            })
+            .collect();
+        let top = &tops[0];
+        let sum_at = 2 * c;
+        for (o, other) in outs.iter().enumerate().skip(1) {
+            for r in 0..rows {
+                let w = |out: &[u32]| {
+                    let row = &out[r * top.words()..(r + 1) * top.words()];
+                    [&row[..sum_at], &row[sum_at + 1..]].concat()
+                };
+                assert_eq!(
+                    w(&outs[0]),
+                    w(other),
+                    "c {c} row {r}: {} chunks",
+                    tops[o].chunks()
+                );
+            }
+        }
+        let out = &outs[2];
         for r in [0, 1, 2, 4] {
             let row = &z[r * stride..r * stride + cols];
             let mut order: Vec<usize> = (0..cols).filter(|&i| row[i] > f32::NEG_INFINITY).collect();
@@ -697,6 +725,7 @@ fn the_top_c_ranks_as_the_verifier_does() {
     assert!(TopRows::new(&client, 65, stride, cols, t).is_err());
     assert!(TopRows::new(&client, 4, stride, stride + 1, t).is_err());
     assert!(TopRows::new(&client, 4, stride, cols, 0.0).is_err());
+    assert!(TopRows::with_chunk(&client, (4, stride, cols, t), 0).is_err());
 }
 
 /// A draft chained on the device: a step's summaries land at its link's chain row, the next

@@ -16,7 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use mars_kernels::gpu::{
-    Acts, Epilogue, Fan, GpuType, Reduce, Shader, SummaryPass, Team, TileForm, embed_source,
+    Acts, Epilogue, Fan, GpuType, Reduce, RowPass, Shader, Team, TileForm, embed_source,
     matmul_source, row_bound, tile_source,
 };
 use mars_kernels::{KvType, MAX_ROWS, WeightType};
@@ -286,21 +286,19 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         },
         Shader::Attention { kv: KvType::F16 },
         Shader::Attention { kv: KvType::F32 },
-        Shader::Summary(SummaryPass::Tops),
-        Shader::Summary(SummaryPass::Sums),
-        Shader::Summary(SummaryPass::End),
-        Shader::Top { c: 1 },
-        Shader::Top { c: 4 },
-        Shader::Top { c: 8 },
-        Shader::Top { c: 16 },
-        Shader::Top { c: 32 },
-        Shader::Top { c: 64 },
+        Shader::Summary(RowPass::Rank),
+        Shader::Summary(RowPass::Sum),
+        Shader::Summary(RowPass::End),
         Shader::Copy,
         Shader::Clone,
         Shader::Link,
         Shader::Read,
         Shader::Quant,
-    ] {
+    ]
+    .into_iter()
+    .chain([1, 4, 8, 16, 32, 64].into_iter().flat_map(|c| {
+        [RowPass::Rank, RowPass::Sum, RowPass::End].map(|pass| Shader::Top { c, pass })
+    })) {
         check(&format!("{shader:?}"), &shader.source(), false);
         checked += 1;
     }
@@ -310,7 +308,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2) + 2 * 4)
             + blocks * 2 * (5 * 3 * 2 + 2)
             + 5 * 2 * 5 * 2
-            + 21
+            + 33
     );
 }
 

@@ -375,15 +375,16 @@ pub struct Summary {
     chunks: usize,
 }
 
-/// The launches of a logit summary, in order (summary.wgsl): each chunk of a row ranked, each
-/// chunk summed and drawn against the row's best, the chunks merged into the row's words.
+/// The launches of a row reduction over chunks, in order (summary.wgsl, top.wgsl): each chunk
+/// of a row ranked, each chunk summed (and drawn) against the row's best, the chunks merged
+/// into the row's words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SummaryPass {
-    /// summary_top.wgsl.
-    Tops,
-    /// summary_sum.wgsl.
-    Sums,
-    /// summary_end.wgsl.
+pub enum RowPass {
+    /// summary_rank.wgsl, top_rank.wgsl.
+    Rank,
+    /// summary_sum.wgsl, top_sum.wgsl.
+    Sum,
+    /// summary_end.wgsl, top_end.wgsl.
     End,
 }
 
@@ -537,7 +538,7 @@ impl Summary {
         let part = client.empty(rows * self.chunks * 9 * 4);
         launch(
             client,
-            Shader::Summary(SummaryPass::Tops),
+            Shader::Summary(RowPass::Rank),
             CubeCount::Static(chunks, n, 1),
             KernelArguments::new()
                 .with_buffer(logits.clone().binding())
@@ -546,7 +547,7 @@ impl Summary {
         );
         launch(
             client,
-            Shader::Summary(SummaryPass::Sums),
+            Shader::Summary(RowPass::Sum),
             CubeCount::Static(chunks, n, 1),
             KernelArguments::new()
                 .with_buffer(logits.clone().binding())
@@ -557,7 +558,7 @@ impl Summary {
         );
         launch(
             client,
-            Shader::Summary(SummaryPass::End),
+            Shader::Summary(RowPass::End),
             CubeCount::Static(n, 1, 1),
             KernelArguments::new()
                 .with_buffer(logits.clone().binding())
@@ -579,10 +580,29 @@ pub const MAX_TOP: usize = 64;
 /// verifier needs of a row, `2c + 3` words a row.
 #[derive(Debug, Clone)]
 pub struct TopRows {
+    /// [stride, cols, the bits of 1 / T, the bits of −inf, values a chunk, chunks a row]
+    /// (top.wgsl).
     params: Handle,
     c: usize,
     stride: usize,
+    chunks: usize,
 }
+
+/// Threads a workgroup of a top-`c`: workgroup memory holds every thread's list, so fewer
+/// threads for longer lists keep it at 8 KiB, under WebGPU's 16 KiB.
+pub(crate) fn top_threads(c: usize) -> usize {
+    match c {
+        0..=4 => 256,
+        5..=8 => 128,
+        9..=16 => 64,
+        17..=32 => 32,
+        _ => 16,
+    }
+}
+
+/// Chunks a row of a top-`c` at most: the last launch's threads take several each, so this
+/// bounds only the partials' memory.
+const MAX_TOP_CHUNKS: usize = 1024;
 
 impl TopRows {
     /// The best `c` (1..=[`MAX_TOP`]) of the first `cols` values of rows `stride` values apart,
@@ -598,6 +618,26 @@ impl TopRows {
         cols: usize,
         temperature: f32,
     ) -> Result<Self> {
+        // As the summary's: 16 values a thread on a card, a core's share of the row on a CPU
+        // adapter.
+        let chunk = if client.properties().identity.physical.is_none() {
+            cols.div_ceil(8)
+        } else {
+            16 * top_threads(c)
+        };
+        Self::with_chunk(client, (c, stride, cols, temperature), chunk.max(1))
+    }
+
+    /// [`TopRows::new`] of `(c, stride, cols, temperature)` with `chunk` values a workgroup
+    /// (what the tests vary; more are taken where a row would pass 1,024 chunks).
+    ///
+    /// # Errors
+    /// As [`TopRows::new`], and [`KernelError::Shape`] for an empty chunk.
+    pub fn with_chunk(
+        client: &Client,
+        (c, stride, cols, temperature): (usize, usize, usize, f32),
+        chunk: usize,
+    ) -> Result<Self> {
         if !(1..=MAX_TOP).contains(&c) {
             return Err(KernelError::Shape {
                 what: "children a row (top-c)",
@@ -605,25 +645,35 @@ impl TopRows {
                 found: c,
             });
         }
-        if cols == 0 || cols > stride {
+        if cols == 0 || cols > stride || chunk == 0 {
             return Err(KernelError::Shape {
-                what: "columns ranked of a row (at least 1, at most the row)",
+                what: "columns ranked of a row (at least 1, at most the row) and a chunk's",
                 expected: stride,
-                found: cols,
+                found: if chunk == 0 { 0 } else { cols },
             });
         }
         let inv_t = inverse_temperature(temperature, "1 / the temperature of a top-c")?;
+        let chunk = chunk.max(cols.div_ceil(MAX_TOP_CHUNKS));
+        let chunks = cols.div_ceil(chunk);
         let words = [
             word("row stride", stride)?,
             word("columns", cols)?,
             inv_t.to_bits(),
             NEG_INF_BITS,
+            word("top-c chunk", chunk)?,
+            word("top-c chunks", chunks)?,
         ];
         Ok(Self {
             params: upload_words(client, &words),
             c,
             stride,
+            chunks,
         })
+    }
+
+    /// Chunks a row: workgroups a row in the first two launches.
+    pub fn chunks(&self) -> usize {
+        self.chunks
     }
 
     /// Words a row's result takes.
@@ -638,14 +688,37 @@ impl TopRows {
     pub fn run(&self, client: &Client, logits: &Handle, out: &Handle, rows: usize) -> Result<()> {
         check_size("logits", logits, rows * self.stride * 4)?;
         check_size("top-c results", out, rows * self.words() * 4)?;
+        if rows == 0 {
+            return Ok(());
+        }
+        let n = word("rows", rows)?;
+        let chunks = word("top-c chunks", self.chunks)?;
+        // [rows, chunks, 2c + 2] words (top.wgsl).
+        let part = client.empty(rows * self.chunks * (2 * self.c + 2) * 4);
+        let c = self.c;
+        for pass in [RowPass::Rank, RowPass::Sum] {
+            launch(
+                client,
+                Shader::Top { c, pass },
+                CubeCount::Static(chunks, n, 1),
+                KernelArguments::new()
+                    .with_buffer(logits.clone().binding())
+                    .with_buffer(self.params.clone().binding())
+                    .with_buffer(part.clone().binding()),
+            );
+        }
         launch(
             client,
-            Shader::Top { c: self.c },
-            CubeCount::Static(word("rows", rows)?, 1, 1),
+            Shader::Top {
+                c,
+                pass: RowPass::End,
+            },
+            CubeCount::Static(n, 1, 1),
             KernelArguments::new()
                 .with_buffer(logits.clone().binding())
                 .with_buffer(out.clone().binding())
-                .with_buffer(self.params.clone().binding()),
+                .with_buffer(self.params.clone().binding())
+                .with_buffer(part.binding()),
         );
         Ok(())
     }

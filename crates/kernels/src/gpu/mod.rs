@@ -58,8 +58,8 @@ use cubecl::server::{Handle, KernelArguments};
 use cubecl::{CubeKernel, PrecompiledSource};
 
 pub use layer::{
-    Attention, CopyRows, Draw, Heads, KvType, MAX_TOP, Norm, Rope, SUMMARY_WORDS, Summary,
-    SummaryPass, TopRows, clone_buffer, link_ids, read_through,
+    Attention, CopyRows, Draw, Heads, KvType, MAX_TOP, Norm, Rope, RowPass, SUMMARY_WORDS, Summary,
+    TopRows, clone_buffer, link_ids, read_through,
 };
 pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
 pub use tune::{Form, PREFILL_ROWS_TIMED, Tuned, Tuning, outputs_agree};
@@ -86,10 +86,13 @@ const NORM: &str = include_str!("norm.wgsl");
 const ROPE: &str = include_str!("rope.wgsl");
 const ATTENTION: &str = include_str!("attention.wgsl");
 const SUMMARY: &str = include_str!("summary.wgsl");
-const SUMMARY_TOP: &str = include_str!("summary_top.wgsl");
+const SUMMARY_RANK: &str = include_str!("summary_rank.wgsl");
 const SUMMARY_SUM: &str = include_str!("summary_sum.wgsl");
 const SUMMARY_END: &str = include_str!("summary_end.wgsl");
 const TOP: &str = include_str!("top.wgsl");
+const TOP_RANK: &str = include_str!("top_rank.wgsl");
+const TOP_SUM: &str = include_str!("top_sum.wgsl");
+const TOP_END: &str = include_str!("top_end.wgsl");
 const COPY: &str = include_str!("copy.wgsl");
 const CLONE: &str = include_str!("clone.wgsl");
 const READ: &str = include_str!("read.wgsl");
@@ -848,11 +851,13 @@ pub enum Shader {
         kv: KvType,
     },
     /// A launch of the logits' top-2 summary.
-    Summary(SummaryPass),
+    Summary(RowPass),
     /// A tree drafter's rows reduced to their best `c`.
     Top {
         /// Values kept a row.
         c: usize,
+        /// Which of its launches.
+        pass: RowPass,
     },
     /// A tree's accepted rows moved into place.
     Copy,
@@ -902,25 +907,26 @@ impl Shader {
                 .replace("{{kv}}", kv_store(*kv)),
             Self::Attention { kv } => ATTENTION.replace("{{kv}}", kv_load(*kv)),
             Self::Summary(pass) => match pass {
-                SummaryPass::Tops => SUMMARY_TOP,
-                SummaryPass::Sums => SUMMARY_SUM,
-                SummaryPass::End => SUMMARY_END,
+                RowPass::Rank => SUMMARY_RANK,
+                RowPass::Sum => SUMMARY_SUM,
+                RowPass::End => SUMMARY_END,
             }
             .replace("{{common}}", SUMMARY)
             .replace("{{summaries_at}}", &(LINKED + 2).to_string())
             .replace("{{ids_at}}", &IDS.to_string())
             .replace("{{summary_words}}", &SUMMARY_WORDS.to_string()),
-            Self::Top { c } => {
-                // Workgroup memory holds every thread's list: fewer threads for longer lists
-                // keep it at 8 KiB, under WebGPU's 16 KiB.
-                let threads = match c {
-                    0..=4 => 256,
-                    5..=8 => 128,
-                    9..=16 => 64,
-                    17..=32 => 32,
-                    _ => 16,
+            Self::Top { c, pass } => {
+                let threads = layer::top_threads(*c);
+                let (stage, p_binding, part_binding) = match pass {
+                    RowPass::Rank => (TOP_RANK, 1, 2),
+                    RowPass::Sum => (TOP_SUM, 1, 2),
+                    RowPass::End => (TOP_END, 2, 3),
                 };
-                TOP.replace("{{c}}", &c.to_string())
+                stage
+                    .replace("{{common}}", TOP)
+                    .replace("{{p_binding}}", &p_binding.to_string())
+                    .replace("{{part_binding}}", &part_binding.to_string())
+                    .replace("{{c}}", &c.to_string())
                     .replace("{{threads}}", &threads.to_string())
                     .replace("{{cells}}", &(threads * c.max(&1)).to_string())
             }
@@ -998,7 +1004,8 @@ impl Shader {
             Self::Norm { q8 } => u64::from(*q8),
             Self::Copy | Self::Quant => 0,
             Self::Summary(pass) => *pass as u64,
-            Self::Top { c } => 3 + *c as u64,
+            // Past the summary's three.
+            Self::Top { c, pass } => 3 + 3 * *c as u64 + *pass as u64,
             Self::Clone => 1,
             Self::Link => 2,
             Self::Read => 3,

@@ -7,7 +7,7 @@
 //
 // Three launches, because one workgroup a row leaves a GPU with one workgroup's worth of loads
 // in flight over 150K logits (the Qwen vocabulary took 0.6 ms so on an H100): a row is cut into
-// chunks of CHUNK values, one workgroup each. summary_top.wgsl ranks each chunk; summary_sum.wgsl
+// chunks of CHUNK values, one workgroup each. summary_rank.wgsl ranks each chunk; summary_sum.wgsl
 // merges the row's ranks to z1 and sums and draws over each chunk against it; summary_end.wgsl
 // merges the chunks and writes the row's words. Every merge runs in a fixed order over threads
 // and chunks, so a row's summary does not depend on the rows beside it, and each draw's score
