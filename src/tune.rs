@@ -24,8 +24,12 @@ pub struct TuneArgs {
     /// Where the table goes (default: the engine's, `MARS_TUNE_CACHE` or the user's cache).
     #[arg(long)]
     pub table: Option<PathBuf>,
-    #[command(flatten)]
-    pub kernels: KernelArgs,
+    /// The GPU kernels' KV cache while timing: f16 (default) or f32.
+    #[arg(long, value_name = "f16|f32")]
+    pub kv_cache: Option<mars_model::KvType>,
+    /// The context the load reserves (as every subcommand's `--context`).
+    #[arg(long, value_name = "POSITIONS")]
+    pub context: Option<usize>,
 }
 
 pub fn run_tune(args: &TuneArgs) -> Result<()> {
@@ -43,7 +47,13 @@ pub fn run_tune(args: &TuneArgs) -> Result<()> {
         Some(p) => p.clone(),
         None => tune::cache_path().context("no cache folder (HOME unset): give --table")?,
     };
-    let (target, open) = load::target_untuned(&args.model, Backend::Wgpu, &args.kernels)?;
+    // Only the GPU's packed kernels are tuned: no `--kernels` or `--threads` to refuse later.
+    let kernels = KernelArgs {
+        kv_cache: args.kv_cache,
+        context: args.context,
+        ..KernelArgs::default()
+    };
+    let (target, open) = load::target_untuned(&args.model, Backend::Wgpu, &kernels)?;
     let gpu = open
         .gpu
         .as_ref()

@@ -1387,7 +1387,7 @@ impl MatmulLaunch {
         y: &Handle,
         bias: Option<&Handle>,
         step: &StepBuffer,
-    ) {
+    ) -> Result<()> {
         let rows = self.rows.count(step);
         let w = |b: usize| {
             let spare = &self.spare[b.saturating_sub(1).min(1)];
@@ -1409,6 +1409,15 @@ impl MatmulLaunch {
             (_, _, (x, quantized)) => {
                 let (acts, x) = match (self.acts, quantized) {
                     (Acts::Q8, Some(q)) => (Acts::Q8, q),
+                    // Not the f32 product in its place: a form the tuning chose would not be
+                    // the one that ran.
+                    (Acts::Q8, None) if rows > 0 => {
+                        return Err(KernelError::Shape {
+                            what: "rows of 8-bit activations for a q8 product (none quantized)",
+                            expected: rows,
+                            found: 0,
+                        });
+                    }
                     _ => (Acts::F32, x),
                 };
                 (
@@ -1443,6 +1452,7 @@ impl MatmulLaunch {
                 .with_buffer(params.clone().binding())
                 .with_buffer(step.handle().clone().binding()),
         );
+        Ok(())
     }
 }
 
@@ -2152,7 +2162,7 @@ impl MatrixGroup {
                 y,
                 self.bias.as_ref(),
                 step,
-            );
+            )?;
         }
         Ok(())
     }
