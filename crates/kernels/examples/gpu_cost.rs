@@ -18,14 +18,18 @@
 //! each with f32 and 8-bit activations (`Acts`; not in lane teams): milliseconds a call, the
 //! weights' GB/s, and m rows against one; and first, for each matrix, a plain read of its bytes
 //! (`read_through`: coalesced, every word once), the ceiling a kernel reading them reaches on
-//! this device through this runtime.
+//! this device through this runtime. Last, the rows reduced over the Qwen vocabulary (151,936
+//! logits): the verifier's summary (greedy and drawn) and a top-40 sampler's rows, for 1 and 5
+//! rows, in the adapter's chunks against one chunk a row (one workgroup a row, as before the
+//! chunks).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
 
 use cubecl::wgpu::WgpuDevice;
 use mars_kernels::gpu::{
-    Acts, Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, Team, read_through, time_group,
+    Acts, Draw, Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, SUMMARY_WORDS, Step,
+    StepBuffer, Summary, Team, TopRows, read_through, time_group,
 };
 use mars_kernels::{QMatrix, WeightType};
 
@@ -183,22 +187,12 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
         client
             .read_one(read_through(client, &raw, read_bytes).unwrap())
             .unwrap();
-        let mut times: Vec<f64> = (0..3)
-            .map(|_| {
-                let t = Instant::now();
-                let mut last = None;
-                for _ in 0..CALLS {
-                    last = Some(read_through(client, &raw, read_bytes).unwrap());
-                }
-                client.read_one(last.unwrap()).unwrap();
-                t.elapsed().as_secs_f64() * 1e3 / CALLS as f64
-            })
-            .collect();
-        times.sort_by(f64::total_cmp);
+        let ms = median_of_batches(client, CALLS, || {
+            read_through(client, &raw, read_bytes).unwrap()
+        });
         println!(
-            "| {name} [{out} x {cols}] | read alone | - | - | {:.3} | {:.1} | - |",
-            times[1],
-            read_bytes as f64 / times[1] / 1e6
+            "| {name} [{out} x {cols}] | read alone | - | - | {ms:.3} | {:.1} | - |",
+            read_bytes as f64 / ms / 1e6
         );
         // Lane teams where the type has them (Q4_K).
         let teams: &[Team] = if Team::lanes_for(&[ty.into()]) {
@@ -239,6 +233,78 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
                     );
                 }
             }
+        }
+    }
+    rows_reduced(client, CALLS);
+}
+
+/// `calls` launches of `run` back to back and its last output read once: the median of three
+/// such batches, in milliseconds a call.
+fn median_of_batches(
+    client: &cubecl::client::Client,
+    calls: usize,
+    mut run: impl FnMut() -> cubecl::server::Handle,
+) -> f64 {
+    let mut times: Vec<f64> = (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            let mut last = None;
+            for _ in 0..calls {
+                last = Some(run());
+            }
+            client.read_one(last.unwrap()).unwrap();
+            t.elapsed().as_secs_f64() * 1e3 / calls as f64
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[1]
+}
+
+/// The `stream` table's last rows: the summary and a top-40 over a Qwen row of logits.
+fn rows_reduced(client: &cubecl::client::Client, calls: usize) {
+    const VOCAB: usize = 151_936;
+    println!();
+    println!("| rows reduced, {VOCAB} logits | chunks a row | rows | ms a call |");
+    println!("|---|---|---|---|");
+    for rows in [1usize, 5] {
+        let z: Vec<u8> = (0..rows * VOCAB)
+            .flat_map(|i| (((i * 2_654_435_761) >> 7) as u16 as f32 / 4096.0).to_le_bytes())
+            .collect();
+        let logits = client.create_from_slice(&z);
+        let step = StepBuffer::new(
+            client,
+            &Step::chain(&vec![0; rows], 0, rows, VOCAB).unwrap(),
+        );
+        let draw = Draw::new(client, 1.0, 7).unwrap();
+        let summaries = [
+            Summary::new(client, VOCAB).unwrap(),
+            Summary::with_chunk(client, VOCAB, VOCAB.div_ceil(256)).unwrap(),
+            Summary::with_chunk(client, VOCAB, VOCAB).unwrap(),
+        ];
+        for (summary, what) in summaries.iter().zip(["adapter's", "most", "one"]) {
+            for (d, name) in [(None, "summary, greedy"), (Some(&draw), "summary, drawn")] {
+                let ms = median_of_batches(client, calls, || {
+                    let out = client.empty(rows * SUMMARY_WORDS * 4);
+                    summary.run(client, &logits, &out, rows, &step, d).unwrap();
+                    out
+                });
+                println!(
+                    "| {name} | {} ({what}) | {rows} | {ms:.3} |",
+                    summary.chunks()
+                );
+            }
+        }
+        let tops = [
+            TopRows::new(client, 40, VOCAB, VOCAB, 1.0).unwrap(),
+            TopRows::with_chunk(client, (40, VOCAB, VOCAB, 1.0), VOCAB).unwrap(),
+        ];
+        for (top, what) in tops.iter().zip(["adapter's", "one"]) {
+            let ms = median_of_batches(client, calls, || {
+                let out = client.empty(rows * top.words() * 4);
+                top.run(client, &logits, &out, rows).unwrap();
+                out
+            });
+            println!("| top-40 | {} ({what}) | {rows} | {ms:.3} |", top.chunks());
         }
     }
 }
