@@ -179,13 +179,18 @@ fn rope_attend(
     rope.run(client, &upload_f32(client, qkv), &q, kv, &sb)
         .unwrap();
     attn.run(client, &q, kv, &out, &sb).unwrap();
-    read_f32(client, out)
+    // Split by 256-key blocks and folded by a second launch: the same bits.
+    let split = client.empty(rows * shape.heads * shape.head_dim * 4);
+    attn.run_as(client, (&q, kv, &split), &sb, true).unwrap();
+    let (out, split) = (read_f32(client, out), read_f32(client, split));
+    assert_eq!(bits(&out), bits(&split), "split attention");
+    out
 }
 
 /// Over either cache type: RoPE stores each key within its type's rounding of the exact
 /// rotation and each value as it came (rounded likewise), attention over the stored keys and
 /// values equals f64's, a row alone equals itself beside others, a tree row the chain over its
-/// path (bit for bit).
+/// path, and attention split by key blocks the one-workgroup form (bit for bit).
 #[test]
 fn rope_and_attention_match_f64_over_chains_and_trees() {
     for ty in [KvType::F16, KvType::F32] {

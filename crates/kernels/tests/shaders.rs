@@ -284,8 +284,19 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
             head_norm: false,
             kv: KvType::F32,
         },
-        Shader::Attention { kv: KvType::F16 },
-        Shader::Attention { kv: KvType::F32 },
+        Shader::Attention {
+            kv: KvType::F16,
+            split: false,
+        },
+        Shader::Attention {
+            kv: KvType::F32,
+            split: false,
+        },
+        Shader::Attention {
+            kv: KvType::F16,
+            split: true,
+        },
+        Shader::AttentionMerge,
         Shader::Summary(RowPass::Rank),
         Shader::Summary(RowPass::Sum),
         Shader::Summary(RowPass::End),
@@ -308,7 +319,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2) + 2 * 4)
             + blocks * 2 * (5 * 3 * 2 + 2)
             + 5 * 2 * 5 * 2
-            + 33
+            + 35
     );
 }
 

@@ -1,40 +1,51 @@
-// Attention of each row's query heads over the keys it may see, in one pass with an online
-// softmax. One workgroup of 256 threads per (query head, row); the key / value head is the query
-// head's group (grouped-query attention). Row r sees, from the step buffer's per-row entry
-// (step.rs), the first `lo` cache rows, then the cache rows lo + b for each bit b set in its
-// 64-bit tree mask (its ancestors and itself in a token tree; none in a chain, where
-// lo = start + r + 1).
+// Attention of each row's query heads over the keys it may see, with an online softmax over
+// blocks of keys. The key / value head is the query head's group (grouped-query attention).
+// Row r sees, from the step buffer's per-row entry (step.rs), the first `lo` cache rows, then
+// the cache rows lo + b for each bit b set in its 64-bit tree mask (its ancestors and itself in
+// a token tree; none in a chain, where lo = start + r + 1).
 //
-// The visible keys are taken in order, 256 a block: thread i scores the block's key i (a dot
-// product of head_dim / 4 vec4 loads, independent, so a GPU keeps them in flight together), a
-// tree of halvings takes the block's maximum, which rescales the running sums. For the values
-// the threads split into `parts` teams of head_dim / 4 lanes (16 teams of 16 at a head width of
-// 64, 8 of 32 at 128): lane c of team t adds, for dimensions 4c .. 4c + 4, the weighted values of
-// the block's keys t, t + parts, …, so a block costs each thread 256 / parts dependent steps, not
-// 256. At the end the teams' sums meet in team order. The blocks and the teams are cut from
-// the list of visible keys, not from cache rows, so a row's result depends only on the keys it
-// sees and their order: a tree row equals the chain over its path bit for bit, and a row equals
-// itself computed beside any other rows. (An earlier form, one thread a key and a dimension over
-// blocks of 64 keys with 64 threads, was right for lavapipe's few wide threads and took ~100 µs a
-// head on an H100 for 140 keys: a third of a token, docs/performance.md.)
+// The visible keys are taken in order, 256 a block. Within a block, thread i scores the block's
+// key i (a dot product of head_dim / 4 vec4 loads, independent, so a GPU keeps them in flight
+// together), a tree of halvings takes the block's maximum m_b, and for the values the threads
+// split into `parts` teams of head_dim / 4 lanes (16 teams of 16 at a head width of 64, 8 of 32
+// at 128): lane c of team t adds, for dimensions 4c .. 4c + 4, the weighted values of the
+// block's keys t, t + parts, …, so a block costs each thread 256 / parts dependent steps, not
+// 256; the teams' sums then meet in team order: the block's (m_b, l_b, acc_b). The blocks are
+// folded in order (fold below): out = A / L.
+//
+// Two launch shapes give the same bits, since both compute each block alike and fold in the
+// same order: SPLIT 0, one workgroup a (query head, row) walking its blocks (a prefill, short
+// contexts, CPU adapters); SPLIT 1, one workgroup a (query head, row, block) writing the
+// block's partial, folded by attention_merge.wgsl (a decode or verification pass over a long
+// context on a GPU card, where one workgroup a head would walk thousands of keys alone). The
+// blocks are cut from the list of visible keys, not from cache rows, so a row's result
+// depends only on the keys it sees and their order: a tree row equals the chain over its path
+// bit for bit, and a row equals itself computed beside any other rows, in either shape. (An
+// earlier form, one thread a key and a dimension over blocks of 64 keys with 64 threads, was
+// right for lavapipe's few wide threads and took ~100 µs a head on an H100 for 140 keys: a
+// third of a token, docs/performance.md.)
 
 const NEG: f32 = -3.0e38; // below every score; exp(NEG − m) is 0 for any real maximum m
 const WG: u32 = 256u;     // threads, and keys a block
+const SPLIT: bool = {{split}};
 
 // Queries and outputs [rows, n_heads · head_dim / 4]; the cache [2, n_kv, capacity, head_dim / 4]
 // fours of f16 or f32 values (KvType), read through kv4 as f32: the sums are f32 either way.
 @group(0) @binding(0) var<storage, read_write> q: array<vec4<f32>>;
 {{kv}}
+// SPLIT 0: the outputs; SPLIT 1: the blocks' partials (attention_merge.wgsl).
 @group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
 // [n_heads, n_kv, head_dim (a multiple of 4, ≤ 256), scale (f32 bits)]
 @group(0) @binding(3) var<storage, read_write> p: array<u32>;
 @group(0) @binding(4) var<storage, read_write> s: array<u32>;   // step (step.rs)
 
+{{fold}}
+
 var<workgroup> qs: array<vec4<f32>, 64>;
 var<workgroup> sc: array<f32, WG>;         // the block's scores, then its weights
 var<workgroup> best: array<f32, WG>;       // the maximum's tree
 var<workgroup> js: array<u32, WG>;         // the block's cache rows
-var<workgroup> fin: array<vec4<f32>, WG>;  // each team's sums, to meet at the end
+var<workgroup> fin: array<vec4<f32>, WG>;  // each team's sums, to meet at the block's end
 var<workgroup> fl: array<f32, WG>;         // each team's sum of weights
 var<workgroup> visible: u32;
 
@@ -59,6 +70,7 @@ fn key_row(k: u32, lo: u32, mlo: u32, mhi: u32) -> u32 {
     return lo + base + countTrailingZeros(m);
 }
 
+// SPLIT 0: one workgroup a (head x, row y); SPLIT 1: a (head x, row y, block z).
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let nh = p[0];
@@ -73,14 +85,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let mlo = s[e + 2u];
     let mhi = s[e + 3u];
     if lid == 0u {
-        visible = lo + countOneBits(mlo) + countOneBits(mhi);
+        visible = visible_keys(r);
     }
     let qb = (r * nh + h) * hd4;
     if lid < hd4 {
         qs[lid] = q[qb + lid];
     }
-    // A barrier, and the count as a value every invocation agrees on (the loop below has
-    // barriers in it).
+    // A barrier, and the count as a value every invocation agrees on (the loops below have
+    // barriers in them).
     let n = workgroupUniformLoad(&visible);
     let g = h / (nh / nkv);
     let kb = g * cap * hd4;
@@ -89,10 +101,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let team = lid / hd4;
     let c = lid % hd4;
     let lane = team < parts;
-    var m = NEG;
-    var l = 0.0;
-    var acc = vec4<f32>(0.0);
-    for (var b0 = 0u; b0 < n; b0 += WG) {
+    var first = 0u;
+    var end = n;
+    if SPLIT {
+        // This workgroup's block alone; none past the row's keys (its row has fewer blocks
+        // than the step's longest).
+        first = wg.z * WG;
+        end = min(first + WG, n);
+    }
+    var f = Fold(NEG, 0.0, vec4<f32>(0.0));
+    for (var b0 = first; b0 < end; b0 += WG) {
         let k = b0 + lid;
         var score = NEG;
         var j = 0u;
@@ -114,36 +132,43 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             }
             workgroupBarrier();
         }
-        let m_new = max(m, best[0]);
-        let corr = exp(m - m_new);
-        sc[lid] = exp(score - m_new);
+        let m = best[0];
+        sc[lid] = exp(score - m);
         workgroupBarrier();
+        var a = vec4<f32>(0.0);
+        var l = 0.0;
         if lane {
             let count = min(WG, n - b0);
-            var a = acc * corr;
-            var bl = l * corr;
             for (var i = team; i < count; i += parts) {
                 let w = sc[i];
                 a += w * kv4(vb + js[i] * hd4 + c);
-                bl += w;
+                l += w;
             }
-            acc = a;
-            l = bl;
         }
-        m = m_new;
-        // Every thread has read best[0], sc and js before the next block writes them.
+        fin[lid] = a;
+        fl[lid] = l;
+        workgroupBarrier();
+        if lid < hd4 {
+            var acc = vec4<f32>(0.0);
+            var weight = 0.0;
+            for (var t = 0u; t < parts; t++) {
+                acc += fin[t * hd4 + lid];
+                weight += fl[t * hd4 + lid];
+            }
+            if SPLIT {
+                let at = partial_at(r, h, wg.z, nh, hd4);
+                out[at + lid] = acc;
+                if lid == 0u {
+                    out[at + hd4] = vec4<f32>(m, weight, 0.0, 0.0);
+                }
+            } else {
+                f = fold(f, b0 == 0u, Fold(m, weight, acc));
+            }
+        }
+        // Every thread has read best[0], sc, js, fin and fl before the next block writes them.
         workgroupBarrier();
     }
-    fin[lid] = acc;
-    fl[lid] = l;
-    workgroupBarrier();
-    if lid < hd4 {
-        var total = vec4<f32>(0.0);
-        var weight = 0.0;
-        for (var t = 0u; t < parts; t++) {
-            total += fin[t * hd4 + lid];
-            weight += fl[t * hd4 + lid];
-        }
-        out[qb + lid] = total / weight;
+    if !SPLIT && lid < hd4 {
+        out[qb + lid] = f.acc / f.l;
     }
 }

@@ -309,7 +309,18 @@ pub struct Attention {
     heads: Heads,
     params: Handle,
     kv: KvType,
+    /// Whether a pass of a few rows over a long context splits by key blocks
+    /// ([`Attention::run`]): on GPU cards.
+    splits: bool,
 }
+
+/// Keys a block of attention.wgsl.
+const ATTENTION_BLOCK: usize = 256;
+
+/// Rows a pass has at most for [`Attention::run`] to split it by key blocks: a decode or a
+/// verification pass (a prefill has workgroups enough in its rows, and its partials would take
+/// rows × heads × blocks × head_dim floats).
+const SPLIT_ROWS: usize = 16;
 
 impl Attention {
     /// Attention for `heads` over caches of `kv` values, scores scaled by 1/√head_dim.
@@ -324,6 +335,7 @@ impl Attention {
             heads,
             params: upload_words(client, &[h, g, d, scale.to_bits()]),
             kv,
+            splits: client.properties().identity.physical.is_some(),
         })
     }
 
@@ -340,18 +352,70 @@ impl Attention {
         out: &Handle,
         step: &StepBuffer,
     ) -> Result<()> {
+        let split =
+            self.splits && step.rows() <= SPLIT_ROWS && step.most_visible() > ATTENTION_BLOCK;
+        self.run_as(client, (q, kv, out), step, split)
+    }
+
+    /// [`Attention::run`] in the shape given: `split`, one workgroup a (head, row, 256-key
+    /// block) and a launch folding the blocks (attention_merge.wgsl), else one workgroup a
+    /// (head, row) walking its blocks. The same bits either way (what the tests check).
+    ///
+    /// # Errors
+    /// As [`Attention::run`].
+    pub fn run_as(
+        &self,
+        client: &Client,
+        (q, kv, out): (&Handle, &Handle, &Handle),
+        step: &StepBuffer,
+        split: bool,
+    ) -> Result<()> {
         let s = &self.heads;
         let rows = step.rows();
         check_size("queries", q, rows * s.heads * s.head_dim * 4)?;
         check_size("attention output", out, rows * s.heads * s.head_dim * 4)?;
         check_size("KV cache", kv, s.cache_bytes(step.capacity(), self.kv)?)?;
+        let (heads, n) = (word("heads", s.heads)?, word("rows", rows)?);
+        let blocks = step.most_visible().div_ceil(ATTENTION_BLOCK);
+        if !split || blocks == 0 {
+            launch(
+                client,
+                Shader::Attention {
+                    kv: self.kv,
+                    split: false,
+                },
+                CubeCount::Static(heads, n, 1),
+                KernelArguments::new()
+                    .with_buffer(q.clone().binding())
+                    .with_buffer(kv.clone().binding())
+                    .with_buffer(out.clone().binding())
+                    .with_buffer(self.params.clone().binding())
+                    .with_buffer(step.handle().clone().binding()),
+            );
+            return Ok(());
+        }
+        // [rows, heads, blocks, head_dim / 4 + 1] vec4s (attention_fold.wgsl).
+        let part = client.empty(rows * s.heads * blocks * (s.head_dim / 4 + 1) * 16);
         launch(
             client,
-            Shader::Attention { kv: self.kv },
-            CubeCount::Static(word("heads", s.heads)?, word("rows", rows)?, 1),
+            Shader::Attention {
+                kv: self.kv,
+                split: true,
+            },
+            CubeCount::Static(heads, n, word("key blocks", blocks)?),
             KernelArguments::new()
                 .with_buffer(q.clone().binding())
                 .with_buffer(kv.clone().binding())
+                .with_buffer(part.clone().binding())
+                .with_buffer(self.params.clone().binding())
+                .with_buffer(step.handle().clone().binding()),
+        );
+        launch(
+            client,
+            Shader::AttentionMerge,
+            CubeCount::Static(heads, n, 1),
+            KernelArguments::new()
+                .with_buffer(part.binding())
                 .with_buffer(out.clone().binding())
                 .with_buffer(self.params.clone().binding())
                 .with_buffer(step.handle().clone().binding()),

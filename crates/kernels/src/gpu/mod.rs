@@ -85,6 +85,8 @@ const EMBED: &str = include_str!("embed.wgsl");
 const NORM: &str = include_str!("norm.wgsl");
 const ROPE: &str = include_str!("rope.wgsl");
 const ATTENTION: &str = include_str!("attention.wgsl");
+const ATTENTION_FOLD: &str = include_str!("attention_fold.wgsl");
+const ATTENTION_MERGE: &str = include_str!("attention_merge.wgsl");
 const SUMMARY: &str = include_str!("summary.wgsl");
 const SUMMARY_RANK: &str = include_str!("summary_rank.wgsl");
 const SUMMARY_SUM: &str = include_str!("summary_sum.wgsl");
@@ -849,7 +851,11 @@ pub enum Shader {
     Attention {
         /// How the cache stores values.
         kv: KvType,
+        /// One workgroup a 256-key block, each writing its partial, not one a (head, row).
+        split: bool,
     },
+    /// A split attention's partials folded into its outputs.
+    AttentionMerge,
     /// A launch of the logits' top-2 summary.
     Summary(RowPass),
     /// A tree drafter's rows reduced to their best `c`.
@@ -905,7 +911,11 @@ impl Shader {
             Self::Rope { head_norm, kv } => ROPE
                 .replace("{{head_norm}}", &head_norm.to_string())
                 .replace("{{kv}}", kv_store(*kv)),
-            Self::Attention { kv } => ATTENTION.replace("{{kv}}", kv_load(*kv)),
+            Self::Attention { kv, split } => ATTENTION
+                .replace("{{kv}}", kv_load(*kv))
+                .replace("{{split}}", &split.to_string())
+                .replace("{{fold}}", ATTENTION_FOLD),
+            Self::AttentionMerge => ATTENTION_MERGE.replace("{{fold}}", ATTENTION_FOLD),
             Self::Summary(pass) => match pass {
                 RowPass::Rank => SUMMARY_RANK,
                 RowPass::Sum => SUMMARY_SUM,
@@ -948,7 +958,7 @@ impl Shader {
             Self::Embed(_) => Kind::Embed,
             Self::Norm { .. } => Kind::Norm,
             Self::Rope { .. } => Kind::Rope,
-            Self::Attention { .. } => Kind::Attention,
+            Self::Attention { .. } | Self::AttentionMerge => Kind::Attention,
             Self::Summary(_) | Self::Top { .. } => Kind::Summary,
             Self::Copy | Self::Clone | Self::Link | Self::Read => Kind::Copy,
         }
@@ -1000,7 +1010,10 @@ impl Shader {
             Self::Rope { head_norm, kv } => {
                 u64::from(*head_norm) | (u64::from(*kv == KvType::F32) << 1)
             }
-            Self::Attention { kv } => u64::from(*kv == KvType::F32),
+            Self::Attention { kv, split } => {
+                u64::from(*kv == KvType::F32) | (u64::from(*split) << 1)
+            }
+            Self::AttentionMerge => 4,
             Self::Norm { q8 } => u64::from(*q8),
             Self::Copy | Self::Quant => 0,
             Self::Summary(pass) => *pass as u64,
@@ -1150,6 +1163,7 @@ pub fn read_blocking(client: &Client, handle: Handle) -> Result<Vec<u8>> {
 pub struct StepBuffer {
     handle: Handle,
     rows: usize,
+    most_visible: usize,
     tail: usize,
     capacity: usize,
     link: Link,
@@ -1162,6 +1176,7 @@ impl StepBuffer {
         Self {
             handle: upload_words(client, step.words()),
             rows: step.rows(),
+            most_visible: step.most_visible(),
             tail: step.tail(),
             capacity: step.capacity(),
             link: step.link(),
@@ -1187,6 +1202,11 @@ impl StepBuffer {
     /// Rows that get logits.
     pub fn tail(&self) -> usize {
         self.tail
+    }
+
+    /// The most keys a row sees ([`Step::most_visible`]).
+    pub fn most_visible(&self) -> usize {
+        self.most_visible
     }
 
     /// Whether it is a part of a long prefill ([`Step::long_prefill`]).

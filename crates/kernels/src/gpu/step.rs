@@ -238,6 +238,16 @@ impl Step {
         &self.words
     }
 
+    /// The most keys a row of the step sees (`lo` plus its tree mask's bits): how many
+    /// 256-key blocks a split attention launches for each row (`Attention::run`).
+    pub fn most_visible(&self) -> usize {
+        (0..self.rows)
+            .filter_map(|r| self.row(r))
+            .map(|(_, lo, mask)| lo as usize + mask.count_ones() as usize)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Row r's position, `lo` and tree mask (for tests).
     pub fn row(&self, r: usize) -> Option<(u32, u32, u64)> {
         let at = IDS + self.rows + 4 * r;
@@ -261,6 +271,7 @@ mod tests {
         assert!(s.clone().with_capacity(12).is_err());
         assert_eq!(s.row(0), Some((10, 11, 0)));
         assert_eq!(s.row(2), Some((12, 13, 0)));
+        assert_eq!(s.most_visible(), 13);
         assert!(Step::chain(&[], 0, 1, 1).is_err());
         assert!(Step::chain(&[1], 0, 2, 1).is_err());
         let link = Link {
@@ -286,6 +297,7 @@ mod tests {
         assert_eq!(s.row(0), Some((20, 20, 0b0001)));
         assert_eq!(s.row(2), Some((21, 20, 0b0101)));
         assert_eq!(s.row(3), Some((22, 20, 0b1011)));
+        assert_eq!(s.most_visible(), 23);
         // Grown by its last two rows: they start at cache row 22.
         let s = Step::tree(&[7, 6], 20, &parents, 2, 50).unwrap();
         assert_eq!(s.words()[3], 22);
