@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The runner each part of tests/bench/gpu-bundle.sh carries: `add` copies the part it sits in to
 # $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
-#   usage: bash PART/run.sh add | tests | stream | tune | peers | price | teams | spec | profile | submits | all …
+#   usage: bash PART/run.sh add | tests | stream | tune | peers | price | teams | long | spec | profile | submits | all …
 #   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order),
-#          TEAM_MODELS (the teams stage's; both default to every model, smallest first)
+#          TEAM_MODELS (the teams stage's; both default to every model, smallest first),
+#          LONG_MODELS (the long stage's; default the smallest and the 7B), LONG_PP (3584: with 32 tokens and a 16-row pass, within the default context of 4096)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=${WORK:-$HOME/mars-gpu}
@@ -119,6 +120,22 @@ print('$r', '$(basename "$m")', '$t', round(d['decode_tokens_per_second'], 1), '
       'prefill', round(d['prefill_tokens_per_second'], 1), 'tok/s;',
       'ms 1/5/16 rows', ' / '.join(str(round(ms[k], 2)) for k in ('1', '5', '16') if k in ms))"
       done; done; done | tee "$out/teams.txt" ;;
+    long) # decode and passes of 5 and 16 rows after a long prompt, beside llama.cpp at that
+      # depth (one round), then mars with attention in one workgroup a head (MARS_GPU_SPLIT=off)
+      # against its split by key blocks (the rule on a card)
+      local long=${LONG_MODELS:-$(ls "$work"/models/*.gguf | grep -E '0\.5B|7B' | tr '\n' ' ')}
+      for m in $long; do
+        ROUNDS=1 timeout 300 bash "$work/repo/tests/bench/gpu-peers.sh" "$m" "${LONG_PP:-3584}" 32
+        for t in on off; do
+          MARS_GPU_SPLIT=$t timeout 120 "$MARS_BIN" speed --model "$m" --device wgpu \
+            --prompt-tokens "${LONG_PP:-3584}" --decode-tokens 32 2>/dev/null | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+ms = d['forward_ms_by_rows']
+print('$(basename "$m")', 'split $t', round(d['decode_tokens_per_second'], 1), 'tok/s; ms 1/5/16 rows',
+      ' / '.join(str(round(ms[k], 2)) for k in ('1', '5', '16') if k in ms))"
+        done
+      done 2>&1 | grep -v XDG | tee "$out/long.md" ;;
     submits)
       for m in $(models); do for r in 1 2; do for t in 512 64 32 16; do
         CUBECL_WGPU_MAX_TASKS=$t timeout 90 "$MARS_BIN" speed --model "$m" --device wgpu \
@@ -127,7 +144,7 @@ import json, sys
 d = json.load(sys.stdin)
 print('$r', '$(basename "$m")', 'tasks $t', round(d['decode_tokens_per_second'], 1), 'tok/s')"
       done; done; done | tee "$out/submits.txt" ;;
-    all) for s in tests stream tune peers price teams spec profile submits; do stage "$s"; done ;;
+    all) for s in tests stream tune peers price teams long spec profile submits; do stage "$s"; done ;;
     *) echo "unknown stage $1" >&2; return 2 ;;
   esac
 }

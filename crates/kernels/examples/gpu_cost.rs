@@ -21,17 +21,19 @@
 //! this device through this runtime. Last, the rows reduced over the Qwen vocabulary (151,936
 //! logits): the verifier's summary (greedy and drawn) and a top-40 sampler's rows, for 1 and 5
 //! rows, in the adapter's chunks against one chunk a row (one workgroup a row, as before the
-//! chunks).
+//! chunks); and attention over an f16 cache at the 0.5B's and the 7B's head shapes, 1 and 5
+//! rows after 128, 1,024 and 4,096 positions, in one workgroup a head and split by key blocks
+//! (`attention`: these rows alone, 10 calls a batch).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
 
 use cubecl::wgpu::WgpuDevice;
 use mars_kernels::gpu::{
-    Acts, Draw, Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, SUMMARY_WORDS, Step,
-    StepBuffer, Summary, Team, TopRows, read_through, time_group,
+    Acts, Attention, Draw, Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, SUMMARY_WORDS,
+    Step, StepBuffer, Summary, Team, TopRows, read_through, time_group,
 };
-use mars_kernels::{QMatrix, WeightType};
+use mars_kernels::{Heads, KvType, QMatrix, WeightType};
 
 /// How many shapes `main` knows (the largest SHAPE argument is one less).
 const SHAPES: usize = 7;
@@ -45,6 +47,11 @@ fn main() {
         Reduce::detect(&client)
     );
     let forms = [Reduce::Workgroup, Reduce::Subgroup { lanes }];
+    if std::env::args().nth(1).as_deref() == Some("attention") {
+        // The stream table's attention rows alone.
+        attention(&client, 10);
+        return;
+    }
     if std::env::args().nth(1).as_deref() == Some("stream") {
         // `stream N`: the first N shapes only (a rehearsal on lavapipe takes the small one).
         let n = std::env::args().nth(2).and_then(|n| n.parse().ok());
@@ -236,6 +243,61 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
         }
     }
     rows_reduced(client, CALLS);
+    attention(client, CALLS);
+}
+
+/// The `stream` table's attention rows (see the header).
+fn attention(client: &cubecl::client::Client, calls: usize) {
+    println!();
+    println!(
+        "| attention, f16 cache | positions | rows | ms a call, one workgroup a head | split by 256 keys |"
+    );
+    println!("|---|---|---|---|---|");
+    let shapes = [
+        ("0.5B (14 / 2 heads of 64)", 14, 2, 64),
+        ("7B (28 / 4 heads of 128)", 28, 4, 128),
+    ];
+    for (name, heads, kv_heads, head_dim) in shapes {
+        let shape = Heads {
+            heads,
+            kv_heads,
+            head_dim,
+        };
+        let attn = Attention::new(client, (shape, KvType::F16)).unwrap();
+        for context in [128usize, 1024, 4096] {
+            for rows in [1usize, 5] {
+                let capacity = context + rows;
+                // f16 pairs of small varied values (the values do not matter for speed).
+                let words = shape.cache_bytes(capacity, KvType::F16).unwrap() / 4;
+                let kv: Vec<u8> = (0..words)
+                    .flat_map(|i| {
+                        (0x2c00_2c00u32 ^ ((i as u32 * 2_654_435_761) >> 22 & 0x3ff_03ff))
+                            .to_le_bytes()
+                    })
+                    .collect();
+                let kv = client.create_from_slice(&kv);
+                let q: Vec<u8> = (0..rows * heads * head_dim)
+                    .flat_map(|i| ((i % 13) as f32 * 0.05).to_le_bytes())
+                    .collect();
+                let q = client.create_from_slice(&q);
+                let step = Step::chain(&vec![0; rows], context, rows, 1)
+                    .and_then(|s| s.with_capacity(capacity))
+                    .unwrap();
+                let step = StepBuffer::new(client, &step);
+                let ms = [false, true].map(|split| {
+                    median_of_batches(client, calls, || {
+                        let out = client.empty(rows * heads * head_dim * 4);
+                        attn.run_as(client, (&q, &kv, &out), &step, split).unwrap();
+                        out
+                    })
+                });
+                println!(
+                    "| {name} | {context} | {rows} | {:.3} | {:.3} |",
+                    ms[0], ms[1]
+                );
+            }
+        }
+    }
 }
 
 /// `calls` launches of `run` back to back and its last output read once: the median of three

@@ -287,14 +287,17 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         Shader::Attention {
             kv: KvType::F16,
             split: false,
+            head_dim: 64,
         },
         Shader::Attention {
             kv: KvType::F32,
             split: false,
+            head_dim: 128,
         },
         Shader::Attention {
             kv: KvType::F16,
             split: true,
+            head_dim: 96,
         },
         Shader::AttentionMerge,
         Shader::Summary(RowPass::Rank),

@@ -28,6 +28,10 @@
 const NEG: f32 = -3.0e38; // below every score; exp(NEG − m) is 0 for any real maximum m
 const WG: u32 = 256u;     // threads, and keys a block
 const SPLIT: bool = {{split}};
+// Fours of a head's values (head_dim / 4, compiled in: the loops over them have constant
+// bounds, so their loads issue together), and the teams of lanes a workgroup holds.
+const HD4: u32 = {{hd4}}u;
+const PARTS: u32 = {{parts}}u;
 
 // Queries and outputs [rows, n_heads · head_dim / 4]; the cache [2, n_kv, capacity, head_dim / 4]
 // fours of f16 or f32 values (KvType), read through kv4 as f32: the sums are f32 either way.
@@ -35,7 +39,7 @@ const SPLIT: bool = {{split}};
 {{kv}}
 // SPLIT 0: the outputs; SPLIT 1: the blocks' partials (attention_merge.wgsl).
 @group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
-// [n_heads, n_kv, head_dim (a multiple of 4, ≤ 256), scale (f32 bits)]
+// [n_heads, n_kv, head_dim (4 · HD4), scale (f32 bits)]
 @group(0) @binding(3) var<storage, read_write> p: array<u32>;
 @group(0) @binding(4) var<storage, read_write> s: array<u32>;   // step (step.rs)
 
@@ -75,7 +79,6 @@ fn key_row(k: u32, lo: u32, mlo: u32, mhi: u32) -> u32 {
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let nh = p[0];
     let nkv = p[1];
-    let hd4 = p[2] / 4u;
     let cap = s[4];
     let scale = bitcast<f32>(p[3]);
     let h = wg.x;
@@ -87,20 +90,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if lid == 0u {
         visible = visible_keys(r);
     }
-    let qb = (r * nh + h) * hd4;
-    if lid < hd4 {
+    let qb = (r * nh + h) * HD4;
+    if lid < HD4 {
         qs[lid] = q[qb + lid];
     }
     // A barrier, and the count as a value every invocation agrees on (the loops below have
     // barriers in them).
     let n = workgroupUniformLoad(&visible);
     let g = h / (nh / nkv);
-    let kb = g * cap * hd4;
-    let vb = (nkv + g) * cap * hd4;
-    let parts = WG / hd4;
-    let team = lid / hd4;
-    let c = lid % hd4;
-    let lane = team < parts;
+    let kb = g * cap * HD4;
+    let vb = (nkv + g) * cap * HD4;
+    let team = lid / HD4;
+    let c = lid % HD4;
+    let lane = team < PARTS;
     var first = 0u;
     var end = n;
     if SPLIT {
@@ -116,9 +118,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         var j = 0u;
         if k < n {
             j = key_row(k, lo, mlo, mhi);
-            let at = kb + j * hd4;
+            let at = kb + j * HD4;
             var d = 0.0;
-            for (var i = 0u; i < hd4; i++) {
+            for (var i = 0u; i < HD4; i++) { // unroll
                 d += dot(qs[i], kv4(at + i));
             }
             score = d * scale;
@@ -139,27 +141,45 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         var l = 0.0;
         if lane {
             let count = min(WG, n - b0);
-            for (var i = team; i < count; i += parts) {
+            // Four keys a step, their loads first, then added in key order: a dependent load
+            // a key would leave a GPU thread waiting on each in turn.
+            var i = team;
+            for (; i + 3u * PARTS < count; i += 4u * PARTS) {
+                let w = vec4<f32>(sc[i], sc[i + PARTS], sc[i + 2u * PARTS], sc[i + 3u * PARTS]);
+                let v0 = kv4(vb + js[i] * HD4 + c);
+                let v1 = kv4(vb + js[i + PARTS] * HD4 + c);
+                let v2 = kv4(vb + js[i + 2u * PARTS] * HD4 + c);
+                let v3 = kv4(vb + js[i + 3u * PARTS] * HD4 + c);
+                a += w.x * v0;
+                a += w.y * v1;
+                a += w.z * v2;
+                a += w.w * v3;
+                l += w.x;
+                l += w.y;
+                l += w.z;
+                l += w.w;
+            }
+            for (; i < count; i += PARTS) {
                 let w = sc[i];
-                a += w * kv4(vb + js[i] * hd4 + c);
+                a += w * kv4(vb + js[i] * HD4 + c);
                 l += w;
             }
         }
         fin[lid] = a;
         fl[lid] = l;
         workgroupBarrier();
-        if lid < hd4 {
+        if lid < HD4 {
             var acc = vec4<f32>(0.0);
             var weight = 0.0;
-            for (var t = 0u; t < parts; t++) {
-                acc += fin[t * hd4 + lid];
-                weight += fl[t * hd4 + lid];
+            for (var t = 0u; t < PARTS; t++) {
+                acc += fin[t * HD4 + lid];
+                weight += fl[t * HD4 + lid];
             }
             if SPLIT {
-                let at = partial_at(r, h, wg.z, nh, hd4);
+                let at = partial_at(r, h, wg.z, nh, HD4);
                 out[at + lid] = acc;
                 if lid == 0u {
-                    out[at + hd4] = vec4<f32>(m, weight, 0.0, 0.0);
+                    out[at + HD4] = vec4<f32>(m, weight, 0.0, 0.0);
                 }
             } else {
                 f = fold(f, b0 == 0u, Fold(m, weight, acc));
@@ -168,7 +188,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         // Every thread has read best[0], sc, js, fin and fl before the next block writes them.
         workgroupBarrier();
     }
-    if !SPLIT && lid < hd4 {
+    if !SPLIT && lid < HD4 {
         out[qb + lid] = f.acc / f.l;
     }
 }

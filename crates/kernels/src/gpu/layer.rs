@@ -314,6 +314,20 @@ pub struct Attention {
     splits: bool,
 }
 
+/// Whether [`Attention::run`] splits long passes on `client`'s device: on GPU cards (CubeCL's
+/// physical-device identity, as `Fan::detect`), where one workgroup a head leaves most of the
+/// card idle. The environment's `MARS_GPU_SPLIT` (`on` or `off`) overrides it: a measurement
+/// knob, as `MARS_GPU_TILES` is, so that the GPU bundle times both shapes without a rebuild.
+fn split_attention(client: &Client) -> bool {
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = *FORCED.get_or_init(|| match std::env::var("MARS_GPU_SPLIT").as_deref() {
+        Ok("on") => Some(true),
+        Ok("off") => Some(false),
+        _ => None,
+    });
+    forced.unwrap_or_else(|| client.properties().identity.physical.is_some())
+}
+
 /// Keys a block of attention.wgsl.
 const ATTENTION_BLOCK: usize = 256;
 
@@ -335,7 +349,7 @@ impl Attention {
             heads,
             params: upload_words(client, &[h, g, d, scale.to_bits()]),
             kv,
-            splits: client.properties().identity.physical.is_some(),
+            splits: split_attention(client),
         })
     }
 
@@ -383,6 +397,7 @@ impl Attention {
                 Shader::Attention {
                     kv: self.kv,
                     split: false,
+                    head_dim: s.head_dim,
                 },
                 CubeCount::Static(heads, n, 1),
                 KernelArguments::new()
@@ -401,6 +416,7 @@ impl Attention {
             Shader::Attention {
                 kv: self.kv,
                 split: true,
+                head_dim: s.head_dim,
             },
             CubeCount::Static(heads, n, word("key blocks", blocks)?),
             KernelArguments::new()

@@ -853,6 +853,8 @@ pub enum Shader {
         kv: KvType,
         /// One workgroup a 256-key block, each writing its partial, not one a (head, row).
         split: bool,
+        /// Values a head (a multiple of 4, at most 256).
+        head_dim: usize,
     },
     /// A split attention's partials folded into its outputs.
     AttentionMerge,
@@ -911,9 +913,15 @@ impl Shader {
             Self::Rope { head_norm, kv } => ROPE
                 .replace("{{head_norm}}", &head_norm.to_string())
                 .replace("{{kv}}", kv_store(*kv)),
-            Self::Attention { kv, split } => ATTENTION
+            Self::Attention {
+                kv,
+                split,
+                head_dim,
+            } => ATTENTION
                 .replace("{{kv}}", kv_load(*kv))
                 .replace("{{split}}", &split.to_string())
+                .replace("{{hd4}}", &(head_dim / 4).to_string())
+                .replace("{{parts}}", &(256 / (head_dim / 4).max(1)).to_string())
                 .replace("{{fold}}", ATTENTION_FOLD),
             Self::AttentionMerge => ATTENTION_MERGE.replace("{{fold}}", ATTENTION_FOLD),
             Self::Summary(pass) => match pass {
@@ -1010,8 +1018,12 @@ impl Shader {
             Self::Rope { head_norm, kv } => {
                 u64::from(*head_norm) | (u64::from(*kv == KvType::F32) << 1)
             }
-            Self::Attention { kv, split } => {
-                u64::from(*kv == KvType::F32) | (u64::from(*split) << 1)
+            Self::Attention {
+                kv,
+                split,
+                head_dim,
+            } => {
+                u64::from(*kv == KvType::F32) | (u64::from(*split) << 1) | ((*head_dim as u64) << 2)
             }
             Self::AttentionMerge => 4,
             Self::Norm { q8 } => u64::from(*q8),
