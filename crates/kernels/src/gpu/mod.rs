@@ -1079,10 +1079,26 @@ fn kv4(i: u32) -> vec4<f32> {
     }
 }
 
+/// How every kernel of this module is compiled: unchecked, so that wgpu does not bound each
+/// loop with a 64-bit counter and a second exit (naga's `force_loop_bounding`, which CubeCL asks
+/// for in its checked mode: an emulated 64-bit decrement and a branch an iteration in every
+/// loop, the matmul's and attention's hot ones included, and an exit that keeps a driver from
+/// unrolling them; gfx-rs/wgpu#7698 reports a compute pass going from 0.1 to 10 ms with it).
+/// What it guards against, a loop that never ends, these kernels cannot reach: every loop
+/// counts up to a bound the host validated as a buffer size, far from u32's end. Bounds checks
+/// stay off either way (CubeCL turns wgpu's off for WGSL). `MARS_GPU_LOOP_BOUND=on` compiles
+/// them checked: a measurement knob, so that the GPU bundle times both. Read once.
+fn mode() -> ExecutionMode {
+    static MODE: std::sync::OnceLock<ExecutionMode> = std::sync::OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("MARS_GPU_LOOP_BOUND").as_deref() {
+        Ok("on") => ExecutionMode::Checked,
+        _ => ExecutionMode::Unchecked,
+    })
+}
+
 fn definition() -> cubecl::prelude::KernelDefinition {
     // A hand-written kernel has no IR; the definition only keys the compilation cache.
-    let settings =
-        KernelSettings::new(Dim3::new_single(), ExecutionMode::Checked, AddressType::U32);
+    let settings = KernelSettings::new(Dim3::new_single(), mode(), AddressType::U32);
     cubecl::prelude::KernelDefinition {
         body: Scope::root(settings.clone()),
         settings,
@@ -1092,7 +1108,7 @@ fn definition() -> cubecl::prelude::KernelDefinition {
 
 impl cubecl::prelude::KernelMetadata for Shader {
     fn id(&self) -> KernelId {
-        KernelId::new::<Self>().info(self.key())
+        KernelId::new::<Self>().info(self.key()).mode(mode())
     }
 
     fn address_type(&self) -> ElemType {
@@ -2229,6 +2245,17 @@ fn u32_bytes(values: &[u32]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernels_compile_without_loop_bounding() {
+        use cubecl::prelude::KernelMetadata;
+        // CubeCL's checked mode makes wgpu bound every loop (see `mode`); no kernel takes it
+        // unless a measurement asks.
+        for shader in [Shader::Summary(RowPass::Rank), Shader::Quant, Shader::Copy] {
+            let asked = std::env::var("MARS_GPU_LOOP_BOUND").is_ok_and(|v| v == "on");
+            assert_eq!(shader.id().mode == ExecutionMode::Checked, asked);
+        }
+    }
 
     #[test]
     fn split_keeps_parts_under_the_limit() {
