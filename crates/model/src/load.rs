@@ -171,8 +171,8 @@ pub struct MemoryNeeds {
     /// The KV cache over `context` positions, at the path's cache type.
     pub kv_cache: u64,
     /// Activations of one pass over [`PREFILL_ROWS`] rows or `context`, whichever is fewer
-    /// (hidden, q / k / v, attention, gate / up, their product, the output), f32, and a
-    /// verification pass's logits.
+    /// (hidden, q / k / v, attention, gate / up, their product, the output), f32, a
+    /// verification pass's logits, and on the GPU a split attention's partials.
     pub steps: u64,
     /// Positions the cache and the steps are sized for.
     pub context: usize,
@@ -206,6 +206,16 @@ impl MemoryNeeds {
             .saturating_add(kv.saturating_mul(2))
             .saturating_add(ff.saturating_mul(3));
         let value_bytes = options.weights.kv().map_or(4, KvType::bytes) as u64;
+        // On the GPU, a split attention's partials (a pass of at most 16 rows over more than 256
+        // keys, mars_kernels::gpu::Attention): per row, query head and 256-key block, head_dim
+        // values and a vec4 of (max, weight).
+        let partials = if matches!(options.weights, WeightPath::GpuBlocks { .. }) {
+            16u64
+                .saturating_mul(q.saturating_add(4 * c.n_heads as u64))
+                .saturating_mul(n.div_ceil(256))
+        } else {
+            0
+        };
         Ok(Self {
             what,
             weights,
@@ -214,6 +224,7 @@ impl MemoryNeeds {
             steps: per_row
                 .saturating_mul(n.min(PREFILL_ROWS as u64))
                 .saturating_add(v.saturating_mul(Self::LOGIT_ROWS))
+                .saturating_add(partials)
                 .saturating_mul(4),
             context: c.context_length,
         })
