@@ -9,11 +9,13 @@
 # the pair has arrived). There, each part is added as it arrives and the stages run once their
 # files are in:
 #   bash PART/run.sh add        # copies this part into $WORK (default ~/mars-gpu)
-#   bash PART/run.sh STAGE…     # tests | stream | peers | price | spec | profile | submits | all
+#   bash PART/run.sh STAGE…     # tests | stream | tune | peers | price | teams | long | spec | profile | submits | all
 # tests: the kernel tests (bit-for-bit contracts on this device's subgroups); stream: the matmul
 # alone on the large models' shapes, back to back (gpu_cost stream: GB/s by team and fan); price:
 # speculation priced from the peers stage's costs (gpu-price.py, a projection); peers: gpu.sh part
-# 1 (mars beside llama.cpp's Vulkan backend: SmolLM2 and the pair's shapes); spec: gpu.sh part 2
+# 1 (mars beside llama.cpp's Vulkan backend: SmolLM2 and the pair's shapes); tune: `mars tune`
+# on every model; teams: a decode, passes and a prefill in each kernel form and knob; long: decode
+# after a long prompt beside llama.cpp at that depth, split attention on and off; spec: gpu.sh part 2
 # on SmolLM2, and on the pair where the real pair has arrived; profile: the per-kernel split of
 # a token (gpu-profile.sh); submits: decode by CubeCL's launches a submit. Results go to $OUT
 # (default $WORK/out).
