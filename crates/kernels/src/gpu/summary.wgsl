@@ -26,6 +26,11 @@ var<workgroup> i1s: array<u32, 256>;
 var<workgroup> v2s: array<f32, 256>;
 var<workgroup> i2s: array<u32, 256>;
 var<workgroup> bads: array<u32, 256>;
+// The sums and draws (summary_sum.wgsl, summary_end.wgsl).
+var<workgroup> sums: array<f32, 256>;
+var<workgroup> sumts: array<f32, 256>;
+var<workgroup> gvs: array<f32, 256>;
+var<workgroup> gis: array<u32, 256>;
 
 // lowbias32 (Chris Wellons): mars_verify::noise::mix.
 fn mix(x0: u32) -> u32 {
@@ -113,5 +118,23 @@ fn load_top(o0: u32, chunks: u32, lid: u32, ninf: f32) {
         v2s[lid] = ninf;
         i2s[lid] = NONE;
         bads[lid] = NONE;
+    }
+}
+
+// The workgroup's sums, sums at T and best draws, each thread's in sums.. at `lid`, met in
+// thread 0's in a fixed tree.
+fn reduce_sums(lid: u32) {
+    workgroupBarrier();
+    for (var step = THREADS / 2u; step > 0u; step >>= 1u) {
+        if lid < step {
+            let o = lid + step;
+            sums[lid] += sums[o];
+            sumts[lid] += sumts[o];
+            if before(gvs[o], gis[o], gvs[lid], gis[lid]) {
+                gvs[lid] = gvs[o];
+                gis[lid] = gis[o];
+            }
+        }
+        workgroupBarrier();
     }
 }

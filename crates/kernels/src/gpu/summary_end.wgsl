@@ -15,11 +15,6 @@ const WORDS: u32 = {{summary_words}}u;
 
 {{common}}
 
-var<workgroup> sums: array<f32, 256>;
-var<workgroup> sumts: array<f32, 256>;
-var<workgroup> gvs: array<f32, 256>;
-var<workgroup> gis: array<u32, 256>;
-
 // The bits of the row's value at `id`, 0 for none.
 fn value_bits(base: u32, id: u32) -> u32 {
     if id == NONE {
@@ -50,18 +45,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         gis[lid] = NONE;
     }
     reduce_top(lid);
-    for (var step = THREADS / 2u; step > 0u; step >>= 1u) {
-        if lid < step {
-            let o = lid + step;
-            sums[lid] += sums[o];
-            sumts[lid] += sumts[o];
-            if before(gvs[o], gis[o], gvs[lid], gis[lid]) {
-                gvs[lid] = gvs[o];
-                gis[lid] = gis[o];
-            }
-        }
-        workgroupBarrier();
-    }
+    reduce_sums(lid);
     if lid == 0u {
         let o = (s[SUMMARIES_AT] + wg.x) * WORDS;
         out[o] = i1s[0];

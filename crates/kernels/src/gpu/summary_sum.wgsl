@@ -15,11 +15,6 @@ const IDS: u32 = {{ids_at}}u;
 
 {{common}}
 
-var<workgroup> sums: array<f32, 256>;
-var<workgroup> sumts: array<f32, 256>;
-var<workgroup> gvs: array<f32, 256>;
-var<workgroup> gis: array<u32, 256>;
-
 // One workgroup a chunk (x) of a row (y).
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -62,19 +57,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     sumts[lid] = sumt;
     gvs[lid] = gv;
     gis[lid] = gi;
-    workgroupBarrier();
-    for (var step = THREADS / 2u; step > 0u; step >>= 1u) {
-        if lid < step {
-            let o = lid + step;
-            sums[lid] += sums[o];
-            sumts[lid] += sumts[o];
-            if before(gvs[o], gis[o], gvs[lid], gis[lid]) {
-                gvs[lid] = gvs[o];
-                gis[lid] = gis[o];
-            }
-        }
-        workgroupBarrier();
-    }
+    reduce_sums(lid);
     if lid == 0u {
         let o = (wg.y * chunks + wg.x) * PART;
         part[o + 5u] = bitcast<u32>(sums[0]);
