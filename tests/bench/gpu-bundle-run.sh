@@ -4,7 +4,7 @@
 #   usage: bash PART/run.sh add | tests | stream | tune | peers | price | teams | long | spec | profile | submits | all …
 #   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order),
 #          TEAM_MODELS (the teams stage's; both default to every model, smallest first),
-#          LONG_MODELS (the long stage's; default the smallest and the 7B), LONG_PP (3584: with 32 tokens and a 16-row pass, within the default context of 4096)
+#          LONG_MODELS (the long stage's; default the smallest and the 7B), LONG_PP (2048: eight 256-key blocks; a mars speed run prefills it three times)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=${WORK:-$HOME/mars-gpu}
@@ -127,10 +127,10 @@ print('$r', '$(basename "$m")', '$t', round(d['decode_tokens_per_second'], 1), '
       # against its split by key blocks (the rule on a card)
       local long=${LONG_MODELS:-$(ls "$work"/models/*.gguf | grep -E '0\.5B|7B' | tr '\n' ' ')}
       for m in $long; do
-        ROUNDS=1 timeout 300 bash "$work/repo/tests/bench/gpu-peers.sh" "$m" "${LONG_PP:-3584}" 32
+        ROUNDS=1 timeout 300 bash "$work/repo/tests/bench/gpu-peers.sh" "$m" "${LONG_PP:-2048}" 32
         for t in on off; do
           MARS_GPU_SPLIT=$t timeout 120 "$MARS_BIN" speed --model "$m" --device wgpu \
-            --prompt-tokens "${LONG_PP:-3584}" --decode-tokens 32 2>/dev/null | python3 -c "
+            --prompt-tokens "${LONG_PP:-2048}" --decode-tokens 32 2>/dev/null | python3 -c "
 import json, sys
 d = json.load(sys.stdin)
 ms = d['forward_ms_by_rows']
