@@ -487,6 +487,7 @@ fn the_summary_ranks_as_the_verifier_does() {
     // More chunks than a row's merge takes, or none: refused by name.
     assert!(Summary::with_chunk(&client, vocab, 3).is_err());
     assert!(Summary::with_chunk(&client, vocab, 0).is_err());
+    assert!(Summary::new(&client, 0).is_err());
 }
 
 /// The checks of [`the_summary_ranks_as_the_verifier_does`] on one chunking's words.

@@ -325,7 +325,7 @@ fn split_attention(client: &Client) -> bool {
         Ok("off") => Some(false),
         _ => None,
     });
-    forced.unwrap_or_else(|| client.properties().identity.physical.is_some())
+    forced.unwrap_or_else(|| super::is_card(client))
 }
 
 /// Keys a block of attention.wgsl.
@@ -523,20 +523,13 @@ impl Summary {
     /// # Errors
     /// [`KernelError::Shape`] for an empty vocabulary or one past u32.
     pub fn new(client: &Client, vocab: usize) -> Result<Self> {
-        if vocab == 0 {
-            return Err(KernelError::Shape {
-                what: "vocabulary of a logit summary",
-                expected: 1,
-                found: 0,
-            });
-        }
         // A CPU adapter runs a workgroup's threads a few at a time, and each chunk costs it
         // its barriers: one chunk a row there (lavapipe, `gpu_cost stream`, 151,936 logits, 1 /
         // 5 rows: 3.5 / 8.1 ms in one chunk, 4.3 / 14.8 in 8, 40 / 156 in 256).
-        let chunk = if client.properties().identity.physical.is_none() {
-            vocab
-        } else {
+        let chunk = if super::is_card(client) {
             SUMMARY_CHUNK
+        } else {
+            vocab
         };
         Self::with_chunk(client, vocab, chunk.max(vocab.div_ceil(MAX_SUMMARY_CHUNKS)))
     }
@@ -702,10 +695,10 @@ impl TopRows {
         // As the summary's: 16 values a thread on a card, one chunk a row on a CPU adapter
         // (lavapipe, top-40 of 151,936 logits, 1 / 5 rows: 3.6 / 10.9 ms in one chunk, 9.6 /
         // 27.6 in 8).
-        let chunk = if client.properties().identity.physical.is_none() {
-            cols
-        } else {
+        let chunk = if super::is_card(client) {
             16 * top_threads(c)
+        } else {
+            cols
         };
         Self::with_chunk(client, (c, stride, cols, temperature), chunk.max(1))
     }
@@ -727,11 +720,18 @@ impl TopRows {
                 found: c,
             });
         }
-        if cols == 0 || cols > stride || chunk == 0 {
+        if cols == 0 || cols > stride {
             return Err(KernelError::Shape {
-                what: "columns ranked of a row (at least 1, at most the row) and a chunk's",
+                what: "columns ranked of a row (at least 1, at most the row)",
                 expected: stride,
-                found: if chunk == 0 { 0 } else { cols },
+                found: cols,
+            });
+        }
+        if chunk == 0 {
+            return Err(KernelError::Shape {
+                what: "values a chunk of a top-c (at least 1)",
+                expected: 1,
+                found: 0,
             });
         }
         let inv_t = inverse_temperature(temperature, "1 / the temperature of a top-c")?;

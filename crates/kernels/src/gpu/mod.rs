@@ -447,14 +447,21 @@ pub enum Fan {
 /// was faster (0.017 ms against 0.024).
 pub const FOUR_ON_GPU: usize = 8 << 20;
 
+/// Whether `client`'s adapter is a GPU card, not a CPU adapter such as lavapipe or SwiftShader
+/// (CubeCL's device identity has no physical device for wgpu's CPU adapters): what every
+/// kernel shape that differs between the two asks.
+pub fn is_card(client: &Client) -> bool {
+    client.properties().identity.physical.is_some()
+}
+
 impl Fan {
-    /// The fan for `client`'s device: [`Fan::Four`] on an adapter that is no card (CubeCL's
-    /// device identity has no physical device for wgpu's CPU adapters), else [`Fan::One`].
+    /// The fan for `client`'s device: [`Fan::Four`] on an adapter that is no card
+    /// ([`is_card`]), else [`Fan::One`].
     pub fn detect(client: &Client) -> Self {
-        if client.properties().identity.physical.is_none() {
-            Self::Four
-        } else {
+        if is_card(client) {
             Self::One
+        } else {
+            Self::Four
         }
     }
 
@@ -725,14 +732,7 @@ pub fn tile_source(types: &[GpuType], epilogue: Epilogue, form: TileForm) -> Str
 /// (`on`, `off` or `units`) overrides it: a measurement knob, as [`Team::forced`] is, so that the
 /// GPU bundle times every form without a rebuild. Read once.
 pub fn tiles_for(client: &Client) -> Option<TileForm> {
-    forced_tiles().unwrap_or_else(|| {
-        client
-            .properties()
-            .identity
-            .physical
-            .is_some()
-            .then_some(TileForm::Vectors)
-    })
+    forced_tiles().unwrap_or_else(|| is_card(client).then_some(TileForm::Vectors))
 }
 
 /// Whether `MARS_GPU_TILES` forces a prefill form ([`tiles_for`]).
