@@ -93,6 +93,14 @@ pub struct KernelArgs {
     /// clamped, with a message).
     #[arg(long)]
     pub threads: Option<usize>,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+/// The cache settings of [`KernelArgs`], alone where a subcommand takes no others (`mars tune`
+/// times the GPU's packed kernels only).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CacheArgs {
     /// The GPU kernels' KV cache: f16 (default: half the memory, as llama.cpp) or f32.
     #[arg(long, value_name = "f16|f32")]
     pub kv_cache: Option<mars_model::KvType>,
@@ -114,7 +122,7 @@ impl KernelArgs {
 
     /// `--context`, or [`DEFAULT_CONTEXT`].
     pub fn context(&self) -> usize {
-        self.context.unwrap_or(DEFAULT_CONTEXT)
+        self.cache.context.unwrap_or(DEFAULT_CONTEXT)
     }
 }
 

@@ -133,7 +133,7 @@ pub fn target_untuned(
     if let Some(why) = &open.chosen {
         eprintln!("device: {} ({why})", open.backend.name());
     }
-    let weights = open.weights(kernels.choice(), kernels.threads, kernels.kv_cache)?;
+    let weights = open.weights(kernels.choice(), kernels.threads, kernels.cache.kv_cache)?;
     for note in &weights.notes {
         eprintln!("{note}");
     }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, ensure};
 use mars_engine::{Backend, tune};
 
-use crate::args::KernelArgs;
+use crate::args::{CacheArgs, KernelArgs};
 use crate::load;
 
 #[derive(Debug, clap::Args)]
@@ -24,12 +24,8 @@ pub struct TuneArgs {
     /// Where the table goes (default: the engine's, `MARS_TUNE_CACHE` or the user's cache).
     #[arg(long)]
     pub table: Option<PathBuf>,
-    /// The GPU kernels' KV cache while timing: f16 (default) or f32.
-    #[arg(long, value_name = "f16|f32")]
-    pub kv_cache: Option<mars_model::KvType>,
-    /// The context the load reserves (as every subcommand's `--context`).
-    #[arg(long, value_name = "POSITIONS")]
-    pub context: Option<usize>,
+    #[command(flatten)]
+    pub cache: CacheArgs,
 }
 
 pub fn run_tune(args: &TuneArgs) -> Result<()> {
@@ -49,8 +45,7 @@ pub fn run_tune(args: &TuneArgs) -> Result<()> {
     };
     // Only the GPU's packed kernels are tuned: no `--kernels` or `--threads` to refuse later.
     let kernels = KernelArgs {
-        kv_cache: args.kv_cache,
-        context: args.context,
+        cache: args.cache.clone(),
         ..KernelArgs::default()
     };
     let (target, open) = load::target_untuned(&args.model, Backend::Wgpu, &kernels)?;
