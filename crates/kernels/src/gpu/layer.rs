@@ -692,11 +692,14 @@ impl TopRows {
         cols: usize,
         temperature: f32,
     ) -> Result<Self> {
-        // As the summary's: 16 values a thread on a card, one chunk a row on a CPU adapter
-        // (lavapipe, top-40 of 151,936 logits, 1 / 5 rows: 3.6 / 10.9 ms in one chunk, 9.6 /
-        // 27.6 in 8).
+        // On a card, a chunk balances the two passes' loads a thread: the rank pass reads
+        // chunk / threads values, the merge (chunks / threads) lists of 2c words each, least in
+        // sum near chunk = √(2c · cols) (a reckoning, not a measurement: `gpu_cost stream` times
+        // a top-40 in these chunks against one), and at least 16 values a thread. One chunk a
+        // row on a CPU adapter (lavapipe, top-40 of 151,936 logits, 1 / 5 rows: 3.6 / 10.9 ms in
+        // one chunk, 9.6 / 27.6 in 8).
         let chunk = if super::is_card(client) {
-            16 * top_threads(c)
+            (16 * top_threads(c)).max((2 * c).saturating_mul(cols).isqrt())
         } else {
             cols
         };
