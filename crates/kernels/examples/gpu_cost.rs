@@ -24,14 +24,26 @@
 //! chunks); and attention over an f16 cache at the 0.5B's and the 7B's head shapes, 1 and 5
 //! rows after 128, 1,024 and 4,096 positions, in one workgroup a head and split by key blocks
 //! (`attention`: these rows alone, 10 calls a batch).
+//!
+//! With the argument `launch` (and first in `stream`, after its warm-up) it times a launch
+//! itself: 2,000 launches of a one-workgroup kernel (a 16-byte read: 3 bindings) and of the
+//! 512 × 512 Q4_K product for one row (the matrix kernel's 8 bindings), enqueued back to back
+//! and read once — the wall time a launch, the time the caller spends enqueueing one (CubeCL's
+//! channel takes 32 tasks a batch and makes the caller wait while its runtime thread is behind),
+//! the CPU time a launch of CubeCL's runtime thread (`DS*`, where wgpu records and submits; on
+//! lavapipe the shaders run there too) and of every thread (Linux: `/proc/self/task/*`; a
+//! waiting caller spins, so this counts it). Enqueueing as slow as the wall time, with the
+//! runtime thread busy as long, says the host bounds a launch (the runtime and driver recording
+//! it); enqueueing far faster says the device does (a launch's start and the barrier before
+//! it): which of the two a forward of ~200 launches needs cut.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
 
 use cubecl::wgpu::WgpuDevice;
 use mars_kernels::gpu::{
-    Acts, Attention, Draw, Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, SUMMARY_WORDS,
-    Step, StepBuffer, Summary, Team, TopRows, read_through, time_group,
+    Acts, Attention, Draw, Epilogue, Fan, GpuMatrix, MatrixGroup, ReadThrough, Reduce, Rows,
+    SUMMARY_WORDS, Step, StepBuffer, Summary, Team, TopRows, read_through, time_group, upload_f32,
 };
 use mars_kernels::{Heads, KvType, QMatrix, WeightType};
 
@@ -50,6 +62,10 @@ fn main() {
     if std::env::args().nth(1).as_deref() == Some("attention") {
         // The stream table's attention rows alone.
         attention(&client, 10);
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("launch") {
+        launches(&client, max);
         return;
     }
     if std::env::args().nth(1).as_deref() == Some("stream") {
@@ -180,6 +196,7 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
         }
         client.read_one(y.clone()).unwrap();
     }
+    launches(client, max);
     println!(
         "| matrix | team, activations | fan | rows | ms a call | GB/s of weights | vs 1 row |"
     );
@@ -298,6 +315,102 @@ fn attention(client: &cubecl::client::Client, calls: usize) {
             }
         }
     }
+}
+
+/// The cost of a launch (see the header): a one-workgroup read and a small matrix product,
+/// 2,000 launches a batch, the median batch by wall time.
+fn launches(client: &cubecl::client::Client, max: u64) {
+    const LAUNCHES: usize = 2000;
+    let src = client.create_from_slice(&[0u8; 16]);
+    let read = ReadThrough::new(client, 16).unwrap();
+    let (ty, out, cols) = (WeightType::Q4K, 512, 512);
+    let w = GpuMatrix::upload(client, ty, out, cols, matrix(ty, out, cols).blocks(), max).unwrap();
+    let group = MatrixGroup::new(client, vec![w], Epilogue::Store, None, Rows::All).unwrap();
+    let x = upload_f32(client, &vec![0.5; cols]);
+    let y = upload_f32(client, &vec![0.0; out]);
+    let step = StepBuffer::new(client, &Step::chain(&[0], 0, 1, out).unwrap());
+    println!();
+    println!(
+        "| {LAUNCHES} launches, read once | µs a launch | µs enqueueing one | µs CPU a launch, runtime thread | all threads |"
+    );
+    println!("|---|---|---|---|---|");
+    let kinds: [(&str, &dyn Fn() -> cubecl::server::Handle); 2] = [
+        ("one workgroup, 3 bindings (16-byte read)", &|| {
+            read.run(client, &src).unwrap();
+            read.out.clone()
+        }),
+        ("512 x 512 Q4_K product, 1 row, 8 bindings", &|| {
+            group.run(client, &x, &y, &step).unwrap();
+            y.clone()
+        }),
+    ];
+    for (name, run) in kinds {
+        // Warm: the pipelines compiled, the memory pools grown.
+        for _ in 0..100 {
+            run();
+        }
+        client.read_one(run()).unwrap();
+        let mut batches: Vec<[f64; 4]> = (0..3)
+            .map(|_| {
+                let cpu0 = thread_cpu_ns();
+                let t = Instant::now();
+                let mut last = None;
+                for _ in 0..LAUNCHES {
+                    last = Some(run());
+                }
+                let enqueued = t.elapsed().as_secs_f64();
+                client.read_one(last.unwrap()).unwrap();
+                let wall = t.elapsed().as_secs_f64();
+                let cpu1 = thread_cpu_ns();
+                let (all, runtime) = cpu_delta(&cpu0, &cpu1);
+                let per = |s: f64| s * 1e6 / LAUNCHES as f64;
+                [per(wall), per(enqueued), per(runtime), per(all)]
+            })
+            .collect();
+        batches.sort_by(|a, b| a[0].total_cmp(&b[0]));
+        let [wall, enqueued, runtime, all] = batches[1];
+        if all.is_nan() {
+            println!("| {name} | {wall:.1} | {enqueued:.1} | not read here | - |");
+        } else {
+            println!("| {name} | {wall:.1} | {enqueued:.1} | {runtime:.1} | {all:.1} |");
+        }
+    }
+}
+
+/// Each thread's CPU time so far, in nanoseconds: (thread id, whether it is CubeCL's runtime
+/// thread, named `DS…`, ns); empty where `/proc/self/task` cannot be read (not Linux).
+fn thread_cpu_ns() -> Vec<(String, bool, u64)> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| {
+            let stat = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+            let ns = stat.split_whitespace().next()?.parse().ok()?;
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let id = t.file_name().to_string_lossy().into_owned();
+            Some((id, comm.starts_with("DS"), ns))
+        })
+        .collect()
+}
+
+/// The seconds of CPU time all threads took between two readings, and the runtime threads'
+/// (threads that started between them count from 0); NaN where nothing was read.
+fn cpu_delta(before: &[(String, bool, u64)], after: &[(String, bool, u64)]) -> (f64, f64) {
+    if after.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    after
+        .iter()
+        .fold((0.0, 0.0), |(all, runtime), (id, is_runtime, ns)| {
+            let was = before
+                .iter()
+                .find(|(b, ..)| b == id)
+                .map_or(0, |(.., n)| *n);
+            let d = ns.saturating_sub(was) as f64 / 1e9;
+            (all + d, if *is_runtime { runtime + d } else { runtime })
+        })
 }
 
 /// `calls` launches of `run` back to back and its last output read once: the median of three

@@ -905,39 +905,75 @@ impl CopyRows {
 /// # Errors
 /// [`KernelError::Shape`] for a size past the source or not whole vec4s.
 pub fn read_through(client: &Client, src: &Handle, bytes: usize) -> Result<Handle> {
-    check_size("read buffer", src, bytes)?;
-    if !bytes.is_multiple_of(16) || bytes == 0 {
-        return Err(KernelError::Shape {
-            what: "bytes of a read buffer (whole vec4s, at least one)",
-            expected: bytes.div_ceil(16).max(1) * 16,
-            found: bytes,
-        });
+    let read = ReadThrough::new(client, bytes)?;
+    read.run(client, src)?;
+    Ok(read.out)
+}
+
+/// [`read_through`]'s launch with its output and parameters made once, so that a call
+/// enqueues one launch and nothing else: what `gpu_cost launch` times as the cost of a launch
+/// itself (16 bytes: one workgroup, three bindings).
+#[derive(Debug)]
+pub struct ReadThrough {
+    bytes: usize,
+    groups: (u32, u32),
+    /// The threads' words (u32 each).
+    pub out: Handle,
+    params: Handle,
+}
+
+impl ReadThrough {
+    /// The launch for `bytes` (a multiple of 16, at least 16).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for a size that is not whole vec4s.
+    pub fn new(client: &Client, bytes: usize) -> Result<Self> {
+        if !bytes.is_multiple_of(16) || bytes == 0 {
+            return Err(KernelError::Shape {
+                what: "bytes of a read buffer (whole vec4s, at least one)",
+                expected: bytes.div_ceil(16).max(1) * 16,
+                found: bytes,
+            });
+        }
+        let n = bytes / 16;
+        // About four vec4s a thread: enough threads to cover every core's memory queue, few
+        // enough that each thread's loop amortises its start.
+        let groups = n.div_ceil(4 * 256).clamp(1, 65_535);
+        let threads = groups * 256;
+        let (gx, gy) = super::grid(groups);
+        let params = upload_words(
+            client,
+            &[
+                word("vec4s", n)?,
+                word("threads", threads)?,
+                word("groups", gx)?,
+            ],
+        );
+        Ok(Self {
+            bytes,
+            groups: (word("groups", gx)?, word("groups", gy)?),
+            out: client.empty(threads * 4),
+            params,
+        })
     }
-    let n = bytes / 16;
-    // About four vec4s a thread: enough threads to cover every core's memory queue, few
-    // enough that each thread's loop amortises its start.
-    let groups = n.div_ceil(4 * 256).clamp(1, 65_535);
-    let threads = groups * 256;
-    let (gx, gy) = super::grid(groups);
-    let out = client.empty(threads * 4);
-    let params = upload_words(
-        client,
-        &[
-            word("vec4s", n)?,
-            word("threads", threads)?,
-            word("groups", gx)?,
-        ],
-    );
-    launch(
-        client,
-        Shader::Read,
-        CubeCount::Static(word("groups", gx)?, word("groups", gy)?, 1),
-        KernelArguments::new()
-            .with_buffer(src.clone().binding())
-            .with_buffer(out.clone().binding())
-            .with_buffer(params.binding()),
-    );
-    Ok(out)
+
+    /// Enqueues the read of `src`'s first bytes into [`ReadThrough::out`].
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for a source shorter than the bytes read.
+    pub fn run(&self, client: &Client, src: &Handle) -> Result<()> {
+        check_size("read buffer", src, self.bytes)?;
+        launch(
+            client,
+            Shader::Read,
+            CubeCount::Static(self.groups.0, self.groups.1, 1),
+            KernelArguments::new()
+                .with_buffer(src.clone().binding())
+                .with_buffer(self.out.clone().binding())
+                .with_buffer(self.params.clone().binding()),
+        );
+        Ok(())
+    }
 }
 
 /// A copy of `src` (`bytes`, a multiple of 4) made on the device: a new buffer.

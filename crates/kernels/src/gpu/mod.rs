@@ -58,8 +58,8 @@ use cubecl::server::{Handle, KernelArguments};
 use cubecl::{CubeKernel, PrecompiledSource};
 
 pub use layer::{
-    Attention, CopyRows, Draw, Heads, KvType, MAX_TOP, Norm, Rope, RowPass, SUMMARY_WORDS, Summary,
-    TopRows, clone_buffer, link_ids, read_through,
+    Attention, CopyRows, Draw, Heads, KvType, MAX_TOP, Norm, ReadThrough, Rope, RowPass,
+    SUMMARY_WORDS, Summary, TopRows, clone_buffer, link_ids, read_through,
 };
 pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
 pub use tune::{Form, PREFILL_ROWS_TIMED, Tuned, Tuning, outputs_agree};
