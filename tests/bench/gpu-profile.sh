@@ -20,7 +20,9 @@ json=$(mktemp)
 trap 'rm -f "$log" "$json"' EXIT
 prompt=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 64))")
 # PROMPT_TOKENS words of an ordinary sentence (about as many tokens; the count is printed).
-CUBECL_DEBUG_LOG="$log" CUBECL_DEBUG_OPTION=profile "$MARS_BIN" \
+# MARS_GPU_NORM=apart: the norms in launches of their own, as the split below reads a forward
+# (a decode otherwise folds them into q|k|v and gate|up: what this profile shows they cost).
+MARS_GPU_NORM=apart CUBECL_DEBUG_LOG="$log" CUBECL_DEBUG_OPTION=profile "$MARS_BIN" \
   generate --model "$model" --device wgpu --prompt "$(echo "$prompt" | cut -d' ' -f1-"$pp")" \
   --max-tokens "$tg" --json >"$json" 2>/dev/null
 python3 - "$log" "$model" "$json" <<'PY'

@@ -1176,3 +1176,152 @@ fn group_output(
     group.run(client, &upload_f32(client, &x), &y, &s).unwrap();
     (read_f32(client, y), group.launches())
 }
+
+/// The norm folded into a group's products (`MatrixGroup::with_norm`) gives what the norm
+/// launched apart and the product from its normed rows give, within f32 rounding, in every f32
+/// form of every epilogue (q | k | v with biases, gate | up, a residual added in place, lane
+/// teams included); each row's bits depend on that row alone (a row of 16 equals the same row
+/// alone, bit for bit: what lets a verification pass equal decoding); a split group gives the
+/// bits of an unsplit one; and what the fold cannot take is refused.
+#[test]
+fn a_folded_norm_equals_the_norm_launched_apart() {
+    use mars_kernels::gpu::{Acts, outputs_agree};
+    let client = client();
+    let max = client.properties().memory.max_page_size;
+    let mut rng = ChaCha8Rng::seed_from_u64(33);
+    let cols = cols_for(WeightType::Q4K, 512);
+    let ws = [
+        random_matrix(WeightType::Q4K, 13, cols, &mut rng),
+        random_matrix(WeightType::Q6K, 7, cols, &mut rng),
+        random_matrix(WeightType::Q4K, 13, cols, &mut rng),
+        random_matrix(WeightType::Q8_0, 13, cols, &mut rng),
+    ];
+    let bias = normal(&mut rng, 35, 1.0);
+    // Weights around 1, as a model's norms are, some negative.
+    let g: Vec<f32> = normal(&mut rng, cols, 1.0)
+        .iter()
+        .map(|v| v + 0.5)
+        .collect();
+    let eps = 1e-6;
+    let norm = Norm::new(&client, &g, eps).unwrap();
+    let upload = |i: usize, bound: u64| {
+        let w = &ws[i];
+        GpuMatrix::upload(&client, w.ty(), w.rows(), w.cols(), w.blocks(), bound).unwrap()
+    };
+    // One row of activations, drawn from its own seed: the same row whatever the pass.
+    let row = |r: usize| normal(&mut ChaCha8Rng::seed_from_u64(100 + r as u64), cols, 3.0);
+    // Rows `rows` through `group` (y from each row's drawn values, read by Add): folded, or
+    // the norm apart and the product from its rows.
+    let run = |group: &MatrixGroup, rows: &[usize], folded: bool| {
+        let m = rows.len();
+        let x: Vec<f32> = rows.iter().flat_map(|&r| row(r)).collect();
+        let n = group.outputs();
+        let y0: Vec<f32> = rows
+            .iter()
+            .flat_map(|&r| normal(&mut ChaCha8Rng::seed_from_u64(200 + r as u64), n, 2.0))
+            .collect();
+        let s = step(&client, &Step::chain(&vec![0; m], 0, m, 1).unwrap());
+        let (xh, y) = (upload_f32(&client, &x), upload_f32(&client, &y0));
+        if folded {
+            assert!(group.folds_norm(&s));
+            group.run_normed(&client, &xh, &y, &s).unwrap();
+        } else {
+            let h = client.empty(m * cols * 4);
+            norm.run(&client, &xh, &h, &s, false).unwrap();
+            group.run(&client, &h, &y, &s).unwrap();
+        }
+        read_f32(&client, y)
+    };
+    // Q4_K and Q6_K (lane teams), a SwiGLU of Q4_K beside Q8_0 (no lanes).
+    let cases: [(&[usize], Epilogue); 3] = [
+        (&[0, 1, 2], Epilogue::Store),
+        (&[0, 3], Epilogue::SwiGlu),
+        (&[1], Epilogue::Add),
+    ];
+    let mut forms_run = 0;
+    for (members, epilogue) in cases {
+        let total: usize = members.iter().map(|&i| ws[i].rows()).sum();
+        let b = (epilogue == Epilogue::Store).then_some(&bias[..total]);
+        let gs = members.iter().map(|&i| upload(i, max)).collect();
+        let group = MatrixGroup::new(&client, gs, epilogue, b, Rows::All).unwrap();
+        for form in group.forms().into_iter().filter(|f| f.acts == Acts::F32) {
+            let apart = group.with_form(&client, form).unwrap();
+            let folded = apart.with_norm_as(&client, &g, eps, true).unwrap();
+            assert_eq!(folded.form(), form);
+            let what = format!("{members:?} {epilogue:?} {}", form.name());
+            let sixteen: Vec<usize> = (0..16).collect();
+            let want = run(&apart, &sixteen, false);
+            let got = run(&folded, &sixteen, true);
+            assert!(
+                outputs_agree(&got, &want, 1e-5),
+                "{what}: {got:?} vs {want:?}"
+            );
+            let n = folded.outputs();
+            for (rows, at) in [(&[5usize][..], 5), (&[3, 9, 15, 0, 1], 2)] {
+                let r = rows[at % rows.len()];
+                let part = run(&folded, rows, true);
+                let i = at % rows.len();
+                assert_eq!(
+                    bits(&part[i * n..(i + 1) * n]),
+                    bits(&got[r * n..(r + 1) * n]),
+                    "{what}: row {r} among {rows:?}"
+                );
+            }
+            forms_run += 1;
+        }
+        // Split into parts of a few rows each: the bits of the unsplit group.
+        let small = |i: usize| ((3 + i) * ws[i].blocks().len() / ws[i].rows() + 4) as u64;
+        let gs = members.iter().map(|&i| upload(i, small(i))).collect();
+        let split = MatrixGroup::new(&client, gs, epilogue, b, Rows::All)
+            .unwrap()
+            .with_norm_as(&client, &g, eps, true)
+            .unwrap();
+        assert!(split.launches() > 1);
+        let whole = group.with_norm_as(&client, &g, eps, true).unwrap();
+        let rows = [4, 11, 2];
+        assert_eq!(
+            bits(&run(&split, &rows, true)),
+            bits(&run(&whole, &rows, true)),
+            "{members:?} {epilogue:?} split"
+        );
+    }
+    // Quarter / whole teams (not for a SwiGLU), lanes where every type has them, fan 1 and 4.
+    assert_eq!(forms_run, 6 + 2 + 6);
+
+    // Refused: weights of another width, a bad epsilon, the last rows alone (the head); and a
+    // step in 8-bit activations does not fold (its norm writes them).
+    let group = MatrixGroup::new(
+        &client,
+        vec![upload(0, max)],
+        Epilogue::Store,
+        None,
+        Rows::All,
+    )
+    .unwrap();
+    assert!(group.with_norm_as(&client, &g[1..], eps, true).is_err());
+    assert!(group.with_norm_as(&client, &g, f32::NAN, true).is_err());
+    assert!(group.with_norm_as(&client, &g, -1.0, true).is_err());
+    let head = MatrixGroup::new(
+        &client,
+        vec![upload(0, max)],
+        Epilogue::Store,
+        None,
+        Rows::Tail,
+    )
+    .unwrap();
+    assert!(head.with_norm_as(&client, &g, eps, true).is_err());
+    let mut q8 = upload(0, max);
+    q8.set_acts(Acts::Q8);
+    let q8 = MatrixGroup::new(&client, vec![q8], Epilogue::Store, None, Rows::All)
+        .unwrap()
+        .with_norm_as(&client, &g, eps, true)
+        .unwrap();
+    let s = step(&client, &Step::chain(&[0], 0, 1, 1).unwrap());
+    let (x, y) = (upload_f32(&client, &row(0)), client.empty(13 * 4));
+    assert!(!q8.folds_norm(&s));
+    // Held but not folded (a CPU adapter's rule): never taken.
+    let apart = group.with_norm_as(&client, &g, eps, false).unwrap();
+    assert!(!apart.folds_norm(&s));
+    assert!(apart.run_normed(&client, &x, &y, &s).is_err());
+    assert!(q8.run_normed(&client, &x, &y, &s).is_err());
+}

@@ -17,7 +17,7 @@
 
 use mars_kernels::gpu::{
     Acts, Epilogue, Fan, GpuType, Reduce, RowPass, Shader, Team, TileForm, embed_source,
-    matmul_source, row_bound, tile_source,
+    matmul_source, matmul_source_with, row_bound, tile_source,
 };
 use mars_kernels::{KvType, MAX_ROWS, WeightType};
 use naga::back::{hlsl, msl, spv};
@@ -210,6 +210,24 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
             let source = matmul_source(&types, 16, reduce, Epilogue::Store, form);
             check(&format!("q | k | v {types:?}, {fan:?}"), &source, true);
             checked += 2;
+            // The norm folded in: both groups, both reductions, 16 rows (the most sums).
+            for (reduce, subgroups) in [(Reduce::Workgroup, false), (reduce, true)] {
+                let normed = |types: &[GpuType], epilogue| {
+                    matmul_source_with(types, 16, reduce, epilogue, form, true)
+                };
+                let what = format!("{types:?}, {fan:?}, {reduce:?}, norm folded");
+                check(
+                    &format!("SwiGLU {what}"),
+                    &normed(&gate_up, Epilogue::SwiGlu),
+                    subgroups,
+                );
+                check(
+                    &format!("q | k | v {what}"),
+                    &normed(&types, Epilogue::Store),
+                    subgroups,
+                );
+                checked += 2;
+            }
             if Acts::q8_for(&[ty]) {
                 let form = (Team::Quarter, fan, Acts::Q8);
                 let source = matmul_source(&gate_up, 4, Reduce::Workgroup, Epilogue::SwiGlu, form);
@@ -265,7 +283,9 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
                 let what =
                     format!("lanes {types:?}, {rows} rows, {epilogue:?}, {fan:?}, {reduce:?}");
                 check(&what, &source, subgroups);
-                checked += 1;
+                let source = matmul_source_with(types, rows, reduce, epilogue, form, true);
+                check(&format!("{what}, norm folded"), &source, subgroups);
+                checked += 2;
             }
         }
     }
@@ -319,9 +339,9 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
     let blocks = GpuType::all().filter(|&ty| Acts::q8_for(&[ty])).count();
     assert_eq!(
         checked,
-        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2) + 2 * 4)
+        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2 + 4) + 2 * 4)
             + blocks * 2 * (5 * 3 * 2 + 2)
-            + 5 * 2 * 5 * 2
+            + 5 * 2 * 5 * 2 * 2
             + 35
     );
 }

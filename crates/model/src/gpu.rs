@@ -373,14 +373,21 @@ impl GpuModel {
             let group = |m: Vec<GpuMatrix>, e, b: Option<&[f32]>| {
                 MatrixGroup::new(&client, m, e, b, Rows::All)
             };
+            // The norms before q | k | v and gate | up also folded into those products, which
+            // take them wherever they multiply f32 rows in the mat-vec form (decoding and
+            // verification): two launches a layer fewer ([`MatrixGroup::with_norm`]); the
+            // norms' own launches stay for the other steps.
+            let (attn_norm, ffn_norm) = (vector(&t.attn_norm)?, vector(&t.ffn_norm)?);
+            let qkv = group(qkv.to_vec(), Epilogue::Store, bias.as_deref())?;
+            let gate_up = group(gate_up.to_vec(), Epilogue::SwiGlu, None)?;
             layers.push(Arc::new(GpuLayer {
-                attn_norm: Norm::new(&client, &vector(&t.attn_norm)?, c.rms_eps)?,
-                qkv: group(qkv.to_vec(), Epilogue::Store, bias.as_deref())?,
+                attn_norm: Norm::new(&client, &attn_norm, c.rms_eps)?,
+                qkv: qkv.with_norm(&client, &attn_norm, c.rms_eps)?,
                 rope,
                 attention: attention.clone(),
                 o: group(vec![o], Epilogue::Add, None)?,
-                ffn_norm: Norm::new(&client, &vector(&t.ffn_norm)?, c.rms_eps)?,
-                gate_up: group(gate_up.to_vec(), Epilogue::SwiGlu, None)?,
+                ffn_norm: Norm::new(&client, &ffn_norm, c.rms_eps)?,
+                gate_up: gate_up.with_norm(&client, &ffn_norm, c.rms_eps)?,
                 down: group(vec![down], Epilogue::Add, None)?,
             }));
         }
@@ -649,9 +656,13 @@ impl GpuModel {
         let att = f32s(t * q); // [t, n_heads · head_dim]
         let ff = f32s(t * c.d_ff); // [t, d_ff]: SiLU(gate)·up
         self.embedding.embed(client, &step, &x)?;
-        // A norm and the product after it: where the product multiplies 8-bit activations
-        // the norm writes them too, sparing the product its own quantizing launch.
+        // A norm and the product after it: folded into the product where it takes it (f32
+        // rows in the mat-vec form); where the product multiplies 8-bit activations the norm
+        // writes them too, sparing the product its own quantizing launch.
         let normed = |norm: &Norm, group: &MatrixGroup, (x, h, y): (&Handle, &Handle, &Handle)| {
+            if group.folds_norm(&step) {
+                return group.run_normed(client, x, y, &step);
+            }
             let tail = group.rows() == Rows::Tail;
             let hq = group.quantized_room(client, &step);
             match &hq {

@@ -10,12 +10,15 @@
 // [rows, n_in / 4] as vec4<f32>; in matmul.wgsl's 8-bit form quant.wgsl's blocks, as vec4<u32>
 @group(0) @binding(3) var<storage, read_write> x: array<{{x}}>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;       // [rows, y_stride]
-@group(0) @binding(5) var<storage, read_write> bias: array<f32>;    // [group outputs] where has_bias
+// [group outputs] where has_bias, then where a norm is folded in (matmul.wgsl's NORMED) its
+// weights g, [n_in] from p[17]
+@group(0) @binding(5) var<storage, read_write> bias: array<f32>;
 // Fixed at upload: [n_in, y_stride, y_offset, outputs, groups_x, rows_at, has_bias, first_1,
 // first_2, rb_0, rb_1, rb_2, the bits of −inf (a WGSL constant cannot be infinite), the
 // byte where each matrix's first row starts in its binding: base_0, base_1, base_2 (0 but for a
 // SwiGLU whose gate and up are split at different rows), limited (1: the output head, whose
-// outputs at or past the step's logit limit are −inf; 0: any other product)]
+// outputs at or past the step's logit limit are −inf; 0: any other product), where a norm is
+// folded in the first of its weights in `bias` and its epsilon's bits (else 0, 0)]
 @group(0) @binding(6) var<storage, read_write> p: array<u32>;
 // The forward's step buffer (step.rs): [rows, tail rows, logit limit, …].
 @group(0) @binding(7) var<storage, read_write> s: array<u32>;

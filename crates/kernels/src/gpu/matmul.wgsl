@@ -31,6 +31,14 @@
 // tree is the same.
 // A row's sum is again in a fixed order whatever the rows and fan (the form's own bits).
 //
+// A norm folded in (NORMED, f32 activations only): x holds the rows before their RMSNorm, and the
+// product is of the normed rows, g · x / rms(x). Each team's threads also sum the squares of
+// the activations they load (the team loads each row's every value once, in a fixed order) and
+// scale their decoded weights by g; the squares meet in the same tree as the sums, and each
+// row's sums are multiplied by 1 / sqrt(mean square + eps), as norm.wgsl computes it. The
+// norm's launch and its normed rows are spared; a row's result still depends on that row
+// alone (its own bits, within f32 rounding of the norm launched apart: not the same bits).
+//
 // What the sums become (EPILOGUE, compiled in):
 // 0 (store): y = sum (+ bias[y_offset + o] where has_bias), and in the output head (`limited`)
 //   −inf for outputs at or past the step's logit limit (a vocabulary-limited drafter) without
@@ -58,6 +66,7 @@ const TEAMS: u32 = 64u / TEAM;
 const OUTS: u32 = {{outs}}u;
 const ACC: u32 = {{acc}}u;
 const LANE_TEAMS: bool = {{lane_teams}};
+const NORMED: bool = {{normed}};
 
 {{group}}
 
@@ -65,6 +74,12 @@ const LANE_TEAMS: bool = {{lane_teams}};
 var<workgroup> partial: array<f32, 64u * ACC>;
 
 {{common}}
+
+// Where NORMED: the folded norm's weights for vec4 `i` of a row (4 i .. 4 i + 3).
+fn norm_weights(i: u32) -> vec4<f32> {
+    let at = p[17] + 4u * i;
+    return vec4<f32>(bias[at], bias[at + 1u], bias[at + 2u], bias[at + 3u]);
+}
 
 // Lane `i`'s 16 values of super-block `b` of the row at byte `rb` of matrix `sub` (lane teams;
 // empty in the other form, where it is never called).
@@ -108,6 +123,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         o0 = (wgi * TEAMS + team) * OUTS;
     }
     var acc: array<f32, ACC>;
+    // Each row's sum of squares where NORMED (the team's share, then the row's).
+    var ss: array<f32, ROWS>;
     let n_groups = n_in / 32u;
     // Outputs are live in a prefix of the team's (past the matrix, the logit limit or a
     // SwiGLU's half, so are the ones after): a team with none skips the rows. The loop runs
@@ -120,24 +137,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         end = 0u;
     }
 {{products}}
-    if LANES < TEAM {
-        for (var a = 0u; a < ACC; a++) { // unroll
-            partial[a * 64u + lid] = acc[a];
-        }
-        workgroupBarrier();
-        for (var step = TEAM / 2u; step >= LANES; step >>= 1u) {
-            if t < step {
-                for (var a = 0u; a < ACC; a++) { // unroll
-                    partial[a * 64u + lid] += partial[a * 64u + lid + step];
-                }
-            }
-            workgroupBarrier();
-        }
-        for (var a = 0u; a < ACC; a++) { // unroll
-            acc[a] = partial[a * 64u + lid];
-        }
-    }
-{{shuffles}}
+{{tree}}
     if EPILOGUE == 0u {
         for (var u = 0u; u < OUTS; u++) { // unroll
             let o = o0 + u;

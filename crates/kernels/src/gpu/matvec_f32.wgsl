@@ -19,6 +19,20 @@
                 }
             }
         }
+        if NORMED {
+            // The lane's vec4s of the row: b · 64 + xl, + 1, + 8, + 9 (as the rows' below).
+            let gb = b * 64u + xl;
+            let g0 = norm_weights(gb);
+            let g1 = norm_weights(gb + 1u);
+            let g2 = norm_weights(gb + 8u);
+            let g3 = norm_weights(gb + 9u);
+            for (var u = 0u; u < OUTS; u++) { // unroll
+                qs[u * 8u] *= g0;
+                qs[u * 8u + 1u] *= g1;
+                qs[u * 8u + 2u] *= g2;
+                qs[u * 8u + 3u] *= g3;
+            }
+        }
         for (var r = 0u; r < ROWS; r++) { // unroll
             if r < m {
                 // Sub-block 2c's 8 values, then 2c + 1's (32 values, 8 vec4s, on).
@@ -27,6 +41,9 @@
                 let x1 = x[xb + 1u];
                 let x2 = x[xb + 8u];
                 let x3 = x[xb + 9u];
+                if NORMED {
+                    ss[r] += dot(x0, x0) + dot(x1, x1) + dot(x2, x2) + dot(x3, x3);
+                }
                 for (var u = 0u; u < OUTS; u++) { // unroll
                     let v = 8u * u;
                     acc[u * ROWS + r] += dot(x0, qs[v]) + dot(x1, qs[v + 1u])
@@ -52,6 +69,14 @@
                 }
             }
         }
+        if NORMED {
+            for (var k = 0u; k < 8u; k++) { // unroll
+                let gk = norm_weights(g * 8u + k);
+                for (var u = 0u; u < OUTS; u++) { // unroll
+                    qs[u * 8u + k] *= gk;
+                }
+            }
+        }
         // Each row is then 8 dot products an output, each activation loaded once for the
         // team's OUTS outputs, with nothing per row that a single row would not also do.
         for (var r = 0u; r < ROWS; r++) { // unroll
@@ -60,6 +85,9 @@
                 var sums: array<f32, OUTS>;
                 for (var k = 0u; k < 8u; k++) { // unroll
                     let xk = x[xb + k];
+                    if NORMED {
+                        ss[r] += dot(xk, xk);
+                    }
                     for (var u = 0u; u < OUTS; u++) { // unroll
                         sums[u] += dot(xk, qs[u * 8u + k]);
                     }

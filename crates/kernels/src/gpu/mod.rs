@@ -567,18 +567,38 @@ pub fn matmul_source(
     rows: usize,
     reduce: Reduce,
     epilogue: Epilogue,
+    form: (Team, Fan, Acts),
+) -> String {
+    matmul_source_with(types, rows, reduce, epilogue, form, false)
+}
+
+/// [`matmul_source`] with, where `normed`, the RMSNorm before the product folded in (f32
+/// activations only: matmul.wgsl's NORMED, [`MatrixGroup::with_norm`]).
+pub fn matmul_source_with(
+    types: &[GpuType],
+    rows: usize,
+    reduce: Reduce,
+    epilogue: Epilogue,
     (team, fan, acts): (Team, Fan, Acts),
+    normed: bool,
 ) -> String {
     let lanes = reduce.lanes();
-    let shuffles = if lanes > 1 {
-        "    for (var step = LANES / 2u; step > 0u; step >>= 1u) {
-        for (var a = 0u; a < ACC; a++) { // unroll
-            acc[a] += subgroupShuffleXor(acc[a], step);
+    // The team's partial sums meet in a fixed tree (matmul.wgsl); a folded norm's sums of
+    // squares after them, in the same tree, through the same workgroup memory.
+    let mut tree = team_tree("acc", "ACC", lanes);
+    if normed {
+        tree.push_str(&team_tree("ss", "ROWS", lanes));
+        tree.push_str(
+            "    let eps = bitcast<f32>(p[18]);
+    for (var r = 0u; r < ROWS; r++) { // unroll
+        let inv = 1.0 / sqrt(ss[r] / f32(n_in) + eps);
+        for (var u = 0u; u < OUTS; u++) { // unroll
+            acc[u * ROWS + r] *= inv;
         }
-    }"
-    } else {
-        ""
-    };
+    }
+",
+        );
+    }
     let lane_teams = team == Team::Lanes;
     let lane_dispatch = if lane_teams {
         dispatch(types, "load_lane", "rb, b, i")
@@ -606,8 +626,48 @@ pub fn matmul_source(
         .replace("{{team}}", &team.threads().to_string())
         .replace("{{outs}}", &fan.outputs().to_string())
         .replace("{{acc}}", &(rows * fan.outputs()).to_string())
-        .replace("{{shuffles}}", shuffles);
+        .replace("{{normed}}", &normed.to_string())
+        .replace("{{tree}}", &tree);
     unroll::unroll(&text)
+}
+
+/// WGSL summing each of the `count` values of array `v` over a matmul team (matmul.wgsl: lane
+/// t < step adds lane t + step, TEAM / 2 … 1): halvings of at least `lanes` lanes through
+/// workgroup memory (`partial`, room for 64 · ACC values: `count` is at most ACC), the smaller
+/// ones through subgroup shuffles where `lanes` > 1. Lane t's partner t ^ step is t + step for
+/// t < step: the same sums in the same order either way, so the same bits.
+fn team_tree(v: &str, count: &str, lanes: u32) -> String {
+    let mut text = format!(
+        "    if LANES < TEAM {{
+        for (var a = 0u; a < {count}; a++) {{ // unroll
+            partial[a * 64u + lid] = {v}[a];
+        }}
+        workgroupBarrier();
+        for (var step = TEAM / 2u; step >= LANES; step >>= 1u) {{
+            if t < step {{
+                for (var a = 0u; a < {count}; a++) {{ // unroll
+                    partial[a * 64u + lid] += partial[a * 64u + lid + step];
+                }}
+            }}
+            workgroupBarrier();
+        }}
+        for (var a = 0u; a < {count}; a++) {{ // unroll
+            {v}[a] = partial[a * 64u + lid];
+        }}
+    }}
+"
+    );
+    if lanes > 1 {
+        text.push_str(&format!(
+            "    for (var step = LANES / 2u; step > 0u; step >>= 1u) {{
+        for (var a = 0u; a < {count}; a++) {{ // unroll
+            {v}[a] += subgroupShuffleXor({v}[a], step);
+        }}
+    }}
+"
+        ));
+    }
+    text
 }
 
 /// How a long prefill's tiles are multiplied (tile.wgsl).
@@ -821,6 +881,8 @@ pub enum Shader {
         fan: Fan,
         /// The activations it multiplies.
         acts: Acts,
+        /// The RMSNorm before it folded in (f32 activations: [`MatrixGroup::with_norm`]).
+        normed: bool,
     },
     /// Rows of activations quantized to 8 bits for [`Acts::Q8`] (quant.wgsl).
     Quant,
@@ -894,7 +956,15 @@ impl Shader {
                 team,
                 fan,
                 acts,
-            } => matmul_source(types, *rows, *reduce, *epilogue, (*team, *fan, *acts)),
+                normed,
+            } => matmul_source_with(
+                types,
+                *rows,
+                *reduce,
+                *epilogue,
+                (*team, *fan, *acts),
+                *normed,
+            ),
             Self::Quant => QUANT.replace("{{q8}}", &Q8.replace("{{q8_binding}}", "1")),
             Self::Tile {
                 types,
@@ -983,15 +1053,18 @@ impl Shader {
                 team,
                 fan,
                 acts,
+                normed,
             } => {
                 let mut k = 0u64;
                 for &ty in types {
                     k = k * 16 + 1 + u64::from(type_code(ty));
                 }
-                // 8-bit activations in bit 16, lane teams in bit 14, the fan in bit 13, rows
-                // ≤ 16 in bits 8..13, a whole team in bit 7, lanes ≤ 16 in bits 2..7.
+                // 8-bit activations in bit 16, a folded norm in bit 15, lane teams in bit 14,
+                // the fan in bit 13, rows ≤ 16 in bits 8..13, a whole team in bit 7, lanes ≤ 16
+                // in bits 2..7.
                 (k << 17)
                     | (u64::from(*acts == Acts::Q8) << 16)
+                    | (u64::from(*normed) << 15)
                     | (u64::from(*fan == Fan::Four) << 13)
                     | ((*rows as u64) << 8)
                     | (u64::from(*team == Team::Whole) << 7)
@@ -1371,6 +1444,8 @@ struct MatmulParams {
     row_bytes: [usize; 3],
     /// The byte where each matrix's first row starts in its binding.
     bases: [usize; 3],
+    /// Where a folded norm's weights start in the bias binding, and its epsilon's bits.
+    norm: (usize, u32),
 }
 
 /// Workgroups of tile.wgsl over a launch's `outputs` (a SwiGLU's gate and up: half of them
@@ -1406,6 +1481,8 @@ impl MatmulParams {
             // The logit limit applies to the output head alone: the product over the logit
             // rows.
             usize::from(self.rows == Rows::Tail),
+            self.norm.0,
+            self.norm.1 as usize,
         ];
         let words = values
             .iter()
@@ -1425,12 +1502,13 @@ impl MatmulLaunch {
     /// Enqueues the product of the step's rows of `x` into `y` (and `bias`, or a stand-in):
     /// `x` is f32 rows (`.0`), or the same rows quantized (`.1`, for [`Acts::Q8`] outside a
     /// long prefill's tiles: [`MatrixGroup::run`] made them).
+    /// `normed`: `x` holds the rows before the group's folded norm ([`MatrixGroup::run_normed`]
+    /// checked that this step multiplies f32 rows in the mat-vec form).
     #[allow(clippy::too_many_arguments)] // one launch's bindings
     fn run(
         &self,
         client: &Client,
-        reduce: Reduce,
-        epilogue: Epilogue,
+        (reduce, epilogue, normed): (Reduce, Epilogue, bool),
         x: (&Handle, Option<&Handle>),
         y: &Handle,
         bias: Option<&Handle>,
@@ -1477,6 +1555,7 @@ impl MatmulLaunch {
                         team: self.team,
                         fan: self.fan,
                         acts,
+                        normed,
                     },
                     &self.params,
                     self.groups,
@@ -1771,6 +1850,9 @@ pub struct MatrixGroup {
     form: Form,
     /// quant.wgsl's parameters where the form's activations are 8-bit.
     quant: Option<Handle>,
+    /// The RMSNorm folded into its products ([`MatrixGroup::with_norm`]): its weights (the
+    /// bias binding holds them after the biases), epsilon, and whether the products take it.
+    norm: Option<(std::sync::Arc<[f32]>, f32, bool)>,
 }
 
 impl MatrixGroup {
@@ -1788,6 +1870,77 @@ impl MatrixGroup {
         epilogue: Epilogue,
         bias: Option<&[f32]>,
         rows: Rows,
+    ) -> Result<Self> {
+        Self::build(client, members, epilogue, bias, rows, None)
+    }
+
+    /// The same group with the RMSNorm of its input, weights `g` (`cols` values) and `eps`,
+    /// folded into its products on GPU cards ([`is_card`]) where they multiply f32 rows in the
+    /// mat-vec form ([`MatrixGroup::folds_norm`], run by [`MatrixGroup::run_normed`]): a
+    /// forward then launches no norm before it and writes no normed rows. CPU adapters keep the
+    /// norm's launch: there each team's extra work (its rows' squares, the weights scaled by g)
+    /// cost more than the launch (lavapipe, SmolLM2: decode 4.5 tok/s folded against 4.7–5.2).
+    /// The environment's `MARS_GPU_NORM` (`fold` or `apart`) overrides the rule, a
+    /// measurement knob as `MARS_GPU_SPLIT` is.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for weights of another width or a group over the last rows alone
+    /// (the head reads x from an offset the fold does not take); [`KernelError::Unknown`] for
+    /// an epsilon that is not finite and at least 0.
+    pub fn with_norm(&self, client: &Client, g: &[f32], eps: f32) -> Result<Self> {
+        static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+        let forced = *FORCED.get_or_init(|| match std::env::var("MARS_GPU_NORM").as_deref() {
+            Ok("fold") => Some(true),
+            Ok("apart") => Some(false),
+            _ => None,
+        });
+        self.with_norm_as(client, g, eps, forced.unwrap_or_else(|| is_card(client)))
+    }
+
+    /// [`MatrixGroup::with_norm`] folding the norm where `fold`, whatever the adapter (tests
+    /// compare the two on any adapter); where not, the group holds it but never takes it.
+    ///
+    /// # Errors
+    /// As [`MatrixGroup::with_norm`].
+    pub fn with_norm_as(&self, client: &Client, g: &[f32], eps: f32, fold: bool) -> Result<Self> {
+        if g.len() != self.cols {
+            return Err(KernelError::Shape {
+                what: "norm weights folded into a group (one per input value)",
+                expected: self.cols,
+                found: g.len(),
+            });
+        }
+        if self.rows != Rows::All {
+            return Err(KernelError::Shape {
+                what: "rows a group with a folded norm runs over (every row's, 1; the last: 0)",
+                expected: 1,
+                found: 0,
+            });
+        }
+        if !eps.is_finite() || eps < 0.0 {
+            return Err(KernelError::Unknown {
+                what: "norm epsilon",
+                value: eps.to_string(),
+                expected: "a finite value of at least 0",
+            });
+        }
+        Self::build(
+            client,
+            self.members.clone(),
+            self.epilogue,
+            self.bias_values.as_deref(),
+            self.rows,
+            Some((std::sync::Arc::from(g), eps, fold)),
+        )
+    }
+
+    fn build(
+        client: &Client,
+        members: Vec<GpuMatrix>,
+        epilogue: Epilogue,
+        bias: Option<&[f32]>,
+        rows: Rows,
+        norm: Option<(std::sync::Arc<[f32]>, f32, bool)>,
     ) -> Result<Self> {
         let shape = |what, expected, found| {
             Err(KernelError::Shape {
@@ -1848,6 +2001,20 @@ impl MatrixGroup {
         };
         // Only products over every row meet a prefill; the head's (the last rows) never does.
         let prefill = first.prefill.filter(|_| rows == Rows::All);
+        // A folded norm's weights follow the biases in the bias binding.
+        let norm_at = norm.as_ref().map_or((0, 0), |(_, eps, _)| {
+            (bias.map_or(0, <[f32]>::len), eps.to_bits())
+        });
+        let vectors: Option<Vec<f32>> = match (bias, &norm) {
+            (None, None) => None,
+            (b, n) => Some(
+                b.unwrap_or_default()
+                    .iter()
+                    .chain(n.iter().flat_map(|(g, ..)| g.iter()))
+                    .copied()
+                    .collect(),
+            ),
+        };
         let swiglu = epilogue == Epilogue::SwiGlu;
         let launch = |weights: Vec<Handle>, types: Vec<GpuType>, params: MatmulParams| {
             // Products over every row run in tiles in a long prefill's steps.
@@ -1901,6 +2068,7 @@ impl MatrixGroup {
                     row_bytes.get(2).copied().unwrap_or(row_bytes[0]),
                 ],
                 bases: [0; 3],
+                norm: norm_at,
             };
             launches.push(launch(
                 members.iter().map(|m| m.parts[0].weights.clone()).collect(),
@@ -1945,6 +2113,7 @@ impl MatrixGroup {
                     firsts: [len, 2 * len],
                     row_bytes: [row_bytes[0], row_bytes[1], row_bytes[0]],
                     bases: [g_row * row_bytes[0], u_row * row_bytes[1], 0],
+                    norm: norm_at,
                 };
                 launches.push(launch(vec![g, u], vec![first.ty, up.ty], params)?);
             }
@@ -1966,6 +2135,7 @@ impl MatrixGroup {
                         firsts: [len; 2],
                         row_bytes: [rb; 3],
                         bases: [0; 3],
+                        norm: norm_at,
                     };
                     launches.push(launch(vec![part.weights.clone()], vec![m.ty], params)?);
                 }
@@ -1976,7 +2146,7 @@ impl MatrixGroup {
             launches,
             epilogue,
             reduce: first.reduce,
-            bias: bias.map(|b| upload_f32(client, b)),
+            bias: vectors.map(|v| upload_f32(client, &v)),
             cols,
             outputs,
             bytes: members.iter().map(GpuMatrix::bytes).sum(),
@@ -1993,6 +2163,7 @@ impl MatrixGroup {
                 upload_words(client, &[cols as u32, at, MAX_GROUPS_PER_DIM as u32])
             }),
             members,
+            norm,
         })
     }
 
@@ -2084,12 +2255,13 @@ impl MatrixGroup {
         members[0].set_team(form.team);
         members[0].set_acts(form.acts);
         members[0].set_prefill(form.prefill);
-        Self::new(
+        Self::build(
             client,
             members,
             self.epilogue,
             self.bias_values.as_deref(),
             self.rows,
+            self.norm.clone(),
         )
     }
 
@@ -2204,9 +2376,53 @@ impl MatrixGroup {
         for l in &self.launches {
             l.run(
                 client,
-                self.reduce,
-                self.epilogue,
+                (self.reduce, self.epilogue, false),
                 (x, quantized),
+                y,
+                self.bias.as_ref(),
+                step,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Whether this step's product takes the group's folded norm ([`MatrixGroup::with_norm`]):
+    /// where the group folds it, in steps that multiply f32 rows in the mat-vec form (not
+    /// 8-bit activations, not a long prefill's tiles).
+    pub fn folds_norm(&self, step: &StepBuffer) -> bool {
+        let tiled = step.is_long_prefill() && self.form.prefill.is_some();
+        self.norm.as_ref().is_some_and(|n| n.2) && self.form.acts == Acts::F32 && !tiled
+    }
+
+    /// The product of the step's rows of `x` normed by the group's folded norm, as a norm
+    /// launch into rows h and [`MatrixGroup::run`] from h would give, within f32 rounding (the
+    /// fold's own bits, the same for every row count), without the norm's launch or h.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] where [`MatrixGroup::folds_norm`] does not hold for this step, and
+    /// as [`MatrixGroup::run`].
+    pub fn run_normed(
+        &self,
+        client: &Client,
+        x: &Handle,
+        y: &Handle,
+        step: &StepBuffer,
+    ) -> Result<()> {
+        if !self.folds_norm(step) {
+            return Err(KernelError::Shape {
+                what: "a folded norm for this step (f32 rows in the mat-vec form: 1; none: 0)",
+                expected: 1,
+                found: 0,
+            });
+        }
+        let rows = self.rows.count(step);
+        check_size("x", x, rows * self.cols * 4)?;
+        check_size("y", y, rows * self.outputs * 4)?;
+        for l in &self.launches {
+            l.run(
+                client,
+                (self.reduce, self.epilogue, true),
+                (x, None),
                 y,
                 self.bias.as_ref(),
                 step,
