@@ -25,6 +25,8 @@ first part holds only the start of its embedding: the 1.5B lends its norms, bias
 from __future__ import annotations
 
 import io
+import os
+import shutil
 import struct
 import sys
 from typing import BinaryIO
@@ -136,22 +138,39 @@ def pack(model: str, skeleton: str, budget: int) -> None:
 
 
 def unpack(skeleton: str, model: str) -> None:
-    with open(skeleton, "rb") as f, open(model, "wb") as out:
+    """Writes the model beside its final name and renames it once whole, after checking that
+    the folder has room for it (a 72B shape is 47 GB): a stage never finds half a model."""
+    part = model + ".part"
+    with open(skeleton, "rb") as f:
         if f.read(len(MAGIC)) != MAGIC:
             raise ValueError(f"{skeleton} is not a skeleton")
         header_len, file_len = read(f, "QQ")
-        header = f.read(header_len)
-        out.write(header)
-        start, tensors = layout(io.BytesIO(header))
-        for name, offset, size, _ in tensors:
-            (keep,) = read(f, "Q")
-            sample = f.read(keep)
-            if not sample:
-                raise ValueError(f"tensor {name}: empty sample")
-            out.seek(start + offset)
-            whole, rest = divmod(size, len(sample))
-            out.write(sample * whole + sample[:rest])
-        out.truncate(file_len)
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(model))).free
+        # 1 GiB left over: the stages write their results beside the models.
+        if file_len + (1 << 30) > free:
+            raise ValueError(
+                f"{model}: {file_len / 1e9:.1f} GB does not fit ({free / 1e9:.1f} GB free); "
+                "drop larger models first (run.sh's drop stage)"
+            )
+        with open(part, "wb") as out:
+            write_model(f, out, header_len, file_len)
+    os.replace(part, model)
+
+
+def write_model(f: BinaryIO, out: BinaryIO, header_len: int, file_len: int) -> None:
+    """The model's bytes from a skeleton read up to its header (see unpack)."""
+    header = f.read(header_len)
+    out.write(header)
+    start, tensors = layout(io.BytesIO(header))
+    for name, offset, size, _ in tensors:
+        (keep,) = read(f, "Q")
+        sample = f.read(keep)
+        if not sample:
+            raise ValueError(f"tensor {name}: empty sample")
+        out.seek(start + offset)
+        whole, rest = divmod(size, len(sample))
+        out.write(sample * whole + sample[:rest])
+    out.truncate(file_len)
 
 
 # llama.cpp's fallback where a row is not whole 256-value blocks (llama-quant.cpp).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The runner each part of tests/bench/gpu-bundle.sh carries: `add` copies the part it sits in to
 # $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
-#   usage: bash PART/run.sh add | tests | stream | tune | peers | price | teams | long | spec | profile | submits | all …
+#   usage: bash PART/run.sh add | drop | tests | launch | stream | tune | peers | price | teams | long | spec | profile | submits | all …
 #   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order),
 #          TEAM_MODELS (the teams stage's; both default to every model, smallest first),
 #          LONG_MODELS (the long stage's; default the smallest and the 7B), LONG_PP (2048: eight 256-key blocks; a mars speed run prefills it three times)
@@ -47,10 +47,18 @@ setup() { # unpacks what has arrived and is not unpacked yet
   for s in "$in"/*.skel.xz; do
     [ -e "$s" ] && [ ! -f "${s%.xz}" ] && unxz "$s" "${s%.xz}"
   done
-  for s in "$in"/*.skel; do
-    [ -e "$s" ] || continue
+  # Smallest first; a shape the folder has no room for is left packed, said at each setup (a 72B's 47 GB
+  # beside the others may not fit a machine's /dev/shm: the drop stage makes room).
+  for s in $(ls "$in"/*.skel >/dev/null 2>&1 && python3 -c "
+import struct, sys
+def size(p):  # the model's bytes: after the 6-byte magic, the header's length, then the file's
+    with open(p, 'rb') as f:
+        f.read(6)
+        return struct.unpack('<QQ', f.read(16))[1]
+print(' '.join(sorted(sys.argv[1:], key=size)))" "$in"/*.skel); do
     m="$work/models/$(basename "$s" .skel).skeleton.gguf"
-    [ -f "$m" ] || python3 "$work/repo/tests/bench/gguf-skeleton.py" unpack "$s" "$m"
+    [ -f "$m" ] || python3 "$work/repo/tests/bench/gguf-skeleton.py" unpack "$s" "$m" 2>&1 \
+      | tail -1 | sed 's/^ValueError: /not unpacked: /'
   done
   # A Vulkan loader where the machine has none, glvnd's dispatch libraries where it has a loader
   # but not them (NVIDIA's ICD, libGLX_nvidia, then yields no vkCreateInstance and wgpu finds no
@@ -74,9 +82,18 @@ models() { ls -Sr "$work"/models/*.gguf 2>/dev/null | tr '\n' ' '; } # smallest 
 stage() {
   case "$1" in
     add) cp -r "$here"/. "$in/" && rm -f "$in/run.sh" && echo "added $(basename "$here")" ;;
+    drop) # DROP="7B 14B": the models whose names hold these, unpacked and packed, removed for
+      # good (room for a larger shape, which the next stage's setup unpacks)
+      local p
+      for p in ${DROP:?DROP names the models to drop}; do
+        rm -fv "$work"/models/*"$p"*.gguf "$in"/*"$p"*.skel "$in"/*"$p"*.skel.xz
+      done
+      setup ;;
     tests)
       for t in "$work"/bin/test-*; do echo "== $(basename "$t")"; timeout 300 "$t" 2>&1 | tail -15; done ;;
     stream) timeout 240 "$work/bin/gpu_cost" stream 2>&1 | grep -v XDG | tee "$out/stream.md" ;;
+    launch) # the cost of a launch alone (stream's first table): host- or device-bound
+      timeout 60 "$work/bin/gpu_cost" launch 2>&1 | grep -v XDG | tee "$out/launch.md" ;;
     tune) # every form of every group shape timed (`mars tune`), the choices kept in the table
       # that later loads here read (MARS_TUNE_CACHE)
       for m in $(models); do

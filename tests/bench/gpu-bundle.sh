@@ -9,7 +9,10 @@
 # the pair has arrived). There, each part is added as it arrives and the stages run once their
 # files are in:
 #   bash PART/run.sh add        # copies this part into $WORK (default ~/mars-gpu)
-#   bash PART/run.sh STAGE…     # tests | stream | tune | peers | price | teams | long | spec | profile | submits | all
+#   bash PART/run.sh STAGE…     # drop | tests | launch | stream | tune | peers | price | teams | long | spec | profile | submits | all
+# drop: DROP="7B 14B" removes those models for good (room for a 72B shape: each shape is unpacked
+# only where the folder has room, smallest first); launch: the cost of a launch (host- or
+# device-bound: gpu_cost launch);
 # tests: the kernel tests (bit-for-bit contracts on this device's subgroups); stream: the matmul
 # alone on the large models' shapes, back to back (gpu_cost stream: GB/s by team and fan); price:
 # speculation priced from the peers stage's costs (gpu-price.py, a projection); peers: gpu.sh part
