@@ -2373,11 +2373,24 @@ impl MatrixGroup {
             }
             (None, None) => None,
         };
+        self.launch_all(client, false, (x, quantized), y, step)
+    }
+
+    /// Each launch of the product (one a part), `normed` where `x` holds the rows before the
+    /// folded norm.
+    fn launch_all(
+        &self,
+        client: &Client,
+        normed: bool,
+        x: (&Handle, Option<&Handle>),
+        y: &Handle,
+        step: &StepBuffer,
+    ) -> Result<()> {
         for l in &self.launches {
             l.run(
                 client,
-                (self.reduce, self.epilogue, false),
-                (x, quantized),
+                (self.reduce, self.epilogue, normed),
+                x,
                 y,
                 self.bias.as_ref(),
                 step,
@@ -2418,17 +2431,7 @@ impl MatrixGroup {
         let rows = self.rows.count(step);
         check_size("x", x, rows * self.cols * 4)?;
         check_size("y", y, rows * self.outputs * 4)?;
-        for l in &self.launches {
-            l.run(
-                client,
-                (self.reduce, self.epilogue, true),
-                (x, None),
-                y,
-                self.bias.as_ref(),
-                step,
-            )?;
-        }
-        Ok(())
+        self.launch_all(client, true, (x, None), y, step)
     }
 }
 
