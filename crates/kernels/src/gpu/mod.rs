@@ -1850,9 +1850,17 @@ pub struct MatrixGroup {
     form: Form,
     /// quant.wgsl's parameters where the form's activations are 8-bit.
     quant: Option<Handle>,
-    /// The RMSNorm folded into its products ([`MatrixGroup::with_norm`]): its weights (the
-    /// bias binding holds them after the biases), epsilon, and whether the products take it.
-    norm: Option<(std::sync::Arc<[f32]>, f32, bool)>,
+    /// The RMSNorm folded into its products ([`MatrixGroup::with_norm`]).
+    norm: Option<FoldedNorm>,
+}
+
+/// A group's folded RMSNorm: its weights (the bias binding holds them after the biases), its
+/// epsilon, and whether the group's products take it ([`MatrixGroup::with_norm`]'s rule).
+#[derive(Debug, Clone)]
+struct FoldedNorm {
+    g: std::sync::Arc<[f32]>,
+    eps: f32,
+    fold: bool,
 }
 
 impl MatrixGroup {
@@ -1930,7 +1938,11 @@ impl MatrixGroup {
             self.epilogue,
             self.bias_values.as_deref(),
             self.rows,
-            Some((std::sync::Arc::from(g), eps, fold)),
+            Some(FoldedNorm {
+                g: std::sync::Arc::from(g),
+                eps,
+                fold,
+            }),
         )
     }
 
@@ -1940,7 +1952,7 @@ impl MatrixGroup {
         epilogue: Epilogue,
         bias: Option<&[f32]>,
         rows: Rows,
-        norm: Option<(std::sync::Arc<[f32]>, f32, bool)>,
+        norm: Option<FoldedNorm>,
     ) -> Result<Self> {
         let shape = |what, expected, found| {
             Err(KernelError::Shape {
@@ -2002,15 +2014,15 @@ impl MatrixGroup {
         // Only products over every row meet a prefill; the head's (the last rows) never does.
         let prefill = first.prefill.filter(|_| rows == Rows::All);
         // A folded norm's weights follow the biases in the bias binding.
-        let norm_at = norm.as_ref().map_or((0, 0), |(_, eps, _)| {
-            (bias.map_or(0, <[f32]>::len), eps.to_bits())
-        });
+        let norm_at = norm
+            .as_ref()
+            .map_or((0, 0), |n| (bias.map_or(0, <[f32]>::len), n.eps.to_bits()));
         let vectors: Option<Vec<f32>> = match (bias, &norm) {
             (None, None) => None,
             (b, n) => Some(
                 b.unwrap_or_default()
                     .iter()
-                    .chain(n.iter().flat_map(|(g, ..)| g.iter()))
+                    .chain(n.iter().flat_map(|n| n.g.iter()))
                     .copied()
                     .collect(),
             ),
@@ -2404,7 +2416,7 @@ impl MatrixGroup {
     /// 8-bit activations, not a long prefill's tiles).
     pub fn folds_norm(&self, step: &StepBuffer) -> bool {
         let tiled = step.is_long_prefill() && self.form.prefill.is_some();
-        self.norm.as_ref().is_some_and(|n| n.2) && self.form.acts == Acts::F32 && !tiled
+        self.norm.as_ref().is_some_and(|n| n.fold) && self.form.acts == Acts::F32 && !tiled
     }
 
     /// The product of the step's rows of `x` normed by the group's folded norm, as a norm
