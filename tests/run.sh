@@ -23,11 +23,11 @@ cargo clippy -p mars-kernels --target wasm32-unknown-unknown --lib --test wasm -
 
 step "native tests (release: the statistical tests draw millions of samples)"
 cargo test --workspace --release
-# GPU cards fold the norms before q | k | v and gate | up into those products; CPU adapters
-# (lavapipe here) keep them apart, so the model's GPU tests run again with the fold forced
-# (the same build: --workspace keeps the features unified).
-step "the GPU model's tests with the norms folded in, as on a GPU card"
-MARS_GPU_NORM=fold cargo test --workspace --release --test backends
+# GPU cards fold the norms before q | k | v and gate | up into those products, and RoPE into
+# attention; CPU adapters (lavapipe here) keep them apart, so the model's GPU tests run again
+# with the folds forced (the same build: --workspace keeps the features unified).
+step "the GPU model's tests with the norms and RoPE folded in, as on a GPU card"
+MARS_GPU_NORM=fold MARS_GPU_ROPE=fold cargo test --workspace --release --test backends
 step "benchmarks run once as tests"
 cargo test -p mars-verify --release --benches
 

@@ -120,13 +120,14 @@ stage() {
       # (MARS_GPU_TILES=off), its tiles on the matrix units (MARS_GPU_TILES=units) and 8-bit
       # activations on every group that takes them (MARS_GPU_ACTS=q8)
       # and every loop bounded as wgpu bounds them in CubeCL's checked mode (MARS_GPU_LOOP_BOUND=on)
-      # and the norms before q|k|v and gate|up in launches of their own (MARS_GPU_NORM=apart;
-      # a card folds them into the products)
-      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule bounded norm-apart tuned q8 lanes no-tiles units; do
+      # and the norms before q|k|v and gate|up and RoPE in launches of their own
+      # (MARS_GPU_NORM=apart MARS_GPU_ROPE=apart; a card folds them into the products and
+      # attention: two launches a layer fewer)
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule bounded folds-apart tuned q8 lanes no-tiles units; do
         case $t in
           rule) e=MARS_TUNE=off ;; tuned) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
           bounded) e="MARS_TUNE=off MARS_GPU_LOOP_BOUND=on" ;;
-          norm-apart) e="MARS_TUNE=off MARS_GPU_NORM=apart" ;;
+          folds-apart) e="MARS_TUNE=off MARS_GPU_NORM=apart MARS_GPU_ROPE=apart" ;;
           q8) e="MARS_TUNE=off MARS_GPU_ACTS=q8" ;;
           no-tiles) e="MARS_TUNE=off MARS_GPU_TILES=off" ;; units) e="MARS_TUNE=off MARS_GPU_TILES=units" ;;
         esac

@@ -20,9 +20,10 @@ json=$(mktemp)
 trap 'rm -f "$log" "$json"' EXIT
 prompt=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 64))")
 # PROMPT_TOKENS words of an ordinary sentence (about as many tokens; the count is printed).
-# MARS_GPU_NORM=apart: the norms in launches of their own, as the split below reads a forward
-# (a decode otherwise folds them into q|k|v and gate|up: what this profile shows they cost).
-MARS_GPU_NORM=apart CUBECL_DEBUG_LOG="$log" CUBECL_DEBUG_OPTION=profile "$MARS_BIN" \
+# MARS_GPU_NORM=apart MARS_GPU_ROPE=apart: the norms and RoPE in launches of their own, as the
+# split below reads a forward (a decode on a card otherwise folds the norms into q|k|v and
+# gate|up and RoPE into attention: what this profile shows they cost).
+MARS_GPU_NORM=apart MARS_GPU_ROPE=apart CUBECL_DEBUG_LOG="$log" CUBECL_DEBUG_OPTION=profile "$MARS_BIN" \
   generate --model "$model" --device wgpu --prompt "$(echo "$prompt" | cut -d' ' -f1-"$pp")" \
   --max-tokens "$tg" --json >"$json" 2>/dev/null
 python3 - "$log" "$model" "$json" <<'PY'

@@ -163,7 +163,8 @@ fn tables(context: usize, hd: usize) -> (Vec<f32>, Vec<f32>) {
     (cos, sin)
 }
 
-/// Runs RoPE then attention for the rows of `s` with `qkv`, on `kv`; returns the outputs.
+/// Runs RoPE then attention for the rows of `s` with `qkv`, on `kv`; returns the outputs. With
+/// `attn`'s RoPE folded in, a pass it takes (≤ 16 rows) runs in its one launch, the others apart.
 fn rope_attend(
     client: &Client,
     (rope, attn): (&Rope, &Attention),
@@ -174,31 +175,42 @@ fn rope_attend(
 ) -> Vec<f32> {
     let rows = s.rows();
     let sb = step(client, &s.clone().with_capacity(CAP).unwrap());
-    let q = client.empty(rows * shape.heads * shape.head_dim * 4);
     let out = client.empty(rows * shape.heads * shape.head_dim * 4);
-    rope.run(client, &upload_f32(client, qkv), &q, kv, &sb)
-        .unwrap();
-    attn.run(client, &q, kv, &out, &sb).unwrap();
-    // Split by 256-key blocks and folded by a second launch: the same bits.
     let split = client.empty(rows * shape.heads * shape.head_dim * 4);
-    attn.run_as(client, (&q, kv, &split), &sb, true).unwrap();
+    let qkv = upload_f32(client, qkv);
+    if attn.folds_rope(&sb) {
+        // The split shape first: it writes the same keys and values as the other then
+        // rewrites, so each launch reads what the other stored.
+        attn.run_roped_as(client, (&qkv, kv, &split), &sb, true)
+            .unwrap();
+        attn.run_roped(client, (&qkv, kv, &out), &sb).unwrap();
+    } else {
+        let q = client.empty(rows * shape.heads * shape.head_dim * 4);
+        rope.run(client, &qkv, &q, kv, &sb).unwrap();
+        attn.run(client, &q, kv, &out, &sb).unwrap();
+        // Split by 256-key blocks and folded by a second launch: the same bits.
+        attn.run_as(client, (&q, kv, &split), &sb, true).unwrap();
+    }
     let (out, split) = (read_f32(client, out), read_f32(client, split));
     assert_eq!(bits(&out), bits(&split), "split attention");
     out
 }
 
-/// Over either cache type: RoPE stores each key within its type's rounding of the exact
-/// rotation and each value as it came (rounded likewise), attention over the stored keys and
-/// values equals f64's, a row alone equals itself beside others, a tree row the chain over its
-/// path, and attention split by key blocks the one-workgroup form (bit for bit).
+/// Over either cache type, with RoPE launched apart and folded into attention: RoPE stores
+/// each key within its type's rounding of the exact rotation and each value as it came
+/// (rounded likewise), attention over the stored keys and values equals f64's, a row alone
+/// equals itself beside others, a tree row the chain over its path, and attention split by
+/// key blocks the one-workgroup form (bit for bit).
 #[test]
 fn rope_and_attention_match_f64_over_chains_and_trees() {
-    for ty in [KvType::F16, KvType::F32] {
-        rope_and_attention_over(ty);
+    for fold in [false, true] {
+        for ty in [KvType::F16, KvType::F32] {
+            rope_and_attention_over(ty, fold);
+        }
     }
 }
 
-fn rope_and_attention_over(ty: KvType) {
+fn rope_and_attention_over(ty: KvType, fold: bool) {
     let client = client();
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     // Head widths whose vec4 lanes split the 256 threads evenly (32, 64, 128, 256) and not (96:
@@ -218,7 +230,10 @@ fn rope_and_attention_over(ty: KvType) {
         };
         let (cos, sin) = tables(CAP, hd);
         let rope = Rope::new(&client, (shape, ty), (&cos, &sin), halves, 1e-6).unwrap();
-        let attn = Attention::new(&client, (shape, ty)).unwrap();
+        let attn = Attention::new(&client, (shape, ty))
+            .unwrap()
+            .with_rope_as(&client, &rope, fold)
+            .unwrap();
         let reference = Reference {
             shape,
             halves,
@@ -267,7 +282,7 @@ fn rope_and_attention_over(ty: KvType) {
                         let (ek, ev) = (exact_k[d], f64::from(exact_v[d]));
                         assert!(
                             (k[g][d] - ek).abs() <= stored_bound(ty, ek),
-                            "{ty:?} key row {p} head {g} [{d}]: {} vs {ek}",
+                            "{ty:?} fold {fold} key row {p} head {g} [{d}]: {} vs {ek}",
                             k[g][d]
                         );
                         assert!(
@@ -311,7 +326,7 @@ fn rope_and_attention_over(ty: KvType) {
                 for (d, (&g, w)) in got.iter().zip(&want).enumerate() {
                     assert!(
                         (f64::from(g) - w).abs() < 2e-4,
-                        "{ty:?} halves {halves} row {r} head {h} [{d}]: {g} vs {w}"
+                        "{ty:?} fold {fold} halves {halves} row {r} head {h} [{d}]: {g} vs {w}"
                     );
                 }
             }
@@ -377,11 +392,131 @@ fn rope_and_attention_over(ty: KvType) {
                 assert_eq!(
                     bits(&tree[a * heads * hd..(a + 1) * heads * hd]),
                     bits(&chain[d * heads * hd..(d + 1) * heads * hd]),
-                    "{ty:?} halves {halves}: tree row {a} vs the chain over {path:?}"
+                    "{ty:?} fold {fold} halves {halves}: tree row {a} vs the chain over {path:?}"
                 );
             }
         }
     }
+}
+
+/// RoPE folded into attention against RoPE launched apart, with Qwen3's head norms (which the
+/// f64 test above leaves out) and without, both pairings and cache types, over a chain and a
+/// tree after a prefix: the outputs within f32 rounding of each other, the stored keys and
+/// values within one rounding of the cache's type; and the fold refused where a pass does not
+/// take it.
+#[test]
+fn a_folded_rope_equals_rope_launched_apart() {
+    use mars_kernels::gpu::outputs_agree;
+    let client = client();
+    let mut rng = ChaCha8Rng::seed_from_u64(34);
+    for (halves, hd, heads, kv_heads, norms) in [
+        (true, 64, 4, 2, true),
+        (false, 32, 3, 1, true),
+        (true, 128, 2, 2, false),
+    ] {
+        let shape = Heads {
+            heads,
+            kv_heads,
+            head_dim: hd,
+        };
+        let (cos, sin) = tables(CAP, hd);
+        let (qn, kn) = (normal(&mut rng, hd, 1.0), normal(&mut rng, hd, 1.0));
+        let width = (heads + 2 * kv_heads) * hd;
+        let prefix = normal(&mut rng, 20 * width, 2.0);
+        let rows = normal(&mut rng, 5 * width, 2.0);
+        for ty in [KvType::F16, KvType::F32] {
+            let mut rope = Rope::new(&client, (shape, ty), (&cos, &sin), halves, 1e-6).unwrap();
+            if norms {
+                rope = rope.with_head_norms(&client, &qn, &kn).unwrap();
+            }
+            let attn = Attention::new(&client, (shape, ty)).unwrap();
+            let run = |fold: bool, tree: bool| {
+                let attn = attn.with_rope_as(&client, &rope, fold).unwrap();
+                let kv = client.empty(shape.cache_bytes(CAP, ty).unwrap());
+                let first = Step::chain(&[0; 20], 0, 1, 1).unwrap();
+                rope_attend(&client, (&rope, &attn), shape, &prefix, &kv, &first);
+                let s = if tree {
+                    let parents = [None, Some(0), Some(0), Some(1), Some(2)];
+                    Step::tree(&[0; 5], 20, &parents, 5, 1).unwrap()
+                } else {
+                    Step::chain(&[0; 5], 20, 5, 1).unwrap()
+                };
+                let out = rope_attend(&client, (&rope, &attn), shape, &rows, &kv, &s);
+                (out, read_cache(&client, &kv, ty))
+            };
+            for tree in [false, true] {
+                let what = format!("{ty:?} halves {halves} head {hd} norms {norms} tree {tree}");
+                let (want, want_kv) = run(false, tree);
+                let (got, got_kv) = run(true, tree);
+                assert!(
+                    outputs_agree(&got, &want, 1e-5),
+                    "{what}: {got:?} vs {want:?}"
+                );
+                // The cache rows this pass wrote (the prefix's are rope.wgsl's in both).
+                for part in 0..2 {
+                    for g in 0..kv_heads {
+                        for p in 20..25 {
+                            let at = ((part * kv_heads + g) * CAP + p) * hd;
+                            for d in 0..hd {
+                                let (a, b) = (got_kv[at + d], want_kv[at + d]);
+                                let bound = match ty {
+                                    KvType::F32 => 1e-5 * b.abs().max(1.0),
+                                    KvType::F16 => b.abs() * 2f64.powi(-10) + 1e-6,
+                                };
+                                assert!(
+                                    (a - b).abs() <= bound,
+                                    "{what}: cache {part} head {g} row {p} [{d}]: {a} vs {b}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Not taken: a pass of 17 rows, and a RoPE that is not folded.
+    let shape = Heads {
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 64,
+    };
+    let (cos, sin) = tables(CAP, 64);
+    let rope = Rope::new(&client, (shape, KvType::F16), (&cos, &sin), true, 1e-6).unwrap();
+    let attn = Attention::new(&client, (shape, KvType::F16)).unwrap();
+    let folded = attn.with_rope_as(&client, &rope, true).unwrap();
+    let long = step(
+        &client,
+        &Step::chain(&[0; 17], 0, 1, 1)
+            .unwrap()
+            .with_capacity(CAP)
+            .unwrap(),
+    );
+    let one = step(
+        &client,
+        &Step::chain(&[0], 0, 1, 1)
+            .unwrap()
+            .with_capacity(CAP)
+            .unwrap(),
+    );
+    assert!(!folded.folds_rope(&long) && folded.folds_rope(&one));
+    let apart = attn.with_rope_as(&client, &rope, false).unwrap();
+    assert!(!apart.folds_rope(&one) && !attn.folds_rope(&one));
+    let buf = |n: usize| client.empty(n * 4);
+    let kv = client.empty(shape.cache_bytes(CAP, KvType::F16).unwrap());
+    assert!(
+        folded
+            .run_roped(&client, (&buf(17 * 256), &kv, &buf(17 * 128)), &long)
+            .is_err()
+    );
+    assert!(
+        apart
+            .run_roped(&client, (&buf(256), &kv, &buf(128)), &one)
+            .is_err()
+    );
+    // A RoPE of other heads.
+    let other = Heads { heads: 4, ..shape };
+    let rope4 = Rope::new(&client, (other, KvType::F16), (&cos, &sin), true, 1e-6).unwrap();
+    assert!(attn.with_rope_as(&client, &rope4, true).is_err());
 }
 
 #[test]

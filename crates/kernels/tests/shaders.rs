@@ -308,16 +308,31 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
             kv: KvType::F16,
             split: false,
             head_dim: 64,
+            roped: false,
         },
         Shader::Attention {
             kv: KvType::F32,
             split: false,
             head_dim: 128,
+            roped: false,
         },
         Shader::Attention {
             kv: KvType::F16,
             split: true,
             head_dim: 96,
+            roped: false,
+        },
+        Shader::Attention {
+            kv: KvType::F16,
+            split: true,
+            head_dim: 64,
+            roped: true,
+        },
+        Shader::Attention {
+            kv: KvType::F32,
+            split: false,
+            head_dim: 128,
+            roped: true,
         },
         Shader::AttentionMerge,
         Shader::Summary(RowPass::Rank),
@@ -342,7 +357,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2 + 4) + 2 * 4)
             + blocks * 2 * (5 * 3 * 2 + 2)
             + 5 * 2 * 5 * 2 * 2
-            + 35
+            + 37
     );
 }
 

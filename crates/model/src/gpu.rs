@@ -3,7 +3,9 @@
 //! mars-kernels' fused WGSL kernels (`mars_kernels::gpu`) on the CubeCL client burn's wgpu device
 //! runs on: RMSNorm, q | k | v (with Qwen2's biases), RoPE with the KV-cache write (Qwen3's
 //! head norms before it), attention over the cache, o with the residual added in place,
-//! RMSNorm, gate | up with SiLU(gate)·up, down with the residual. The embedding lookup comes
+//! RMSNorm, gate | up with SiLU(gate)·up, down with the residual. On GPU cards decoding and
+//! verification take five: the norms folded into q | k | v and gate | up, RoPE and the cache
+//! write into attention. The embedding lookup comes
 //! before the blocks, the final norm and the head (on the logit rows only) after. A forward pass
 //! uploads one step buffer (token ids, positions, tree masks) and launches the rest; shapes are
 //! in parameter buffers made at load. Every kernel treats a row the same whatever rows are
@@ -383,8 +385,10 @@ impl GpuModel {
             layers.push(Arc::new(GpuLayer {
                 attn_norm: Norm::new(&client, &attn_norm, c.rms_eps)?,
                 qkv: qkv.with_norm(&client, &attn_norm, c.rms_eps)?,
+                // RoPE also folded into attention in decoding and verification on cards
+                // ([`Attention::with_rope`]): a launch a layer fewer.
+                attention: attention.with_rope(&client, &rope)?,
                 rope,
-                attention: attention.clone(),
                 o: group(vec![o], Epilogue::Add, None)?,
                 ffn_norm: Norm::new(&client, &ffn_norm, c.rms_eps)?,
                 gate_up: gate_up.with_norm(&client, &ffn_norm, c.rms_eps)?,
@@ -673,8 +677,12 @@ impl GpuModel {
         };
         for (layer, kv) in self.layers.iter().zip(kv.iter()) {
             normed(&layer.attn_norm, &layer.qkv, (&x, &h, &qkv))?;
-            layer.rope.run(client, &qkv, &qo, kv, &step)?;
-            layer.attention.run(client, &qo, kv, &att, &step)?;
+            if layer.attention.folds_rope(&step) {
+                layer.attention.run_roped(client, (&qkv, kv, &att), &step)?;
+            } else {
+                layer.rope.run(client, &qkv, &qo, kv, &step)?;
+                layer.attention.run(client, &qo, kv, &att, &step)?;
+            }
             layer.o.run(client, &att, &x, &step)?;
             normed(&layer.ffn_norm, &layer.gate_up, (&x, &h, &ff))?;
             layer.down.run(client, &ff, &x, &step)?;

@@ -24,6 +24,9 @@
 // earlier form, one thread a key and a dimension over blocks of 64 keys with 64 threads, was
 // right for lavapipe's few wide threads and took ~100 µs a head on an H100 for 140 keys: a
 // third of a token, docs/performance.md.)
+//
+// With RoPE folded in (attention_rope.wgsl), the launch also ropes the queries and writes this
+// pass's keys and values to the cache, which rope.wgsl's launch did before it.
 
 const NEG: f32 = -3.0e38; // below every score; exp(NEG − m) is 0 for any real maximum m
 const WG: u32 = 256u;     // threads, and keys a block
@@ -33,8 +36,9 @@ const SPLIT: bool = {{split}};
 const HD4: u32 = {{hd4}}u;
 const PARTS: u32 = {{parts}}u;
 
-// Queries and outputs [rows, n_heads · head_dim / 4]; the cache [2, n_kv, capacity, head_dim / 4]
-// fours of f16 or f32 values (KvType), read through kv4 as f32: the sums are f32 either way.
+// Queries and outputs [rows, n_heads · head_dim / 4] (with RoPE folded in, `q` holds the q | k | v
+// rows instead: attention_rope.wgsl); the cache [2, n_kv, capacity, head_dim / 4] fours of f16 or
+// f32 values (KvType), read through kv4 as f32: the sums are f32 either way.
 @group(0) @binding(0) var<storage, read_write> q: array<vec4<f32>>;
 {{kv}}
 // SPLIT 0: the outputs; SPLIT 1: the blocks' partials (attention_merge.wgsl).
@@ -52,6 +56,10 @@ var<workgroup> js: array<u32, WG>;         // the block's cache rows
 var<workgroup> fin: array<vec4<f32>, WG>;  // each team's sums, to meet at the block's end
 var<workgroup> fl: array<f32, WG>;         // each team's sum of weights
 var<workgroup> visible: u32;
+
+// The reads of queries, keys and values, and the store of this pass's rows:
+// attention_keys.wgsl, or attention_rope.wgsl where RoPE is folded in.
+{{keys}}
 
 // The cache row of visible key k: k itself below lo, else lo plus the position of the
 // (k − lo)-th set bit of the mask (mlo: bits 0..32, mhi: 32..64).
@@ -92,7 +100,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     let qb = (r * nh + h) * HD4;
     if lid < HD4 {
-        qs[lid] = q[qb + lid];
+        qs[lid] = query4(r, h, lid);
     }
     // A barrier, and the count as a value every invocation agrees on (the loops below have
     // barriers in them).
@@ -100,6 +108,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let g = h / (nh / nkv);
     let kb = g * cap * HD4;
     let vb = (nkv + g) * cap * HD4;
+    store_rows(r, h, wg.z, lid, kb, vb);
     let team = lid / HD4;
     let c = lid % HD4;
     let lane = team < PARTS;
@@ -118,12 +127,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         var j = 0u;
         if k < n {
             j = key_row(k, lo, mlo, mhi);
-            let at = kb + j * HD4;
-            var d = 0.0;
-            for (var i = 0u; i < HD4; i++) { // unroll
-                d += dot(qs[i], kv4(at + i));
-            }
-            score = d * scale;
+            score = key_dot(j, g, kb) * scale;
         }
         js[lid] = j;
         best[lid] = score;
@@ -146,10 +150,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             var i = team;
             for (; i + 3u * PARTS < count; i += 4u * PARTS) {
                 let w = vec4<f32>(sc[i], sc[i + PARTS], sc[i + 2u * PARTS], sc[i + 3u * PARTS]);
-                let v0 = kv4(vb + js[i] * HD4 + c);
-                let v1 = kv4(vb + js[i + PARTS] * HD4 + c);
-                let v2 = kv4(vb + js[i + 2u * PARTS] * HD4 + c);
-                let v3 = kv4(vb + js[i + 3u * PARTS] * HD4 + c);
+                let v0 = value4(js[i], g, vb, c);
+                let v1 = value4(js[i + PARTS], g, vb, c);
+                let v2 = value4(js[i + 2u * PARTS], g, vb, c);
+                let v3 = value4(js[i + 3u * PARTS], g, vb, c);
                 a += w.x * v0;
                 a += w.y * v1;
                 a += w.z * v2;
@@ -161,7 +165,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             }
             for (; i < count; i += PARTS) {
                 let w = sc[i];
-                a += w * kv4(vb + js[i] * HD4 + c);
+                a += w * value4(js[i], g, vb, c);
                 l += w;
             }
         }

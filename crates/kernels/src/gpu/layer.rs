@@ -196,6 +196,10 @@ pub struct Rope {
     table: Handle,
     context: usize,
     kv: KvType,
+    /// Pairs of dimensions (d, d + head_dim / 2), not (2d, 2d + 1).
+    halves: bool,
+    /// The head norms' epsilon.
+    eps: f32,
 }
 
 impl Rope {
@@ -231,6 +235,8 @@ impl Rope {
             table: upload_f32(client, &table),
             context: cos.len() / half,
             kv,
+            halves,
+            eps,
         })
     }
 
@@ -312,6 +318,20 @@ pub struct Attention {
     /// Whether a pass of a few rows over a long context splits by key blocks
     /// ([`Attention::run`]): on GPU cards.
     splits: bool,
+    /// RoPE folded in ([`Attention::with_rope`]).
+    rope: Option<FoldedRope>,
+}
+
+/// What attention_rope.wgsl reads besides attention's own: a [`Rope`]'s table and head norms,
+/// and parameters that add its halves, epsilon and head norms to attention's.
+#[derive(Debug, Clone)]
+struct FoldedRope {
+    table: Handle,
+    norms: Handle,
+    /// `[n_heads, n_kv, head_dim, scale, halves, eps, head norms]` (attention_rope.wgsl).
+    params: Handle,
+    /// Whether decoding and verification take it (else the rope launch runs apart).
+    fold: bool,
 }
 
 /// Whether [`Attention::run`] splits long passes on `client`'s device: on GPU cards (CubeCL's
@@ -319,13 +339,7 @@ pub struct Attention {
 /// card idle. The environment's `MARS_GPU_SPLIT` (`on` or `off`) overrides it: a measurement
 /// knob, as `MARS_GPU_TILES` is, so that the GPU bundle times both shapes without a rebuild.
 fn split_attention(client: &Client) -> bool {
-    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let forced = *FORCED.get_or_init(|| match std::env::var("MARS_GPU_SPLIT").as_deref() {
-        Ok("on") => Some(true),
-        Ok("off") => Some(false),
-        _ => None,
-    });
-    forced.unwrap_or_else(|| super::is_card(client))
+    super::switch("MARS_GPU_SPLIT", "on", "off").unwrap_or_else(|| super::is_card(client))
 }
 
 /// Keys a block of attention.wgsl.
@@ -350,7 +364,69 @@ impl Attention {
             params: upload_words(client, &[h, g, d, scale.to_bits()]),
             kv,
             splits: split_attention(client),
+            rope: None,
         })
+    }
+
+    /// The same attention with `rope` folded in on GPU cards ([`super::is_card`]): in decoding
+    /// and verification ([`Attention::folds_rope`], run by [`Attention::run_roped`]) each
+    /// workgroup ropes its query from the q | k | v rows and reads this pass's keys and values
+    /// from them, and the launch writes them to the cache (attention_rope.wgsl): a launch a
+    /// layer fewer, and no roped queries written. A prefill keeps the rope launch (its rows'
+    /// keys, recomputed by every row after them, would cost more than the launch). CPU
+    /// adapters keep it always (see [`Attention::with_rope_as`]'s measurement). The
+    /// environment's `MARS_GPU_ROPE` (`fold` or `apart`) overrides the rule, a measurement knob
+    /// as `MARS_GPU_NORM` is.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for a rope of other heads or cache type.
+    pub fn with_rope(&self, client: &Client, rope: &Rope) -> Result<Self> {
+        let fold = super::switch("MARS_GPU_ROPE", "fold", "apart")
+            .unwrap_or_else(|| super::is_card(client));
+        self.with_rope_as(client, rope, fold)
+    }
+
+    /// [`Attention::with_rope`] folding it where `fold` (and the head width allows: halves
+    /// need a multiple of 8), whatever the adapter: tests compare the two on any adapter.
+    ///
+    /// # Errors
+    /// As [`Attention::with_rope`].
+    pub fn with_rope_as(&self, client: &Client, rope: &Rope, fold: bool) -> Result<Self> {
+        if rope.heads != self.heads || rope.kv != self.kv {
+            return Err(KernelError::Shape {
+                what: "RoPE of the attention's heads and cache type (query heads)",
+                expected: self.heads.heads,
+                found: rope.heads.heads,
+            });
+        }
+        let [h, g, d] = self.heads.words()?;
+        let scale = 1.0 / (self.heads.head_dim as f32).sqrt();
+        let words = [
+            h,
+            g,
+            d,
+            scale.to_bits(),
+            u32::from(rope.halves),
+            rope.eps.to_bits(),
+            u32::from(rope.head_norm),
+        ];
+        Ok(Self {
+            rope: Some(FoldedRope {
+                table: rope.table.clone(),
+                norms: rope.norms.clone(),
+                params: upload_words(client, &words),
+                fold: fold && (!rope.halves || self.heads.head_dim.is_multiple_of(8)),
+            }),
+            ..self.clone()
+        })
+    }
+
+    /// Whether the step's pass takes the folded RoPE ([`Attention::with_rope`]): a decoding
+    /// or verification pass (at most 16 rows, not a long prefill's) where it is folded.
+    pub fn folds_rope(&self, step: &StepBuffer) -> bool {
+        self.rope.as_ref().is_some_and(|r| r.fold)
+            && step.rows() <= SPLIT_ROWS
+            && !step.is_long_prefill()
     }
 
     /// Enqueues attention of the step's rows' queries `q` (`[rows, heads · head_dim]`) over
@@ -366,9 +442,58 @@ impl Attention {
         out: &Handle,
         step: &StepBuffer,
     ) -> Result<()> {
-        let split =
-            self.splits && step.rows() <= SPLIT_ROWS && step.most_visible() > ATTENTION_BLOCK;
-        self.run_as(client, (q, kv, out), step, split)
+        self.run_as(client, (q, kv, out), step, self.splits_step(step))
+    }
+
+    /// Whether the step's pass splits by key blocks ([`Attention::run`]).
+    fn splits_step(&self, step: &StepBuffer) -> bool {
+        self.splits && step.rows() <= SPLIT_ROWS && step.most_visible() > ATTENTION_BLOCK
+    }
+
+    /// RoPE and attention in one launch (two where split): the step's rows of `qkv`
+    /// (`[rows, (heads + 2 kv_heads) · head_dim]`, as the q | k | v product wrote them), their
+    /// keys and values stored into `kv` at cache rows `start..start + rows`, the attention of
+    /// their roped queries into `out` (`[rows, heads · head_dim]`): what [`Rope::run`] then
+    /// [`Attention::run`] give, within f32 rounding. Every position below the rope's context
+    /// (the caller checks).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] where [`Attention::folds_rope`] does not hold for this step, and
+    /// for buffers smaller than the shapes need.
+    pub fn run_roped(
+        &self,
+        client: &Client,
+        (qkv, kv, out): (&Handle, &Handle, &Handle),
+        step: &StepBuffer,
+    ) -> Result<()> {
+        self.run_roped_as(client, (qkv, kv, out), step, self.splits_step(step))
+    }
+
+    /// [`Attention::run_roped`] in the shape given (as [`Attention::run_as`]).
+    ///
+    /// # Errors
+    /// As [`Attention::run_roped`].
+    pub fn run_roped_as(
+        &self,
+        client: &Client,
+        (qkv, kv, out): (&Handle, &Handle, &Handle),
+        step: &StepBuffer,
+        split: bool,
+    ) -> Result<()> {
+        let rope = match &self.rope {
+            Some(rope) if self.folds_rope(step) => rope,
+            _ => {
+                return Err(KernelError::Shape {
+                    what: "a folded RoPE for this step (at most 16 rows, folded: 1; none: 0)",
+                    expected: 1,
+                    found: 0,
+                });
+            }
+        };
+        let s = &self.heads;
+        let width = (s.heads + 2 * s.kv_heads) * s.head_dim;
+        check_size("q | k | v", qkv, step.rows() * width * 4)?;
+        self.launch_attention(client, (qkv, kv, out), step, split, Some(rope))
     }
 
     /// [`Attention::run`] in the shape given: `split`, one workgroup a (head, row, 256-key
@@ -385,47 +510,56 @@ impl Attention {
         split: bool,
     ) -> Result<()> {
         let s = &self.heads;
+        check_size("queries", q, step.rows() * s.heads * s.head_dim * 4)?;
+        self.launch_attention(client, (q, kv, out), step, split, None)
+    }
+
+    /// The launches of [`Attention::run_as`] and [`Attention::run_roped_as`] (`rope` given),
+    /// whose first buffer (queries or q | k | v rows) the caller checked.
+    fn launch_attention(
+        &self,
+        client: &Client,
+        (q, kv, out): (&Handle, &Handle, &Handle),
+        step: &StepBuffer,
+        split: bool,
+        rope: Option<&FoldedRope>,
+    ) -> Result<()> {
+        let s = &self.heads;
         let rows = step.rows();
-        check_size("queries", q, rows * s.heads * s.head_dim * 4)?;
         check_size("attention output", out, rows * s.heads * s.head_dim * 4)?;
         check_size("KV cache", kv, s.cache_bytes(step.capacity(), self.kv)?)?;
         let (heads, n) = (word("heads", s.heads)?, word("rows", rows)?);
         let blocks = step.most_visible().div_ceil(ATTENTION_BLOCK);
-        if !split || blocks == 0 {
-            launch(
-                client,
-                Shader::Attention {
-                    kv: self.kv,
-                    split: false,
-                    head_dim: s.head_dim,
-                },
-                CubeCount::Static(heads, n, 1),
-                KernelArguments::new()
-                    .with_buffer(q.clone().binding())
-                    .with_buffer(kv.clone().binding())
-                    .with_buffer(out.clone().binding())
-                    .with_buffer(self.params.clone().binding())
-                    .with_buffer(step.handle().clone().binding()),
-            );
+        let split = split && blocks > 0;
+        let shader = Shader::Attention {
+            kv: self.kv,
+            split,
+            head_dim: s.head_dim,
+            roped: rope.is_some(),
+        };
+        let params = rope.map_or(&self.params, |r| &r.params);
+        let args = |target: &Handle| {
+            let args = KernelArguments::new()
+                .with_buffer(q.clone().binding())
+                .with_buffer(kv.clone().binding())
+                .with_buffer(target.clone().binding())
+                .with_buffer(params.clone().binding())
+                .with_buffer(step.handle().clone().binding());
+            match rope {
+                Some(r) => args
+                    .with_buffer(r.table.clone().binding())
+                    .with_buffer(r.norms.clone().binding()),
+                None => args,
+            }
+        };
+        if !split {
+            launch(client, shader, CubeCount::Static(heads, n, 1), args(out));
             return Ok(());
         }
         // [rows, heads, blocks, head_dim / 4 + 1] vec4s (attention_fold.wgsl).
         let part = client.empty(rows * s.heads * blocks * (s.head_dim / 4 + 1) * 16);
-        launch(
-            client,
-            Shader::Attention {
-                kv: self.kv,
-                split: true,
-                head_dim: s.head_dim,
-            },
-            CubeCount::Static(heads, n, word("key blocks", blocks)?),
-            KernelArguments::new()
-                .with_buffer(q.clone().binding())
-                .with_buffer(kv.clone().binding())
-                .with_buffer(part.clone().binding())
-                .with_buffer(self.params.clone().binding())
-                .with_buffer(step.handle().clone().binding()),
-        );
+        let count = CubeCount::Static(heads, n, word("key blocks", blocks)?);
+        launch(client, shader, count, args(&part));
         launch(
             client,
             Shader::AttentionMerge,

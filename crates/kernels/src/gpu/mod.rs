@@ -87,6 +87,8 @@ const ROPE: &str = include_str!("rope.wgsl");
 const ATTENTION: &str = include_str!("attention.wgsl");
 const ATTENTION_FOLD: &str = include_str!("attention_fold.wgsl");
 const ATTENTION_MERGE: &str = include_str!("attention_merge.wgsl");
+const ATTENTION_KEYS: &str = include_str!("attention_keys.wgsl");
+const ATTENTION_ROPE: &str = include_str!("attention_rope.wgsl");
 const SUMMARY: &str = include_str!("summary.wgsl");
 const SUMMARY_RANK: &str = include_str!("summary_rank.wgsl");
 const SUMMARY_SUM: &str = include_str!("summary_sum.wgsl");
@@ -452,6 +454,17 @@ pub const FOUR_ON_GPU: usize = 8 << 20;
 /// kernel shape that differs between the two asks.
 pub fn is_card(client: &Client) -> bool {
     client.properties().identity.physical.is_some()
+}
+
+/// A measurement knob's choice: `Some(true)` where the environment's `var` is `on`,
+/// `Some(false)` where it is `off`, else `None` (the rule decides). Knobs let the GPU bundle time
+/// both sides of a rule without a rebuild.
+fn switch(var: &str, on: &str, off: &str) -> Option<bool> {
+    match std::env::var(var) {
+        Ok(v) if v == on => Some(true),
+        Ok(v) if v == off => Some(false),
+        _ => None,
+    }
 }
 
 impl Fan {
@@ -917,6 +930,8 @@ pub enum Shader {
         split: bool,
         /// Values a head (a multiple of 4, at most 256).
         head_dim: usize,
+        /// RoPE and the cache write folded in ([`Attention::with_rope`]).
+        roped: bool,
     },
     /// A split attention's partials folded into its outputs.
     AttentionMerge,
@@ -987,7 +1002,16 @@ impl Shader {
                 kv,
                 split,
                 head_dim,
+                roped,
             } => ATTENTION
+                .replace(
+                    "{{keys}}",
+                    if *roped {
+                        ATTENTION_ROPE
+                    } else {
+                        ATTENTION_KEYS
+                    },
+                )
                 .replace("{{kv}}", kv_load(*kv))
                 .replace("{{split}}", &split.to_string())
                 .replace("{{hd4}}", &(head_dim / 4).to_string())
@@ -1095,8 +1119,13 @@ impl Shader {
                 kv,
                 split,
                 head_dim,
+                roped,
             } => {
-                u64::from(*kv == KvType::F32) | (u64::from(*split) << 1) | ((*head_dim as u64) << 2)
+                // head_dim ≤ 256 in bits 2..11.
+                u64::from(*kv == KvType::F32)
+                    | (u64::from(*split) << 1)
+                    | ((*head_dim as u64) << 2)
+                    | (u64::from(*roped) << 12)
             }
             Self::AttentionMerge => 4,
             Self::Norm { q8 } => u64::from(*q8),
@@ -1132,8 +1161,9 @@ fn store2(row: u32, w: u32, v: vec2<f32>) {
     }
 }
 
-/// attention.wgsl's cache binding and `kv4`, which reads dimensions 4i .. 4i + 4 of the cache
-/// (i counted in fours from the buffer's start).
+/// attention.wgsl's cache binding, `kv4`, which reads dimensions 4i .. 4i + 4 of the cache (i
+/// counted in fours from the buffer's start), `store4`, which writes them, and `as_stored`, four
+/// values as `kv4` reads them back once stored (RoPE folded in: attention_rope.wgsl).
 fn kv_load(kv: KvType) -> &'static str {
     match kv {
         KvType::F16 => {
@@ -1141,12 +1171,24 @@ fn kv_load(kv: KvType) -> &'static str {
 fn kv4(i: u32) -> vec4<f32> {
     let w = kv[i];
     return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
+}
+fn store4(i: u32, v: vec4<f32>) {
+    kv[i] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
+}
+fn as_stored(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(pack2x16float(v.xy)), unpack2x16float(pack2x16float(v.zw)));
 }"
         }
         KvType::F32 => {
             "@group(0) @binding(1) var<storage, read_write> kv: array<vec4<f32>>; // [2, n_kv, capacity, head_dim / 4]
 fn kv4(i: u32) -> vec4<f32> {
     return kv[i];
+}
+fn store4(i: u32, v: vec4<f32>) {
+    kv[i] = v;
+}
+fn as_stored(v: vec4<f32>) -> vec4<f32> {
+    return v;
 }"
         }
     }
@@ -1896,13 +1938,8 @@ impl MatrixGroup {
     /// (the head reads x from an offset the fold does not take); [`KernelError::Unknown`] for
     /// an epsilon that is not finite and at least 0.
     pub fn with_norm(&self, client: &Client, g: &[f32], eps: f32) -> Result<Self> {
-        static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-        let forced = *FORCED.get_or_init(|| match std::env::var("MARS_GPU_NORM").as_deref() {
-            Ok("fold") => Some(true),
-            Ok("apart") => Some(false),
-            _ => None,
-        });
-        self.with_norm_as(client, g, eps, forced.unwrap_or_else(|| is_card(client)))
+        let fold = switch("MARS_GPU_NORM", "fold", "apart").unwrap_or_else(|| is_card(client));
+        self.with_norm_as(client, g, eps, fold)
     }
 
     /// [`MatrixGroup::with_norm`] folding the norm where `fold`, whatever the adapter (tests
