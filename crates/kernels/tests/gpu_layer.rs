@@ -1317,7 +1317,8 @@ fn group_output(
 /// form of every epilogue (q | k | v with biases, gate | up, a residual added in place, lane
 /// teams included); each row's bits depend on that row alone (a row of 16 equals the same row
 /// alone, bit for bit: what lets a verification pass equal decoding); a split group gives the
-/// bits of an unsplit one; and what the fold cannot take is refused.
+/// bits of an unsplit one; the head, over the last rows, takes them from their offset; and what
+/// the fold cannot take is refused.
 #[test]
 fn a_folded_norm_equals_the_norm_launched_apart() {
     use mars_kernels::gpu::{Acts, outputs_agree};
@@ -1444,7 +1445,29 @@ fn a_folded_norm_equals_the_norm_launched_apart() {
         Rows::Tail,
     )
     .unwrap();
-    assert!(head.with_norm_as(&client, &g, eps, true).is_err());
+    // The head over the last 2 of 5 rows, folded: x holds all 5, the product takes rows 3, 4
+    // (as the norm apart over the last rows and the product from them give), and row 4 has
+    // the bits it has as the one row of a step.
+    let folded_head = head.with_norm_as(&client, &g, eps, true).unwrap();
+    let five: Vec<f32> = (0..5).flat_map(row).collect();
+    let s5 = step(&client, &Step::chain(&[0; 5], 0, 2, 13).unwrap());
+    let (x5, y2) = (upload_f32(&client, &five), client.empty(2 * 13 * 4));
+    folded_head.run_normed(&client, &x5, &y2, &s5).unwrap();
+    let h2 = client.empty(2 * cols * 4);
+    norm.run(&client, &x5, &h2, &s5, true).unwrap();
+    let want = client.empty(2 * 13 * 4);
+    head.run(&client, &h2, &want, &s5).unwrap();
+    let (got, want) = (read_f32(&client, y2), read_f32(&client, want));
+    assert!(
+        outputs_agree(&got, &want, 1e-5),
+        "head: {got:?} vs {want:?}"
+    );
+    let s1 = step(&client, &Step::chain(&[0], 0, 1, 13).unwrap());
+    let y1 = client.empty(13 * 4);
+    folded_head
+        .run_normed(&client, &upload_f32(&client, &row(4)), &y1, &s1)
+        .unwrap();
+    assert_eq!(bits(&read_f32(&client, y1)), bits(&got[13..]), "head row 4");
     let mut q8 = upload(0, max);
     q8.set_acts(Acts::Q8);
     let q8 = MatrixGroup::new(&client, vec![q8], Epilogue::Store, None, Rows::All)

@@ -5,7 +5,7 @@
 //! head norms before it), attention over the cache, o with the residual added in place,
 //! RMSNorm, gate | up with SiLU(gate)·up, down with the residual. On GPU cards decoding and
 //! verification take five: the norms folded into q | k | v and gate | up, RoPE and the cache
-//! write into attention. The embedding lookup comes
+//! write into attention (and the final norm into the head). The embedding lookup comes
 //! before the blocks, the final norm and the head (on the logit rows only) after. A forward pass
 //! uploads one step buffer (token ids, positions, tree masks) and launches the rest; shapes are
 //! in parameter buffers made at load. Every kernel treats a row the same whatever rows are
@@ -400,7 +400,9 @@ impl GpuModel {
             embedding,
             layers,
             out_norm: Norm::new(&client, &out_norm, c.rms_eps)?,
-            lm_head: MatrixGroup::new(&client, vec![head], Epilogue::Store, None, Rows::Tail)?,
+            // The final norm folded into the head likewise (it reads the logit rows from x).
+            lm_head: MatrixGroup::new(&client, vec![head], Epilogue::Store, None, Rows::Tail)?
+                .with_norm(&client, &out_norm, c.rms_eps)?,
             summary: Summary::new(&client, v)?,
             tops: TopCache::default(),
             draws: DrawCache::default(),

@@ -35,7 +35,8 @@
 // product is of the normed rows, g · x / rms(x). Each team's threads also sum the squares of
 // the activations they load (the team loads each row's every value once, in a fixed order) and
 // scale their decoded weights by g; the squares meet in the same tree as the sums, and each
-// row's sums are multiplied by 1 / sqrt(mean square + eps), as norm.wgsl computes it. The
+// row's sums are multiplied by 1 / sqrt(mean square + eps), as norm.wgsl computes it (x holds
+// every row of the pass; the head, over the last rows, reads them from their offset). The
 // norm's launch and its normed rows are spared; a row's result still depends on that row
 // alone (its own bits, within f32 rounding of the norm launched apart: not the same bits).
 //
@@ -109,6 +110,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let first_2 = p[8];
     let row0 = wg.z * ROWS;
     let m = min(ROWS, s[p[5]] - row0);
+    // The row of x that row 0 reads: x holds the rows before their norm where NORMED, every
+    // row of the pass, so a group over the last rows (the head) starts that many rows in;
+    // otherwise x holds the group's rows alone.
+    var x0 = 0u;
+    if NORMED {
+        x0 = s[0] - s[p[5]];
+    }
     let limit = s[2];
     let team = lid / TEAM;
     let t = lid % TEAM;

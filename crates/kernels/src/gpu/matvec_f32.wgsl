@@ -36,7 +36,7 @@
         for (var r = 0u; r < ROWS; r++) { // unroll
             if r < m {
                 // Sub-block 2c's 8 values, then 2c + 1's (32 values, 8 vec4s, on).
-                let xb = (row0 + r) * x_row + b * 64u + xl;
+                let xb = (x0 + row0 + r) * x_row + b * 64u + xl;
                 let x0 = x[xb];
                 let x1 = x[xb + 1u];
                 let x2 = x[xb + 8u];
@@ -81,7 +81,7 @@
         // team's OUTS outputs, with nothing per row that a single row would not also do.
         for (var r = 0u; r < ROWS; r++) { // unroll
             if r < m {
-                let xb = (row0 + r) * x_row + g * 8u;
+                let xb = (x0 + row0 + r) * x_row + g * 8u;
                 var sums: array<f32, OUTS>;
                 for (var k = 0u; k < 8u; k++) { // unroll
                     let xk = x[xb + k];

@@ -1934,9 +1934,8 @@ impl MatrixGroup {
     /// measurement knob as `MARS_GPU_SPLIT` is.
     ///
     /// # Errors
-    /// [`KernelError::Shape`] for weights of another width or a group over the last rows alone
-    /// (the head reads x from an offset the fold does not take); [`KernelError::Unknown`] for
-    /// an epsilon that is not finite and at least 0.
+    /// [`KernelError::Shape`] for weights of another width; [`KernelError::Unknown`] for an
+    /// epsilon that is not finite and at least 0.
     pub fn with_norm(&self, client: &Client, g: &[f32], eps: f32) -> Result<Self> {
         let fold = switch("MARS_GPU_NORM", "fold", "apart").unwrap_or_else(|| is_card(client));
         self.with_norm_as(client, g, eps, fold)
@@ -1953,13 +1952,6 @@ impl MatrixGroup {
                 what: "norm weights folded into a group (one per input value)",
                 expected: self.cols,
                 found: g.len(),
-            });
-        }
-        if self.rows != Rows::All {
-            return Err(KernelError::Shape {
-                what: "rows a group with a folded norm runs over (every row's, 1; the last: 0)",
-                expected: 1,
-                found: 0,
             });
         }
         if !eps.is_finite() || eps < 0.0 {
@@ -2458,7 +2450,9 @@ impl MatrixGroup {
 
     /// The product of the step's rows of `x` normed by the group's folded norm, as a norm
     /// launch into rows h and [`MatrixGroup::run`] from h would give, within f32 rounding (the
-    /// fold's own bits, the same for every row count), without the norm's launch or h.
+    /// fold's own bits, the same for every row count), without the norm's launch or h. `x`
+    /// holds every row of the step; a group over the last rows ([`Rows::Tail`]: the head)
+    /// multiplies those.
     ///
     /// # Errors
     /// [`KernelError::Shape`] where [`MatrixGroup::folds_norm`] does not hold for this step, and
@@ -2477,9 +2471,9 @@ impl MatrixGroup {
                 found: 0,
             });
         }
-        let rows = self.rows.count(step);
-        check_size("x", x, rows * self.cols * 4)?;
-        check_size("y", y, rows * self.outputs * 4)?;
+        // x holds every row of the step (a group over the last rows reads those).
+        check_size("x", x, step.rows() * self.cols * 4)?;
+        check_size("y", y, self.rows.count(step) * self.outputs * 4)?;
         self.launch_all(client, true, (x, None), y, step)
     }
 }
