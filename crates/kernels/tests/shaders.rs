@@ -329,7 +329,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
             roped: true,
         },
         Shader::Attention {
-            kv: KvType::F32,
+            kv: KvType::F16,
             split: false,
             head_dim: 128,
             roped: true,

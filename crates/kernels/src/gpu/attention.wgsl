@@ -102,6 +102,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if lid < HD4 {
         qs[lid] = query4(r, h, lid);
     }
+    prepare(r, h, lid);
     // A barrier, and the count as a value every invocation agrees on (the loops below have
     // barriers in them).
     let n = workgroupUniformLoad(&visible);
@@ -127,7 +128,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         var j = 0u;
         if k < n {
             j = key_row(k, lo, mlo, mhi);
-            score = key_dot(j, g, kb) * scale;
+            score = key_dot(j, kb) * scale;
         }
         js[lid] = j;
         best[lid] = score;

@@ -370,9 +370,9 @@ impl Attention {
 
     /// The same attention with `rope` folded in on GPU cards ([`super::is_card`]): in decoding
     /// and verification ([`Attention::folds_rope`], run by [`Attention::run_roped`]) each
-    /// workgroup ropes its query from the q | k | v rows and reads this pass's keys and values
-    /// from them, and the launch writes them to the cache (attention_rope.wgsl): a launch a
-    /// layer fewer, and no roped queries written. A prefill keeps the rope launch (its rows'
+    /// workgroup ropes its query and this pass's keys from the q | k | v rows, reads those keys
+    /// and values from there, and the launch writes them to the cache (attention_rope.wgsl): a
+    /// launch a layer fewer, and no roped queries written. A prefill keeps the rope launch (its rows'
     /// keys, recomputed by every row after them, would cost more than the launch). CPU
     /// adapters keep it always (see [`Attention::with_rope_as`]'s measurement). The
     /// environment's `MARS_GPU_ROPE` (`fold` or `apart`) overrides the rule, a measurement knob
@@ -386,8 +386,10 @@ impl Attention {
         self.with_rope_as(client, rope, fold)
     }
 
-    /// [`Attention::with_rope`] folding it where `fold` (and the head width allows: halves
-    /// need a multiple of 8), whatever the adapter: tests compare the two on any adapter.
+    /// [`Attention::with_rope`] folding it where `fold` and the shapes allow, whatever the
+    /// adapter (tests compare the two on any adapter): an f16 cache and heads of at most 128
+    /// values (the pass's keys are held in workgroup memory as cache words, 4 KiB at most
+    /// beside attention's own ~9), a multiple of 8 for halves.
     ///
     /// # Errors
     /// As [`Attention::with_rope`].
@@ -415,7 +417,10 @@ impl Attention {
                 table: rope.table.clone(),
                 norms: rope.norms.clone(),
                 params: upload_words(client, &words),
-                fold: fold && (!rope.halves || self.heads.head_dim.is_multiple_of(8)),
+                fold: fold
+                    && self.kv == KvType::F16
+                    && self.heads.head_dim <= 128
+                    && (!rope.halves || self.heads.head_dim.is_multiple_of(8)),
             }),
             ..self.clone()
         })

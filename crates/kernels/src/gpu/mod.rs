@@ -1161,34 +1161,36 @@ fn store2(row: u32, w: u32, v: vec2<f32>) {
     }
 }
 
-/// attention.wgsl's cache binding, `kv4`, which reads dimensions 4i .. 4i + 4 of the cache (i
-/// counted in fours from the buffer's start), `store4`, which writes them, and `as_stored`, four
-/// values as `kv4` reads them back once stored (RoPE folded in: attention_rope.wgsl).
+/// attention.wgsl's cache binding, a cache word of four values (`KvWord`, `kv_word` to make
+/// one, `kv_values` to read one: RoPE folded in, attention_rope.wgsl, writes them) and `kv4`,
+/// which reads dimensions 4i .. 4i + 4 of the cache (i counted in fours from the buffer's
+/// start).
 fn kv_load(kv: KvType) -> &'static str {
     match kv {
         KvType::F16 => {
             "@group(0) @binding(1) var<storage, read_write> kv: array<vec2<u32>>; // [2, n_kv, capacity, head_dim / 4]: 4 f16
-fn kv4(i: u32) -> vec4<f32> {
-    let w = kv[i];
+alias KvWord = vec2<u32>;
+fn kv_word(v: vec4<f32>) -> KvWord {
+    return vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
+}
+fn kv_values(w: KvWord) -> vec4<f32> {
     return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
 }
-fn store4(i: u32, v: vec4<f32>) {
-    kv[i] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));
-}
-fn as_stored(v: vec4<f32>) -> vec4<f32> {
-    return vec4<f32>(unpack2x16float(pack2x16float(v.xy)), unpack2x16float(pack2x16float(v.zw)));
+fn kv4(i: u32) -> vec4<f32> {
+    return kv_values(kv[i]);
 }"
         }
         KvType::F32 => {
             "@group(0) @binding(1) var<storage, read_write> kv: array<vec4<f32>>; // [2, n_kv, capacity, head_dim / 4]
-fn kv4(i: u32) -> vec4<f32> {
-    return kv[i];
-}
-fn store4(i: u32, v: vec4<f32>) {
-    kv[i] = v;
-}
-fn as_stored(v: vec4<f32>) -> vec4<f32> {
+alias KvWord = vec4<f32>;
+fn kv_word(v: vec4<f32>) -> KvWord {
     return v;
+}
+fn kv_values(w: KvWord) -> vec4<f32> {
+    return w;
+}
+fn kv4(i: u32) -> vec4<f32> {
+    return kv_values(kv[i]);
 }"
         }
     }
