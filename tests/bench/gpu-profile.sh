@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Where a token's time goes on the GPU path: `mars generate --device wgpu` with CubeCL's
 # profiling log on (each kernel waited for and timed: slower than a normal run, so read the
-# shares, not the sum), then every forward pass split by the launch order the GPU path uses
-# (embedding; per layer norm, q|k|v, RoPE, attention, o, norm, gate|up, down; final norm, head;
-# the summary) and the time per kernel summed for the prompt's pass and per decoded token.
+# shares, not the sum), every kernel read by its label (what it computes, a product by its
+# epilogue: `Shader::name` in mars-kernels), each forward pass cut at its embedding lookup, and
+# the time per kernel summed for the prompt's pass and per decoded token, in the configuration
+# the adapter's rules choose (on a card the norms folded into the products and RoPE into
+# attention: their rows read 0 there; MARS_GPU_NORM=apart MARS_GPU_ROPE=apart shows them).
 #   usage: bash tests/bench/bench.sh gpu-profile MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,10 +22,7 @@ json=$(mktemp)
 trap 'rm -f "$log" "$json"' EXIT
 prompt=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 64))")
 # PROMPT_TOKENS words of an ordinary sentence (about as many tokens; the count is printed).
-# MARS_GPU_NORM=apart MARS_GPU_ROPE=apart: the norms and RoPE in launches of their own, as the
-# split below reads a forward (a decode on a card otherwise folds the norms into q|k|v and
-# gate|up and RoPE into attention: what this profile shows they cost).
-MARS_GPU_NORM=apart MARS_GPU_ROPE=apart CUBECL_DEBUG_LOG="$log" CUBECL_DEBUG_OPTION=profile "$MARS_BIN" \
+CUBECL_DEBUG_LOG="$log" CUBECL_DEBUG_OPTION=profile "$MARS_BIN" \
   generate --model "$model" --device wgpu --prompt "$(echo "$prompt" | cut -d' ' -f1-"$pp")" \
   --max-tokens "$tg" --json >"$json" 2>/dev/null
 python3 - "$log" "$model" "$json" <<'PY'
@@ -35,46 +34,62 @@ def ms(t):
         if t.endswith(unit):
             return float(t[: -len(unit)]) * f
     return 0.0
-runs = [(ms(l.split("|")[1]), l.split("|")[2].strip()) for l in lines]
-runs = [r for r in runs if r[1].startswith("Shader_")]
-# A forward starts with the embedding lookup: the first kernel the model launches (two or more
-# launches in a row where the table is split over bindings, as the Qwen embeddings are).
-embed = runs[0][1]
-starts = [i for i, r in enumerate(runs) if r[1] == embed and (i == 0 or runs[i - 1][1] != embed)]
+LABELS = ("embed", "norm", "quantize", "matmul_store", "matmul_add", "matmul_swiglu", "tile_store",
+          "tile_add", "tile_swiglu", "rope", "attention", "attention_roped", "attention_merge",
+          "summary", "top")
+runs = []
+for l in lines:
+    t, name = l.split("|")[1], l.split("|")[2].strip()
+    label = name.rsplit("_", 1)[0]
+    if label in LABELS:
+        runs.append((ms(t), label.replace("tile_", "matmul_")))
 def split(fw):
-    # RMSNorm is the kernel launched most (twice a layer and once at the end); the launches
-    # between norms are, after the attention norm: q|k|v (one launch, more where the group's
-    # types differ), RoPE, attention, o; after the FFN norm: gate|up, down; after the last:
-    # the head (one launch per part of a split matrix) and the summary.
-    names = [n for _, n in fw]
-    norm = max(set(names), key=names.count)
-    cuts = [i for i, n in enumerate(names) if n == norm]
-    out = {"embedding": sum(t for t, _ in fw[: cuts[0]])}
-    def add(k, xs):
-        out[k] = out.get(k, 0.0) + sum(t for t, _ in xs)
-    for j, c in enumerate(cuts):
-        seg = fw[c + 1 : cuts[j + 1] if j + 1 < len(cuts) else len(fw)]
-        add("final norm" if j == len(cuts) - 1 else "norm", [fw[c]])
-        if j == len(cuts) - 1:
-            add("head", seg[:-1])
-            add("summary", seg[-1:])
-        elif j % 2 == 0:
-            add("q|k|v", seg[:-3])
-            add("rope", seg[-3:-2])
-            add("attention", seg[-2:-1])
-            add("o + residual", seg[-1:])
+    # Within a forward: q|k|v is the product that stores before a layer's attention, o the one
+    # that adds after it, gate|up the SwiGLU, down the add after it; the last layer ends with
+    # the last down, after which come the final norm, the head (a store) and the summary.
+    last_down = max(i for i, (_, n) in enumerate(fw) if n == "matmul_add")
+    out, layers, prev = {}, 0, None
+    def add(k, t):
+        out[k] = out.get(k, 0.0) + t
+    for i, (t, n) in enumerate(fw):
+        tail = i > last_down
+        if n == "embed":
+            add("embedding", t)
+        elif n == "norm":
+            add("final norm" if tail else "norm", t)
+        elif n == "quantize":
+            add("quantize (8-bit activations)", t)
+        elif n == "matmul_store":
+            add("head" if tail else "q|k|v", t)
+        elif n == "rope":
+            add("rope", t)
+        elif n.startswith("attention"):
+            add("attention (+ rope)" if n == "attention_roped" else "attention", t)
+        elif n == "matmul_add":
+            if prev == "matmul_swiglu":
+                add("down + residual", t)
+                layers += 1
+            else:
+                add("o + residual", t)
+        elif n == "matmul_swiglu":
+            add("gate|up + SiLU", t)
         else:
-            add("gate|up + SiLU", seg[:-1])
-            add("down + residual", seg[-1:])
-    return out, (len(cuts) - 1) // 2
-order = ["norm", "q|k|v", "rope", "attention", "o + residual", "gate|up + SiLU", "down + residual"]
+            add("summary", t)
+        if n.startswith("matmul"):
+            prev = n
+    return out, layers
+starts = [i for i, r in enumerate(runs) if r[1] == "embed" and (i == 0 or runs[i - 1][1] != "embed")]
 forwards = [runs[a:b] for a, b in zip(starts, starts[1:] + [len(runs)])]
 prefill, layers = split(forwards[0])
 decode = [split(f)[0] for f in forwards[1:]]
-keys = ["embedding"] + list(dict.fromkeys(order)) + ["final norm", "head", "summary"]
+keys = ["embedding", "norm", "quantize (8-bit activations)", "q|k|v", "rope", "attention",
+        "attention (+ rope)", "o + residual", "gate|up + SiLU", "down + residual", "final norm",
+        "head", "summary"]
 prompt = json.load(open(sys.argv[3]))["prompt_tokens"]
+launches = sum(len(f) for f in forwards[1:]) / max(len(forwards) - 1, 1)
 print(f"{sys.argv[2].split('/')[-1]}: {layers} layers, a prompt of {prompt} tokens (its pass runs "
-      f"{prompt - 1}), CubeCL's per-kernel timings (profiling on)")
+      f"{prompt - 1}), CubeCL's per-kernel timings (profiling on), {launches:.0f} launches a "
+      f"decoded token")
 print("| kernel | prompt pass (ms) | share | per decoded token (ms) | share |")
 print("|---|---|---|---|---|")
 tp = sum(prefill.values())
@@ -84,6 +99,8 @@ tdm = sum(td) / n
 for k in keys:
     p = prefill.get(k, 0.0)
     d = sum(x.get(k, 0.0) for x in decode) / n
+    if p == 0.0 and d == 0.0:
+        continue
     print(f"| {k} | {p:.1f} | {100 * p / tp:.0f} % | {d:.1f} | {100 * d / max(tdm, 1e-9):.0f} % |")
 print(f"| all | {tp:.1f} | | {tdm:.1f} | |")
 PY

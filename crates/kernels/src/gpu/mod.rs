@@ -1224,6 +1224,38 @@ fn definition() -> cubecl::prelude::KernelDefinition {
 }
 
 impl cubecl::prelude::KernelMetadata for Shader {
+    /// What CubeCL's profile labels the kernel by (then `_` and a hash of its id): what it
+    /// computes, a product by its epilogue, so that a profile tells q | k | v (store) from o and
+    /// down (add) and gate | up (swiglu) without counting launches (tests/bench/gpu-profile.sh).
+    fn name(&self) -> &'static str {
+        let by_epilogue = |e: &Epilogue, names: [&'static str; 3]| match e {
+            Epilogue::Store => names[0],
+            Epilogue::Add => names[1],
+            Epilogue::SwiGlu => names[2],
+        };
+        match self {
+            Self::Matmul { epilogue, .. } => {
+                by_epilogue(epilogue, ["matmul_store", "matmul_add", "matmul_swiglu"])
+            }
+            Self::Tile { epilogue, .. } => {
+                by_epilogue(epilogue, ["tile_store", "tile_add", "tile_swiglu"])
+            }
+            Self::Quant => "quantize",
+            Self::Embed(_) => "embed",
+            Self::Norm { .. } => "norm",
+            Self::Rope { .. } => "rope",
+            Self::Attention { roped: true, .. } => "attention_roped",
+            Self::Attention { .. } => "attention",
+            Self::AttentionMerge => "attention_merge",
+            Self::Summary(_) => "summary",
+            Self::Top { .. } => "top",
+            Self::Copy => "copy",
+            Self::Clone => "clone",
+            Self::Read => "read",
+            Self::Link => "link",
+        }
+    }
+
     fn id(&self) -> KernelId {
         KernelId::new::<Self>().info(self.key()).mode(mode())
     }
