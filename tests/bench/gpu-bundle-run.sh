@@ -3,7 +3,8 @@
 # $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
 #   usage: bash PART/run.sh add | drop | tests | launch | stream | tune | peers | price | teams | long | spec | profile | submits | all …
 #   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order),
-#          TEAM_MODELS (the teams stage's; both default to every model, smallest first),
+#          TEAM_MODELS (the teams stage's), PROFILE_MODELS (the profile stage's; all three default to every
+#          model, smallest first),
 #          LONG_MODELS (the long stage's; default the smallest and the 7B), LONG_PP (2048: eight 256-key blocks; a mars speed run prefills it three times)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -110,9 +111,14 @@ stage() {
       if [ -f "$work/models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf" ] \
         && [ -f "$work/models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf" ]; then spec="pair smol"; fi
       PEERS=0 SPEC=$spec OUT="$out/gpu-spec.md" timeout 600 bash "$work/repo/tests/bench/gpu.sh" 6 64 ;;
-    profile)
-      for m in $(models); do timeout 120 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 128 16; done \
-        | tee "$out/profile.md" ;;
+    profile) # mars's time a kernel (gpu-profile.sh), then llama.cpp's own per-op log of one
+      # decoded token on the same model (GGML_VK_PERF_LOGGER: its last graph of 8 tokens)
+      for m in ${PROFILE_MODELS:-$(models)}; do
+        timeout 120 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 128 16
+        echo "llama.cpp's per-op log, one decoded token of $(basename "$m") (llama-bench -n 8):"
+        GGML_VK_PERF_LOGGER=1 timeout 120 "$LLAMA_VK_BIN/llama-bench" -m "$m" -ngl 99 -p 0 -n 8 \
+          -r 1 2>&1 >/dev/null | awk '/^Vulkan Timings:/ { b = "" } { b = b $0 "\n" } END { printf "%s", b }'
+      done | tee "$out/profile.md" ;;
     teams) # a whole decode, passes of 5 and 16 rows and a 128-token prefill in each matmul form,
       # alternating for ROUNDS rounds: the shapes' rules (no tuning table), the table's forms
       # (tuned: the tune stage's, or timed at this first load), lane teams on every group
