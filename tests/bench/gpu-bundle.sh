@@ -20,7 +20,7 @@
 # on every model; teams: a decode, passes and a prefill in each kernel form and knob; long: decode
 # after a long prompt beside llama.cpp at that depth, split attention on and off; spec: gpu.sh part 2
 # on SmolLM2, and on the pair where the real pair has arrived; profile: the per-kernel split of
-# a token (gpu-profile.sh); submits: decode by CubeCL's launches a submit. Results go to $OUT
+# a token (gpu-profile.sh) and llama.cpp's per-op log of one; submits: decode by CubeCL's launches a submit. Results go to $OUT
 # (default $WORK/out).
 #   usage: bash tests/bench/bench.sh gpu-bundle DIR [MAX_MB (50: the repository's tracked files, ~12
 #          MB, travel beside each part within a call's 64 MiB)]
