@@ -485,20 +485,11 @@ fn a_folded_rope_equals_rope_launched_apart() {
     let rope = Rope::new(&client, (shape, KvType::F16), (&cos, &sin), true, 1e-6).unwrap();
     let attn = Attention::new(&client, (shape, KvType::F16)).unwrap();
     let folded = attn.with_rope_as(&client, &rope, true).unwrap();
-    let long = step(
-        &client,
-        &Step::chain(&[0; 17], 0, 1, 1)
-            .unwrap()
-            .with_capacity(CAP)
-            .unwrap(),
-    );
-    let one = step(
-        &client,
-        &Step::chain(&[0], 0, 1, 1)
-            .unwrap()
-            .with_capacity(CAP)
-            .unwrap(),
-    );
+    let chain = |rows: usize| {
+        let s = Step::chain(&vec![0; rows], 0, 1, 1).unwrap();
+        step(&client, &s.with_capacity(CAP).unwrap())
+    };
+    let (long, one) = (chain(17), chain(1));
     assert!(!folded.folds_rope(&long) && folded.folds_rope(&one));
     let apart = attn.with_rope_as(&client, &rope, false).unwrap();
     assert!(!apart.folds_rope(&one) && !attn.folds_rope(&one));
@@ -517,13 +508,6 @@ fn a_folded_rope_equals_rope_launched_apart() {
         let (cos, sin) = tables(CAP, hd);
         let rope = Rope::new(&client, (shape, ty), (&cos, &sin), halves, 1e-6).unwrap();
         let attn = Attention::new(&client, (shape, ty)).unwrap();
-        let one = step(
-            &client,
-            &Step::chain(&[0], 0, 1, 1)
-                .unwrap()
-                .with_capacity(CAP)
-                .unwrap(),
-        );
         let folded = attn.with_rope_as(&client, &rope, true).unwrap();
         assert!(!folded.folds_rope(&one), "{hd} {ty:?}");
     }
