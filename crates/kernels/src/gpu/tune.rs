@@ -258,6 +258,16 @@ impl Probe {
         group.run(client, &self.x, &self.y, &self.step)
     }
 
+    /// The product as a forward launches it: with the group's norm folded in where this form
+    /// takes it (a card's f32 forms), so that a timing counts the fold's work; the outputs
+    /// forms are compared by stay [`Probe::run`]'s, the same function in every form.
+    fn run_as_forward(&self, client: &Client, group: &MatrixGroup) -> Result<()> {
+        if group.folds_norm(&self.step) {
+            return group.run_normed(client, &self.x, &self.y, &self.step);
+        }
+        self.run(client, group)
+    }
+
     fn read(&self, client: &Client) -> Result<Vec<u8>> {
         super::read_blocking(client, self.y.clone())
     }
@@ -303,7 +313,7 @@ pub fn outputs_agree(got: &[f32], want: &[f32], tolerance: f32) -> bool {
 }
 
 /// Milliseconds one product of `group` over `rows` rows (as a part of a long prefill where
-/// `long`) takes on `client`'s device: the
+/// `long`; with its norm folded in where the form takes it) takes on `client`'s device: the
 /// products enqueued back to back and read once (so that neither a launch's host time nor a
 /// read sits between them, as in a forward), the median of three batches, each batch as many
 /// products as fit `budget_ms` after one timed call (at least 2, at most 40).
@@ -320,10 +330,10 @@ pub fn time_group(
     use std::time::Instant;
     let probe = Probe::new(client, group, rows, long)?;
     // The first call compiles the pipelines: not timed.
-    probe.run(client, group)?;
+    probe.run_as_forward(client, group)?;
     probe.read(client)?;
     let t = Instant::now();
-    probe.run(client, group)?;
+    probe.run_as_forward(client, group)?;
     probe.read(client)?;
     let one = t.elapsed().as_secs_f64() * 1e3;
     let calls = ((budget_ms / 3.0 / one.max(1e-3)) as usize).clamp(2, 40);
@@ -331,7 +341,7 @@ pub fn time_group(
     for _ in 0..3 {
         let t = Instant::now();
         for _ in 0..calls {
-            probe.run(client, group)?;
+            probe.run_as_forward(client, group)?;
         }
         probe.read(client)?;
         times.push(t.elapsed().as_secs_f64() * 1e3 / calls as f64);
