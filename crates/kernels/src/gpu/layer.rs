@@ -372,11 +372,12 @@ impl Attention {
     /// and verification ([`Attention::folds_rope`], run by [`Attention::run_roped`]) each
     /// workgroup ropes its query and this pass's keys from the q | k | v rows, reads those keys
     /// and values from there, and the launch writes them to the cache (attention_rope.wgsl): a
-    /// launch a layer fewer, and no roped queries written. A prefill keeps the rope launch (its rows'
-    /// keys, recomputed by every row after them, would cost more than the launch). CPU
-    /// adapters keep it always (see [`Attention::with_rope_as`]'s measurement). The
-    /// environment's `MARS_GPU_ROPE` (`fold` or `apart`) overrides the rule, a measurement knob
-    /// as `MARS_GPU_NORM` is.
+    /// launch a layer fewer, and no roped queries written. A pass of more than 16 rows keeps
+    /// the rope launch (workgroup memory holds 16 rows' keys, and every row's workgroup ropes
+    /// the keys before it). CPU adapters keep it always: on lavapipe decode was level and a
+    /// 16-row pass 10–15 % slower folded (docs/performance.md). The environment's
+    /// `MARS_GPU_ROPE` (`fold` or `apart`) overrides the rule, a measurement knob as
+    /// `MARS_GPU_NORM` is.
     ///
     /// # Errors
     /// [`KernelError::Shape`] for a rope of other heads or cache type.
