@@ -22,7 +22,8 @@
 //! logits): the verifier's summary (greedy and drawn) and a top-40 sampler's rows, for 1 and 5
 //! rows, in the adapter's chunks against one chunk a row (one workgroup a row, as before the
 //! chunks); and attention over an f16 cache at the 0.5B's and the 7B's head shapes, 1 and 5
-//! rows after 128, 1,024 and 4,096 positions, in one workgroup a head and split by key blocks
+//! rows after 128, 1,024 and 4,096 positions, in one workgroup a head and split by key blocks,
+//! then in a card's shape (split past 256 keys) after RoPE's own launch and with RoPE folded in
 //! (`attention`: these rows alone, 10 calls a batch).
 //!
 //! With the argument `launch` (and first in `stream`, after its warm-up) it times a launch
@@ -42,7 +43,7 @@ use std::time::Instant;
 
 use cubecl::wgpu::WgpuDevice;
 use mars_kernels::gpu::{
-    Acts, Attention, Draw, Epilogue, Fan, GpuMatrix, MatrixGroup, ReadThrough, Reduce, Rows,
+    Acts, Attention, Draw, Epilogue, Fan, GpuMatrix, MatrixGroup, ReadThrough, Reduce, Rope, Rows,
     SUMMARY_WORDS, Step, StepBuffer, Summary, Team, TopRows, read_through, time_group, upload_f32,
 };
 use mars_kernels::{Heads, KvType, QMatrix, WeightType};
@@ -267,9 +268,9 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
 fn attention(client: &cubecl::client::Client, calls: usize) {
     println!();
     println!(
-        "| attention, f16 cache | positions | rows | ms a call, one workgroup a head | split by 256 keys |"
+        "| attention, f16 cache | positions | rows | ms a call, one workgroup a head | split by 256 keys | card's shape: RoPE launch + attention | RoPE folded in |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     let shapes = [
         ("0.5B (14 / 2 heads of 64)", 14, 2, 64),
         ("7B (28 / 4 heads of 128)", 28, 4, 128),
@@ -281,6 +282,12 @@ fn attention(client: &cubecl::client::Client, calls: usize) {
             head_dim,
         };
         let attn = Attention::new(client, (shape, KvType::F16)).unwrap();
+        // A RoPE table over every position timed (the angles do not matter for speed).
+        let half = head_dim / 2;
+        let angles: Vec<f32> = (0..(4096 + 5) * half).map(|i| i as f32 * 1e-3).collect();
+        let (cos, sin): (Vec<f32>, Vec<f32>) = angles.iter().map(|a| (a.cos(), a.sin())).unzip();
+        let rope = Rope::new(client, (shape, KvType::F16), (&cos, &sin), true, 1e-6).unwrap();
+        let roped = attn.with_rope_as(client, &rope, true).unwrap();
         for context in [128usize, 1024, 4096] {
             for rows in [1usize, 5] {
                 let capacity = context + rows;
@@ -308,8 +315,31 @@ fn attention(client: &cubecl::client::Client, calls: usize) {
                         out
                     })
                 });
+                // The q | k | v rows RoPE starts from, and a card's choice of shape.
+                let qkv: Vec<u8> = (0..rows * (heads + 2 * kv_heads) * head_dim)
+                    .flat_map(|i| ((i % 11) as f32 * 0.05).to_le_bytes())
+                    .collect();
+                let qkv = client.create_from_slice(&qkv);
+                let split = context > 256;
+                let apart = median_of_batches(client, calls, || {
+                    let (roped_q, out) = (
+                        client.empty(rows * heads * head_dim * 4),
+                        client.empty(rows * heads * head_dim * 4),
+                    );
+                    rope.run(client, &qkv, &roped_q, &kv, &step).unwrap();
+                    attn.run_as(client, (&roped_q, &kv, &out), &step, split)
+                        .unwrap();
+                    out
+                });
+                let folded = median_of_batches(client, calls, || {
+                    let out = client.empty(rows * heads * head_dim * 4);
+                    roped
+                        .run_roped_as(client, (&qkv, &kv, &out), &step, split)
+                        .unwrap();
+                    out
+                });
                 println!(
-                    "| {name} | {context} | {rows} | {:.3} | {:.3} |",
+                    "| {name} | {context} | {rows} | {:.3} | {:.3} | {apart:.3} | {folded:.3} |",
                     ms[0], ms[1]
                 );
             }

@@ -82,6 +82,40 @@ fn key_row(k: u32, lo: u32, mlo: u32, mhi: u32) -> u32 {
     return lo + base + countTrailingZeros(m);
 }
 
+// Team `team`'s share of a block's weighted values (lane c's dimensions 4c .. 4c + 4 of value
+// head g at vb): its keys team, team + PARTS, … below `count`, four a step, their loads first,
+// then added in key order (a dependent load a key would leave a GPU thread waiting on each in
+// turn); `fresh` as for value4; `head` = (g, vb, c). In `acc` and `l` (the weights' sum).
+fn block_values(team: u32, count: u32, head: vec3<u32>, fresh: bool) -> Fold {
+    let g = head.x;
+    let vb = head.y;
+    let c = head.z;
+    var a = vec4<f32>(0.0);
+    var l = 0.0;
+    var i = team;
+    for (; i + 3u * PARTS < count; i += 4u * PARTS) {
+        let w = vec4<f32>(sc[i], sc[i + PARTS], sc[i + 2u * PARTS], sc[i + 3u * PARTS]);
+        let v0 = value4(js[i], g, vb, c, fresh);
+        let v1 = value4(js[i + PARTS], g, vb, c, fresh);
+        let v2 = value4(js[i + 2u * PARTS], g, vb, c, fresh);
+        let v3 = value4(js[i + 3u * PARTS], g, vb, c, fresh);
+        a += w.x * v0;
+        a += w.y * v1;
+        a += w.z * v2;
+        a += w.w * v3;
+        l += w.x;
+        l += w.y;
+        l += w.z;
+        l += w.w;
+    }
+    for (; i < count; i += PARTS) {
+        let w = sc[i];
+        a += w * value4(js[i], g, vb, c, fresh);
+        l += w;
+    }
+    return Fold(0.0, l, a);
+}
+
 // SPLIT 0: one workgroup a (head x, row y); SPLIT 1: a (head x, row y, block z).
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -123,12 +157,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     var f = Fold(NEG, 0.0, vec4<f32>(0.0));
     for (var b0 = first; b0 < end; b0 += WG) {
+        // Whether this block holds keys of this pass's rows (with RoPE folded in): visible key
+        // k is such a key exactly where k ≥ s[3] (the keys before are cache rows 0 .. s[3]), so
+        // only a row's last block does, and every other block reads the cache alone.
+        let fresh = FRESH_KEYS && b0 + WG > s[3];
         let k = b0 + lid;
         var score = NEG;
         var j = 0u;
         if k < n {
             j = key_row(k, lo, mlo, mhi);
-            score = key_dot(j, kb) * scale;
+            // Constant arguments, so that the blocks before the last compile without the
+            // branch for this pass's keys (a branch in the hot loop cost CPU adapters ~1.7×).
+            if fresh {
+                score = key_dot(j, kb, true) * scale;
+            } else {
+                score = key_dot(j, kb, false) * scale;
+            }
         }
         js[lid] = j;
         best[lid] = score;
@@ -142,36 +186,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let m = best[0];
         sc[lid] = exp(score - m);
         workgroupBarrier();
-        var a = vec4<f32>(0.0);
-        var l = 0.0;
+        var sums = Fold(0.0, 0.0, vec4<f32>(0.0));
         if lane {
             let count = min(WG, n - b0);
-            // Four keys a step, their loads first, then added in key order: a dependent load
-            // a key would leave a GPU thread waiting on each in turn.
-            var i = team;
-            for (; i + 3u * PARTS < count; i += 4u * PARTS) {
-                let w = vec4<f32>(sc[i], sc[i + PARTS], sc[i + 2u * PARTS], sc[i + 3u * PARTS]);
-                let v0 = value4(js[i], g, vb, c);
-                let v1 = value4(js[i + PARTS], g, vb, c);
-                let v2 = value4(js[i + 2u * PARTS], g, vb, c);
-                let v3 = value4(js[i + 3u * PARTS], g, vb, c);
-                a += w.x * v0;
-                a += w.y * v1;
-                a += w.z * v2;
-                a += w.w * v3;
-                l += w.x;
-                l += w.y;
-                l += w.z;
-                l += w.w;
-            }
-            for (; i < count; i += PARTS) {
-                let w = sc[i];
-                a += w * value4(js[i], g, vb, c);
-                l += w;
+            // As for the scores: constant arguments, the branch only in the last block.
+            if fresh {
+                sums = block_values(team, count, vec3<u32>(g, vb, c), true);
+            } else {
+                sums = block_values(team, count, vec3<u32>(g, vb, c), false);
             }
         }
-        fin[lid] = a;
-        fl[lid] = l;
+        fin[lid] = sums.acc;
+        fl[lid] = sums.l;
         workgroupBarrier();
         if lid < HD4 {
             var acc = vec4<f32>(0.0);

@@ -15,6 +15,9 @@
 @group(0) @binding(5) var<storage, read_write> cs: array<f32>; // [context, head_dim / 2, 2]: cos, sin
 @group(0) @binding(6) var<storage, read_write> hn: array<f32>; // [2, head_dim]: q_norm, k_norm
 
+// This pass's keys are read from `fresh` and the rows, in the block that holds them.
+const FRESH_KEYS: bool = true;
+
 // The pass's keys as cache words, [rows ≤ 16, HD4]: 4 KiB for f16 words at head_dim 128, the
 // most `with_rope` folds (WebGPU's 16 KiB of workgroup memory hold the rest of attention's).
 var<workgroup> fresh: array<KvWord, 16u * HD4>;
@@ -109,11 +112,11 @@ fn store_rows(r: u32, h: u32, z: u32, lid: u32, kb: u32, vb: u32) {
     kv[vb + at] = kv_word(qkv4(r, p[0] + p[1] + h / group, lid));
 }
 
-// As attention_keys.wgsl's, this pass's keys read from `fresh`: the same words, in the same
-// order, as a later pass reads from the cache.
-fn key_dot(j: u32, kb: u32) -> f32 {
+// As attention_keys.wgsl's, this pass's keys (in a block that holds them: `in_block`) read
+// from `fresh`: the same words, in the same order, as a later pass reads from the cache.
+fn key_dot(j: u32, kb: u32, in_block: bool) -> f32 {
     var d = 0.0;
-    if j >= s[3] {
+    if in_block && j >= s[3] {
         let at = (j - s[3]) * HD4;
         for (var i = 0u; i < HD4; i++) { // unroll
             d += dot(qs[i], kv_values(fresh[at + i]));
@@ -127,8 +130,8 @@ fn key_dot(j: u32, kb: u32) -> f32 {
     return d;
 }
 
-fn value4(j: u32, g: u32, vb: u32, c: u32) -> vec4<f32> {
-    if j >= s[3] {
+fn value4(j: u32, g: u32, vb: u32, c: u32, in_block: bool) -> vec4<f32> {
+    if in_block && j >= s[3] {
         return kv_values(kv_word(qkv4(j - s[3], p[0] + p[1] + g, c)));
     }
     return kv4(vb + j * HD4 + c);
