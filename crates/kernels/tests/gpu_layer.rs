@@ -527,6 +527,9 @@ fn a_folded_rope_equals_rope_launched_apart() {
     let other = Heads { heads: 4, ..shape };
     let rope4 = Rope::new(&client, (other, KvType::F16), (&cos, &sin), true, 1e-6).unwrap();
     assert!(attn.with_rope_as(&client, &rope4, true).is_err());
+    // A RoPE writing another cache type.
+    let rope32 = Rope::new(&client, (shape, KvType::F32), (&cos, &sin), true, 1e-6).unwrap();
+    assert!(attn.with_rope_as(&client, &rope32, true).is_err());
 }
 
 #[test]

@@ -166,8 +166,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         var j = 0u;
         if k < n {
             j = key_row(k, lo, mlo, mhi);
-            // Constant arguments, so that the blocks before the last compile without the
-            // branch for this pass's keys (a branch in the hot loop cost CPU adapters ~1.7×).
+            // Constant arguments, so that the blocks before the last run the cache-only loop,
+            // with no branch a key between its loads (a GPU keeps them in flight together).
             if fresh {
                 score = key_dot(j, kb, true) * scale;
             } else {

@@ -380,7 +380,8 @@ impl Attention {
     /// `MARS_GPU_NORM` is.
     ///
     /// # Errors
-    /// [`KernelError::Shape`] for a rope of other heads or cache type.
+    /// [`KernelError::Shape`] for a rope of other heads, [`KernelError::Unknown`] for one of
+    /// another cache type.
     pub fn with_rope(&self, client: &Client, rope: &Rope) -> Result<Self> {
         let fold = super::switch("MARS_GPU_ROPE", "fold", "apart")
             .unwrap_or_else(|| super::is_card(client));
@@ -395,11 +396,18 @@ impl Attention {
     /// # Errors
     /// As [`Attention::with_rope`].
     pub fn with_rope_as(&self, client: &Client, rope: &Rope, fold: bool) -> Result<Self> {
-        if rope.heads != self.heads || rope.kv != self.kv {
+        if rope.heads != self.heads {
             return Err(KernelError::Shape {
-                what: "RoPE of the attention's heads and cache type (query heads)",
+                what: "RoPE of the attention's heads (query heads)",
                 expected: self.heads.heads,
                 found: rope.heads.heads,
+            });
+        }
+        if rope.kv != self.kv {
+            return Err(KernelError::Unknown {
+                what: "RoPE's cache type",
+                value: format!("{:?}", rope.kv),
+                expected: "the attention's cache type",
             });
         }
         let [h, g, d] = self.heads.words()?;
