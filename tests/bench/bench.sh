@@ -16,6 +16,7 @@
 #   bash tests/bench/bench.sh gpu-peers MODEL.gguf [PROMPT] [DECODE]         one model on wgpu beside llama.cpp's Vulkan backend
 #   bash tests/bench/bench.sh gpu-bundle DIR [MAX_MB]                        the GPU benchmark packed for a machine without a toolchain
 #   bash tests/bench/bench.sh gpu-speed | gpu-profile | gpu-submits MODEL.gguf [..]  block kernels vs f32; per-kernel time; submits a token
+#   bash tests/bench/bench.sh gpu-host MODEL.gguf [REPS] [LONG_PROMPT]       a card's passes on the host alone (wgpu's no-op backend)
 #   bash tests/bench/bench.sh gpu-instructions [SHAPES] [ROWS] [N]           the WGSL matmul's instruction count on lavapipe (callgrind)
 #   bash tests/bench/bench.sh gpu-price DIR DRAFT_NAME [K] [TAU…]             speculation priced from measured pass costs
 #   bash tests/bench/bench.sh skeleton pack|unpack|shape …                   GGUF skeletons of real and larger Qwen2 shapes
@@ -26,7 +27,7 @@ stage=${1:-}
 [ $# -gt 0 ] && shift
 case $stage in
   cpu) exec bash "$here/against-llama-cpp.sh" "$@" ;;
-  pair | trees | gpu | gpu-peers | gpu-bundle | gpu-speed | gpu-profile | gpu-submits | gpu-instructions | llama-cpp)
+  pair | trees | gpu | gpu-peers | gpu-bundle | gpu-speed | gpu-profile | gpu-submits | gpu-host | gpu-instructions | llama-cpp)
     exec bash "$here/$stage.sh" "$@" ;;
   browser) exec bash "$here/browser-cpu.sh" "$@" ;;
   vllm) exec bash "$here/../../integrations/vllm/bench.sh" "$@" ;;

@@ -1,14 +1,23 @@
 //! Cost of one forward pass by number of new tokens (what a verification step of k + 1 tokens
 //! costs relative to one decoding step): `cargo run --release -p mars-model --example step_cost
 //! -- MODEL.gguf [ROWS…]` (rows per pass: 1 2 3 5 8 9 16 unless given; `STEP_REPS` passes each, 10
-//! unless set — many passes of one row count make a profile of that pass). The packed CPU path
+//! unless set — many passes of one row count make a profile of that pass), each after the same
+//! `STEP_PROMPT` tokens (64 unless set). The packed CPU path
 //! on `STEP_THREADS` threads (default: one per core); `STEP_THREADS=0` runs the f32 reference.
+//!
+//! `STEP_DEVICE=wgpu` runs the GPU path instead (GGUF blocks on wgpu, f16 cache), each pass
+//! followed by its rows' summaries read back, as decoding and verification read them, and says
+//! the launches a pass and the time a launch. With `WGPU_NOOP_BACKEND=1` wgpu's no-op backend
+//! stands in for a card (`mars_model::noop_setup`): the card's configuration is launched and
+//! nothing runs, so the times are the host's side alone — CubeCL's runtime and wgpu-core
+//! recording and submitting the launches — measurable, and profilable (perf, callgrind), on a
+//! machine without a GPU (`bench.sh gpu-host`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
 
 use mars_formats::Gguf;
-use mars_model::{Device, Llama, LoadOptions, WeightPath};
+use mars_model::{Device, KvType, Llama, LoadOptions, WeightPath, gpu_counts};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -24,31 +33,79 @@ fn main() {
         |_| std::thread::available_parallelism().map_or(1, usize::from),
         |t| t.parse().expect("STEP_THREADS"),
     );
-    let options = LoadOptions::with_weights(if threads > 0 {
-        WeightPath::CpuPacked { threads }
+    let gpu = std::env::var("STEP_DEVICE").as_deref() == Ok("wgpu");
+    let (device, weights) = if gpu {
+        let (device, lanes) = open_wgpu();
+        let blocks = WeightPath::GpuBlocks {
+            subgroups: lanes,
+            kv: KvType::F16,
+        };
+        (device, blocks)
+    } else if threads > 0 {
+        (Device::flex(), WeightPath::CpuPacked { threads })
     } else {
-        WeightPath::F32
-    });
-    let model = Llama::from_gguf(&g, &Device::flex(), options).unwrap();
-    let prompt: Vec<u32> = (0..64).map(|i| 100 + i * 7).collect();
-    let mut cache = model.new_cache(512).unwrap();
-    model.forward(&prompt, &mut cache).unwrap().read().unwrap();
+        (Device::flex(), WeightPath::F32)
+    };
+    let model = Llama::from_gguf(&g, &device, LoadOptions::with_weights(weights)).unwrap();
+    // A pass and what is read after it: the rows' summaries on the GPU (40 bytes a row), the
+    // logits on the CPU.
+    let pass = |tokens: &[u32], cache: &mut mars_model::KvCache| {
+        let logits = model.forward(tokens, cache).unwrap();
+        if gpu {
+            pollster::block_on(logits.summaries_async(None)).unwrap();
+        } else {
+            logits.read().unwrap();
+        }
+    };
+    // `STEP_PROMPT` tokens before the passes (64 unless set): the depth they attend over.
+    let depth: usize = std::env::var("STEP_PROMPT").map_or(64, |p| p.parse().expect("STEP_PROMPT"));
+    let prompt: Vec<u32> = (0..depth as u32).map(|i| 100 + (i * 7) % 1000).collect();
+    let mut cache = model.new_cache(depth + 64).unwrap();
+    pass(&prompt, &mut cache);
     for t in rows {
         let tokens: Vec<u32> = (0..t as u32).map(|i| 200 + i).collect();
         // The mean says what a run of passes costs; the fastest pass is steadier on a noisy
         // machine (other load only ever adds time).
         let (mut total, mut fastest) = (0f64, f64::INFINITY);
+        let before = gpu_counts();
         for _ in 0..reps {
             let start = Instant::now();
-            model.forward(&tokens, &mut cache).unwrap().read().unwrap();
+            pass(&tokens, &mut cache);
             let ms = start.elapsed().as_secs_f64() * 1e3;
             (total, fastest) = (total + ms, fastest.min(ms));
-            cache.truncate(64).unwrap();
+            cache.truncate(depth).unwrap();
         }
         let ms = total / f64::from(reps);
+        let launches = gpu_counts().since(&before).launches as f64 / f64::from(reps);
+        let per_launch = if launches > 0.0 {
+            format!(
+                "; {launches:.0} launches a pass, {:.1} µs a launch",
+                ms * 1e3 / launches
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "{t:>2} tokens: {ms:7.2} ms ({:.2} ms/token), fastest {fastest:7.2} ms",
+            "{t:>2} tokens: {ms:7.2} ms ({:.2} ms/token), fastest {fastest:7.2} ms{per_launch}",
             ms / t as f64
         );
     }
+}
+
+/// The wgpu device (wgpu's no-op backend where `WGPU_NOOP_BACKEND=1`) and the adapter's
+/// smallest subgroup where the kernels can use it, submitting as the engine does for the
+/// adapter.
+fn open_wgpu() -> (Device, Option<u32>) {
+    let noop = pollster::block_on(mars_model::noop_setup()).unwrap();
+    let tasks = if noop.is_some() {
+        mars_model::SUBMIT_EVERY_GPU
+    } else {
+        pollster::block_on(mars_model::submit_every())
+    };
+    let options = Device::wgpu_options().tasks_max(tasks);
+    let (device, setup) = match noop {
+        Some(setup) => (options.setup(setup.clone()).init().unwrap(), setup),
+        None => options.init_with_setup().unwrap(),
+    };
+    (device, mars_model::subgroup_lanes(&setup.adapter))
 }

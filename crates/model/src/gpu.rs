@@ -115,6 +115,74 @@ pub async fn first_adapter() -> Option<AdapterFacts> {
     })
 }
 
+/// wgpu's no-op backend dressed as a GPU card, where `WGPU_NOOP_BACKEND=1` (wgpu's own switch):
+/// every launch is validated, recorded and submitted as on a card, and nothing runs (buffers
+/// exist, reads return what they hold). What a run then takes is the host's side of the card
+/// configuration alone — CubeCL's runtime and wgpu-core, without a driver — the half of a
+/// GPU's launch cost that a machine without a GPU can measure and profile (`bench.sh
+/// gpu-host`). A discrete adapter with subgroups of 32, as NVIDIA's, and wgpu's features but the
+/// experimental ones (the cooperative matrices among them). `None` where the
+/// switch is off; an error where wgpu gives no adapter or device.
+///
+/// # Errors
+/// [`ModelError::Unsupported`] naming what wgpu refused.
+#[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
+pub async fn noop_setup() -> Result<Option<burn::backend::wgpu::WgpuSetup>> {
+    use burn::backend::wgpu::wgpu;
+    if std::env::var("WGPU_NOOP_BACKEND").as_deref() != Ok("1") {
+        return Ok(None);
+    }
+    // Every feature but the experimental ones (which a device grants only with an `unsafe`
+    // opt-in) and mappable primary buffers (which CubeCL declines on every card).
+    let features = wgpu::Features::all()
+        .iter_names()
+        .filter(|(name, _)| !name.starts_with("EXPERIMENTAL_"))
+        .fold(wgpu::Features::empty(), |all, (_, f)| all | f)
+        - wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
+    let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle();
+    descriptor.backends = wgpu::Backends::NOOP;
+    descriptor.backend_options.noop = wgpu::NoopBackendOptions {
+        enable: true,
+        features: Some(features),
+        device_type: Some(wgpu::DeviceType::DiscreteGpu),
+        subgroup_min_size: Some(32),
+        subgroup_max_size: Some(32),
+        // WebGPU's defaults, raised where a Vulkan card's are (wgpu-core sizes its tables by
+        // the limits: the backend's own, "unlimited", fail there).
+        limits: Some(wgpu::Limits {
+            max_storage_buffers_per_shader_stage: 16,
+            max_storage_buffer_binding_size: u64::from(u32::MAX) & !3,
+            max_buffer_size: 1 << 40,
+            max_compute_workgroup_storage_size: 48 << 10,
+            max_immediate_size: 128,
+            ..wgpu::Limits::default()
+        }),
+    };
+    let instance = wgpu::Instance::new(descriptor);
+    let refused = |what: &str, e: &dyn std::fmt::Display| {
+        ModelError::Unsupported(format!("wgpu's no-op backend: {what}: {e}"))
+    };
+    let adapter = instance
+        .request_adapter(&wgpu::RequestAdapterOptions::default())
+        .await
+        .map_err(|e| refused("no adapter", &e))?;
+    let (device, queue) = adapter
+        .request_device(&wgpu::DeviceDescriptor {
+            required_features: adapter.features(),
+            required_limits: adapter.limits(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| refused("no device", &e))?;
+    Ok(Some(burn::backend::wgpu::WgpuSetup {
+        instance,
+        adapter,
+        device,
+        queue,
+        backend: wgpu::Backend::Noop,
+    }))
+}
+
 /// Whether `adapter` runs on the CPU (lavapipe, llvmpipe, SwiftShader, WARP: wgpu's
 /// `DeviceType::Cpu`).
 pub fn adapter_software(adapter: &burn::backend::wgpu::wgpu::Adapter) -> bool {
@@ -311,6 +379,8 @@ pub(crate) struct GpuModel {
     kv: KvType,
     /// Tensors converted to Q8_0 at load (no kernel takes their type), as "name (type)".
     converted: Arc<Vec<String>>,
+    /// The passes' own buffers, kept from one pass to the next ([`Scratch`]).
+    scratch: ScratchSlot,
 }
 
 impl GpuModel {
@@ -407,6 +477,7 @@ impl GpuModel {
             tops: TopCache::default(),
             draws: DrawCache::default(),
             copy: CopyRows::new(&client, (heads, kv))?,
+            scratch: ScratchSlot::default(),
             heads,
             kv,
             converted: Arc::new(converted),
@@ -653,15 +724,18 @@ impl GpuModel {
         }
         let kv = cache.unique()?;
         let t = tokens.len();
-        let (d, q) = (c.d_model, c.n_heads * c.head_dim);
-        let f32s = |n: usize| client.empty((n * 4).max(4));
-        let x = f32s(t * d); // [t, d_model]: the residual stream
-        let h = f32s(t * d); // [t, d_model]: normed
-        let qkv = f32s(t * (q + 2 * c.n_kv_heads * c.head_dim)); // [t, q + 2 kv]
-        let qo = f32s(t * q); // [t, n_heads · head_dim]: roped queries
-        let att = f32s(t * q); // [t, n_heads · head_dim]
-        let ff = f32s(t * c.d_ff); // [t, d_ff]: SiLU(gate)·up
-        self.embedding.embed(client, &step, &x)?;
+        let scratch = self.scratch.take(client, c, (t, tail));
+        let Scratch {
+            x,
+            h,
+            qkv,
+            qo,
+            att,
+            ff,
+            last,
+            ..
+        } = &scratch;
+        self.embedding.embed(client, &step, x)?;
         // A norm and the product after it: folded into the product where it takes it (f32
         // rows in the mat-vec form); where the product multiplies 8-bit activations the norm
         // writes them too, sparing the product its own quantizing launch.
@@ -678,20 +752,21 @@ impl GpuModel {
             group.run_from(client, (h, hq.as_ref()), y, &step)
         };
         for (layer, kv) in self.layers.iter().zip(kv.iter()) {
-            normed(&layer.attn_norm, &layer.qkv, (&x, &h, &qkv))?;
+            normed(&layer.attn_norm, &layer.qkv, (x, h, qkv))?;
             if layer.attention.folds_rope(&step) {
-                layer.attention.run_roped(client, (&qkv, kv, &att), &step)?;
+                layer.attention.run_roped(client, (qkv, kv, att), &step)?;
             } else {
-                layer.rope.run(client, &qkv, &qo, kv, &step)?;
-                layer.attention.run(client, &qo, kv, &att, &step)?;
+                layer.rope.run(client, qkv, qo, kv, &step)?;
+                layer.attention.run(client, qo, kv, att, &step)?;
             }
-            layer.o.run(client, &att, &x, &step)?;
-            normed(&layer.ffn_norm, &layer.gate_up, (&x, &h, &ff))?;
-            layer.down.run(client, &ff, &x, &step)?;
+            layer.o.run(client, att, x, &step)?;
+            normed(&layer.ffn_norm, &layer.gate_up, (x, h, ff))?;
+            layer.down.run(client, ff, x, &step)?;
         }
-        let last = f32s(tail * d); // [tail, d_model]
-        let logits = f32s(tail * c.vocab_size); // [tail, vocab]
-        normed(&self.out_norm, &self.lm_head, (&x, &last, &logits))?;
+        // [tail, vocab]: its own buffer, as it leaves with the logits.
+        let logits = client.empty((tail * c.vocab_size * 4).max(4));
+        normed(&self.out_norm, &self.lm_head, (x, last, &logits))?;
+        self.scratch.put(scratch);
         Ok(GpuLogits {
             client: client.clone(),
             handle: logits,
@@ -895,6 +970,83 @@ pub(crate) struct GpuLogits {
     tops: TopCache,
     draws: DrawCache,
     step: StepBuffer,
+}
+
+/// A pass's own buffers, sized for `rows` rows of the pass and `tail` logit rows: made once and
+/// kept from one pass to the next (a larger pass makes them anew at its size), where each pass
+/// made its own before. A card's host spends its time a pass on the launches and on taking
+/// buffers from CubeCL's pool; with wgpu's no-op backend standing in for a card (`bench.sh
+/// gpu-host`), taking these seven a pass was ~20 % of the runtime thread's time. Reuse is safe
+/// because none of them leaves the pass (the logits and the step buffer do, and stay per pass)
+/// and the device runs a queue's launches in order: the next pass's writes come after this
+/// pass's reads.
+#[derive(Debug)]
+pub(crate) struct Scratch {
+    rows: usize,
+    tail: usize,
+    /// `[rows, d_model]`: the residual stream.
+    x: Handle,
+    /// `[rows, d_model]`: normed rows (where a product does not take its norm folded).
+    h: Handle,
+    /// `[rows, q + 2 kv]`: q | k | v.
+    qkv: Handle,
+    /// `[rows, n_heads · head_dim]`: roped queries (where RoPE has its own launch).
+    qo: Handle,
+    /// `[rows, n_heads · head_dim]`: attention's output.
+    att: Handle,
+    /// `[rows, d_ff]`: SiLU(gate) · up.
+    ff: Handle,
+    /// `[tail, d_model]`: the logit rows normed (where the head does not take its norm folded).
+    last: Handle,
+}
+
+impl Scratch {
+    fn new(client: &Client, c: &LlamaConfig, (rows, tail): (usize, usize)) -> Self {
+        let (d, q) = (c.d_model, c.n_heads * c.head_dim);
+        let f32s = |n: usize| client.empty((n * 4).max(4));
+        Self {
+            rows,
+            tail,
+            x: f32s(rows * d),
+            h: f32s(rows * d),
+            qkv: f32s(rows * (q + 2 * c.n_kv_heads * c.head_dim)),
+            qo: f32s(rows * q),
+            att: f32s(rows * q),
+            ff: f32s(rows * c.d_ff),
+            last: f32s(tail * d),
+        }
+    }
+}
+
+/// Where a model keeps its [`Scratch`] between passes (shared by its clones: a layer-skip
+/// drafter's passes run on the same queue as its model's). A pass takes it out and puts it
+/// back, so a pass running beside another on the same model (another thread) makes its own.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ScratchSlot(Arc<std::sync::Mutex<Option<Scratch>>>);
+
+impl ScratchSlot {
+    /// The kept buffers where they hold `rows` rows and `tail` logit rows, else new ones as
+    /// large as both (so that passes of 1 and k + 1 rows settle on one size).
+    fn take(&self, client: &Client, c: &LlamaConfig, (rows, tail): (usize, usize)) -> Scratch {
+        // A poisoned lock only means a pass panicked: whatever it held is dropped.
+        let kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        match kept {
+            Some(s) if s.rows >= rows && s.tail >= tail => s,
+            Some(s) => Scratch::new(client, c, (s.rows.max(rows), s.tail.max(tail))),
+            None => Scratch::new(client, c, (rows, tail)),
+        }
+    }
+
+    fn put(&self, scratch: Scratch) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(scratch);
+    }
 }
 
 /// Small per-model parameter buffers by what they were made for: a top-c reduction's (by c,

@@ -32,10 +32,16 @@ pub mod tiny;
 pub mod weights;
 
 pub use backend::Reads;
+/// What opening a wgpu device gives and fails with (burn's, CubeCL's).
+#[cfg(any(feature = "wgpu", feature = "webgpu"))]
+pub use burn::backend::wgpu::{WgpuInitError, WgpuSetup};
 pub use burn::tensor::{Device, Tensor};
 pub use cache::KvCache;
 pub use config::{Architecture, LlamaConfig, RopeStyle};
 pub use error::{ModelError, Result};
+/// wgpu's no-op backend as a card, where `WGPU_NOOP_BACKEND=1`: the host's side of launches.
+#[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
+pub use gpu::noop_setup;
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
 pub use gpu::{
     FormTime, GroupForm, GroupTiming, PrefillTime, SUBMIT_EVERY_CPU, SUBMIT_EVERY_GPU,

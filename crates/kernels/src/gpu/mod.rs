@@ -451,10 +451,17 @@ pub const FOUR_ON_GPU: usize = 8 << 20;
 
 /// Whether `client`'s adapter is a GPU card, not a CPU adapter such as lavapipe or SwiftShader
 /// (CubeCL's device identity has no physical device for wgpu's CPU adapters): what every
-/// kernel shape that differs between the two asks.
+/// kernel shape that differs between the two asks. wgpu's no-op backend counts as a card: it
+/// stands in for one when the host's side of a card's launches is measured
+/// (`mars_model::noop_setup`), and wgpu-hal 30 reports it as a CPU adapter whatever device type
+/// it is given, so it is known by its name.
 pub fn is_card(client: &Client) -> bool {
-    client.properties().identity.physical.is_some()
+    let identity = &client.properties().identity;
+    identity.physical.is_some() || identity.name == NOOP_ADAPTER
 }
+
+/// The name wgpu gives its no-op backend's adapter.
+pub const NOOP_ADAPTER: &str = "noop wgpu backend";
 
 /// A measurement knob's choice: `Some(true)` where the environment's `var` is `on`,
 /// `Some(false)` where it is `off`, else `None` (the rule decides). Knobs let the GPU bundle time
