@@ -128,10 +128,19 @@ pub async fn first_adapter() -> Option<AdapterFacts> {
 /// [`ModelError::Unsupported`] naming what wgpu refused.
 #[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
 pub async fn noop_setup() -> Result<Option<burn::backend::wgpu::WgpuSetup>> {
-    use burn::backend::wgpu::wgpu;
     if std::env::var("WGPU_NOOP_BACKEND").as_deref() != Ok("1") {
         return Ok(None);
     }
+    noop_card().await.map(Some)
+}
+
+/// [`noop_setup`]'s card, whatever the environment says (a test's).
+///
+/// # Errors
+/// [`ModelError::Unsupported`] naming what wgpu refused.
+#[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
+pub async fn noop_card() -> Result<burn::backend::wgpu::WgpuSetup> {
+    use burn::backend::wgpu::wgpu;
     // Every feature but the experimental ones (which a device grants only with an `unsafe`
     // opt-in) and mappable primary buffers (which CubeCL declines on every card).
     let features = wgpu::Features::all()
@@ -174,13 +183,13 @@ pub async fn noop_setup() -> Result<Option<burn::backend::wgpu::WgpuSetup>> {
         })
         .await
         .map_err(|e| refused("no device", &e))?;
-    Ok(Some(burn::backend::wgpu::WgpuSetup {
+    Ok(burn::backend::wgpu::WgpuSetup {
         instance,
         adapter,
         device,
         queue,
         backend: wgpu::Backend::Noop,
-    }))
+    })
 }
 
 /// Whether `adapter` runs on the CPU (lavapipe, llvmpipe, SwiftShader, WARP: wgpu's

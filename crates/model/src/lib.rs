@@ -39,15 +39,15 @@ pub use burn::tensor::{Device, Tensor};
 pub use cache::KvCache;
 pub use config::{Architecture, LlamaConfig, RopeStyle};
 pub use error::{ModelError, Result};
-/// wgpu's no-op backend as a card, where `WGPU_NOOP_BACKEND=1`: the host's side of launches.
-#[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
-pub use gpu::noop_setup;
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
 pub use gpu::{
     FormTime, GroupForm, GroupTiming, PrefillTime, SUBMIT_EVERY_CPU, SUBMIT_EVERY_GPU,
     adapter_identity, adapter_software, blocks_unsupported, first_adapter, subgroup_lanes,
     submit_every, submit_every_on,
 };
+/// wgpu's no-op backend as a card, where `WGPU_NOOP_BACKEND=1`: the host's side of launches.
+#[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
+pub use gpu::{noop_card, noop_setup};
 pub use llama::{Llama, PREFILL_ROWS, TILES_ABOVE};
 pub use load::MemoryNeeds;
 pub use logits::{ChainLink, Logits, RowSummary, SummaryChain, read_f32, read_f32_async};
