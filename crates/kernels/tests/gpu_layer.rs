@@ -632,6 +632,24 @@ fn the_summary_ranks_as_the_verifier_does() {
             Some(f) => assert_eq!(ranks(f), ranks(&out), "{} chunks", summary.chunks()),
         }
     }
+    // One summary run again and again (its partials kept between runs), over other logits and
+    // fewer rows: each run the words of a summary made for it alone.
+    let kept = Summary::with_chunk(&client, vocab, 7).unwrap();
+    for (rows, seed) in [(5, 11), (2, 12), (5, 13), (1, 14)] {
+        let z = normal(&mut ChaCha8Rng::seed_from_u64(seed), rows * vocab, 8.0);
+        let logits = upload_f32(&client, &z);
+        let s = step(
+            &client,
+            &Step::chain(&vec![0; rows], 0, rows, vocab).unwrap(),
+        );
+        let words = |summary: &Summary| {
+            let out = client.empty(rows * SUMMARY_WORDS * 4);
+            summary.run(&client, &logits, &out, rows, &s, None).unwrap();
+            read_u32(&client, out)
+        };
+        let fresh = words(&Summary::with_chunk(&client, vocab, 7).unwrap());
+        assert_eq!(words(&kept), fresh, "{rows} rows after other runs");
+    }
     // More chunks than a row's merge takes, or none: refused by name.
     assert!(Summary::with_chunk(&client, vocab, 3).is_err());
     assert!(Summary::with_chunk(&client, vocab, 0).is_err());
