@@ -991,6 +991,9 @@ pub(crate) struct GpuLogits {
 /// pass's reads.
 #[derive(Debug)]
 pub(crate) struct Scratch {
+    /// The thread that made or last used them: a pass on another thread (another CubeCL
+    /// stream, ordered with this one by CubeCL rather than by one queue) makes its own.
+    thread: std::thread::ThreadId,
     rows: usize,
     tail: usize,
     /// `[rows, d_model]`: the residual stream.
@@ -1014,6 +1017,7 @@ impl Scratch {
         let (d, q) = (c.d_model, c.n_heads * c.head_dim);
         let f32s = |n: usize| client.empty((n * 4).max(4));
         Self {
+            thread: std::thread::current().id(),
             rows,
             tail,
             x: f32s(rows * d),
@@ -1044,6 +1048,9 @@ impl ScratchSlot {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         match kept {
+            Some(s) if s.thread != std::thread::current().id() => {
+                Scratch::new(client, c, (rows, tail))
+            }
             Some(s) if s.rows >= rows && s.tail >= tail => s,
             Some(s) => Scratch::new(client, c, (s.rows.max(rows), s.tail.max(tail))),
             None => Scratch::new(client, c, (rows, tail)),

@@ -26,8 +26,11 @@ use crate::error::{KernelError, Result};
 /// reuse over many chunks gives a fresh run's words (`the_summary_ranks_as_the_verifier_does`)
 /// and the chained SmolLM2 test passes on lavapipe; the cause is not found, so the browser takes
 /// them run by run, as before.
+/// Kept with the thread that last used it: CubeCL gives each thread a stream of its own, and a
+/// buffer passed from one stream to another is ordered by CubeCL, not by one queue, so a run on
+/// another thread takes its own rather than rely on that.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Room(std::sync::Arc<std::sync::Mutex<Option<Handle>>>);
+pub(crate) struct Room(std::sync::Arc<std::sync::Mutex<Option<(std::thread::ThreadId, Handle)>>>);
 
 impl Room {
     /// The kept buffer where it holds `bytes`, else a new one of the next power of two (so a
@@ -44,7 +47,12 @@ impl Room {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         match kept {
-            Some(h) if usize::try_from(h.size()).is_ok_and(|have| have >= bytes) => h,
+            Some((thread, h))
+                if thread == std::thread::current().id()
+                    && usize::try_from(h.size()).is_ok_and(|have| have >= bytes) =>
+            {
+                h
+            }
             _ => client.empty(bytes.max(4).next_power_of_two()),
         }
     }
@@ -56,7 +64,8 @@ impl Room {
         *self
             .0
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(handle);
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((std::thread::current().id(), handle));
     }
 }
 
