@@ -985,10 +985,10 @@ pub(crate) struct GpuLogits {
 /// kept from one pass to the next (a larger pass makes them anew at its size), where each pass
 /// made its own before. A card's host spends its time a pass on the launches and on taking
 /// buffers from CubeCL's pool; with wgpu's no-op backend standing in for a card (`bench.sh
-/// gpu-host`), taking these seven a pass was ~20 % of the runtime thread's time. Reuse is safe
-/// because none of them leaves the pass (the logits and the step buffer do, and stay per pass)
-/// and the device runs a queue's launches in order: the next pass's writes come after this
-/// pass's reads.
+/// gpu-host`), taking buffers, these seven most of them, was ~20 % of its runtime thread's
+/// time. Reuse is safe because none of them leaves the pass (the logits and the step buffer
+/// do, and stay per pass) and the device runs a queue's launches in order: the next pass's
+/// writes come after this pass's reads.
 #[derive(Debug)]
 pub(crate) struct Scratch {
     /// The thread that made or last used them: a pass on another thread (another CubeCL
