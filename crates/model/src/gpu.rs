@@ -1034,6 +1034,9 @@ impl Scratch {
 /// Where a model keeps its [`Scratch`] between passes (shared by its clones: a layer-skip
 /// drafter's passes run on the same queue as its model's). A pass takes it out and puts it
 /// back, so a pass running beside another on the same model (another thread) makes its own.
+/// Natively only, as mars-kernels' kept partials (`Room`): in the browser, kept partials broke
+/// the chained speculation test for a cause not found, and the same may hold of these, whose
+/// saving there is not measured; the page makes them pass by pass, as before.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ScratchSlot(Arc<std::sync::Mutex<Option<Scratch>>>);
 
@@ -1041,6 +1044,9 @@ impl ScratchSlot {
     /// The kept buffers where they hold `rows` rows and `tail` logit rows, else new ones as
     /// large as both (so that passes of 1 and k + 1 rows settle on one size).
     fn take(&self, client: &Client, c: &LlamaConfig, (rows, tail): (usize, usize)) -> Scratch {
+        if cfg!(target_family = "wasm") {
+            return Scratch::new(client, c, (rows, tail));
+        }
         // A poisoned lock only means a pass panicked: whatever it held is dropped.
         let kept = self
             .0
@@ -1058,6 +1064,9 @@ impl ScratchSlot {
     }
 
     fn put(&self, scratch: Scratch) {
+        if cfg!(target_family = "wasm") {
+            return;
+        }
         *self
             .0
             .lock()
