@@ -26,6 +26,7 @@ use crate::error::{KernelError, Result};
 /// reuse over many chunks gives a fresh run's words (`the_summary_ranks_as_the_verifier_does`)
 /// and the chained SmolLM2 test passes on lavapipe; the cause is not found, so the browser takes
 /// them run by run, as before.
+///
 /// Kept with the thread that last used it: CubeCL gives each thread a stream of its own, and a
 /// buffer passed from one stream to another is ordered by CubeCL, not by one queue, so a run on
 /// another thread takes its own rather than rely on that.
