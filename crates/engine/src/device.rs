@@ -304,37 +304,9 @@ fn open_cpu() -> Result<OpenDevice> {
 
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
 async fn open_wgpu(seen: Option<AdapterFacts>) -> Result<OpenDevice> {
-    let mut options = Device::wgpu_options();
-    // CubeCL submits its recorded launches every `tasks_max` of them (32 by default) and before
-    // every read back. A forward is 8 launches a layer plus a few (~230 for a 28-layer model)
-    // and ends in a read: one submit a forward on a CPU adapter, 32 launches a submit on a GPU
-    // (`mars_model::submit_every`, both measured). CUBECL_WGPU_MAX_TASKS, where set, still
-    // decides.
-    // wgpu's no-op backend where `WGPU_NOOP_BACKEND=1`: a card's launches, nothing run (the
-    // host's side measured without a GPU: `mars_model::noop_setup`).
-    #[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
-    let noop = mars_model::noop_setup().await?;
-    #[cfg(not(all(feature = "wgpu", not(target_family = "wasm"))))]
-    let noop: Option<mars_model::WgpuSetup> = None;
-    if std::env::var_os("CUBECL_WGPU_MAX_TASKS").is_none() {
-        let tasks = match seen {
-            _ if noop.is_some() => mars_model::SUBMIT_EVERY_GPU,
-            Some(adapter) => mars_model::submit_every_on(Some(&adapter)),
-            None => mars_model::submit_every().await,
-        };
-        options = options.tasks_max(tasks);
-    }
-    let device_error = |e: mars_model::WgpuInitError| EngineError::Device(e.to_string());
-    let (device, setup) = match noop {
-        Some(setup) => (
-            options.setup(setup.clone()).init().map_err(device_error)?,
-            setup,
-        ),
-        None => options
-            .init_with_setup_async()
-            .await
-            .map_err(device_error)?,
-    };
+    let (device, setup) = mars_model::open_wgpu(seen.as_ref())
+        .await
+        .map_err(EngineError::Device)?;
     let limits = setup.adapter.limits();
     let info = setup.adapter.get_info();
     // The adapter's free memory where its driver reports it (natively: NVML, amdgpu's sysfs).

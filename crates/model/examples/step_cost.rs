@@ -8,7 +8,7 @@
 //! `STEP_DEVICE=wgpu` runs the GPU path instead (GGUF blocks on wgpu, f16 cache), each pass
 //! followed by its rows' summaries read back, as decoding and verification read them, and says
 //! the launches a pass and the time a launch. With `WGPU_NOOP_BACKEND=1` wgpu's no-op backend
-//! stands in for a card (`mars_model::noop_setup`): the card's configuration is launched and
+//! stands in for a card (`mars_model::open_wgpu`): the card's configuration is launched and
 //! nothing runs, so the times are the host's side alone — CubeCL's runtime and wgpu-core
 //! recording and submitting the launches — measurable, and profilable (perf, callgrind), on a
 //! machine without a GPU (`bench.sh gpu-host`).
@@ -92,20 +92,9 @@ fn main() {
     }
 }
 
-/// The wgpu device (wgpu's no-op backend where `WGPU_NOOP_BACKEND=1`) and the adapter's
-/// smallest subgroup where the kernels can use it, submitting as the engine does for the
-/// adapter.
+/// The wgpu device as the engine opens it (wgpu's no-op card where `WGPU_NOOP_BACKEND=1`) and
+/// the adapter's smallest subgroup where the kernels can use it.
 fn open_wgpu() -> (Device, Option<u32>) {
-    let noop = pollster::block_on(mars_model::noop_setup()).unwrap();
-    let tasks = if noop.is_some() {
-        mars_model::SUBMIT_EVERY_GPU
-    } else {
-        pollster::block_on(mars_model::submit_every())
-    };
-    let options = Device::wgpu_options().tasks_max(tasks);
-    let (device, setup) = match noop {
-        Some(setup) => (options.setup(setup.clone()).init().unwrap(), setup),
-        None => options.init_with_setup().unwrap(),
-    };
+    let (device, setup) = pollster::block_on(mars_model::open_wgpu(None)).unwrap();
     (device, mars_model::subgroup_lanes(&setup.adapter))
 }

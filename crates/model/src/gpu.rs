@@ -19,8 +19,8 @@ use burn::tensor::{Device, Tensor};
 use cubecl::server::Handle;
 use mars_kernels::gpu::{
     Attention, CopyRows, Draw, Epilogue, Form, GpuMatrix, GpuType, Heads, KvType, Link, MAX_TOP,
-    MatrixGroup, Norm, PART_PAD, Reduce, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary,
-    TileForm, TopRows, clone_buffer, link_ids,
+    MatrixGroup, Norm, PART_PAD, Reduce, Rope, Rows, SUMMARY_WORDS, Slot, Step, StepBuffer,
+    Summary, TileForm, TopRows, clone_buffer, link_ids,
 };
 
 use crate::backend::{Backend, LayerCache, Pass, Reads, rope_tables};
@@ -115,6 +115,39 @@ pub async fn first_adapter() -> Option<AdapterFacts> {
     })
 }
 
+/// Opens burn's wgpu device (once a process): one copy for the engine and the examples. CubeCL
+/// submits its recorded launches every `tasks_max` of them (32 by default) and before every
+/// read back; a forward is five to eight launches a layer plus a few and ends in a read: one
+/// submit a forward on a CPU adapter, 32 launches a submit on a GPU ([`submit_every_on`] for
+/// the adapter `seen` before, else [`submit_every`]; both measured). `CUBECL_WGPU_MAX_TASKS`,
+/// where set, still decides. Natively, where `WGPU_NOOP_BACKEND=1`, the device is wgpu's no-op
+/// backend dressed as a card ([`noop_card`]).
+///
+/// # Errors
+/// What wgpu or CubeCL refused, in words (no adapter, no device, a setup refused).
+pub async fn open_wgpu(
+    seen: Option<&AdapterFacts>,
+) -> std::result::Result<(Device, burn::backend::wgpu::WgpuSetup), String> {
+    #[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
+    let noop = noop_setup().await.map_err(|e| e.to_string())?;
+    #[cfg(not(all(feature = "wgpu", not(target_family = "wasm"))))]
+    let noop: Option<burn::backend::wgpu::WgpuSetup> = None;
+    let mut options = Device::wgpu_options();
+    if std::env::var_os("CUBECL_WGPU_MAX_TASKS").is_none() {
+        let tasks = match seen {
+            _ if noop.is_some() => SUBMIT_EVERY_GPU,
+            Some(adapter) => submit_every_on(Some(adapter)),
+            None => submit_every().await,
+        };
+        options = options.tasks_max(tasks);
+    }
+    let opened = match noop {
+        Some(setup) => options.setup(setup.clone()).init().map(|d| (d, setup)),
+        None => options.init_with_setup_async().await,
+    };
+    opened.map_err(|e| e.to_string())
+}
+
 /// wgpu's no-op backend dressed as a GPU card, where `WGPU_NOOP_BACKEND=1` (wgpu's own switch):
 /// every launch is validated, recorded and submitted as on a card, and nothing runs (buffers
 /// exist, reads return what they hold). What a run then takes is the host's side of the card
@@ -127,7 +160,7 @@ pub async fn first_adapter() -> Option<AdapterFacts> {
 /// # Errors
 /// [`ModelError::Unsupported`] naming what wgpu refused.
 #[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
-pub async fn noop_setup() -> Result<Option<burn::backend::wgpu::WgpuSetup>> {
+async fn noop_setup() -> Result<Option<burn::backend::wgpu::WgpuSetup>> {
     if std::env::var("WGPU_NOOP_BACKEND").as_deref() != Ok("1") {
         return Ok(None);
     }
@@ -982,18 +1015,14 @@ pub(crate) struct GpuLogits {
 }
 
 /// A pass's own buffers, sized for `rows` rows of the pass and `tail` logit rows: made once and
-/// kept from one pass to the next (a larger pass makes them anew at its size), where each pass
-/// made its own before. A card's host spends its time a pass on the launches and on taking
-/// buffers from CubeCL's pool; with wgpu's no-op backend standing in for a card (`bench.sh
-/// gpu-host`), taking buffers, these seven most of them, was ~20 % of its runtime thread's
-/// time. Reuse is safe because none of them leaves the pass (the logits and the step buffer
-/// do, and stay per pass) and the device runs a queue's launches in order: the next pass's
-/// writes come after this pass's reads.
+/// kept from one pass to the next ([`ScratchSlot`]; a larger pass makes them anew at its size),
+/// where each pass made its own before. A card's host spends its time a pass on the launches
+/// and on taking buffers from CubeCL's pool; with wgpu's no-op backend standing in for a card
+/// (`bench.sh gpu-host`), taking buffers, these seven most of them, was ~20 % of its runtime
+/// thread's time. None of them leaves the pass (the logits and the step buffer do, and stay
+/// per pass).
 #[derive(Debug)]
 pub(crate) struct Scratch {
-    /// The thread that made or last used them: a pass on another thread (another CubeCL
-    /// stream, ordered with this one by CubeCL rather than by one queue) makes its own.
-    thread: std::thread::ThreadId,
     rows: usize,
     tail: usize,
     /// `[rows, d_model]`: the residual stream.
@@ -1017,7 +1046,6 @@ impl Scratch {
         let (d, q) = (c.d_model, c.n_heads * c.head_dim);
         let f32s = |n: usize| client.empty((n * 4).max(4));
         Self {
-            thread: std::thread::current().id(),
             rows,
             tail,
             x: f32s(rows * d),
@@ -1031,32 +1059,16 @@ impl Scratch {
     }
 }
 
-/// Where a model keeps its [`Scratch`] between passes (shared by its clones: a layer-skip
-/// drafter's passes run on the same queue as its model's). A pass takes it out and puts it
-/// back, so a pass running beside another on the same model (another thread) makes its own.
-/// Natively only, as mars-kernels' kept partials (`Room`): in the browser, kept partials broke
-/// the chained speculation test for a cause not found, and the same may hold of these, whose
-/// saving there is not measured; the page makes them pass by pass, as before.
+/// Where a model keeps its [`Scratch`] between passes (a [`Slot`], shared by its clones: a
+/// layer-skip drafter's passes run on the same queue as its model's; natively only).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct ScratchSlot(Arc<std::sync::Mutex<Option<Scratch>>>);
+pub(crate) struct ScratchSlot(Slot<Scratch>);
 
 impl ScratchSlot {
     /// The kept buffers where they hold `rows` rows and `tail` logit rows, else new ones as
     /// large as both (so that passes of 1 and k + 1 rows settle on one size).
     fn take(&self, client: &Client, c: &LlamaConfig, (rows, tail): (usize, usize)) -> Scratch {
-        if cfg!(target_family = "wasm") {
-            return Scratch::new(client, c, (rows, tail));
-        }
-        // A poisoned lock only means a pass panicked: whatever it held is dropped.
-        let kept = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        match kept {
-            Some(s) if s.thread != std::thread::current().id() => {
-                Scratch::new(client, c, (rows, tail))
-            }
+        match self.0.take() {
             Some(s) if s.rows >= rows && s.tail >= tail => s,
             Some(s) => Scratch::new(client, c, (s.rows.max(rows), s.tail.max(tail))),
             None => Scratch::new(client, c, (rows, tail)),
@@ -1064,13 +1076,7 @@ impl ScratchSlot {
     }
 
     fn put(&self, scratch: Scratch) {
-        if cfg!(target_family = "wasm") {
-            return;
-        }
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(scratch);
+        self.0.put(scratch);
     }
 }
 

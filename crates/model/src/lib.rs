@@ -32,22 +32,23 @@ pub mod tiny;
 pub mod weights;
 
 pub use backend::Reads;
-/// What opening a wgpu device gives and fails with (burn's, CubeCL's).
+/// What opening a wgpu device gives (burn's, CubeCL's).
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
-pub use burn::backend::wgpu::{WgpuInitError, WgpuSetup};
+pub use burn::backend::wgpu::WgpuSetup;
 pub use burn::tensor::{Device, Tensor};
 pub use cache::KvCache;
 pub use config::{Architecture, LlamaConfig, RopeStyle};
 pub use error::{ModelError, Result};
+/// wgpu's no-op backend as a card (`open_wgpu` takes it where `WGPU_NOOP_BACKEND=1`): the
+/// host's side of a card's launches.
+#[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
+pub use gpu::noop_card;
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
 pub use gpu::{
     FormTime, GroupForm, GroupTiming, PrefillTime, SUBMIT_EVERY_CPU, SUBMIT_EVERY_GPU,
-    adapter_identity, adapter_software, blocks_unsupported, first_adapter, subgroup_lanes,
-    submit_every, submit_every_on,
+    adapter_identity, adapter_software, blocks_unsupported, first_adapter, open_wgpu,
+    subgroup_lanes, submit_every, submit_every_on,
 };
-/// wgpu's no-op backend as a card, where `WGPU_NOOP_BACKEND=1`: the host's side of launches.
-#[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
-pub use gpu::{noop_card, noop_setup};
 pub use llama::{Llama, PREFILL_ROWS, TILES_ABOVE};
 pub use load::MemoryNeeds;
 pub use logits::{ChainLink, Logits, RowSummary, SummaryChain, read_f32, read_f32_async};

@@ -7,66 +7,36 @@ use cubecl::prelude::CubeCount;
 use cubecl::server::{Handle, KernelArguments};
 
 use super::{
-    NEG_INF_BITS, Shader, StepBuffer, check_size, launch, quant_bytes, upload_f32, upload_words,
+    NEG_INF_BITS, Shader, Slot, StepBuffer, check_size, launch, quant_bytes, upload_f32,
+    upload_words,
 };
 use crate::error::{KernelError, Result};
 
 /// Room a run's launches write and the launch after them reads (attention's key-block partials,
-/// a row reduction's chunk partials), kept between runs and grown as needed, where each run took
-/// its own from CubeCL's pool: a card's host spent ~25 µs taking one (wgpu's no-op backend,
-/// SmolLM2 decoding after 1,024 tokens: a pass 1.98 ms with attention's partials taken a layer).
-/// A run takes the kept buffer out and puts it back, so runs beside each other on other threads
-/// take their own; reuse within a queue is safe because the device runs its launches in order
-/// (the next run's writes come after this run's reads). Shared by clones: every layer's
-/// attention, a model's logits' summaries.
-///
-/// Natively only: in the browser (WebGPU in headless Chromium on SwiftShader) a summary's or a
-/// top-c's partials kept between runs gave NaN summaries in the chained speculation test
+/// a row reduction's chunk partials), kept between runs in a [`Slot`] and grown as needed, where
+/// each run took its own from CubeCL's pool: ~30 µs of host each on wgpu's no-op card (SmolLM2
+/// decoding after 1,024 tokens: 1.76 ms a pass taking attention's partials at every layer, 0.88
+/// ms keeping them). Shared by clones: every layer's attention, a model's logits' summaries.
+/// In the browser a [`Slot`] keeps nothing: there a summary's or a top-c's partials kept between
+/// runs gave NaN summaries in the chained speculation test
 /// (`greedy_strict_speculation_equals_target_only_on_webgpu_blocks`), where natively the same
 /// reuse over many chunks gives a fresh run's words (`the_summary_ranks_as_the_verifier_does`)
-/// and the chained SmolLM2 test passes on lavapipe; the cause is not found, so the browser takes
-/// them run by run, as before.
-///
-/// Kept with the thread that last used it: CubeCL gives each thread a stream of its own, and a
-/// buffer passed from one stream to another is ordered by CubeCL, not by one queue, so a run on
-/// another thread takes its own rather than rely on that.
+/// and the chained SmolLM2 test passes on lavapipe; the cause is not found.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Room(std::sync::Arc<std::sync::Mutex<Option<(std::thread::ThreadId, Handle)>>>);
+pub(crate) struct Room(Slot<Handle>);
 
 impl Room {
     /// The kept buffer where it holds `bytes`, else a new one of the next power of two (so a
-    /// context growing a key block at a time takes a new one rarely); in the browser always a
-    /// new one.
+    /// context growing a key block at a time takes a new one rarely).
     fn take(&self, client: &Client, bytes: usize) -> Handle {
-        if cfg!(target_family = "wasm") {
-            return client.empty(bytes.max(4));
-        }
-        // A poisoned lock only means a run panicked: whatever it held is dropped.
-        let kept = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        match kept {
-            Some((thread, h))
-                if thread == std::thread::current().id()
-                    && usize::try_from(h.size()).is_ok_and(|have| have >= bytes) =>
-            {
-                h
-            }
+        match self.0.take() {
+            Some(h) if usize::try_from(h.size()).is_ok_and(|have| have >= bytes) => h,
             _ => client.empty(bytes.max(4).next_power_of_two()),
         }
     }
 
     fn put(&self, handle: Handle) {
-        if cfg!(target_family = "wasm") {
-            return;
-        }
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some((std::thread::current().id(), handle));
+        self.0.put(handle);
     }
 }
 

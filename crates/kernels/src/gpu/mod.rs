@@ -453,7 +453,7 @@ pub const FOUR_ON_GPU: usize = 8 << 20;
 /// (CubeCL's device identity has no physical device for wgpu's CPU adapters): what every
 /// kernel shape that differs between the two asks. wgpu's no-op backend counts as a card: it
 /// stands in for one when the host's side of a card's launches is measured
-/// (`mars_model::noop_setup`), and wgpu-hal 30 reports it as a CPU adapter whatever device type
+/// (`mars_model::open_wgpu`), and wgpu-hal 30 reports it as a CPU adapter whatever device type
 /// it is given, so it is known by its name.
 pub fn is_card(client: &Client) -> bool {
     let identity = &client.properties().identity;
@@ -462,6 +462,59 @@ pub fn is_card(client: &Client) -> bool {
 
 /// The name wgpu gives its no-op backend's adapter.
 pub const NOOP_ADAPTER: &str = "noop wgpu backend";
+
+/// A value a run takes out and puts back when done, so that the next run on the same thread
+/// reuses it: GPU buffers the device only needs while a run's launches execute (a forward's
+/// activations, a reduction's partials), where each run took new ones from CubeCL's pool.
+/// Reuse is safe because nothing of them leaves the run and the device runs a queue's launches
+/// in order (the next run's writes come after this run's reads). A run beside another (another
+/// thread) finds the slot empty and makes its own; a value put by another thread is not given
+/// out (CubeCL gives each thread a stream of its own, and a buffer passed between streams is
+/// ordered by CubeCL rather than by one queue). Shared by clones. Natively only: in the browser
+/// it keeps nothing (kept partials broke a WebGPU test there, `layer.rs`'s `Room`).
+#[derive(Debug)]
+pub struct Slot<T>(std::sync::Arc<std::sync::Mutex<Option<(std::thread::ThreadId, T)>>>);
+
+impl<T> Clone for Slot<T> {
+    fn clone(&self) -> Self {
+        Self(std::sync::Arc::clone(&self.0))
+    }
+}
+
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Self(std::sync::Arc::default())
+    }
+}
+
+impl<T> Slot<T> {
+    /// The value this thread put last, taken out; `None` where there is none (or in the
+    /// browser).
+    pub fn take(&self) -> Option<T> {
+        if cfg!(target_family = "wasm") {
+            return None;
+        }
+        // A poisoned lock only means a run panicked: whatever it held is dropped.
+        let kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        kept.and_then(|(thread, v)| (thread == std::thread::current().id()).then_some(v))
+    }
+
+    /// Keeps `value` for this thread's next run (in the browser, drops it).
+    pub fn put(&self, value: T) {
+        if cfg!(target_family = "wasm") {
+            return;
+        }
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((std::thread::current().id(), value));
+    }
+}
 
 /// A measurement knob's choice: `Some(true)` where the environment's `var` is `on`,
 /// `Some(false)` where it is `off`, else `None` (the rule decides). Knobs let the GPU bundle time
