@@ -2,7 +2,9 @@
 //! and validated by naga (the translator inside wgpu, same version), then written as SPIR-V
 //! (Vulkan), MSL (Metal) and HLSL (D3D12) with the settings wgpu uses. lavapipe only runs the
 //! SPIR-V path, so this is what keeps a kernel that Metal or D3D12 would refuse at pipeline
-//! creation from landing unseen.
+//! creation from landing unseen. Where `MARS_SPIRV_VAL` names Khronos's `spirv-val` (the test
+//! command installs it), every SPIR-V module is also checked by it for Vulkan 1.3 — the
+//! matrix-unit tiles above all, which no adapter here can run.
 //!
 //! The workgroup-memory form must validate with nothing beyond [`BASELINE`] (it is what an
 //! adapter without subgroups, and the browser, runs) and translate for D3D12's oldest shader
@@ -46,6 +48,102 @@ fn validate(
     Ok((module, info))
 }
 
+/// SPIR-V as wgpu writes it for a Vulkan 1.3 device (every GPU card this project has met): SPIR-V
+/// 1.6 (wgpu-hal picks the device's highest).
+fn spirv_options() -> spv::Options<'static> {
+    spv::Options {
+        lang_version: (1, 6),
+        ..spv::Options::default()
+    }
+}
+
+/// Checks `words` with Khronos's validator, `spirv-val` of SPIRV-Tools, where `MARS_SPIRV_VAL`
+/// names it (tests/setup.sh installs 2025.5 and the test command sets it): the rules a Vulkan
+/// 1.3 driver is written against, which naga's own validation of the WGSL does not apply to the
+/// SPIR-V it writes. Without the variable the check is skipped (said once on stderr).
+fn khronos(what: &str, words: &[u32]) -> Result<(), String> {
+    static NOTED: std::sync::Once = std::sync::Once::new();
+    let Some(bin) = std::env::var_os("MARS_SPIRV_VAL") else {
+        NOTED.call_once(|| eprintln!("MARS_SPIRV_VAL unset: spirv-val skipped"));
+        return Ok(());
+    };
+    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("mars-shader-{}-{n}.spv", std::process::id()));
+    let bytes: Vec<u8> = without_array_strides(words, true)
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    std::fs::write(&path, bytes).map_err(|e| format!("{what}: {}: {e}", path.display()))?;
+    let out = std::process::Command::new(&bin)
+        .args(["--target-env", "vulkan1.3"])
+        .arg(&path)
+        .output();
+    let _ = std::fs::remove_file(&path);
+    let out = out.map_err(|e| format!("{what}: running {}: {e}", bin.to_string_lossy()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what}: spirv-val: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// `words` without the explicit layouts SPIR-V 1.4 and later forbid outside buffers
+/// (`fixed_only`: the `ArrayStride` of fixed-size arrays and the member `Offset`s of structs
+/// that are not a buffer's block), or without every array's stride (a mutation the validator
+/// must refuse). naga lays out every array and struct type, also those of private, function
+/// and workgroup variables (VUID-StandaloneSpirv-None-10684, enforced by SPIRV-Tools since 2025;
+/// drivers accept it, and every wgpu program on a Vulkan 1.3 device carries it). The kernels'
+/// buffers are blocks over runtime arrays, whose layouts stay, so the validator checks the rest.
+fn without_array_strides(words: &[u32], fixed_only: bool) -> Vec<u32> {
+    const OP_DECORATE: u32 = 71;
+    const OP_MEMBER_DECORATE: u32 = 72;
+    const OP_TYPE_ARRAY: u32 = 28;
+    const ARRAY_STRIDE: u32 = 6;
+    const OFFSET: u32 = 35;
+    const BLOCK: u32 = 2;
+    // Instructions after the 5-word header: word 0 is (word count << 16) | opcode.
+    let instructions = || {
+        let mut at = 5;
+        std::iter::from_fn(move || {
+            let count = (*words.get(at)? >> 16) as usize;
+            let ins = words.get(at..at + count.max(1))?;
+            at += count.max(1);
+            Some(ins)
+        })
+    };
+    let ids = |op: u32, decoration: Option<u32>| -> std::collections::HashSet<u32> {
+        instructions()
+            .filter(|ins| {
+                ins[0] & 0xffff == op && decoration.is_none_or(|d| ins.get(2) == Some(&d))
+            })
+            .filter_map(|ins| ins.get(1).copied())
+            .collect()
+    };
+    let fixed = ids(OP_TYPE_ARRAY, None);
+    let blocks = ids(OP_DECORATE, Some(BLOCK));
+    let mut out = words[..5].to_vec();
+    for ins in instructions() {
+        let (op, target) = (ins[0] & 0xffff, ins.get(1).copied().unwrap_or(0));
+        let dropped = if op == OP_DECORATE && ins.get(2) == Some(&ARRAY_STRIDE) {
+            !fixed_only || fixed.contains(&target)
+        } else {
+            fixed_only
+                && op == OP_MEMBER_DECORATE
+                && ins.get(3) == Some(&OFFSET)
+                && !blocks.contains(&target)
+        };
+        if !dropped {
+            out.extend_from_slice(ins);
+        }
+    }
+    out
+}
+
 /// Writes `module` for Vulkan, Metal and D3D12 at the given MSL version and shader model.
 fn translate(
     what: &str,
@@ -58,7 +156,7 @@ fn translate(
     let words = spv::write_vec(
         module,
         info,
-        &spv::Options::default(),
+        &spirv_options(),
         Some(&spv::PipelineOptions {
             shader_stage: naga::ShaderStage::Compute,
             entry_point: "main".to_string(),
@@ -70,6 +168,7 @@ fn translate(
         Some(&0x0723_0203),
         "{what}: SPIR-V magic number"
     );
+    khronos(what, &words)?;
 
     let options = msl::Options {
         lang_version: msl_version,
@@ -140,7 +239,7 @@ fn check_units(what: &str, source: &str) {
     let words = spv::write_vec(
         &module,
         &info,
-        &spv::Options::default(),
+        &spirv_options(),
         Some(&spv::PipelineOptions {
             shader_stage: naga::ShaderStage::Compute,
             entry_point: "main".to_string(),
@@ -149,6 +248,7 @@ fn check_units(what: &str, source: &str) {
     .map_err(|e| format!("{what} on units: SPIR-V: {e}"))
     .unwrap();
     assert_eq!(words.first(), Some(&0x0723_0203), "{what}: SPIR-V magic");
+    khronos(&format!("{what} on units"), &words).unwrap();
 }
 
 #[test]
@@ -390,4 +490,15 @@ fn a_broken_kernel_is_refused() {
     // And f16 unpacking where a device lacks it (llvmpipe without `SHADER_F16`).
     let err = validate("unpacking", &good, Capabilities::empty()).unwrap_err();
     assert!(err.contains("SHADER_FLOAT16_IN_FLOAT32"), "{err}");
+    // Khronos's validator, where it runs: the good kernel's SPIR-V passes; the same SPIR-V with
+    // its buffers' strides dropped too (a storage buffer must be laid out) is refused.
+    if std::env::var_os("MARS_SPIRV_VAL").is_some() {
+        let (module, info) = validate("good", &good, BASELINE).unwrap();
+        let words = spv::write_vec(&module, &info, &spirv_options(), None).unwrap();
+        khronos("good", &words).unwrap();
+        let unlaid = without_array_strides(&words, false);
+        assert!(unlaid.len() < words.len());
+        let err = khronos("unlaid", &unlaid).unwrap_err();
+        assert!(err.contains("stride"), "{err}");
+    }
 }
