@@ -122,16 +122,20 @@ stage() {
     teams) # a whole decode, passes of 5 and 16 rows and a 128-token prefill in each matmul form,
       # alternating for ROUNDS rounds: the shapes' rules (no tuning table), the table's forms
       # (tuned: the tune stage's, or timed at this first load), lane teams on every group
-      # (MARS_GPU_TEAM=lanes), the prefill in the mat-vec form instead of tiles
+      # (MARS_GPU_TEAM=lanes), wide teams (16 bytes a load) on every Q4_K group with f32 and
+      # with 8-bit activations (MARS_GPU_TEAM=wide, MARS_GPU_ACTS=q8), the prefill in the
+      # mat-vec form instead of tiles
       # (MARS_GPU_TILES=off), its tiles on the matrix units (MARS_GPU_TILES=units) and 8-bit
       # activations on every group that takes them (MARS_GPU_ACTS=q8)
       # and every loop bounded as wgpu bounds them in CubeCL's checked mode (MARS_GPU_LOOP_BOUND=on)
       # and the norms before q|k|v and gate|up and RoPE in launches of their own
       # (MARS_GPU_NORM=apart MARS_GPU_ROPE=apart; a card folds them into the products and
       # attention: two launches a layer fewer)
-      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule bounded folds-apart tuned q8 lanes no-tiles units; do
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule wide wide-q8 tuned q8 lanes bounded folds-apart no-tiles units; do
         case $t in
           rule) e=MARS_TUNE=off ;; tuned) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
+          wide) e="MARS_TUNE=off MARS_GPU_TEAM=wide" ;;
+          wide-q8) e="MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8" ;;
           bounded) e="MARS_TUNE=off MARS_GPU_LOOP_BOUND=on" ;;
           folds-apart) e="MARS_TUNE=off MARS_GPU_NORM=apart MARS_GPU_ROPE=apart" ;;
           q8) e="MARS_TUNE=off MARS_GPU_ACTS=q8" ;;

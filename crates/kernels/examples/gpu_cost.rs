@@ -219,12 +219,14 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
             "| {name} [{out} x {cols}] | read alone | - | - | {ms:.3} | {:.1} | - |",
             read_bytes as f64 / ms / 1e6
         );
-        // Lane teams where the type has them (Q4_K).
-        let teams: &[Team] = if Team::lanes_for(&[ty.into()]) {
-            &[Team::Quarter, Team::Whole, Team::Lanes]
-        } else {
-            &[Team::Quarter, Team::Whole]
-        };
+        // Lane teams where the type has them (Q4_K, Q6_K), wide teams for Q4_K.
+        let mut teams = vec![Team::Quarter, Team::Whole];
+        if Team::lanes_for(&[ty.into()]) {
+            teams.push(Team::Lanes);
+        }
+        if Team::wide_for(&[ty.into()]) {
+            teams.push(Team::Wide);
+        }
         // Each team with f32 activations, and with 8-bit ones but in lane teams.
         let forms = teams.iter().flat_map(|&team| {
             let q8 = (team != Team::Lanes).then_some((team, Acts::Q8));

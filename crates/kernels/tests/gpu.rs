@@ -165,20 +165,43 @@ fn every_type_and_row_count_is_within_the_f32_rounding_bound() {
 /// bias; SiLU(gate)·up within f32 rounding).
 #[test]
 fn lane_teams_are_exact_to_f32_and_keep_the_row_contracts() {
+    a_team_is_exact_to_f32_and_keeps_the_row_contracts(
+        Team::Lanes,
+        &[WeightType::Q4K, WeightType::Q6K],
+        WeightType::Q6K,
+    );
+}
+
+/// Wide teams (8 lanes a Q4_K super-block, 16 bytes a load, the weights bound as vec4s): the
+/// same contracts, over one super-block a row (half the team idle) and over five (an odd
+/// number: the team takes two a step), in groups of Q4_K matrices.
+#[test]
+fn wide_teams_are_exact_to_f32_and_keep_the_row_contracts() {
+    a_team_is_exact_to_f32_and_keeps_the_row_contracts(
+        Team::Wide,
+        &[WeightType::Q4K],
+        WeightType::Q4K,
+    );
+}
+
+/// `team` over matrices of each of `types` and in groups whose third matrix (a q | k | v's v)
+/// is `v_type`.
+fn a_team_is_exact_to_f32_and_keeps_the_row_contracts(
+    team: Team,
+    types: &[WeightType],
+    v_type: WeightType,
+) {
     let client = client();
     let max = max_binding(&client);
     let mut rng = ChaCha8Rng::seed_from_u64(14);
     let lanes = |w: &QMatrix, fan| {
         let mut g = upload(&client, w, max);
-        g.set_team(Team::Lanes);
+        g.set_team(team);
         g.set_fan(fan);
         g
     };
     let shapes = [(37, 256), (9, 1280)];
-    for (ty, (out, cols)) in [WeightType::Q4K, WeightType::Q6K]
-        .into_iter()
-        .flat_map(|ty| shapes.map(|s| (ty, s)))
-    {
+    for (ty, (out, cols)) in types.iter().flat_map(|&ty| shapes.map(|s| (ty, s))) {
         let w = random_matrix(ty, out, cols, &mut rng);
         let wd = dequantized(&w);
         let x = random_x(16, cols, &mut rng);
@@ -189,7 +212,7 @@ fn lane_teams_are_exact_to_f32_and_keep_the_row_contracts() {
             let err = (f64::from(one[i]) - exact[i]).abs();
             assert!(
                 err <= bound[i],
-                "{ty:?} lanes [{i}]: {} vs {}",
+                "{ty:?} {team:?} [{i}]: {} vs {}",
                 one[i],
                 exact[i]
             );
@@ -198,7 +221,7 @@ fn lane_teams_are_exact_to_f32_and_keep_the_row_contracts() {
         assert_ne!(
             bits(&one),
             bits(&quarter),
-            "{ty:?}: the lane form did not run"
+            "{ty:?}: the {team:?} form did not run"
         );
         assert_eq!(
             bits(&matmul(&client, &lanes(&w, Fan::Four), &x, 16)),
@@ -214,14 +237,10 @@ fn lane_teams_are_exact_to_f32_and_keep_the_row_contracts() {
     let cols = 512;
     let x = random_x(3, cols, &mut rng);
     let xh = f32_handle(&client, &x);
-    let ws: Vec<QMatrix> = [
-        (24, WeightType::Q4K),
-        (8, WeightType::Q4K),
-        (8, WeightType::Q6K),
-    ]
-    .iter()
-    .map(|&(o, ty)| random_matrix(ty, o, cols, &mut rng))
-    .collect();
+    let ws: Vec<QMatrix> = [(24, WeightType::Q4K), (8, WeightType::Q4K), (8, v_type)]
+        .iter()
+        .map(|&(o, ty)| random_matrix(ty, o, cols, &mut rng))
+        .collect();
     let alone: Vec<Vec<f32>> = ws
         .iter()
         .map(|w| matmul(&client, &lanes(w, Fan::One), &x, 3))

@@ -1399,11 +1399,13 @@ fn a_folded_norm_equals_the_norm_launched_apart() {
         }
         read_f32(&client, y)
     };
-    // Q4_K and Q6_K (lane teams), a SwiGLU of Q4_K beside Q8_0 (no lanes).
-    let cases: [(&[usize], Epilogue); 3] = [
+    // Q4_K and Q6_K (lane teams), a SwiGLU of Q4_K beside Q8_0 (no lanes), a SwiGLU of Q4_K
+    // (lane and wide teams).
+    let cases: [(&[usize], Epilogue); 4] = [
         (&[0, 1, 2], Epilogue::Store),
         (&[0, 3], Epilogue::SwiGlu),
         (&[1], Epilogue::Add),
+        (&[0, 2], Epilogue::SwiGlu),
     ];
     let mut forms_run = 0;
     for (members, epilogue) in cases {
@@ -1452,8 +1454,9 @@ fn a_folded_norm_equals_the_norm_launched_apart() {
             "{members:?} {epilogue:?} split"
         );
     }
-    // Quarter / whole teams (not for a SwiGLU), lanes where every type has them, fan 1 and 4.
-    assert_eq!(forms_run, 6 + 2 + 6);
+    // Quarter / whole teams (not for a SwiGLU), lanes and wide teams where every type has
+    // them, fan 1 and 4.
+    assert_eq!(forms_run, 6 + 2 + 6 + 6);
 
     // Refused: weights of another width, a bad epsilon, the last rows alone (the head); and a
     // step in 8-bit activations does not fold (its norm writes them).

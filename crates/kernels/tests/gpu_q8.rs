@@ -155,6 +155,82 @@ fn every_type_is_within_its_quantization_bound_and_rows_stay_independent() {
     }
 }
 
+/// Wide teams in the 8-bit form (Q4_K: each lane's two half blocks a vec4 each, the minimum's
+/// term from the first half's lane): within the quantization bound for 1 to 16 super-blocks a
+/// row, their own bits (not the quarter teams'), a row's bits independent of the rows beside
+/// it and of the fan, and a SwiGLU of two Q4_K matrices within f32 rounding of its products.
+#[test]
+fn wide_teams_are_within_the_bound_and_keep_the_row_contracts() {
+    let client = client();
+    let max = max_binding(&client);
+    let mut rng = ChaCha8Rng::seed_from_u64(23);
+    let wide = |w: &QMatrix, fan| {
+        let mut gw = upload_q8(&client, w, max);
+        gw.set_team(Team::Wide);
+        gw.set_fan(fan);
+        gw
+    };
+    for (out, cols) in [(37, 256), (9, 1280), (7, 4096)] {
+        let w = random_matrix(WeightType::Q4K, out, cols, &mut rng);
+        let x = random_x(16, cols, &mut rng);
+        let all = matmul(&client, &wide(&w, Fan::One), &x, 16);
+        let (exact, bound) = exact_and_bound(&dequantized(&w), &x, (16, out, cols));
+        for i in 0..16 * out {
+            let err = (f64::from(all[i]) - exact[i]).abs();
+            assert!(
+                err <= bound[i],
+                "{out} x {cols} [{i}]: {} vs exact {} (bound {:.3e})",
+                all[i],
+                exact[i],
+                bound[i]
+            );
+        }
+        let quarter = matmul(&client, &upload_q8(&client, &w, max), &x, 16);
+        assert_ne!(
+            bits(&quarter),
+            bits(&all),
+            "{cols}: the wide form did not run"
+        );
+        for m in [1, 5] {
+            let some = matmul(&client, &wide(&w, Fan::One), &x[..m * cols], m);
+            assert_eq!(bits(&some), bits(&all[..m * out]), "{cols}: m = {m}");
+        }
+        let four = matmul(&client, &wide(&w, Fan::Four), &x, 16);
+        assert_eq!(bits(&four), bits(&all), "{cols}: fan of four");
+    }
+    let cols = 512;
+    let x = random_x(3, cols, &mut rng);
+    let (gate, up) = (
+        random_matrix(WeightType::Q4K, 24, cols, &mut rng),
+        random_matrix(WeightType::Q4K, 24, cols, &mut rng),
+    );
+    let (g, u) = (
+        matmul(&client, &wide(&gate, Fan::One), &x, 3),
+        matmul(&client, &wide(&up, Fan::One), &x, 3),
+    );
+    let swiglu = MatrixGroup::new(
+        &client,
+        vec![wide(&gate, Fan::One), wide(&up, Fan::One)],
+        Epilogue::SwiGlu,
+        None,
+        Rows::All,
+    )
+    .unwrap();
+    assert_eq!(
+        (swiglu.form().team, swiglu.form().acts),
+        (Team::Wide, Acts::Q8)
+    );
+    let got = run(&client, &swiglu, &x, (3, 3));
+    for i in 0..3 * 24 {
+        let want = g[i] / (1.0 + (-g[i]).exp()) * u[i];
+        assert!(
+            (got[i] - want).abs() <= 1e-5 * want.abs().max(1e-3),
+            "swiglu [{i}]: {} vs {want}",
+            got[i]
+        );
+    }
+}
+
 /// More than 16 rows (two 16-row workgroups in z, 21 quantized rows): each row the bits of the
 /// same row in a 16-row call.
 #[test]

@@ -60,36 +60,85 @@ fn spirv_options() -> spv::Options<'static> {
 /// Checks `words` with Khronos's validator, `spirv-val` of SPIRV-Tools, where `MARS_SPIRV_VAL`
 /// names it (tests/setup.sh installs 2025.5 and the test command sets it): the rules a Vulkan
 /// 1.3 driver is written against, which naga's own validation of the WGSL does not apply to the
-/// SPIR-V it writes. Without the variable the check is skipped (said once on stderr).
+/// SPIR-V it writes. Without the variable the check is skipped (said once on stderr). The
+/// validator runs beside the translations that follow (a few at a time); [`khronos_verdicts`]
+/// waits for them.
 fn khronos(what: &str, words: &[u32]) -> Result<(), String> {
-    static NOTED: std::sync::Once = std::sync::Once::new();
-    let Some(bin) = std::env::var_os("MARS_SPIRV_VAL") else {
-        NOTED.call_once(|| eprintln!("MARS_SPIRV_VAL unset: spirv-val skipped"));
+    let Some(run) = Validation::start(what, words)? else {
         return Ok(());
     };
-    static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("mars-shader-{}-{n}.spv", std::process::id()));
-    let bytes: Vec<u8> = without_array_strides(words, true)
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .collect();
-    std::fs::write(&path, bytes).map_err(|e| format!("{what}: {}: {e}", path.display()))?;
-    let out = std::process::Command::new(&bin)
-        .args(["--target-env", "vulkan1.3"])
-        .arg(&path)
-        .output();
-    let _ = std::fs::remove_file(&path);
-    let out = out.map_err(|e| format!("{what}: running {}: {e}", bin.to_string_lossy()))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what}: spirv-val: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
+    let mut pending = PENDING.lock().unwrap();
+    pending.push_back(run);
+    // Two at a time beside the translation: this machine's cores.
+    while pending.len() > 2 {
+        let oldest = pending.pop_front().unwrap();
+        oldest.verdict()?;
     }
+    Ok(())
+}
+
+/// A `spirv-val` run under way.
+struct Validation {
+    what: String,
+    path: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl Validation {
+    /// `spirv-val` started on `words` (their non-buffer layouts dropped), or `None` where
+    /// `MARS_SPIRV_VAL` is unset.
+    fn start(what: &str, words: &[u32]) -> Result<Option<Self>, String> {
+        static NOTED: std::sync::Once = std::sync::Once::new();
+        let Some(bin) = std::env::var_os("MARS_SPIRV_VAL") else {
+            NOTED.call_once(|| eprintln!("MARS_SPIRV_VAL unset: spirv-val skipped"));
+            return Ok(None);
+        };
+        static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("mars-shader-{}-{n}.spv", std::process::id()));
+        let bytes: Vec<u8> = without_array_strides(words, true)
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        std::fs::write(&path, bytes).map_err(|e| format!("{what}: {}: {e}", path.display()))?;
+        let child = std::process::Command::new(&bin)
+            .args(["--target-env", "vulkan1.3"])
+            .arg(&path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{what}: running {}: {e}", bin.to_string_lossy()))?;
+        Ok(Some(Self {
+            what: what.to_string(),
+            path,
+            child,
+        }))
+    }
+
+    fn verdict(self) -> Result<(), String> {
+        let out = self.child.wait_with_output();
+        let _ = std::fs::remove_file(&self.path);
+        let out = out.map_err(|e| format!("{}: spirv-val: {e}", self.what))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}: spirv-val: {}{}",
+                self.what,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+}
+
+static PENDING: std::sync::Mutex<std::collections::VecDeque<Validation>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
+
+/// Waits for every `spirv-val` run under way, the first refusal an error.
+fn khronos_verdicts() -> Result<(), String> {
+    let pending: Vec<Validation> = PENDING.lock().unwrap().drain(..).collect();
+    pending.into_iter().try_for_each(Validation::verdict)
 }
 
 /// `words` without the explicit layouts SPIR-V 1.4 and later forbid outside buffers
@@ -389,6 +438,34 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
             }
         }
     }
+    // Wide teams (Q4_K groups only, the weights bound as vec4s): every row bound, the three
+    // epilogues, both activations, both reductions, the norm folded in the f32 form.
+    for (rows, fan) in bounds.into_iter().flat_map(|r| FANS.map(|f| (r, f))) {
+        for (types, epilogue) in [
+            (&[k4][..], Epilogue::Store),
+            (&[k4], Epilogue::Add),
+            (&[k4, k4], Epilogue::SwiGlu),
+            (&[k4, k4, k4], Epilogue::Store),
+        ] {
+            for (reduce, subgroups) in [
+                (Reduce::Workgroup, false),
+                (Reduce::Subgroup { lanes: 16 }, true),
+            ] {
+                let what =
+                    format!("wide {types:?}, {rows} rows, {epilogue:?}, {fan:?}, {reduce:?}");
+                for acts in [Acts::F32, Acts::Q8] {
+                    let form = (Team::Wide, fan, acts);
+                    let source = matmul_source(types, rows, reduce, epilogue, form);
+                    check(&format!("{what}, {acts:?}"), &source, subgroups);
+                    checked += 1;
+                }
+                let form = (Team::Wide, fan, Acts::F32);
+                let source = matmul_source_with(types, rows, reduce, epilogue, form, true);
+                check(&format!("{what}, norm folded"), &source, subgroups);
+                checked += 1;
+            }
+        }
+    }
     for shader in [
         Shader::Norm { q8: false },
         Shader::Norm { q8: true },
@@ -457,8 +534,10 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2 + 4) + 2 * 4)
             + blocks * 2 * (5 * 3 * 2 + 2)
             + 5 * 2 * 5 * 2 * 2
+            + 5 * 2 * 4 * 2 * 3
             + 37
     );
+    khronos_verdicts().unwrap();
 }
 
 #[test]
@@ -495,10 +574,12 @@ fn a_broken_kernel_is_refused() {
     if std::env::var_os("MARS_SPIRV_VAL").is_some() {
         let (module, info) = validate("good", &good, BASELINE).unwrap();
         let words = spv::write_vec(&module, &info, &spirv_options(), None).unwrap();
-        khronos("good", &words).unwrap();
         let unlaid = without_array_strides(&words, false);
         assert!(unlaid.len() < words.len());
-        let err = khronos("unlaid", &unlaid).unwrap_err();
+        let verdict =
+            |what, words: &[u32]| Validation::start(what, words).unwrap().unwrap().verdict();
+        verdict("good", &words).unwrap();
+        let err = verdict("unlaid", &unlaid).unwrap_err();
         assert!(err.contains("stride"), "{err}");
     }
 }

@@ -10,6 +10,9 @@ var<private> q: array<vec4<f32>, 8>;
 // (whose `load_group` mod.rs makes from it), or for Q5_0, Q5_1 and Q5_K made from their
 // `load_group` (mod.rs's `generic_i8`).
 var<private> qi: array<u32, 8>;
+// A wide team's lane's 16 bytes of quants and their scales (decode/q4_k.wgsl's `load_wide`).
+var<private> wq: vec4<u32>;
+var<private> wsc: vec4<f32>;
 var<private> s0: f32;
 var<private> s1: f32;
 var<private> mn: f32;

@@ -4,9 +4,11 @@
 // Every binding is read_write: the runtime sub-allocates buffers from shared pages, and WebGPU
 // refuses one buffer bound read-only and read-write in the same dispatch (and one bound twice
 // for writing: unused bindings get small buffers of their own).
-@group(0) @binding(0) var<storage, read_write> w0: array<u32>;      // blocks, [rows_0, rb_0] + pad
-@group(0) @binding(1) var<storage, read_write> w1: array<u32>;      // blocks, [rows_1, rb_1] + pad
-@group(0) @binding(2) var<storage, read_write> w2: array<u32>;      // blocks, [rows_2, rb_2] + pad
+// The weights as words, or in wide teams (matmul.wgsl's WIDE) as vec4s of words, so that a
+// lane's 16 bytes are one load (every row of those types starts at a multiple of 16 bytes).
+@group(0) @binding(0) var<storage, read_write> w0: array<{{wtype}}>;      // blocks, [rows_0, rb_0] + pad
+@group(0) @binding(1) var<storage, read_write> w1: array<{{wtype}}>;      // blocks, [rows_1, rb_1] + pad
+@group(0) @binding(2) var<storage, read_write> w2: array<{{wtype}}>;      // blocks, [rows_2, rb_2] + pad
 // [rows, n_in / 4] as vec4<f32>; in matmul.wgsl's 8-bit form quant.wgsl's blocks, as vec4<u32>
 @group(0) @binding(3) var<storage, read_write> x: array<{{x}}>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;       // [rows, y_stride]

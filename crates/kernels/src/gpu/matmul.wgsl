@@ -31,6 +31,16 @@
 // tree is the same.
 // A row's sum is again in a fixed order whatever the rows and fan (the form's own bits).
 //
+// Wide teams (WIDE, `Team::Wide`, Q4_K matrices only, the weights bound as vec4s): the team's
+// 16 threads take two super-blocks a step, 8 lanes each, lane i loading the 16 bytes of quants
+// 16i .. 16i + 16 (values 16·(i % 2) .. + 16 of sub-blocks 2c and 2c + 1, c = i / 2) and the
+// super-block's 16 bytes of scales, one load each, so that a team's loads cover its
+// super-blocks' 288 bytes contiguously (llama.cpp's Vulkan mat-vec, and every fast mat-vec on
+// NVIDIA, moves 16 bytes a load). Each half's sum is taken as Σ x·q, scaled once by d·sc, less
+// dmin·m·Σ x; with 8-bit activations the lane meets the half blocks of its two sub-blocks in
+// one vec4 each, the minimum's term added by the lane of the first half (the activations' s is
+// the whole block's). Its own bits again, in a fixed order whatever the rows and fan.
+//
 // A norm folded in (NORMED, f32 activations only): x holds the rows before their RMSNorm, and the
 // product is of the normed rows, g · x / rms(x). Each team's threads also sum the squares of
 // the activations they load (the team loads each row's every value once, in a fixed order) and
@@ -67,6 +77,7 @@ const TEAMS: u32 = 64u / TEAM;
 const OUTS: u32 = {{outs}}u;
 const ACC: u32 = {{acc}}u;
 const LANE_TEAMS: bool = {{lane_teams}};
+const WIDE: bool = {{wide}};
 const NORMED: bool = {{normed}};
 
 {{group}}
@@ -88,6 +99,12 @@ fn lane(sub: u32, rb: u32, b: u32, i: u32) {
 {{lane_dispatch}}
 }
 
+// Lane `i` of 8's quants and scales of super-block `b` of the row at byte `rb` of matrix `sub`
+// (`wq`, `wsc`: wide teams; empty in the other forms, where it is never called).
+fn wide(sub: u32, rb: u32, b: u32, i: u32) {
+{{wide_dispatch}}
+}
+
 // Group `g` of the row at byte `rb` of matrix `sub` as 8-bit integers (`qi`, s0, s1, mn: the
 // 8-bit form; empty in the f32 form, where it is never called).
 fn load_q8(sub: u32, rb: u32, g: u32) {
@@ -100,7 +117,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     // Every binding read, whatever the group's size: a pipeline layout derived from the shader
     // keeps only the bindings it uses, and the launch always binds eight (n_in is never 0).
     if n_in == 0u {
-        y[0] = f32(w0[0] ^ w1[0] ^ w2[0]);
+        y[0] = f32({{w_any}});
     }
     let y_stride = p[1];
     let y_offset = p[2];
@@ -136,9 +153,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let n_groups = n_in / 32u;
     // Outputs are live in a prefix of the team's (past the matrix, the logit limit or a
     // SwiGLU's half, so are the ones after): a team with none skips the rows. The loop runs
-    // over 32-value groups, or in lane teams over 256-value super-blocks.
+    // over 32-value groups, or in lane and wide teams over 256-value super-blocks.
     var end = n_groups;
-    if LANE_TEAMS {
+    if LANE_TEAMS || WIDE {
         end = n_in / 256u;
     }
     if !live(o0, j0, outputs, y_offset, limit, first_1) {

@@ -1,10 +1,11 @@
-// matmul.wgsl's products in its f32 form (included in its main): lane teams' super-blocks,
-// or 32-value groups decoded to f32 and met by the rows' f32 activations (see matmul.wgsl).
+// matmul.wgsl's products in its f32 form (included in its main): lane or wide teams'
+// super-blocks, or 32-value groups decoded to f32 and met by the rows' f32 activations (see
+// matmul.wgsl).
     var qs: array<vec4<f32>, 8u * OUTS>;
     let x_row = n_in / 4u; // vec4s a row of x
     // The lane's first vec4 in a super-block's 64: values 32·2c + 8·(t % 4) (lane teams).
     let xl = 16u * (t / 4u) + 2u * (t % 4u);
-    for (var b = 0u; b < end && LANE_TEAMS; b++) {
+    for (var b = 0u; b < end && LANE_TEAMS && !WIDE; b++) {
         for (var u = 0u; u < OUTS; u++) { // unroll
             let o = o0 + u;
             if live(o, j0 + u, outputs, y_offset, limit, first_1) {
@@ -52,7 +53,7 @@
             }
         }
     }
-    for (var g = t; g < end && !LANE_TEAMS; g += TEAM) {
+    for (var g = t; g < end && !LANE_TEAMS && !WIDE; g += TEAM) {
         for (var u = 0u; u < OUTS; u++) { // unroll
             let o = o0 + u;
             if live(o, j0 + u, outputs, y_offset, limit, first_1) {
@@ -94,6 +95,66 @@
                 }
                 for (var u = 0u; u < OUTS; u++) { // unroll
                     acc[u * ROWS + r] += sums[u];
+                }
+            }
+        }
+    }
+    // Wide teams: lane wi of super-blocks t / 8, + 2, …; its values are vec4s xw .. xw + 3 (the
+    // low nibbles) and xw + 8 .. xw + 11 (the high) of the super-block's 64.
+    var wqs: array<vec4<u32>, OUTS>;
+    var wss: array<vec4<f32>, OUTS>;
+    let wi = t % 8u;
+    let xw = 16u * (wi / 2u) + 4u * (wi % 2u);
+    for (var b = t / 8u; b < end && WIDE; b += 2u) {
+        for (var u = 0u; u < OUTS; u++) { // unroll
+            let o = o0 + u;
+            if live(o, j0 + u, outputs, y_offset, limit, first_1) {
+                let at = row_at(o, first_1, first_2);
+                wide(at.x, at.y, b, wi);
+                wqs[u] = wq;
+                wss[u] = wsc;
+            } else {
+                wqs[u] = vec4<u32>(0u);
+                wss[u] = vec4<f32>(0.0);
+            }
+        }
+        var gs: array<vec4<f32>, 8>;
+        if NORMED {
+            for (var k = 0u; k < 4u; k++) { // unroll
+                gs[k] = norm_weights(b * 64u + xw + k);
+                gs[k + 4u] = norm_weights(b * 64u + xw + 8u + k);
+            }
+        }
+        for (var r = 0u; r < ROWS; r++) { // unroll
+            if r < m {
+                let xb = (x0 + row0 + r) * x_row + b * 64u + xw;
+                var xs: array<vec4<f32>, 8>;
+                for (var k = 0u; k < 4u; k++) { // unroll
+                    xs[k] = x[xb + k];
+                    xs[k + 4u] = x[xb + 8u + k];
+                }
+                if NORMED {
+                    for (var k = 0u; k < 8u; k++) { // unroll
+                        ss[r] += dot(xs[k], xs[k]);
+                        xs[k] *= gs[k];
+                    }
+                }
+                // Σ x of each half, for the minimums.
+                var lo_x = 0.0;
+                var hi_x = 0.0;
+                for (var k = 0u; k < 4u; k++) { // unroll
+                    lo_x += dot(xs[k], vec4<f32>(1.0));
+                    hi_x += dot(xs[k + 4u], vec4<f32>(1.0));
+                }
+                for (var u = 0u; u < OUTS; u++) { // unroll
+                    var lo = 0.0;
+                    var hi = 0.0;
+                    for (var k = 0u; k < 4u; k++) { // unroll
+                        lo += dot(xs[k], nibbles(wqs[u][k], 0u));
+                        hi += dot(xs[k + 4u], nibbles(wqs[u][k], 4u));
+                    }
+                    let w = wss[u];
+                    acc[u * ROWS + r] += w.x * lo - w.y * lo_x + w.z * hi - w.w * hi_x;
                 }
             }
         }

@@ -6,7 +6,7 @@
 // each row's in the same order whatever the rows beside it.
     var qw: array<u32, 8u * OUTS>;
     var sc: array<vec3<f32>, OUTS>;
-    for (var g = t; g < end; g += TEAM) {
+    for (var g = t; g < end && !WIDE; g += TEAM) {
         for (var u = 0u; u < OUTS; u++) { // unroll
             let o = o0 + u;
             if live(o, j0 + u, outputs, y_offset, limit, first_1) {
@@ -44,6 +44,54 @@
                         + dot4I8Packed(qw[v + 6u], xb.z) + dot4I8Packed(qw[v + 7u], xb.w);
                     acc[u * ROWS + r] += d * (sc[u].x * f32(lo) + sc[u].y * f32(hi))
                         + sc[u].z * sx;
+                }
+            }
+        }
+    }
+    // Wide teams: lane wi's halves are those of quantized blocks 8b + 2c and 8b + 2c + 1 of the
+    // row (c = wi / 2), each block's values 16·(wi % 2) .. + 16 one vec4 (quant.wgsl: blocks 2c
+    // and 2c + 1 share a chunk and their (d, s) vec4, since a row's blocks are a multiple of 8).
+    var wqs: array<vec4<u32>, OUTS>;
+    var wss: array<vec4<f32>, OUTS>;
+    let wi = t % 8u;
+    let hf = wi % 2u;
+    for (var b = t / 8u; b < end && WIDE; b += 2u) {
+        for (var u = 0u; u < OUTS; u++) { // unroll
+            let o = o0 + u;
+            if live(o, j0 + u, outputs, y_offset, limit, first_1) {
+                let at = row_at(o, first_1, first_2);
+                wide(at.x, at.y, b, wi);
+                wqs[u] = wq;
+                wss[u] = wsc;
+            } else {
+                wqs[u] = vec4<u32>(0u);
+                wss[u] = vec4<f32>(0.0);
+            }
+        }
+        for (var r = 0u; r < ROWS; r++) { // unroll
+            if r < m {
+                let qb = (row0 + r) * n_groups + 8u * b + 2u * (wi / 2u);
+                let c = (qb >> 2u) * 10u;
+                let i = qb & 3u;
+                let xa = x[c + 2u * i + hf];
+                let xb = x[c + 2u * i + 2u + hf];
+                let ds = x[c + 8u + (i >> 1u)];
+                for (var u = 0u; u < OUTS; u++) { // unroll
+                    let w = wqs[u];
+                    let m4 = 0x0f0f0f0fu;
+                    let lo = dot4I8Packed(w.x & m4, xa.x) + dot4I8Packed(w.y & m4, xa.y)
+                        + dot4I8Packed(w.z & m4, xa.z) + dot4I8Packed(w.w & m4, xa.w);
+                    let hi = dot4I8Packed((w.x >> 4u) & m4, xb.x)
+                        + dot4I8Packed((w.y >> 4u) & m4, xb.y)
+                        + dot4I8Packed((w.z >> 4u) & m4, xb.z)
+                        + dot4I8Packed((w.w >> 4u) & m4, xb.w);
+                    let sc = wss[u];
+                    var v = bitcast<f32>(ds.x) * sc.x * f32(lo)
+                        + bitcast<f32>(ds.z) * sc.z * f32(hi);
+                    if hf == 0u {
+                        v -= sc.y * bitcast<f32>(ds.y) + sc.w * bitcast<f32>(ds.w);
+                    }
+                    acc[u * ROWS + r] += v;
                 }
             }
         }

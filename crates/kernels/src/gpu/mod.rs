@@ -173,16 +173,56 @@ fn load_group(ty: GpuType) -> &'static str {
 }
 
 /// The functions reader.wgsl and a decoder define, each renamed per weight binding.
-const READER_FNS: [&str; 8] = [
+const READER_FNS: [&str; 13] = [
     "aligned_at",
+    "word_at",
+    "vec_at",
     "block_at",
     "byte_at",
     "scale_min_k4",
+    "scale_min_words",
+    "scale_byte",
     "k_scales",
     "load_group",
     "load_lane",
+    "load_wide",
     "load_i8",
 ];
+
+/// reader.wgsl's word reads of a weight binding declared as words, or (`wide`: [`Team::Wide`])
+/// as vec4s of them.
+fn word_reads(wide: bool) -> &'static str {
+    if wide {
+        "fn word_at(i: u32) -> u32 {
+    return w[i >> 2u][i & 3u];
+}
+
+fn vec_at(i: u32) -> vec4<u32> {
+    return w[i];
+}"
+    } else {
+        "fn word_at(i: u32) -> u32 {
+    return w[i];
+}
+
+fn vec_at(i: u32) -> vec4<u32> {
+    return vec4<u32>(w[4u * i], w[4u * i + 1u], w[4u * i + 2u], w[4u * i + 3u]);
+}"
+    }
+}
+
+/// group.wgsl with its weight bindings declared as words, or (`wide`) as vec4s of them, and the
+/// expression that reads all three (matmul.wgsl and tile.wgsl bind every one).
+fn group_parts(wide: bool) -> (String, &'static str) {
+    if wide {
+        (
+            GROUP.replace("{{wtype}}", "vec4<u32>"),
+            "w0[0].x ^ w1[0].x ^ w2[0].x",
+        )
+    } else {
+        (GROUP.replace("{{wtype}}", "u32"), "w0[0] ^ w1[0] ^ w2[0]")
+    }
+}
 
 /// `load_group` for a decoder that writes 8-bit integers (`load_i8`: Q4_0, Q4_1, Q4_K, Q6_K,
 /// Q8_0): each byte sign-extended and converted, the values its f32 form multiplies (integers,
@@ -250,7 +290,7 @@ fn block_at(ty: GpuType) -> String {
 /// every function gets the suffix `_{b}`, so a kernel can read matrices of different types
 /// from different bindings (WGSL has no pointer to a storage buffer as an argument). With `q8`
 /// (an 8-bit kernel) every decoder has a `load_i8`.
-fn reader(ty: GpuType, b: usize, q8: bool) -> String {
+fn reader(ty: GpuType, b: usize, q8: bool, wide: bool) -> String {
     let decoder = load_group(ty);
     let extra = if !decoder.contains("fn load_group(") {
         group_from_i8()
@@ -261,6 +301,7 @@ fn reader(ty: GpuType, b: usize, q8: bool) -> String {
     };
     let mut text = format!("{READER}\n{decoder}{extra}")
         .replace("{{block_at}}", &block_at(ty))
+        .replace("{{word_at}}", word_reads(wide))
         .replace("w[", &format!("w{b}["));
     for f in READER_FNS {
         text = text.replace(&format!("{f}("), &format!("{f}_{b}("));
@@ -269,12 +310,12 @@ fn reader(ty: GpuType, b: usize, q8: bool) -> String {
 }
 
 /// common.wgsl with one reader per weight binding, binding b reading `types[b]` (each with a
-/// `load_i8` where `q8`).
-fn common(types: &[GpuType], q8: bool) -> String {
+/// `load_i8` where `q8`; through vec4 words where `wide`).
+fn common(types: &[GpuType], q8: bool, wide: bool) -> String {
     let readers: Vec<String> = types
         .iter()
         .enumerate()
-        .map(|(b, &ty)| reader(ty, b, q8))
+        .map(|(b, &ty)| reader(ty, b, q8, wide))
         .collect();
     COMMON.replace("{{readers}}", &readers.join("\n"))
 }
@@ -365,6 +406,13 @@ pub enum Team {
     /// ([`Team::lanes_for`]: every matrix of a Q4_K_M file). No rule chooses it; a tuning
     /// table does where it measured fastest ([`Tuning`]).
     Lanes,
+    /// 16 threads an output taking two Q4_K super-blocks a step, 8 lanes each, every lane
+    /// loading 16 bytes of quants (one vec4 load, the weights bound as vec4s) and the
+    /// super-block's 16 bytes of scales: 2 loads for 32 weights where a quarter team's lane
+    /// takes ~11 word loads (matmul.wgsl's wide teams). For the H200's one-row rate (260–450
+    /// GB/s of 4.8 TB/s, docs/performance.md). Groups of Q4_K matrices only
+    /// ([`Team::wide_for`]); no rule chooses it, a tuning table does where it measured fastest.
+    Wide,
 }
 
 impl Team {
@@ -390,7 +438,7 @@ impl Team {
     /// Threads an output.
     pub fn threads(self) -> usize {
         match self {
-            Self::Quarter | Self::Lanes => 16,
+            Self::Quarter | Self::Lanes | Self::Wide => 16,
             Self::Whole => 64,
         }
     }
@@ -406,6 +454,7 @@ impl Team {
             Ok("quarter") => Some(Self::Quarter),
             Ok("whole") => Some(Self::Whole),
             Ok("lanes") => Some(Self::Lanes),
+            Ok("wide") => Some(Self::Wide),
             _ => None,
         })
     }
@@ -419,6 +468,14 @@ impl Team {
                 GpuType::Blocks(WeightType::Q4K) | GpuType::Blocks(WeightType::Q6K)
             )
         })
+    }
+
+    /// Whether matrices of `types` can run in [`Team::Wide`]: every one Q4_K (whose rows are
+    /// whole 16-byte vec4s).
+    pub fn wide_for(types: &[GpuType]) -> bool {
+        types
+            .iter()
+            .all(|&ty| ty == GpuType::Blocks(WeightType::Q4K))
     }
 
     /// Outputs a workgroup.
@@ -678,6 +735,13 @@ pub fn matmul_source_with(
     } else {
         String::new()
     };
+    let wide = team == Team::Wide;
+    let wide_dispatch = if wide {
+        dispatch(types, "load_wide", "rb, b, i")
+    } else {
+        String::new()
+    };
+    let (group, w_any) = group_parts(wide);
     let q8 = acts == Acts::Q8;
     let (x, products, q8_dispatch) = if q8 {
         ("vec4<u32>", MATVEC_Q8, dispatch(types, "load_i8", "rb, g"))
@@ -686,13 +750,16 @@ pub fn matmul_source_with(
     };
     let text = MATMUL
         .replace("{{products}}", products)
-        .replace("{{group}}", GROUP)
+        .replace("{{group}}", &group)
+        .replace("{{w_any}}", w_any)
         .replace("{{x}}", x)
-        .replace("{{common}}", &common(types, q8))
+        .replace("{{common}}", &common(types, q8, wide))
         .replace("{{dispatch}}", &dispatch(types, "load_group", "rb, g"))
         .replace("{{lane_dispatch}}", &lane_dispatch)
         .replace("{{q8_dispatch}}", &q8_dispatch)
         .replace("{{lane_teams}}", &lane_teams.to_string())
+        .replace("{{wide}}", &wide.to_string())
+        .replace("{{wide_dispatch}}", &wide_dispatch)
         .replace("{{rows}}", &rows.to_string())
         .replace("{{lanes}}", &lanes.to_string())
         .replace("{{epilogue}}", &epilogue.code().to_string())
@@ -844,14 +911,15 @@ fn put_x(r: u32, k: u32, v: vec4<f32>) {
 pub fn tile_source(types: &[GpuType], epilogue: Epilogue, form: TileForm) -> String {
     let [enables, shared, blocks, multiply, gather] = tile_parts(form);
     let text = TILE
-        .replace("{{group}}", GROUP)
+        .replace("{{group}}", &group_parts(false).0)
+        .replace("{{w_any}}", group_parts(false).1)
         .replace("{{x}}", "vec4<f32>")
         .replace("{{enables}}", enables)
         .replace("{{shared}}", shared)
         .replace("{{blocks}}", blocks)
         .replace("{{multiply}}", multiply)
         .replace("{{gather}}", gather)
-        .replace("{{common}}", &common(types, false))
+        .replace("{{common}}", &common(types, false, false))
         .replace("{{dispatch}}", &dispatch(types, "load_group", "rb, g"))
         .replace("{{epilogue}}", &epilogue.code().to_string());
     unroll::unroll(&text)
@@ -911,7 +979,7 @@ const TILE_OUTPUTS: usize = 64;
 pub fn embed_source(ty: GpuType) -> String {
     unroll::unroll(
         &EMBED
-            .replace("{{common}}", &common(&[ty], false))
+            .replace("{{common}}", &common(&[ty], false, false))
             .replace("{{ids_at}}", &IDS.to_string()),
     )
 }
@@ -1143,10 +1211,11 @@ impl Shader {
                 for &ty in types {
                     k = k * 16 + 1 + u64::from(type_code(ty));
                 }
-                // 8-bit activations in bit 16, a folded norm in bit 15, lane teams in bit 14,
-                // the fan in bit 13, rows ≤ 16 in bits 8..13, a whole team in bit 7, lanes ≤ 16
-                // in bits 2..7.
-                (k << 17)
+                // Wide teams in bit 17, 8-bit activations in bit 16, a folded norm in bit 15,
+                // lane teams in bit 14, the fan in bit 13, rows ≤ 16 in bits 8..13, a whole
+                // team in bit 7, lanes ≤ 16 in bits 2..7.
+                (k << 18)
+                    | (u64::from(*team == Team::Wide) << 17)
                     | (u64::from(*acts == Acts::Q8) << 16)
                     | (u64::from(*normed) << 15)
                     | (u64::from(*fan == Fan::Four) << 13)
@@ -1562,7 +1631,8 @@ struct MatmulLaunch {
 
 /// Stand-ins for a matmul's unused bindings (see [`MatmulLaunch::spare`]).
 fn spare_bindings(client: &Client) -> [Handle; 3] {
-    [(); 3].map(|()| upload(client, &[0; 8]))
+    // 16 bytes: a wide team's weight bindings are vec4s.
+    [(); 3].map(|()| upload(client, &[0; 16]))
 }
 
 /// What the matmul reads from its parameter buffer (matmul.wgsl): the matrices' output ranges
@@ -2126,6 +2196,7 @@ impl MatrixGroup {
         let types: Vec<GpuType> = members.iter().map(|m| m.ty).collect();
         let team = match first.team.or_else(Team::forced) {
             Some(Team::Lanes) if Team::lanes_for(&types) => Team::Lanes,
+            Some(Team::Wide) if Team::wide_for(&types) => Team::Wide,
             Some(team @ (Team::Quarter | Team::Whole)) if epilogue != Epilogue::SwiGlu => team,
             _ => Team::for_group(epilogue, outputs, cols),
         };
@@ -2309,9 +2380,9 @@ impl MatrixGroup {
 
     /// Every form this group can run in: quarter teams, whole teams but for a SwiGLU (whose
     /// gate and up meet inside a workgroup), lane teams where every member's type has a lane
-    /// decoder ([`Team::lanes_for`]), each with one and four outputs a team, each with f32
-    /// activations and (but in lane teams) 8-bit ones where the types take them
-    /// ([`Acts::q8_for`]).
+    /// decoder ([`Team::lanes_for`]), wide teams where every member is Q4_K
+    /// ([`Team::wide_for`]), each with one and four outputs a team, each with f32 activations
+    /// and (but in lane teams) 8-bit ones where the types take them ([`Acts::q8_for`]).
     pub fn forms(&self) -> Vec<Form> {
         let types: Vec<GpuType> = self.members.iter().map(GpuMatrix::ty).collect();
         let mut teams = vec![Team::Quarter];
@@ -2320,6 +2391,9 @@ impl MatrixGroup {
         }
         if Team::lanes_for(&types) {
             teams.push(Team::Lanes);
+        }
+        if Team::wide_for(&types) {
+            teams.push(Team::Wide);
         }
         let prefill = self.form.prefill;
         let q8 = Acts::q8_for(&types);
@@ -2379,8 +2453,8 @@ impl MatrixGroup {
                 what: "form of a matrix group",
                 value: form.name(),
                 expected: "one of the group's forms (no whole teams for a SwiGLU, lanes for \
-                           Q4_K and Q6_K only, 8-bit activations for block types outside lane \
-                           teams, the head's prefill form as it is)",
+                           Q4_K and Q6_K only, wide teams for Q4_K only, 8-bit activations for \
+                           block types outside lane teams, the head's prefill form as it is)",
             });
         }
         let mut members = self.members.clone();

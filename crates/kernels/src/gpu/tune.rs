@@ -45,6 +45,7 @@ impl Form {
             Team::Quarter => "quarter",
             Team::Whole => "whole",
             Team::Lanes => "lanes",
+            Team::Wide => "wide",
         };
         let prefill = match self.prefill {
             None => "matvec",
@@ -67,7 +68,7 @@ impl Form {
         let unknown = || KernelError::Unknown {
             what: "form",
             value: text.to_string(),
-            expected: "quarter, whole or lanes, then /1 or /4, then /f32 or /q8, then /matvec, \
+            expected: "quarter, whole, lanes or wide, then /1 or /4, then /f32 or /q8, then /matvec, \
                        /tiles or /units",
         };
         let parts: Vec<&str> = text.split('/').collect();
@@ -85,6 +86,7 @@ impl Form {
             "quarter" => Team::Quarter,
             "whole" => Team::Whole,
             "lanes" => Team::Lanes,
+            "wide" => Team::Wide,
             _ => return Err(unknown()),
         };
         let fan = match fan {
@@ -357,7 +359,7 @@ mod tests {
 
     #[test]
     fn forms_round_trip_through_their_names() {
-        for team in [Team::Quarter, Team::Whole, Team::Lanes] {
+        for team in [Team::Quarter, Team::Whole, Team::Lanes, Team::Wide] {
             for fan in [Fan::One, Fan::Four] {
                 for acts in [Acts::F32, Acts::Q8] {
                     for prefill in [None, Some(TileForm::Vectors), Some(TileForm::Units)] {
