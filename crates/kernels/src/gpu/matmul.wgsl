@@ -105,6 +105,25 @@ fn wide(sub: u32, rb: u32, b: u32, i: u32) {
 {{wide_dispatch}}
 }
 
+// Wide teams: lane `wi`'s quants and scales of super-block `b` for each of the team's outputs
+// from `o0` (zeros past the live ones), as both products read them.
+var<private> wqs: array<vec4<u32>, OUTS>;
+var<private> wss: array<vec4<f32>, OUTS>;
+fn wide_outputs(b: u32, wi: u32, o0: u32, j0: u32, bounds: vec4<u32>, first_2: u32) {
+    for (var u = 0u; u < OUTS; u++) { // unroll
+        let o = o0 + u;
+        if live(o, j0 + u, bounds.x, bounds.y, bounds.z, bounds.w) {
+            let at = row_at(o, bounds.w, first_2);
+            wide(at.x, at.y, b, wi);
+            wqs[u] = wq;
+            wss[u] = wsc;
+        } else {
+            wqs[u] = vec4<u32>(0u);
+            wss[u] = vec4<f32>(0.0);
+        }
+    }
+}
+
 // Group `g` of the row at byte `rb` of matrix `sub` as 8-bit integers (`qi`, s0, s1, mn: the
 // 8-bit form; empty in the f32 form, where it is never called).
 fn load_q8(sub: u32, rb: u32, g: u32) {

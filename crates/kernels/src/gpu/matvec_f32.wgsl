@@ -101,23 +101,10 @@
     }
     // Wide teams: lane wi of super-blocks t / 8, + 2, …; its values are vec4s xw .. xw + 3 (the
     // low nibbles) and xw + 8 .. xw + 11 (the high) of the super-block's 64.
-    var wqs: array<vec4<u32>, OUTS>;
-    var wss: array<vec4<f32>, OUTS>;
     let wi = t % 8u;
     let xw = 16u * (wi / 2u) + 4u * (wi % 2u);
     for (var b = t / 8u; b < end && WIDE; b += 2u) {
-        for (var u = 0u; u < OUTS; u++) { // unroll
-            let o = o0 + u;
-            if live(o, j0 + u, outputs, y_offset, limit, first_1) {
-                let at = row_at(o, first_1, first_2);
-                wide(at.x, at.y, b, wi);
-                wqs[u] = wq;
-                wss[u] = wsc;
-            } else {
-                wqs[u] = vec4<u32>(0u);
-                wss[u] = vec4<f32>(0.0);
-            }
-        }
+        wide_outputs(b, wi, o0, j0, vec4<u32>(outputs, y_offset, limit, first_1), first_2);
         var gs: array<vec4<f32>, 8>;
         if NORMED {
             for (var k = 0u; k < 4u; k++) { // unroll

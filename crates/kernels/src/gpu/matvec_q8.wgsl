@@ -51,23 +51,10 @@
     // Wide teams: lane wi's halves are those of quantized blocks 8b + 2c and 8b + 2c + 1 of the
     // row (c = wi / 2), each block's values 16·(wi % 2) .. + 16 one vec4 (quant.wgsl: blocks 2c
     // and 2c + 1 share a chunk and their (d, s) vec4, since a row's blocks are a multiple of 8).
-    var wqs: array<vec4<u32>, OUTS>;
-    var wss: array<vec4<f32>, OUTS>;
     let wi = t % 8u;
     let hf = wi % 2u;
     for (var b = t / 8u; b < end && WIDE; b += 2u) {
-        for (var u = 0u; u < OUTS; u++) { // unroll
-            let o = o0 + u;
-            if live(o, j0 + u, outputs, y_offset, limit, first_1) {
-                let at = row_at(o, first_1, first_2);
-                wide(at.x, at.y, b, wi);
-                wqs[u] = wq;
-                wss[u] = wsc;
-            } else {
-                wqs[u] = vec4<u32>(0u);
-                wss[u] = vec4<f32>(0.0);
-            }
-        }
+        wide_outputs(b, wi, o0, j0, vec4<u32>(outputs, y_offset, limit, first_1), first_2);
         for (var r = 0u; r < ROWS; r++) { // unroll
             if r < m {
                 let qb = (row0 + r) * n_groups + 8u * b + 2u * (wi / 2u);
