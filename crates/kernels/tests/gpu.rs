@@ -194,12 +194,13 @@ fn a_team_is_exact_to_f32_and_keeps_the_row_contracts(
     let client = client();
     let max = max_binding(&client);
     let mut rng = ChaCha8Rng::seed_from_u64(14);
-    let lanes = |w: &QMatrix, fan| {
+    let in_parts = |w: &QMatrix, fan, max| {
         let mut g = upload(&client, w, max);
         g.set_team(team);
         g.set_fan(fan);
         g
     };
+    let lanes = |w: &QMatrix, fan| in_parts(w, fan, max);
     let shapes = [(37, 256), (9, 1280)];
     for (ty, (out, cols)) in types.iter().flat_map(|&ty| shapes.map(|s| (ty, s))) {
         let w = random_matrix(ty, out, cols, &mut rng);
@@ -232,6 +233,14 @@ fn a_team_is_exact_to_f32_and_keeps_the_row_contracts(
             let some = matmul(&client, &lanes(&w, Fan::One), &x[..m * cols], m);
             assert_eq!(bits(&some), bits(&one[..m * out]), "{ty:?}: m = {m} vs 16");
         }
+        // Split into parts of 7 rows' bytes a binding: the bits of the unsplit matrix.
+        let parts = in_parts(&w, Fan::One, (7 * w.row_bytes() + 4) as u64);
+        assert!(parts.parts().len() > 1);
+        assert_eq!(
+            bits(&matmul(&client, &parts, &x, 16)),
+            bits(&one),
+            "{ty:?}: split"
+        );
     }
     // Groups: gate | up and q | k | v (with biases), 3 rows.
     let cols = 512;
