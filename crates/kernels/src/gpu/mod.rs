@@ -409,7 +409,7 @@ pub enum Team {
     /// 16 threads an output taking two Q4_K super-blocks a step, 8 lanes each, every lane
     /// loading 16 bytes of quants (one vec4 load, the weights bound as vec4s) and the
     /// super-block's 16 bytes of scales: 2 loads for 32 weights where a quarter team's lane
-    /// takes ~11 word loads (matmul.wgsl's wide teams). For the H200's one-row rate (260–450
+    /// takes 12 word loads (matmul.wgsl's wide teams). For the H200's one-row rate (260–450
     /// GB/s of 4.8 TB/s, docs/performance.md). Groups of Q4_K matrices only
     /// ([`Team::wide_for`]); no rule chooses it, a tuning table does where it measured fastest.
     Wide,
