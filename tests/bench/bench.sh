@@ -18,6 +18,7 @@
 #   bash tests/bench/bench.sh gpu-speed | gpu-profile | gpu-submits MODEL.gguf [..]  block kernels vs f32; per-kernel time; submits a token
 #   bash tests/bench/bench.sh gpu-host MODEL.gguf [REPS] [LONG_PROMPT]       a card's passes on the host alone (wgpu's no-op backend)
 #   bash tests/bench/bench.sh gpu-instructions [SHAPES] [ROWS] [N]           the WGSL matmul's instruction count on lavapipe (callgrind)
+#   bash tests/bench/bench.sh gpu-isa [FILTER]                               each mat-vec form's machine code on a GPU compiler (RADV, no GPU) beside llama.cpp's
 #   bash tests/bench/bench.sh gpu-price DIR DRAFT_NAME [K] [TAU…]             speculation priced from measured pass costs
 #   bash tests/bench/bench.sh skeleton pack|unpack|shape …                   GGUF skeletons of real and larger Qwen2 shapes
 #   bash tests/bench/bench.sh llama-cpp [cpu|vulkan]                         builds the peer's tools, prints their directory
@@ -27,7 +28,7 @@ stage=${1:-}
 [ $# -gt 0 ] && shift
 case $stage in
   cpu) exec bash "$here/against-llama-cpp.sh" "$@" ;;
-  pair | trees | gpu | gpu-peers | gpu-bundle | gpu-speed | gpu-profile | gpu-submits | gpu-host | gpu-instructions | llama-cpp)
+  pair | trees | gpu | gpu-peers | gpu-bundle | gpu-speed | gpu-profile | gpu-submits | gpu-host | gpu-instructions | gpu-isa | llama-cpp)
     exec bash "$here/$stage.sh" "$@" ;;
   browser) exec bash "$here/browser-cpu.sh" "$@" ;;
   vllm) exec bash "$here/../../integrations/vllm/bench.sh" "$@" ;;

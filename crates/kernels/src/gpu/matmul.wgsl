@@ -105,16 +105,20 @@ fn wide(sub: u32, rb: u32, b: u32, i: u32) {
 {{wide_dispatch}}
 }
 
+// Each of the team's outputs from `o0`: whether it is live and its weight row (binding, first
+// byte), found once before the loops over the row (`live`, `row_at`), which read them each step.
+var<private> outs_live: array<bool, OUTS>;
+var<private> outs_at: array<vec2<u32>, OUTS>;
+
 // Wide teams: lane `wi`'s quants and scales of super-block `b` for each of the team's outputs
-// from `o0` (zeros past the live ones), as both products read them.
+// (zeros past the live ones), as both products read them.
 var<private> wqs: array<vec4<u32>, OUTS>;
 var<private> wss: array<vec4<f32>, OUTS>;
-fn wide_outputs(b: u32, wi: u32, o0: u32, j0: u32, bounds: vec4<u32>, first_2: u32) {
+
+fn wide_outputs(b: u32, wi: u32) {
     for (var u = 0u; u < OUTS; u++) { // unroll
-        let o = o0 + u;
-        if live(o, j0 + u, bounds.x, bounds.y, bounds.z, bounds.w) {
-            let at = row_at(o, bounds.w, first_2);
-            wide(at.x, at.y, b, wi);
+        if outs_live[u] {
+            wide(outs_at[u].x, outs_at[u].y, b, wi);
             wqs[u] = wq;
             wss[u] = wsc;
         } else {
@@ -177,7 +181,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if LANE_TEAMS || WIDE {
         end = n_in / 256u;
     }
-    if !live(o0, j0, outputs, y_offset, limit, first_1) {
+    for (var u = 0u; u < OUTS; u++) { // unroll
+        outs_live[u] = live(o0 + u, j0 + u, outputs, y_offset, limit, first_1);
+        outs_at[u] = row_at(o0 + u, first_1, first_2);
+    }
+    if !outs_live[0] {
         end = 0u;
     }
 {{products}}

@@ -7,10 +7,8 @@
     let xl = 16u * (t / 4u) + 2u * (t % 4u);
     for (var b = 0u; b < end && LANE_TEAMS && !WIDE; b++) {
         for (var u = 0u; u < OUTS; u++) { // unroll
-            let o = o0 + u;
-            if live(o, j0 + u, outputs, y_offset, limit, first_1) {
-                let at = row_at(o, first_1, first_2);
-                lane(at.x, at.y, b, t);
+            if outs_live[u] {
+                lane(outs_at[u].x, outs_at[u].y, b, t);
                 for (var k = 0u; k < 4u; k++) { // unroll
                     qs[u * 8u + k] = q[k];
                 }
@@ -55,10 +53,8 @@
     }
     for (var g = t; g < end && !LANE_TEAMS && !WIDE; g += TEAM) {
         for (var u = 0u; u < OUTS; u++) { // unroll
-            let o = o0 + u;
-            if live(o, j0 + u, outputs, y_offset, limit, first_1) {
-                let at = row_at(o, first_1, first_2);
-                load(at.x, at.y, g);
+            if outs_live[u] {
+                load(outs_at[u].x, outs_at[u].y, g);
                 // The group's 32 weights as f32, once for all rows.
                 for (var k = 0u; k < 4u; k++) { // unroll
                     qs[u * 8u + k] = q[k] * s0 + vec4<f32>(mn);
@@ -104,7 +100,15 @@
     let wi = t % 8u;
     let xw = 16u * (wi / 2u) + 4u * (wi % 2u);
     for (var b = t / 8u; b < end && WIDE; b += 2u) {
-        wide_outputs(b, wi, o0, j0, vec4<u32>(outputs, y_offset, limit, first_1), first_2);
+        wide_outputs(b, wi);
+        // The lane's 32 weights an output as f32 (integers), once for all rows.
+        var wf: array<vec4<f32>, 8u * OUTS>;
+        for (var u = 0u; u < OUTS; u++) { // unroll
+            for (var k = 0u; k < 4u; k++) { // unroll
+                wf[8u * u + k] = nibbles(wqs[u][k], 0u);
+                wf[8u * u + k + 4u] = nibbles(wqs[u][k], 4u);
+            }
+        }
         var gs: array<vec4<f32>, 8>;
         if NORMED {
             for (var k = 0u; k < 4u; k++) { // unroll
@@ -137,8 +141,8 @@
                     var lo = 0.0;
                     var hi = 0.0;
                     for (var k = 0u; k < 4u; k++) { // unroll
-                        lo += dot(xs[k], nibbles(wqs[u][k], 0u));
-                        hi += dot(xs[k + 4u], nibbles(wqs[u][k], 4u));
+                        lo += dot(xs[k], wf[8u * u + k]);
+                        hi += dot(xs[k + 4u], wf[8u * u + k + 4u]);
                     }
                     let w = wss[u];
                     acc[u * ROWS + r] += w.x * lo - w.y * lo_x + w.z * hi - w.w * hi_x;

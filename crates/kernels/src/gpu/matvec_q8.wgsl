@@ -8,10 +8,8 @@
     var sc: array<vec3<f32>, OUTS>;
     for (var g = t; g < end && !WIDE; g += TEAM) {
         for (var u = 0u; u < OUTS; u++) { // unroll
-            let o = o0 + u;
-            if live(o, j0 + u, outputs, y_offset, limit, first_1) {
-                let at = row_at(o, first_1, first_2);
-                load_q8(at.x, at.y, g);
+            if outs_live[u] {
+                load_q8(outs_at[u].x, outs_at[u].y, g);
                 for (var k = 0u; k < 8u; k++) { // unroll
                     qw[u * 8u + k] = qi[k];
                 }
@@ -54,7 +52,7 @@
     let wi = t % 8u;
     let hf = wi % 2u;
     for (var b = t / 8u; b < end && WIDE; b += 2u) {
-        wide_outputs(b, wi, o0, j0, vec4<u32>(outputs, y_offset, limit, first_1), first_2);
+        wide_outputs(b, wi);
         for (var r = 0u; r < ROWS; r++) { // unroll
             if r < m {
                 let qb = (row0 + r) * n_groups + 8u * b + 2u * (wi / 2u);

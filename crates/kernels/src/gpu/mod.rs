@@ -181,7 +181,7 @@ const READER_FNS: [&str; 13] = [
     "byte_at",
     "scale_min_k4",
     "scale_min_words",
-    "scale_byte",
+    "scale_min_pair",
     "k_scales",
     "load_group",
     "load_lane",

@@ -9,12 +9,17 @@ fn load_lane(rb: u32, b: u32, i: u32) {
     let at = off + 16u + 32u * c + 8u * (i % 4u);
     let w0 = aligned_at(at);
     let w1 = aligned_at(at + 4u);
-    k_scales(off, 2u * c);
-    q[0] = nibbles(w0, 0u) * s0 + vec4<f32>(mn);
-    q[1] = nibbles(w1, 0u) * s0 + vec4<f32>(mn);
-    k_scales(off, 2u * c + 1u);
-    q[2] = nibbles(w0, 4u) * s0 + vec4<f32>(mn);
-    q[3] = nibbles(w1, 4u) * s0 + vec4<f32>(mn);
+    // Both sub-blocks' scales and minimums at once (k_scales' products, two at a time).
+    let dm = unpack2x16float(aligned_at(off));
+    let sm = scale_min_pair(vec3<u32>(aligned_at(off + 4u), aligned_at(off + 8u), aligned_at(off + 12u)), c);
+    let sa = dm.x * f32(sm & 0xffu);
+    let ma = -dm.y * f32((sm >> 16u) & 0xffu);
+    let sb = dm.x * f32((sm >> 8u) & 0xffu);
+    let mb = -dm.y * f32(sm >> 24u);
+    q[0] = nibbles(w0, 0u) * sa + vec4<f32>(ma);
+    q[1] = nibbles(w1, 0u) * sa + vec4<f32>(ma);
+    q[2] = nibbles(w0, 4u) * sb + vec4<f32>(mb);
+    q[3] = nibbles(w1, 4u) * sb + vec4<f32>(mb);
 }
 
 
@@ -41,8 +46,8 @@ fn load_wide(rb: u32, b: u32, i: u32) {
     let h = vec_at(v);
     wq = vec_at(v + 1u + i);
     let dm = unpack2x16float(h.x);
-    let c = i / 2u;
-    let lo = scale_min_words(h.yzw, 2u * c);
-    let hi = scale_min_words(h.yzw, 2u * c + 1u);
-    wsc = vec4<f32>(dm.x * lo.x, dm.y * lo.y, dm.x * hi.x, dm.y * hi.y);
+    // (sc, sc', m, m') of sub-blocks 2c and 2c + 1, c = i / 2.
+    let sm = scale_min_pair(h.yzw, i / 2u);
+    wsc = vec4<f32>(dm.x * f32(sm & 0xffu), dm.y * f32((sm >> 16u) & 0xffu),
+        dm.x * f32((sm >> 8u) & 0xffu), dm.y * f32(sm >> 24u));
 }

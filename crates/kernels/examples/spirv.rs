@@ -1,0 +1,102 @@
+//! Writes the SPIR-V that a Vulkan card compiles for the mat-vec forms (as wgpu writes it for a
+//! Vulkan 1.3 device, loops unbounded as the kernels are compiled), so that a GPU driver's own
+//! compiler can be asked what it makes of them without that GPU: `tests/bench/isa.sh` compiles
+//! each on Mesa's RADV null device (AMD's ACO compiler, no AMD card needed) and counts the
+//! instructions of the inner loop per weight, beside llama.cpp's Vulkan mat-vec shaders.
+//!   cargo run --release -p mars-kernels --features gpu --example spirv -- OUT_DIR
+//! Writes `OUT_DIR/<name>.spv` and `OUT_DIR/forms.tsv` (name, type, team, outputs a team,
+//! activations, rows, weights a thread takes each pass of the inner loop for one row, over the
+//! team's outputs).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fmt::Write as _;
+
+use mars_kernels::WeightType;
+use mars_kernels::gpu::{Acts, Epilogue, Fan, GpuType, Reduce, Team, matmul_source};
+use naga::back::spv;
+use naga::valid::{Capabilities, ValidationFlags, Validator};
+
+/// Weights a thread takes each pass of the kernel's inner loop, an output (matmul.wgsl): a
+/// 32-value group (quarter and whole teams, either activations), half a lane's 32 (lane teams
+/// take 16 values of a super-block a pass), or a wide lane's 32 nibbles of a super-block.
+fn weights_a_pass(team: Team) -> usize {
+    match team {
+        Team::Quarter | Team::Whole | Team::Wide => 32,
+        Team::Lanes => 16,
+    }
+}
+
+/// Every form a Q4_K_M or Q5_0 / Q8_0 model's matrices can take: type, team, fan, activations
+/// and the row bound (1, 8 for a 5-row verification, 16).
+fn forms() -> Vec<(WeightType, Team, Fan, Acts, usize)> {
+    let types = [
+        WeightType::Q4K,
+        WeightType::Q6K,
+        WeightType::Q8_0,
+        WeightType::Q5_0,
+    ];
+    let teams = [Team::Quarter, Team::Whole, Team::Lanes, Team::Wide];
+    let mut out = Vec::new();
+    for (ty, team) in types
+        .into_iter()
+        .flat_map(|ty| teams.map(|team| (ty, team)))
+    {
+        let gty = GpuType::from(ty);
+        if (team == Team::Lanes && !Team::lanes_for(&[gty]))
+            || (team == Team::Wide && !Team::wide_for(&[gty]))
+        {
+            continue;
+        }
+        for (fan, acts) in [Fan::One, Fan::Four]
+            .into_iter()
+            .flat_map(|f| [(f, Acts::F32), (f, Acts::Q8)])
+        {
+            if acts == Acts::Q8 && (team == Team::Lanes || !Acts::q8_for(&[gty])) {
+                continue;
+            }
+            out.extend([1, 8, 16].map(|rows| (ty, team, fan, acts, rows)));
+        }
+    }
+    out
+}
+
+fn main() {
+    let out = std::path::PathBuf::from(std::env::args().nth(1).expect("OUT_DIR"));
+    std::fs::create_dir_all(&out).unwrap();
+    // What a card's subgroups give (`Reduce::for_subgroups`: at most the 16-thread team).
+    let reduce = Reduce::Subgroup { lanes: 16 };
+    let caps = Capabilities::SHADER_FLOAT16_IN_FLOAT32 | Capabilities::SUBGROUP;
+    let options = spv::Options {
+        lang_version: (1, 6),
+        // The kernels compile unchecked (`gpu::compile_mode`): no emulated loop counter.
+        force_loop_bounding: false,
+        ..spv::Options::default()
+    };
+    let pipeline = spv::PipelineOptions {
+        shader_stage: naga::ShaderStage::Compute,
+        entry_point: "main".to_string(),
+    };
+    let mut table = String::from("name\ttype\tteam\touts\tacts\trows\tweights_a_pass\n");
+    for (ty, team, fan, acts, rows) in forms() {
+        let gty = GpuType::from(ty);
+        let source = matmul_source(&[gty], rows, reduce, Epilogue::Store, (team, fan, acts));
+        let module = naga::front::wgsl::parse_str(&source).unwrap();
+        let info = Validator::new(ValidationFlags::all(), caps)
+            .validate(&module)
+            .unwrap();
+        let words = spv::write_vec(&module, &info, &options, Some(&pipeline)).unwrap();
+        let outs = fan.outputs();
+        let name = format!("{ty:?}-{team:?}-{outs}-{}-r{rows}", acts.name()).to_lowercase();
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        std::fs::write(out.join(format!("{name}.spv")), bytes).unwrap();
+        let per_pass = weights_a_pass(team) * outs;
+        writeln!(
+            table,
+            "{name}\t{ty:?}\t{team:?}\t{outs}\t{}\t{rows}\t{per_pass}",
+            acts.name()
+        )
+        .unwrap();
+    }
+    std::fs::write(out.join("forms.tsv"), table).unwrap();
+    eprintln!("wrote {}", out.display());
+}

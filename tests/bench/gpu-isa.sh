@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# What a real GPU compiler makes of the mat-vec kernels, without the GPU: every form's SPIR-V
+# (the `spirv` example: as wgpu writes it for a Vulkan card) and llama.cpp 0.3.36's Vulkan mat-vec
+# shaders (compiled with glslc as its build compiles them, specialized as it specializes them for
+# NVIDIA: 2 outputs a workgroup of one 32-wide subgroup) go through Mesa's RADV driver on its null
+# device (RADV_FORCE_FAMILY: AMD's ACO compiler for an RDNA2 card, no card present), which
+# reports registers and spills and dumps the machine code; gpu-isa.py counts the instructions of
+# the inner loop per weight and row. Counts, not times, and of AMD's ISA, not NVIDIA's: what they
+# compare is the work each kernel asks of a GPU for a weight, beside the peer's, on one compiler.
+# A benchmark command, not a CI step (a few minutes).
+#   usage: bash tests/bench/bench.sh gpu-isa [FILTER]   (FILTER: an awk regex on the names, e.g.
+#   'llama|q4k-wide-1-.*-r1$')
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+filter=${1:-.}
+family=${RADV_FAMILY:-navi21}
+need=()
+dpkg -s mesa-vulkan-drivers >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
+command -v glslc >/dev/null || need+=(glslc)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# The `vulkan` package (cffi over the system's Vulkan loader), pinned, in a venv of its own.
+venv="$HOME/.cache/mars/isa-venv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -c 'import vulkan' 2>/dev/null || "$venv/bin/pip" install -q "vulkan==1.3.275.1"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cargo run --release -q -p mars-kernels --features gpu --example spirv -- "$work/mars"
+# llama.cpp's shader sources: the sdist the peer's tools are built from (downloaded once).
+src="${LLAMA_CPP_DIR:-$HOME/.cache/mars/llama.cpp-0.3.36}/src"
+if [ ! -d "$src" ]; then
+  mkdir -p "$(dirname "$src")"
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps "llama-cpp-python==0.3.36" -d "$tmp" >&2
+  tar xzf "$tmp"/llama_cpp_python-0.3.36.tar.gz -C "$tmp"
+  mv "$tmp/llama_cpp_python-0.3.36/vendor/llama.cpp" "$src"
+  rm -rf "$tmp"
+fi
+shaders="$src/ggml/src/ggml-vulkan/vulkan-shaders"
+table="$work/table.tsv"
+: >"$table"
+base="-DFLOAT_TYPE=float -DFLOAT_TYPEV2=vec2 -DD_TYPE=float"
+f32b="-DB_TYPE=float -DB_TYPEV2=vec2 -DB_TYPEV4=vec4"
+# name, shader, defines, specialization (BLOCK_SIZE, NUM_ROWS, NUM_COLS), weights a pass, rows.
+# The f32 mat-vec (what llama.cpp runs for one row on NVIDIA where rows are <= 4096, and for
+# Q6_K always): 16 threads a K-quant super-block, each 16 weights (Q4_K) an output a pass;
+# 2 outputs. The 8-bit form (mul_mat_vecq, batches): 32-value blocks, 8 weights a thread a pass.
+peer() { # name shader defines rows per_pass
+  local out="$work/$1.spv"
+  # shellcheck disable=SC2086
+  glslc -fshader-stage=compute --target-env=vulkan1.2 -O "$shaders/$2" $base $3 -DUSE_SUBGROUP_ADD=1 -o "$out"
+  printf 'llama.cpp %s\t%s\t0=32,1=2,2=%s\t%s\t%s\n' "$1" "$out" "$4" "$5" "$4" >>"$table"
+}
+for r in 1 8; do
+  peer "q4_k-f32-r$r" mul_mat_vec_q4_k.comp "-DDATA_A_Q4_K=1 $f32b" "$r" 32
+  peer "q6_k-f32-r$r" mul_mat_vec_q6_k.comp "-DDATA_A_Q6_K=1 $f32b" "$r" 32
+done
+while IFS=$'\t' read -r name _ _ outs _ rows per_pass; do
+  [ "$name" = name ] && continue
+  printf 'mars %s\t%s\t-\t%s\t%s\n' "$name" "$work/mars/$name.spv" "$per_pass" "$rows" >>"$table"
+  : "$outs"
+done <"$work/mars/forms.tsv"
+# The filter on the names alone ("llama.cpp:…", "mars:…").
+sed 's/^\(llama.cpp\|mars\) /\1:/' "$table" | awk -F'\t' -v re="$filter" '$1 ~ re' >"$work/chosen.tsv"
+echo "RADV $family (null device), Mesa $(dpkg-query -W -f='${Version}' mesa-vulkan-drivers)"
+XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp} NODEVICE_SELECT=1 RADV_FORCE_FAMILY=$family \
+  VK_DRIVER_FILES=/usr/share/vulkan/icd.d/radeon_icd.x86_64.json \
+  "$venv/bin/python" tests/bench/gpu-isa.py "$work/chosen.tsv"
