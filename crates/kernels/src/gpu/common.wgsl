@@ -7,8 +7,8 @@
 var<private> q: array<vec4<f32>, 8>;
 // The same group as 8-bit integers, four to a word (value l in byte l % 4 of qi[l / 4]), for
 // matmul.wgsl's 8-bit form: `load_i8`, written by Q4_0, Q4_1, Q4_K, Q6_K and Q8_0's decoders
-// (whose `load_group` mod.rs makes from it), or for Q5_0, Q5_1 and Q5_K made from their
-// `load_group` (mod.rs's `generic_i8`).
+// (whose `load_group` mod.rs makes from it) and Q5_0's (beside its own `load_group`), or for
+// Q5_1 and Q5_K made from their `load_group` (mod.rs's `generic_i8`).
 var<private> qi: array<u32, 8>;
 // A wide team's lane's 16 bytes of quants and their scales (decode/q4_k.wgsl's `load_wide`).
 var<private> wq: vec4<u32>;
@@ -43,6 +43,13 @@ fn fifth_bits(h: u32, start: u32) -> vec4<f32> {
         f32((h >> (start + 2u)) & 1u),
         f32((h >> (start + 3u)) & 1u),
     ) * 16.0;
+}
+
+// Bits 0–3 of `x` (x < 16) at bit 4 of bytes 0–3: four values' fifth bits, for 8-bit integers.
+// x · 0x204081 is x + x·2⁷ + x·2¹⁴ + x·2²¹, four copies that do not overlap, so bit i of x
+// lands at bit 8i of the one shifted 7i.
+fn fifth_bytes(x: u32) -> u32 {
+    return ((x * 0x204081u) & 0x01010101u) << 4u;
 }
 
 // Bit `j` of each byte of `h`, times 16 (Q5_K's fifth bits of four consecutive values).

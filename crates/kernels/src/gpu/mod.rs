@@ -243,7 +243,7 @@ fn load_group(rb: u32, g: u32) {{
 }
 
 /// A block type's `load_i8` (common.wgsl's `qi`) for a decoder without its own: its f32
-/// integers packed (Q5_0, Q5_1, Q5_K; their fifth bits are spread over the block). Only in an
+/// integers packed (Q5_1, Q5_K; their fifth bits are spread over the block). Only in an
 /// 8-bit kernel, since `pack4xI8` needs WGSL's `packed_4x8_integer_dot_product`.
 fn generic_i8() -> String {
     format!(
