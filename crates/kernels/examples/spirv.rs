@@ -12,7 +12,9 @@
 use std::fmt::Write as _;
 
 use mars_kernels::WeightType;
-use mars_kernels::gpu::{Acts, Epilogue, Fan, GpuType, Reduce, Team, matmul_source};
+use mars_kernels::gpu::{
+    Acts, Epilogue, Fan, GpuType, Reduce, Team, TileForm, matmul_source, tile_source,
+};
 use naga::back::spv;
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 
@@ -60,6 +62,20 @@ fn forms() -> Vec<(WeightType, Team, Fan, Acts, usize)> {
     out
 }
 
+/// `source` parsed, validated with `caps` and written as SPIR-V.
+fn spirv(
+    source: &str,
+    caps: Capabilities,
+    options: &spv::Options,
+    pipeline: &spv::PipelineOptions,
+) -> Vec<u32> {
+    let module = naga::front::wgsl::parse_str(source).unwrap();
+    let info = Validator::new(ValidationFlags::all(), caps)
+        .validate(&module)
+        .unwrap();
+    spv::write_vec(&module, &info, options, Some(pipeline)).unwrap()
+}
+
 fn main() {
     let out = std::path::PathBuf::from(std::env::args().nth(1).expect("OUT_DIR"));
     std::fs::create_dir_all(&out).unwrap();
@@ -80,11 +96,7 @@ fn main() {
     for (ty, team, fan, acts, rows) in forms() {
         let gty = GpuType::from(ty);
         let source = matmul_source(&[gty], rows, reduce, Epilogue::Store, (team, fan, acts));
-        let module = naga::front::wgsl::parse_str(&source).unwrap();
-        let info = Validator::new(ValidationFlags::all(), caps)
-            .validate(&module)
-            .unwrap();
-        let words = spv::write_vec(&module, &info, &options, Some(&pipeline)).unwrap();
+        let words = spirv(&source, caps, &options, &pipeline);
         let outs = fan.outputs();
         let name = format!("{ty:?}-{team:?}-{outs}-{}-r{rows}", acts.name()).to_lowercase();
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
@@ -96,6 +108,16 @@ fn main() {
             acts.name()
         )
         .unwrap();
+    }
+    // A long prefill's tiles (f32, tile.wgsl): a step is one 32-value group, each thread 4 rows
+    // by 4 outputs of it (512 multiply-adds), so "weights a pass" 128 and "rows" 4.
+    for ty in [WeightType::Q4K, WeightType::Q6K] {
+        let source = tile_source(&[ty.into()], Epilogue::Store, TileForm::Vectors);
+        let words = spirv(&source, caps, &options, &pipeline);
+        let name = format!("{ty:?}-tiles-f32").to_lowercase();
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        std::fs::write(out.join(format!("{name}.spv")), bytes).unwrap();
+        writeln!(table, "{name}\t{ty:?}\ttiles\t4\tf32\t4\t128").unwrap();
     }
     std::fs::write(out.join("forms.tsv"), table).unwrap();
     eprintln!("wrote {}", out.display());

@@ -6,9 +6,9 @@
 
 var<private> q: array<vec4<f32>, 8>;
 // The same group as 8-bit integers, four to a word (value l in byte l % 4 of qi[l / 4]), for
-// matmul.wgsl's 8-bit form: `load_i8`, written by Q4_0, Q4_1, Q4_K, Q6_K and Q8_0's decoders
-// (whose `load_group` mod.rs makes from it) and Q5_0's (beside its own `load_group`), or for
-// Q5_1 and Q5_K made from their `load_group` (mod.rs's `generic_i8`).
+// matmul.wgsl's 8-bit form: `load_i8`, written by Q4_0, Q4_1, Q4_K, Q5_0, Q6_K and Q8_0's
+// decoders (whose `load_group` mod.rs makes from it), or for Q5_1 and Q5_K made from their
+// `load_group` (mod.rs's `generic_i8`).
 var<private> qi: array<u32, 8>;
 // A wide team's lane's 16 bytes of quants and their scales (decode/q4_k.wgsl's `load_wide`).
 var<private> wq: vec4<u32>;

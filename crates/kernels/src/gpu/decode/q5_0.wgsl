@@ -1,23 +1,8 @@
-// One 32-value group of a Q5_0 row: load_group(rb, g) sets q, s0, s1 and mn (common.wgsl), and
-// load_i8 the same values as 8-bit integers. Its bytes are read from `blk` (block_at,
-// reader.wgsl).
-fn load_group(rb: u32, g: u32) {
-    let off = rb + g * 22u;
-    block_at(off);
-    s0 = unpack2x16float(blk[0]).x;
-    s1 = s0;
-    mn = -16.0 * s0;
-    let h = funnel(blk[0], blk[1], 16u); // bytes 2 .. 5
-    for (var k = 0u; k < 4u; k++) { // unroll
-        let v = funnel(blk[1u + k], blk[2u + k], 16u); // bytes 6 + 4k ..
-        q[k] = nibbles(v, 0u) + fifth_bits(h, 4u * k);
-        q[k + 4u] = nibbles(v, 4u) + fifth_bits(h, 16u + 4u * k);
-    }
-}
-
-// The group as 8-bit integers, load_group's values (0 .. 31, the minimum in mn): qi[k] the low
-// nibbles of bytes 6 + 4k .. 9 + 4k with fifth bits 4k .. 4k + 3, qi[k + 4] their high nibbles
-// with fifth bits 16 + 4k .., a value a byte, without a float on the way.
+// One 32-value group of a Q5_0 row: load_i8(rb, g) sets qi, s0, s1 and mn (common.wgsl;
+// load_group is made from it). Its bytes are read from `blk` (block_at, reader.wgsl): the
+// values 0 .. 31 (the minimum in mn), qi[k] the low nibbles of bytes 6 + 4k .. 9 + 4k with
+// fifth bits 4k .. 4k + 3, qi[k + 4] their high nibbles with fifth bits 16 + 4k .., a value a
+// byte, packed with integer operations.
 fn load_i8(rb: u32, g: u32) {
     let off = rb + g * 22u;
     block_at(off);
