@@ -1,6 +1,6 @@
 //! Writes the SPIR-V that a Vulkan card compiles for the mat-vec forms (as wgpu writes it for a
 //! Vulkan 1.3 device, loops unbounded as the kernels are compiled), so that a GPU driver's own
-//! compiler can be asked what it makes of them without that GPU: `tests/bench/isa.sh` compiles
+//! compiler can be asked what it makes of them without that GPU: `tests/bench/gpu-isa.sh` compiles
 //! each on Mesa's RADV null device (AMD's ACO compiler, no AMD card needed) and counts the
 //! instructions of the inner loop per weight, beside llama.cpp's Vulkan mat-vec shaders.
 //!   cargo run --release -p mars-kernels --features gpu --example spirv -- OUT_DIR
