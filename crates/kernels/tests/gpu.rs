@@ -11,7 +11,7 @@ mod common;
 mod gpu_common;
 use gpu_common::{client, read_f32};
 
-use common::{bits, cols_for, dequantized, random_matrix, random_x};
+use common::{bits, cols_for, dequantized, random_matrix, random_x, rows_binding};
 use cubecl::client::Client;
 use cubecl::server::Handle;
 use mars_kernels::gpu::{
@@ -234,7 +234,7 @@ fn a_team_is_exact_to_f32_and_keeps_the_row_contracts(
             assert_eq!(bits(&some), bits(&one[..m * out]), "{ty:?}: m = {m} vs 16");
         }
         // Split into parts of 7 rows' bytes a binding: the bits of the unsplit matrix.
-        let parts = in_parts(&w, Fan::One, (7 * w.row_bytes() + 4) as u64);
+        let parts = in_parts(&w, Fan::One, rows_binding(&w, 7));
         assert!(parts.parts().len() > 1);
         assert_eq!(
             bits(&matmul(&client, &parts, &x, 16)),
@@ -398,7 +398,7 @@ fn a_matrix_split_into_parts_equals_the_whole() {
         let w = random_matrix(ty, 50, cols, &mut rng);
         let whole = upload(&client, &w, max_binding(&client));
         // A limit of 7 rows' bytes: 8 parts, the last one short.
-        let limit = (7 * w.row_bytes() + 4) as u64;
+        let limit = rows_binding(&w, 7);
         let split = upload(&client, &w, limit);
         assert_eq!(whole.parts().len(), 1);
         assert_eq!(split.parts().len(), 8);
@@ -537,7 +537,7 @@ fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
     let cols = 256;
     let w = random_matrix(WeightType::Q6K, 50, cols, &mut rng);
     let x = random_x(20, cols, &mut rng);
-    let split = upload(&client, &w, (7 * w.row_bytes() + 4) as u64);
+    let split = upload(&client, &w, rows_binding(&w, 7));
     assert_eq!(split.parts().len(), 8);
     let whole = tiled(
         &client,

@@ -13,7 +13,7 @@ mod common;
 mod gpu_common;
 use gpu_common::{client, read_f32};
 
-use common::{bits, cols_for, dequantized, random_matrix, random_x};
+use common::{bits, cols_for, dequantized, random_matrix, random_x, rows_binding};
 use cubecl::client::Client;
 use cubecl::server::Handle;
 use mars_kernels::gpu::{
@@ -296,7 +296,7 @@ fn groups_split_matrices_and_the_head_keep_each_outputs_bits() {
 
     // Split into parts of 7 rows' bytes: 4 parts of the 24-row matrix.
     let w = &mats[0];
-    let split = upload_q8(&client, w, (7 * w.row_bytes() + 4) as u64);
+    let split = upload_q8(&client, w, rows_binding(w, 7));
     assert_eq!(split.parts().len(), 4);
     assert_eq!(bits(&matmul(&client, &split, &x, m)), bits(&alone[0]));
 

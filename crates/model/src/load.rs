@@ -6,6 +6,7 @@
 
 use burn::tensor::Device;
 use mars_formats::{GgmlType, Gguf, SafetensorsFile};
+use mars_kernels::WeightType;
 
 use crate::config::LlamaConfig;
 use crate::cpu::CpuModel;
@@ -195,7 +196,8 @@ impl MemoryNeeds {
         let (what, weights) = if options.weights == WeightPath::F32 {
             ("the weights in f32", c.weight_bytes())
         } else {
-            ("the weights as packed blocks", packed_bytes(c, g)?)
+            let gpu = matches!(options.weights, WeightPath::GpuBlocks { .. });
+            ("the weights as packed blocks", packed_bytes(c, g, gpu)?)
         };
         // Values a row holds across one pass: x, its norm, the attention output and the
         // projection's, the FFN's output [d] each (5d); q and the attention [q] (2q); k, v
@@ -311,8 +313,8 @@ fn check_block_buffers(c: &LlamaConfig, g: &dyn Weights, limit: u64) -> Result<(
         };
         let (what, needed) = if s.ty == GgmlType::F32 {
             (format!("{name} (F32, kept dense)"), s.n_bytes)
-        } else if packable(s.ty).is_some() {
-            let per_row = s.n_bytes / (rows.max(1) as u64);
+        } else if let Some(ty) = packable(s.ty) {
+            let per_row = gpu_bytes(ty, s.n_bytes) / (rows.max(1) as u64);
             (format!("a row of {name} ({cols} {} values)", s.ty), per_row)
         } else {
             // Converted to Q8_0: 34 bytes per 32 values.
@@ -333,10 +335,15 @@ fn check_block_buffers(c: &LlamaConfig, g: &dyn Weights, limit: u64) -> Result<(
     Ok(())
 }
 
-/// Bytes the packed path holds for the matrices: a packable tensor's stored bytes, any other
-/// tensor's values at Q8_0's 34 bytes per 32 (a missing tensor counts 0 here and is refused by
-/// the loader by name).
-fn packed_bytes(c: &LlamaConfig, g: &dyn Weights) -> Result<u64> {
+/// `n_bytes` of blocks of `ty` as stored, in the GPU's layout (Q6_K's blocks padded).
+fn gpu_bytes(ty: WeightType, n_bytes: u64) -> u64 {
+    n_bytes / ty.block_bytes() as u64 * ty.gpu_block_bytes() as u64
+}
+
+/// Bytes the packed path holds for the matrices (on the `gpu`, in its layout): a packable
+/// tensor's stored bytes, any other tensor's values at Q8_0's 34 bytes per 32 (a missing tensor
+/// counts 0 here and is refused by the loader by name).
+fn packed_bytes(c: &LlamaConfig, g: &dyn Weights, gpu: bool) -> Result<u64> {
     let mut names = vec![TOKEN_EMBD.to_string()];
     if !c.tied_embeddings {
         names.push(OUTPUT.into());
@@ -347,8 +354,12 @@ fn packed_bytes(c: &LlamaConfig, g: &dyn Weights) -> Result<u64> {
     let mut total = 0u64;
     for name in &names {
         if let Some(s) = g.stored(name)? {
-            total = total.saturating_add(if packable(s.ty).is_some() {
-                s.n_bytes
+            total = total.saturating_add(if let Some(ty) = packable(s.ty) {
+                if gpu {
+                    gpu_bytes(ty, s.n_bytes)
+                } else {
+                    s.n_bytes
+                }
             } else {
                 let values = s
                     .shape

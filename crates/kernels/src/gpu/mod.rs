@@ -10,7 +10,7 @@
 //! block scales are decoded with core WGSL's `unpack2x16float`) and must not need subgroups
 //! (partial sums meet through workgroup memory, or through subgroup shuffles where the adapter
 //! has them: [`Reduce`], the same bits either way), and the byte-level reads of 18-, 22- and
-//! 210-byte blocks are plain shifts here; written by hand, what runs on SwiftShader is exactly
+//! 34-byte blocks are plain shifts here; written by hand, what runs on SwiftShader is exactly
 //! what was reviewed.
 //!
 //! The kernels:
@@ -142,12 +142,37 @@ impl GpuType {
         }
     }
 
-    /// Bytes per block (128 for 32 f32 values).
+    /// Bytes per block as stored in a file (128 for 32 f32 values).
     pub const fn block_bytes(self) -> usize {
         match self {
             Self::Blocks(ty) => ty.block_bytes(),
             Self::F32 => 128,
         }
+    }
+
+    /// Bytes per block in GPU memory ([`WeightType::gpu_block_bytes`]: Q6_K's padded to 212).
+    pub const fn gpu_block_bytes(self) -> usize {
+        match self {
+            Self::Blocks(ty) => ty.gpu_block_bytes(),
+            Self::F32 => 128,
+        }
+    }
+
+    /// `blocks` (whole blocks of this type as stored) in the layout GPU memory holds
+    /// ([`GpuType::gpu_block_bytes`]), with `spare` bytes of capacity left; `None` where the
+    /// layouts are the same. Q6_K: each 210-byte block followed by two zero bytes.
+    fn restrided(self, blocks: &[u8], spare: usize) -> Option<Vec<u8>> {
+        let (from, to) = (self.block_bytes(), self.gpu_block_bytes());
+        if from == to {
+            return None;
+        }
+        let n = blocks.len() / from;
+        let mut out = Vec::with_capacity(n * to + spare);
+        for block in blocks.chunks_exact(from) {
+            out.extend_from_slice(block);
+            out.resize(out.len() + (to - from), 0);
+        }
+        Some(out)
     }
 }
 
@@ -1557,7 +1582,7 @@ pub fn split_rows(
     max_bytes: u64,
 ) -> Result<Vec<Range<usize>>> {
     let ty = ty.into();
-    let row_bytes = row_bytes(ty, cols)?;
+    let row_bytes = gpu_row_bytes(ty, cols)?;
     let usable = usize::try_from(max_bytes.saturating_sub(4)).unwrap_or(usize::MAX);
     let per_part = usable / row_bytes.max(1);
     if per_part == 0 {
@@ -1581,6 +1606,15 @@ fn row_bytes(ty: GpuType, cols: usize) -> Result<usize> {
         });
     }
     Ok(cols / ty.block_values() * ty.block_bytes())
+}
+
+/// Bytes of a row of `cols` values of `ty` in GPU memory ([`GpuType::gpu_block_bytes`]): the
+/// row stride the kernels read.
+///
+/// # Errors
+/// [`KernelError::RaggedRow`] when `cols` is not a whole number of blocks.
+pub fn gpu_row_bytes(ty: GpuType, cols: usize) -> Result<usize> {
+    Ok(row_bytes(ty, cols)? / ty.block_bytes() * ty.gpu_block_bytes())
 }
 
 /// Spare bytes a part's buffer needs for [`padded_words`]' padding (up to 3 to a whole word,
@@ -1859,6 +1893,7 @@ impl GpuMatrix {
     ) -> std::result::Result<Self, E> {
         let ty = ty.into();
         let rb = row_bytes(ty, cols)?;
+        let gpu_rb = gpu_row_bytes(ty, cols)?;
         let mut parts = Vec::new();
         for range in split_rows(ty, rows, cols, max_binding)? {
             let bytes = (range.start as u64 * rb as u64)..(range.end as u64 * rb as u64);
@@ -1872,15 +1907,22 @@ impl GpuMatrix {
                 }
                 .into());
             }
-            let padded = match data {
-                Cow::Owned(mut v) => {
-                    v.resize(expected.div_ceil(4) * 4 + 4, 0);
+            let padded = match ty.restrided(&data, PART_PAD) {
+                // Q6_K: one copy on the host, a part at a time.
+                Some(mut v) => {
+                    v.resize(v.len() + 4, 0);
                     v
                 }
-                Cow::Borrowed(b) => padded_words(b),
+                None => match data {
+                    Cow::Owned(mut v) => {
+                        v.resize(expected.div_ceil(4) * 4 + 4, 0);
+                        v
+                    }
+                    Cow::Borrowed(b) => padded_words(b),
+                },
             };
             counted_upload(padded.len());
-            let embed_params = [range.len(), cols, rb, range.start].map(|v| v as u32);
+            let embed_params = [range.len(), cols, gpu_rb, range.start].map(|v| v as u32);
             // `create` takes the buffer as is (`create_from_slice` would copy it twice).
             let weights = client.create(Bytes::from_bytes_vec(padded));
             // The runtime holds the part's bytes until their write is submitted, and it submits
@@ -1982,9 +2024,9 @@ impl GpuMatrix {
         &self.parts
     }
 
-    /// Bytes of blocks a full product reads.
+    /// Bytes of blocks a full product reads (in GPU memory's layout).
     pub fn bytes(&self) -> u64 {
-        (self.rows * self.ty.block_bytes() * (self.cols / self.ty.block_values())) as u64
+        (self.rows * self.ty.gpu_block_bytes() * (self.cols / self.ty.block_values())) as u64
     }
 
     /// Enqueues `y[t, rows] = x[t, cols] · Wᵀ` on `client`: `x` holds `t` f32 rows of `cols`
@@ -2189,7 +2231,7 @@ impl MatrixGroup {
         }
         let row_bytes: Vec<usize> = members
             .iter()
-            .map(|m| row_bytes(m.ty, m.cols))
+            .map(|m| gpu_row_bytes(m.ty, m.cols))
             .collect::<Result<_>>()?;
         // One team and fan for the whole group, whichever launches compute it: an output's sum
         // then meets in the same tree, so a split group gives the bits of an unsplit one.
@@ -2695,7 +2737,7 @@ mod tests {
         assert_eq!(parts[0].start, 0);
         assert_eq!(parts.last().unwrap().end, 151_936);
         for p in &parts {
-            assert!((p.len() * 6 * 210 + 4) as u64 <= 128 << 20);
+            assert!((p.len() * 6 * 212 + 4) as u64 <= 128 << 20);
         }
         assert!(split_rows(WeightType::Q8_0, 4, 64, 50).is_err());
         assert!(split_rows(WeightType::Q4K, 4, 100, 1 << 20).is_err());

@@ -4,13 +4,13 @@
 // of different types reads each through its own copy.
 
 // The weight buffer carries one word of padding past its last block, so the word after the
-// last block's last exists: the window the Q4_0, Q5_0, Q8_0 and Q6_K decoders load (a block of
+// last block's last exists: the window the Q4_0, Q5_0 and Q8_0 decoders load (a block of
 // 4k + 2 bytes ends 2 bytes into a word or at one's end, so that word is at most the padding).
 // Those types read words that start 0 or 2 bytes in through `funnel` (common.wgsl), without a
 // branch.
 
 // The 4 bytes at byte offset `off`, a multiple of 4: one load (types whose blocks are whole
-// words: Q4_1, Q5_1, Q4_K, Q5_K, F16, BF16, F32).
+// words: Q4_1, Q5_1, Q4_K, Q5_K, F16, BF16, F32, and Q6_K as the GPU holds it, 212 bytes).
 fn aligned_at(off: u32) -> u32 {
     return word_at(off >> 2u);
 }

@@ -29,6 +29,13 @@ pub fn cols_for(ty: WeightType, cols: usize) -> usize {
     cols.next_multiple_of(ty.block_values())
 }
 
+/// A binding limit that holds `rows` rows of `w` as the GPU stores them (with the padding word
+/// every part carries): a matrix uploaded under it is split into parts of `rows` rows.
+pub fn rows_binding(w: &QMatrix, rows: usize) -> u64 {
+    let ty = w.ty();
+    (rows * w.cols() / ty.block_values() * ty.gpu_block_bytes() + 4) as u64
+}
+
 pub fn uniform(rng: &mut ChaCha8Rng) -> f32 {
     (rng.next_u32() >> 8) as f32 / (1u32 << 24) as f32
 }
