@@ -875,7 +875,11 @@ fn put_x(r: u32, k: u32, v: vec4<f32>) {
             for (var i = 0u; i < 4u; i++) { // unroll
                 let wv = ws[(tc + 16u * i) * PAD + kk];
                 for (var a = 0u; a < 4u; a++) { // unroll
-                    acc[4u * a + i] += dot(xv[a], wv);
+                    // Four multiply-adds into the sum, a value at a time (a dot product and an
+                    // add would be five instructions for four values).
+                    let v = xv[a];
+                    let s = acc[4u * a + i];
+                    acc[4u * a + i] = fma(v.w, wv.w, fma(v.z, wv.z, fma(v.y, wv.y, fma(v.x, wv.x, s))));
                 }
             }
         }",

@@ -12,7 +12,7 @@
 // (docs/performance.md); those loads are the likely bound (counted, not profiled).
 //
 // The contract this form keeps and the one it does not: each (row, output) sum runs over the
-// inputs in one fixed order (group by group, 4 values a dot product, from 0), so a row's result
+// inputs in one fixed order (group by group, a value at a time, from 0), so a row's result
 // does not depend on the rows beside it or on how many rows the pass has, bit for bit, among
 // passes in this form; it is within the f32 rounding bound of the exact product, but it is not
 // the mat-vec kernel's bits (that sums in 16 interleaved partials and a tree). Only prefills
