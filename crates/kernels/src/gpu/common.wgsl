@@ -6,9 +6,8 @@
 
 var<private> q: array<vec4<f32>, 8>;
 // The same group as 8-bit integers, four to a word (value l in byte l % 4 of qi[l / 4]), for
-// matmul.wgsl's 8-bit form: `load_i8`, written by Q4_0, Q4_1, Q4_K, Q5_0, Q6_K and Q8_0's
-// decoders (whose `load_group` mod.rs makes from it), or for Q5_1 and Q5_K made from their
-// `load_group` (mod.rs's `generic_i8`).
+// matmul.wgsl's 8-bit form: `load_i8`, written by every block type's decoder (whose
+// `load_group` mod.rs makes from it: `group_from_i8`).
 var<private> qi: array<u32, 8>;
 // A wide team's lane's 16 bytes of quants and their scales (decode/q4_k.wgsl's `load_wide`).
 var<private> wq: vec4<u32>;
@@ -25,24 +24,15 @@ fn funnel(lo: u32, hi: u32, s: u32) -> u32 {
     return (lo >> s) | ((hi << (31u - s)) << 1u);
 }
 
-// The 4 nibbles at bit `shift` of each byte of `v`.
-fn nibbles(v: u32, shift: u32) -> vec4<f32> {
-    return vec4<f32>(
-        f32((v >> shift) & 15u),
-        f32((v >> (shift + 8u)) & 15u),
-        f32((v >> (shift + 16u)) & 15u),
-        f32((v >> (shift + 24u)) & 15u),
-    );
+// The 4 bytes of `v` as f32 (bytes 0–3 in order): a word's bytes packed with integer
+// operations, then converted, one conversion a value.
+fn byte_values(v: u32) -> vec4<f32> {
+    return vec4<f32>(f32(v & 0xffu), f32((v >> 8u) & 0xffu), f32((v >> 16u) & 0xffu), f32(v >> 24u));
 }
 
-// Bits `start .. start + 4` of `h`, times 16 (a fifth bit of four consecutive values).
-fn fifth_bits(h: u32, start: u32) -> vec4<f32> {
-    return vec4<f32>(
-        f32((h >> start) & 1u),
-        f32((h >> (start + 1u)) & 1u),
-        f32((h >> (start + 2u)) & 1u),
-        f32((h >> (start + 3u)) & 1u),
-    ) * 16.0;
+// The 4 nibbles at bit `shift` of each byte of `v`.
+fn nibbles(v: u32, shift: u32) -> vec4<f32> {
+    return byte_values((v >> shift) & 0x0f0f0f0fu);
 }
 
 // Bits 0–3 of `x` (x < 16) at bit 4 of bytes 0–3: four values' fifth bits, for 8-bit integers.
@@ -52,14 +42,5 @@ fn fifth_bytes(x: u32) -> u32 {
     return ((x * 0x204081u) & 0x01010101u) << 4u;
 }
 
-// Bit `j` of each byte of `h`, times 16 (Q5_K's fifth bits of four consecutive values).
-fn byte_bits(h: u32, j: u32) -> vec4<f32> {
-    return vec4<f32>(
-        f32((h >> j) & 1u),
-        f32((h >> (j + 8u)) & 1u),
-        f32((h >> (j + 16u)) & 1u),
-        f32((h >> (j + 24u)) & 1u),
-    ) * 16.0;
-}
 
 {{readers}}

@@ -249,9 +249,9 @@ fn group_parts(wide: bool) -> (String, &'static str) {
     }
 }
 
-/// `load_group` for a decoder that writes 8-bit integers (`load_i8`: Q4_0, Q4_1, Q4_K, Q6_K,
-/// Q8_0): each byte sign-extended and converted, the values its f32 form multiplies (integers,
-/// exact in f32). Core WGSL: `extractBits`, no language extension.
+/// `load_group` for a decoder that writes 8-bit integers (`load_i8`: every block type): each
+/// byte sign-extended and converted, the values its f32 form multiplies (integers, exact in
+/// f32). Core WGSL: `extractBits`, no language extension.
 fn group_from_i8() -> String {
     format!(
         "
@@ -261,22 +261,6 @@ fn load_group(rb: u32, g: u32) {{
         let v = bitcast<i32>(qi[k]);
         q[k] = vec4<f32>(f32(extractBits(v, 0u, 8u)), f32(extractBits(v, 8u, 8u)),
             f32(extractBits(v, 16u, 8u)), f32(extractBits(v, 24u, 8u)));
-    }}
-}}",
-        MARK = unroll::MARKER,
-    )
-}
-
-/// A block type's `load_i8` (common.wgsl's `qi`) for a decoder without its own: its f32
-/// integers packed (Q5_1, Q5_K; their fifth bits are spread over the block). Only in an
-/// 8-bit kernel, since `pack4xI8` needs WGSL's `packed_4x8_integer_dot_product`.
-fn generic_i8() -> String {
-    format!(
-        "
-fn load_i8(rb: u32, g: u32) {{
-    load_group(rb, g);
-    for (var k = 0u; k < 8u; k++) {{ {MARK}
-        qi[k] = pack4xI8(vec4<i32>(q[k]));
     }}
 }}",
         MARK = unroll::MARKER,
@@ -313,16 +297,15 @@ fn block_at(ty: GpuType) -> String {
 
 /// The byte reads and the decoder of `ty` for weight binding `b`: the binding is `w{b}` and
 /// every function gets the suffix `_{b}`, so a kernel can read matrices of different types
-/// from different bindings (WGSL has no pointer to a storage buffer as an argument). With `q8`
-/// (an 8-bit kernel) every decoder has a `load_i8`.
-fn reader(ty: GpuType, b: usize, q8: bool, wide: bool) -> String {
+/// from different bindings (WGSL has no pointer to a storage buffer as an argument).
+fn reader(ty: GpuType, b: usize, wide: bool) -> String {
     let decoder = load_group(ty);
-    let extra = if !decoder.contains("fn load_group(") {
-        group_from_i8()
-    } else if q8 && !decoder.contains("fn load_i8(") {
-        generic_i8()
-    } else {
+    // The 8-bit form takes block types only (`Acts::q8_for`), each of which has a `load_i8`
+    // (made into its `load_group` here); f32, f16 and bf16 have a `load_group` alone.
+    let extra = if decoder.contains("fn load_group(") {
         String::new()
+    } else {
+        group_from_i8()
     };
     let mut text = format!("{READER}\n{decoder}{extra}")
         .replace("{{block_at}}", &block_at(ty))
@@ -334,13 +317,13 @@ fn reader(ty: GpuType, b: usize, q8: bool, wide: bool) -> String {
     text
 }
 
-/// common.wgsl with one reader per weight binding, binding b reading `types[b]` (each with a
-/// `load_i8` where `q8`; through vec4 words where `wide`).
-fn common(types: &[GpuType], q8: bool, wide: bool) -> String {
+/// common.wgsl with one reader per weight binding, binding b reading `types[b]` (through vec4
+/// words where `wide`).
+fn common(types: &[GpuType], wide: bool) -> String {
     let readers: Vec<String> = types
         .iter()
         .enumerate()
-        .map(|(b, &ty)| reader(ty, b, q8, wide))
+        .map(|(b, &ty)| reader(ty, b, wide))
         .collect();
     COMMON.replace("{{readers}}", &readers.join("\n"))
 }
@@ -778,7 +761,7 @@ pub fn matmul_source_with(
         .replace("{{group}}", &group)
         .replace("{{w_any}}", w_any)
         .replace("{{x}}", x)
-        .replace("{{common}}", &common(types, q8, wide))
+        .replace("{{common}}", &common(types, wide))
         .replace("{{dispatch}}", &dispatch(types, "load_group", "rb, g"))
         .replace("{{lane_dispatch}}", &lane_dispatch)
         .replace("{{q8_dispatch}}", &q8_dispatch)
@@ -948,7 +931,7 @@ pub fn tile_source(types: &[GpuType], epilogue: Epilogue, form: TileForm) -> Str
         .replace("{{blocks}}", blocks)
         .replace("{{multiply}}", multiply)
         .replace("{{gather}}", gather)
-        .replace("{{common}}", &common(types, false, false))
+        .replace("{{common}}", &common(types, false))
         .replace("{{dispatch}}", &dispatch(types, "load_group", "rb, g"))
         .replace("{{epilogue}}", &epilogue.code().to_string());
     unroll::unroll(&text)
@@ -1008,7 +991,7 @@ const TILE_OUTPUTS: usize = 64;
 pub fn embed_source(ty: GpuType) -> String {
     unroll::unroll(
         &EMBED
-            .replace("{{common}}", &common(&[ty], false, false))
+            .replace("{{common}}", &common(&[ty], false))
             .replace("{{ids_at}}", &IDS.to_string()),
     )
 }

@@ -55,17 +55,11 @@ fn load_lane(rb: u32, b: u32, i: u32) {
     let lb = la + 8u;
     let hq = (off + 128u + 32u * n + 8u * m) >> 2u;
     for (var k = 0u; k < 2u; k++) { // unroll
-        let a = word_at(la + k);
-        let bw = word_at(lb + k);
-        let h = word_at(hq + k);
-        var va = vec4<f32>(0.0);
-        var vb = vec4<f32>(0.0);
-        for (var j = 0u; j < 4u; j++) { // unroll
-            let hb = h >> (8u * j + upper);
-            va[j] = f32(((a >> (8u * j + upper)) & 15u) | ((hb & 3u) << 4u)) - 32.0;
-            vb[j] = f32(((bw >> (8u * j + upper)) & 15u) | (((hb >> 2u) & 3u) << 4u)) - 32.0;
-        }
-        q[k] = va * sa;
-        q[k + 2u] = vb * sb;
+        // Four 6-bit values a word, a byte each: nibbles at bit `upper`, bit pairs above them.
+        let h = word_at(hq + k) >> upper;
+        let va = ((word_at(la + k) >> upper) & 0x0f0f0f0fu) | ((h & 0x03030303u) << 4u);
+        let vb = ((word_at(lb + k) >> upper) & 0x0f0f0f0fu) | (((h >> 2u) & 0x03030303u) << 4u);
+        q[k] = (byte_values(va) - vec4<f32>(32.0)) * sa;
+        q[k + 2u] = (byte_values(vb) - vec4<f32>(32.0)) * sb;
     }
 }
