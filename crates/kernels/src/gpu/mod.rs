@@ -1,5 +1,6 @@
 //! Kernels for GPUs (wgpu natively, WebGPU in the browser): GGUF blocks uploaded as they are
-//! stored (u32 words) and dequantized inside the kernel, f32 accumulation, and the rest of a
+//! stored (u32 words; Q6_K's padded to a whole word each, [`GpuType::gpu_block_bytes`]) and
+//! dequantized inside the kernel, f32 accumulation, and the rest of a
 //! Llama block as a few fused kernels, so that a forward pass is a handful of launches a layer.
 //! Over 800 lines: the matrix kernel's host side (its types, teams, parts, groups and launches)
 //! is one unit; the other kernels' host sides are `layer.rs` and `step.rs`.
