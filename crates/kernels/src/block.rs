@@ -83,6 +83,12 @@ impl WeightType {
         }
     }
 
+    /// `stored` bytes of whole blocks of this type, as the GPU holds them
+    /// ([`WeightType::gpu_block_bytes`]).
+    pub const fn gpu_bytes(self, stored: u64) -> u64 {
+        stored / self.block_bytes() as u64 * self.gpu_block_bytes() as u64
+    }
+
     /// Values per block (a row is a whole number of them).
     pub const fn block_values(self) -> usize {
         match self {

@@ -6,7 +6,6 @@
 
 use burn::tensor::Device;
 use mars_formats::{GgmlType, Gguf, SafetensorsFile};
-use mars_kernels::WeightType;
 
 use crate::config::LlamaConfig;
 use crate::cpu::CpuModel;
@@ -314,7 +313,7 @@ fn check_block_buffers(c: &LlamaConfig, g: &dyn Weights, limit: u64) -> Result<(
         let (what, needed) = if s.ty == GgmlType::F32 {
             (format!("{name} (F32, kept dense)"), s.n_bytes)
         } else if let Some(ty) = packable(s.ty) {
-            let per_row = gpu_bytes(ty, s.n_bytes) / (rows.max(1) as u64);
+            let per_row = ty.gpu_bytes(s.n_bytes) / (rows.max(1) as u64);
             (format!("a row of {name} ({cols} {} values)", s.ty), per_row)
         } else {
             // Converted to Q8_0: 34 bytes per 32 values.
@@ -335,11 +334,6 @@ fn check_block_buffers(c: &LlamaConfig, g: &dyn Weights, limit: u64) -> Result<(
     Ok(())
 }
 
-/// `n_bytes` of blocks of `ty` as stored, in the GPU's layout (Q6_K's blocks padded).
-fn gpu_bytes(ty: WeightType, n_bytes: u64) -> u64 {
-    n_bytes / ty.block_bytes() as u64 * ty.gpu_block_bytes() as u64
-}
-
 /// Bytes the packed path holds for the matrices (on the `gpu`, in its layout): a packable
 /// tensor's stored bytes, any other tensor's values at Q8_0's 34 bytes per 32 (a missing tensor
 /// counts 0 here and is refused by the loader by name).
@@ -356,7 +350,7 @@ fn packed_bytes(c: &LlamaConfig, g: &dyn Weights, gpu: bool) -> Result<u64> {
         if let Some(s) = g.stored(name)? {
             total = total.saturating_add(if let Some(ty) = packable(s.ty) {
                 if gpu {
-                    gpu_bytes(ty, s.n_bytes)
+                    ty.gpu_bytes(s.n_bytes)
                 } else {
                     s.n_bytes
                 }
