@@ -27,6 +27,12 @@ cargo clippy -p mars-kernels --target wasm32-unknown-unknown --lib --test wasm -
 
 step "native tests (release: the statistical tests draw millions of samples)"
 cargo test --workspace --release
+# The matrix-unit tiles (cooperative matrices), which Debian 12's lavapipe lacks, on sid's
+# lavapipe (8 × 8 blocks on subgroups of 8), the test binary run through that Mesa's loader as
+# cargo's runner; there a skip would be a failure (MARS_EXPECT_MATRIX_UNITS).
+step "the matrix-unit tiles on a lavapipe with cooperative matrices (tests/fetch-mesa.sh)"
+CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$(bash tests/fetch-mesa.sh)" MARS_EXPECT_MATRIX_UNITS=1 \
+  cargo test --release -p mars-kernels --features gpu --test gpu tiles_on_matrix_units
 # GPU cards fold the norms before q | k | v and gate | up into those products, and RoPE into
 # attention; CPU adapters (lavapipe here) keep them apart, so the model's GPU tests run again
 # with the folds forced (the same build: --workspace keeps the features unified).

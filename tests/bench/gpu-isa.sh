@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What a real GPU compiler makes of the mat-vec kernels, without the GPU: every form's SPIR-V
 # (the `spirv` example: as wgpu writes it for a Vulkan card) and llama.cpp 0.3.36's Vulkan mat-vec
-# shaders (compiled with glslc as its build compiles them, specialized as it specializes them for
-# NVIDIA: 2 outputs a workgroup of one 32-wide subgroup) go through Mesa's RADV driver on its null
+# shaders (compiled with glslc as its build compiles them, by the glslc its whole backend needs
+# (tests/bench/glslc.sh), specialized as it specializes them for NVIDIA: one 32-wide subgroup a
+# workgroup, 2 outputs (f32) or 1 (integer dot products on 8-bit activations)) go through Mesa's RADV driver on its null
 # device (RADV_FORCE_FAMILY: AMD's ACO compiler for an RDNA2 card, no card present), which
 # reports registers and spills and dumps the machine code; gpu-isa.py counts the instructions of
 # the inner loop per weight and row. Counts, not times, and of AMD's ISA, not NVIDIA's: what they
@@ -16,7 +17,6 @@ filter=${1:-.}
 family=${RADV_FAMILY:-navi21}
 need=()
 dpkg -s mesa-vulkan-drivers >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
-command -v glslc >/dev/null || need+=(glslc)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
@@ -38,23 +38,28 @@ if [ ! -d "$src" ]; then
   rm -rf "$tmp"
 fi
 shaders="$src/ggml/src/ggml-vulkan/vulkan-shaders"
+glslc=$(bash tests/bench/glslc.sh | head -n 1)
 table="$work/table.tsv"
 : >"$table"
 base="-DFLOAT_TYPE=float -DFLOAT_TYPEV2=vec2 -DD_TYPE=float"
 f32b="-DB_TYPE=float -DB_TYPEV2=vec2 -DB_TYPEV4=vec4"
 # name, shader, defines, specialization (BLOCK_SIZE, NUM_ROWS, NUM_COLS), weights a pass, rows.
-# The f32 mat-vec (what llama.cpp runs for one row on NVIDIA where rows are <= 4096, and for
-# Q6_K always): 16 threads a K-quant super-block, each 16 weights (Q4_K) an output a pass;
-# 2 outputs. The 8-bit form (mul_mat_vecq, batches): 32-value blocks, 8 weights a thread a pass.
-peer() { # name shader defines rows per_pass
+# The f32 mat-vec (what llama.cpp runs on NVIDIA for one row where rows are <= 4096, and for
+# Q6_K always): 16 threads a K-quant super-block, each 16 weights (Q4_K) of each of 2 outputs a
+# pass. The 8-bit form (mul_mat_vecq: every batch of 2-8 rows, and one row over longer rows, on
+# NVIDIA; activations as Q8_1): 16 weights of 1 output a thread an iteration, four iterations a
+# pass of its loop (unrolled by hand).
+peer() { # name shader defines outputs rows per_pass
   local out="$work/$1.spv"
   # shellcheck disable=SC2086
-  glslc -fshader-stage=compute --target-env=vulkan1.2 -O "$shaders/$2" $base $3 -DUSE_SUBGROUP_ADD=1 -o "$out"
-  printf 'llama.cpp %s\t%s\t0=32,1=2,2=%s\t%s\t%s\n' "$1" "$out" "$4" "$5" "$4" >>"$table"
+  "$glslc" -fshader-stage=compute --target-env=vulkan1.2 -O "$shaders/$2" $base $3 -DUSE_SUBGROUP_ADD=1 -o "$out"
+  printf 'llama.cpp %s\t%s\t0=32,1=%s,2=%s\t%s\t%s\n' "$1" "$out" "$4" "$5" "$6" "$5" >>"$table"
 }
+q8b="-DACC_TYPE=float"
 for r in 1 8; do
-  peer "q4_k-f32-r$r" mul_mat_vec_q4_k.comp "-DDATA_A_Q4_K=1 $f32b" "$r" 32
-  peer "q6_k-f32-r$r" mul_mat_vec_q6_k.comp "-DDATA_A_Q6_K=1 $f32b" "$r" 32
+  peer "q4_k-f32-r$r" mul_mat_vec_q4_k.comp "-DDATA_A_Q4_K=1 $f32b" 2 "$r" 32
+  peer "q6_k-f32-r$r" mul_mat_vec_q6_k.comp "-DDATA_A_Q6_K=1 $f32b" 2 "$r" 32
+  peer "q4_k-q8-r$r" mul_mat_vecq.comp "-DDATA_A_Q4_K=1 $q8b" 1 "$r" 64
 done
 while IFS=$'\t' read -r name _ _ outs _ rows per_pass; do
   [ "$name" = name ] && continue

@@ -80,4 +80,8 @@ if g:
     print(f"mars, counted per decoded token: {t['launches']:.1f} launches, {t['uploads']:.2f} uploads "
           f"({t['upload_bytes']:.0f} B), {t['reads']:.2f} reads ({t['read_bytes']:.0f} B); "
           f"pipelines compiled after warm-up: {g['pipelines_compiled_after_warm_up']}")
+# What the peer's build and the device gave it: integer dot products, matrix cores (its own line).
+device = [l.strip() for l in open(f"{out}/llama-bench.log", errors="replace") if l.startswith("ggml_vulkan: 0 = ")]
+if device:
+    print(f"\nllama.cpp's device: {device[0].removeprefix('ggml_vulkan: 0 = ')}")
 PY

@@ -30,13 +30,13 @@ grep -qw avx_vnni /proc/cpuinfo && isa="$isa -DGGML_AVX_VNNI=ON"
 case "$flavour" in
   cpu) build="$root/build"; src_dir="$root/src"; extra=""
        tools=(llama-bench llama-speculative-simple llama-speculative llama-completion llama-lookup) ;;
-  vulkan) build="$root/build-vulkan"; src_dir="$root/src-vulkan"; extra="-DGGML_VULKAN=ON"
+  vulkan) build="$root/build-vulkan"; src_dir="$root/src"; extra="-DGGML_VULKAN=ON"
           tools=(llama-bench) ;;
   *) echo "usage: llama-cpp.sh [cpu|vulkan]" >&2; exit 2 ;;
 esac
 bin="$build/bin"
 # The CPU build's record stays where earlier versions of this script kept it.
-if [ "$flavour" = cpu ]; then tag_file="$root/isa"; tag="$isa"; else tag_file="$build/isa"; tag="$isa $extra"; fi
+if [ "$flavour" = cpu ]; then tag_file="$root/isa"; tag="$isa"; else tag_file="$build/isa"; tag="$isa $extra glslc-${GLSLC_SUITE:-sid}"; fi
 have=1; for t in "${tools[@]}"; do [ -x "$bin/$t" ] || have=0; done
 [ "$(cat "$tag_file" 2>/dev/null)" = "$tag" ] || have=0
 if [ $have = 1 ]; then echo "$bin"; exit 0; fi
@@ -50,23 +50,16 @@ if [ ! -d "$root/src" ]; then
   mv "$tmp/llama_cpp_python-$ver/vendor/llama.cpp" "$root/src"
   rm -rf "$tmp"
 fi
-if [ "$flavour" = vulkan ] && [ ! -d "$src_dir" ]; then
-  for p in glslc libvulkan-dev spirv-headers; do
-    dpkg -s "$p" >/dev/null 2>&1 || { apt-get update -qq >&2; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq glslc libvulkan-dev spirv-headers >&2; break; }
-  done
-  cp -r "$root/src" "$src_dir"
-  # Debian 12's Vulkan headers (1.3.239) lack vk::LayerSettingEXT, used only to pass settings to
-  # the validation layer: drop that block and create the instance without it.
-  python3 - "$src_dir/ggml/src/ggml-vulkan/ggml-vulkan.cpp" <<'PY'
-import sys
-p = sys.argv[1]; s = open(p).read()
-a = s.find("    VkBool32 enable_best_practice = layer_settings;")
-b = s.find("    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, extensions, &layer_setting_info);")
-if a >= 0 and b > a:
-    s = s[:a] + s[b:]
-    s = s.replace("extensions, &layer_setting_info);", "extensions);")
-open(p, "w").write(s)
-PY
+if [ "$flavour" = vulkan ]; then
+  # The whole backend: a glslc that passes every shader feature test (Debian 12's passes none,
+  # which leaves a peer without matrix-unit prefill or integer-dot mat-vec) and the Vulkan and
+  # SPIR-V headers of the same suite; linked against the host's Vulkan loader.
+  [ -e /usr/lib/x86_64-linux-gnu/libvulkan.so.1 ] || { apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libvulkan1 >&2; }
+  { read -r glslc; read -r include; } < <(bash "$(dirname "$0")/glslc.sh")
+  extra="$extra -DVulkan_GLSLC_EXECUTABLE=$glslc -DVulkan_INCLUDE_DIR=$include \
+    -DVulkan_LIBRARY=/usr/lib/x86_64-linux-gnu/libvulkan.so.1 \
+    -DSPIRV-Headers_DIR=$include/../share/cmake/SPIRV-Headers"
 fi
 # shellcheck disable=SC2086
 cmake -S "$src_dir" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF $isa $extra \

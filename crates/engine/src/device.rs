@@ -52,9 +52,9 @@ pub struct GpuCaps {
     /// Whether it runs on the CPU (lavapipe, SwiftShader): its forms are the rules' (measured
     /// there), never timed at load.
     pub software: bool,
-    /// Whether it has the matrix units a long prefill's tiles can run on
-    /// (`mars_model::adapter_matrix_units`).
-    pub matrix_units: bool,
+    /// The matrix units a long prefill's tiles can run on, in the shape the adapter offers,
+    /// where it has them (`mars_model::adapter_matrix_units`).
+    pub matrix_units: Option<mars_model::UnitShape>,
 }
 
 /// The rule of [`Backend::Auto`], one copy for every front end: wgpu on a hardware adapter that
@@ -416,7 +416,7 @@ mod tests {
                 subgroups: None,
                 identity: "test adapter".into(),
                 software: true,
-                matrix_units: false,
+                matrix_units: None,
             }),
         };
         let gpu = open(Some(None));

@@ -37,7 +37,7 @@ fn a_card_tunes_once_and_later_loads_read_its_choices() {
         subgroups: None,
         identity: identity.into(),
         software,
-        matrix_units: false,
+        matrix_units: None,
     };
 
     // A card's first load: every shape timed, the table written (its folder made).

@@ -31,6 +31,7 @@ mod qmatrix;
 mod quantize;
 mod scalar;
 mod tiles;
+mod units;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm;
 #[cfg(target_arch = "x86_64")]
@@ -43,3 +44,4 @@ pub use error::{KernelError, Result};
 pub use kernels::{Isa, Kernels, MAX_ROWS, Product};
 pub use qmatrix::{Layout, QMatrix};
 pub use quantize::{Forms, QActs};
+pub use units::UnitShape;

@@ -18,7 +18,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use mars_kernels::gpu::{
-    Acts, Epilogue, Fan, GpuType, Reduce, RowPass, Shader, Team, TileForm, embed_source,
+    Acts, Epilogue, Fan, GpuType, Reduce, RowPass, Shader, Team, TileForm, UnitShape, embed_source,
     matmul_source, matmul_source_with, row_bound, tile_source,
 };
 use mars_kernels::{KvType, MAX_ROWS, WeightType};
@@ -274,11 +274,19 @@ fn check(what: &str, source: &str, subgroups: bool) {
     translate(what, &module, &info, msl, sm).unwrap();
 }
 
+/// Every shape the matrix-unit tiles are written for ([`UnitShape::new`]).
+fn unit_shapes() -> Vec<UnitShape> {
+    (8..=16)
+        .flat_map(|n| [8, 16, 32, 64].map(|lanes| UnitShape::new(n, lanes)))
+        .flatten()
+        .collect()
+}
+
 /// Checks a tile kernel on matrix units (`TileForm::Units`): valid where wgpu grants
 /// cooperative matrices and f16 (`EXPERIMENTAL_COOPERATIVE_MATRIX`, `SHADER_F16`), and written
-/// as SPIR-V, native Vulkan being where it runs (naga writes Metal's simdgroup matrices in
-/// 8 × 8 only, and no HLSL for them).
-fn check_units(what: &str, source: &str) {
+/// as SPIR-V (native Vulkan) and, in 8 × 8 blocks, as Metal's simdgroup matrices (naga writes
+/// those in 8 × 8 only, and no HLSL for them).
+fn check_units(what: &str, source: &str, shape: UnitShape) {
     assert!(
         !source.contains("// unroll"),
         "{what}: a marked loop left rolled"
@@ -298,6 +306,23 @@ fn check_units(what: &str, source: &str) {
     .unwrap();
     assert_eq!(words.first(), Some(&0x0723_0203), "{what}: SPIR-V magic");
     khronos(&format!("{what} on units"), &words).unwrap();
+    if shape.size() == 8 {
+        let pipeline = msl::PipelineOptions {
+            entry_point: Some((naga::ShaderStage::Compute, "main".to_string())),
+            ..msl::PipelineOptions::default()
+        };
+        let options = msl::Options {
+            lang_version: (2, 3),
+            ..msl::Options::default()
+        };
+        let (text, _) = msl::write_string(&module, &info, &options, &pipeline)
+            .map_err(|e| format!("{what} on units: MSL: {e}"))
+            .unwrap();
+        assert!(
+            text.contains("simdgroup_multiply_accumulate"),
+            "{what}: no simdgroup matrices in\n{text}"
+        );
+    }
 }
 
 #[test]
@@ -405,7 +430,10 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
                 &tile_source(types, epilogue, TileForm::Vectors),
                 false,
             );
-            check_units(&what, &tile_source(types, epilogue, TileForm::Units));
+            for shape in unit_shapes() {
+                let source = tile_source(types, epilogue, TileForm::Units(shape));
+                check_units(&format!("{what} in {shape:?}"), &source, shape);
+            }
             checked += 2;
         }
     }

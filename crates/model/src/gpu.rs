@@ -579,7 +579,8 @@ impl GpuModel {
 
     /// Times one group of each distinct shape in every form it can take, at one row and at
     /// `pass_rows` rows, then, in the fastest of those, a long prefill's product in every
-    /// prefill form (the matrix units' where `units`); each timing within about `budget_ms`
+    /// prefill form (the matrix units' in the adapter's shape where `units`); each timing
+    /// within about `budget_ms`
     /// (`mars_kernels::gpu::time_group`). A form whose outputs disagree with the current form's
     /// (a driver's miscompile) is reported and never timed or chosen.
     #[cfg(not(target_family = "wasm"))]
@@ -587,7 +588,7 @@ impl GpuModel {
         &self,
         pass_rows: usize,
         budget_ms: f64,
-        units: bool,
+        units: Option<mars_kernels::UnitShape>,
     ) -> Result<Vec<GroupTiming>> {
         use mars_kernels::gpu::{
             Acts, PREFILL_ROWS_TIMED, group_output, outputs_agree, time_group,
@@ -605,7 +606,7 @@ impl GpuModel {
             // Operands rounded to f16 on the matrix units (2⁻¹¹ each) or activations to 8 bits
             // (half a step of max|x| / 127 each), with room for the sums.
             let tolerance = |form: Form| {
-                if form.prefill == Some(TileForm::Units) || form.acts == Acts::Q8 {
+                if matches!(form.prefill, Some(TileForm::Units(_))) || form.acts == Acts::Q8 {
                     1e-2
                 } else {
                     1e-3

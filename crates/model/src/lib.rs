@@ -52,7 +52,9 @@ pub use gpu::{
 pub use llama::{Llama, PREFILL_ROWS, TILES_ABOVE};
 pub use load::MemoryNeeds;
 pub use logits::{ChainLink, Logits, RowSummary, SummaryChain, read_f32, read_f32_async};
-/// Whether an adapter has the matrix units `TileForm::Units` needs.
+/// The blocks and subgroups of a prefill tile on the matrix units.
+pub use mars_kernels::UnitShape;
+/// The shape of an adapter's matrix units where it has what `TileForm::Units` needs.
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
 pub use mars_kernels::gpu::adapter_matrix_units;
 /// A matrix group's form and the tuning table (`Llama::time_forms`, `Llama::with_forms`).

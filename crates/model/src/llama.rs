@@ -174,7 +174,8 @@ impl Llama {
     /// Times one group of each distinct shape on the GPU path in every form it can take
     /// (`mars_kernels::gpu::MatrixGroup::forms`), at one row and at `pass_rows` rows (a
     /// verification pass: k + 1), then a long prefill's product in each prefill form (tiles on
-    /// the matrix units where `units`: `adapter_matrix_units`), each timing within about
+    /// the matrix units in the adapter's shape where `units`: `adapter_matrix_units`), each
+    /// timing within about
     /// `budget_ms`: what `mars tune` prints and the tuning table keeps the best of.
     ///
     /// # Errors
@@ -185,7 +186,7 @@ impl Llama {
         &self,
         pass_rows: usize,
         budget_ms: f64,
-        units: bool,
+        units: Option<crate::UnitShape>,
     ) -> Result<Vec<crate::GroupTiming>> {
         if !budget_ms.is_finite() || budget_ms <= 0.0 {
             return Err(ModelError::Config(format!(

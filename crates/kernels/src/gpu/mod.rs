@@ -71,6 +71,8 @@ use crate::block::WeightType;
 use crate::counts::{Kind, counted_launch, counted_read, counted_upload};
 use crate::error::{KernelError, Result};
 use crate::quantize::MAX_ROWS;
+use crate::units::TILE_OUTPUTS;
+pub use crate::units::{TILE_ROWS, UnitShape};
 
 const COMMON: &str = include_str!("common.wgsl");
 const READER: &str = include_str!("reader.wgsl");
@@ -824,17 +826,19 @@ fn team_tree(v: &str, count: &str, lanes: u32) -> String {
 pub enum TileForm {
     /// f32 dot products out of workgroup memory: every adapter.
     Vectors,
-    /// The matrix units through wgpu's cooperative matrices (16 × 16 × 16 f16 products into
-    /// f32, subgroups of 32): native Vulkan where the adapter has `VK_KHR_cooperative_matrix`.
-    /// Chosen by a tuning table where it measured fastest and agreed with the mat-vec form
-    /// ([`Tuning`]; only on an adapter that has the feature), or by `MARS_GPU_TILES=units`
-    /// ([`tiles_for`]); where the adapter lacks the feature its pipeline fails to build.
-    Units,
+    /// The matrix units through wgpu's cooperative matrices (f16 products into f32, in blocks
+    /// of the shape the adapter offers): native Vulkan where the adapter has
+    /// `VK_KHR_cooperative_matrix`, Metal's 8 × 8 simdgroup matrices. Chosen by a tuning table
+    /// where it measured fastest and agreed with the mat-vec form ([`Tuning`]; only on an
+    /// adapter that has the feature, in its shape: [`adapter_matrix_units`]), or by
+    /// `MARS_GPU_TILES=units` ([`tiles_for`]); where the adapter lacks the feature its pipeline
+    /// fails to build.
+    Units(UnitShape),
 }
 
 /// tile.wgsl's form-dependent parts: (enables, workgroup memory and its writers, the
 /// accumulators' declarations, one group's products, the products into `acc`).
-fn tile_parts(form: TileForm) -> [&'static str; 5] {
+fn tile_parts(form: TileForm) -> [String; 5] {
     match form {
         TileForm::Vectors => [
             "",
@@ -868,11 +872,63 @@ fn put_x(r: u32, k: u32, v: vec4<f32>) {
             }
         }",
             "",
-        ],
-        TileForm::Units => [
-            "enable f16;
-enable wgpu_cooperative_matrix;",
-            "// Tile rows 40 f16 apart: 32 and 8 unused, 80 bytes (a cooperative load's stride is a
+        ]
+        .map(String::from),
+        TileForm::Units(shape) => units_parts(shape),
+    }
+}
+
+/// [`tile_parts`] on the matrix units in `shape`: each subgroup multiplies a run of
+/// `shape.blocks_a_subgroup()` blocks of one block row, its f32 blocks kept in cooperative
+/// matrices across the whole walk over the inputs, stored to workgroup memory at the end for the
+/// threads' 4 × 4 (the epilogue's layout).
+fn units_parts(shape: UnitShape) -> [String; 5] {
+    let (n, lanes, blocks) = (shape.size(), shape.subgroup(), shape.blocks_a_subgroup());
+    // Subgroups a block row holds (64 / n blocks a row).
+    let a_row = (TILE_OUTPUTS as u32 / n) / blocks;
+    let f16 = format!("coop_mat{n}x{n}<f16");
+    let mut declare = format!(
+        "    // Subgroup lid / {lanes}'s {blocks} blocks: rows rb .. rb + {n}, columns cb .. cb + {}.
+    let sg = lid / {lanes}u;
+    let rb = {n}u * (sg / {a_row}u);
+    let cb = {}u * (sg % {a_row}u);
+",
+        n * blocks,
+        n * blocks
+    );
+    let mut multiply = format!(
+        "        for (var kb = 0u; kb < 32u; kb += {n}u) {{
+            let a = coopLoadT<{f16}, A>>(&xs[rb * LD + kb], LD);
+"
+    );
+    let mut store = String::new();
+    for j in 0..blocks {
+        declare.push_str(&format!("    var c{j} = coop_mat{n}x{n}<f32, C>();\n"));
+        multiply.push_str(&format!(
+            "            let b{j} = coopLoad<{f16}, B>>(&ws[(cb + {}u) * LD + kb], LD);
+            c{j} = coopMultiplyAdd(a, b{j}, c{j});
+",
+            n * j
+        ));
+        store.push_str(&format!(
+            "    coopStoreT(c{j}, &st[rb * BN + cb + {}u], BN);\n",
+            n * j
+        ));
+    }
+    multiply.push_str("        }");
+    store.push_str(
+        "    workgroupBarrier();
+    for (var a = 0u; a < 4u; a++) { // unroll
+        for (var i = 0u; i < 4u; i++) { // unroll
+            acc[4u * a + i] = st[(4u * tr + a) * BN + tc + 16u * i];
+        }
+    }",
+    );
+    [
+        "enable f16;
+enable wgpu_cooperative_matrix;"
+            .to_string(),
+        "// Tile rows 40 f16 apart: 32 and 8 unused, 80 bytes (a cooperative load's stride is a
 // multiple of 16 bytes).
 const LD: u32 = 40u;
 var<workgroup> ws: array<f16, 2560>; // [BN, LD]: each column's group, decoded (5 KiB)
@@ -893,30 +949,12 @@ fn put_x(r: u32, k: u32, v: vec4<f32>) {
     xs[b + 1u] = f16(v.y);
     xs[b + 2u] = f16(v.z);
     xs[b + 3u] = f16(v.w);
-}",
-            "    // Subgroup lid / 32's two blocks: rows rb .. rb + 16, columns cb .. cb + 32.
-    let sg = lid / 32u;
-    let rb = 16u * (sg % 2u);
-    let cb = 32u * (sg / 2u);
-    var c0 = coop_mat16x16<f32, C>();
-    var c1 = coop_mat16x16<f32, C>();",
-            "        for (var kb = 0u; kb < 32u; kb += 16u) {
-            let a = coopLoadT<coop_mat16x16<f16, A>>(&xs[rb * LD + kb], LD);
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&ws[cb * LD + kb], LD);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&ws[(cb + 16u) * LD + kb], LD);
-            c0 = coopMultiplyAdd(a, b0, c0);
-            c1 = coopMultiplyAdd(a, b1, c1);
-        }",
-            "    coopStoreT(c0, &st[rb * BN + cb], BN);
-    coopStoreT(c1, &st[rb * BN + cb + 16u], BN);
-    workgroupBarrier();
-    for (var a = 0u; a < 4u; a++) { // unroll
-        for (var i = 0u; i < 4u; i++) { // unroll
-            acc[4u * a + i] = st[(4u * tr + a) * BN + tc + 16u * i];
-        }
-    }",
-        ],
-    }
+}"
+        .to_string(),
+        declare,
+        multiply,
+        store,
+    ]
 }
 
 /// The WGSL of a long prefill's product over matrices of `types` with `epilogue` in `form`
@@ -927,11 +965,11 @@ pub fn tile_source(types: &[GpuType], epilogue: Epilogue, form: TileForm) -> Str
         .replace("{{group}}", &group_parts(false).0)
         .replace("{{w_any}}", group_parts(false).1)
         .replace("{{x}}", "vec4<f32>")
-        .replace("{{enables}}", enables)
-        .replace("{{shared}}", shared)
-        .replace("{{blocks}}", blocks)
-        .replace("{{multiply}}", multiply)
-        .replace("{{gather}}", gather)
+        .replace("{{enables}}", &enables)
+        .replace("{{shared}}", &shared)
+        .replace("{{blocks}}", &blocks)
+        .replace("{{multiply}}", &multiply)
+        .replace("{{gather}}", &gather)
         .replace("{{common}}", &common(types, false))
         .replace("{{dispatch}}", &dispatch(types, "load_group", "rb, g"))
         .replace("{{epilogue}}", &epilogue.code().to_string());
@@ -944,9 +982,24 @@ pub fn tile_source(types: &[GpuType], epilogue: Epilogue, form: TileForm) -> Str
 /// reaches workgroup memory one lane at a time (on lavapipe a 128-token prefill of SmolLM2 ran at
 /// 3.3–3.4 tok/s in tiles, 4.2–4.5 in the mat-vec form). The environment's `MARS_GPU_TILES`
 /// (`on`, `off` or `units`) overrides it: a measurement knob, as [`Team::forced`] is, so that the
-/// GPU bundle times every form without a rebuild. Read once.
+/// GPU bundle times every form without a rebuild. Read once. `units` takes the shape
+/// [`UnitShape::for_subgroup`] gives the device's subgroup size (NVIDIA's 16 × 16 on 32 lanes;
+/// a tuning takes the adapter's own list instead, [`adapter_matrix_units`]).
 pub fn tiles_for(client: &Client) -> Option<TileForm> {
-    forced_tiles().unwrap_or_else(|| is_card(client).then_some(TileForm::Vectors))
+    match forced_tiles() {
+        Some(Forced::Vectors) => Some(TileForm::Vectors),
+        Some(Forced::Units) => {
+            let hardware = &client.properties().hardware;
+            let lanes = hardware.plane_size_max;
+            let shape = (hardware.plane_size_min == lanes)
+                .then(|| UnitShape::for_subgroup(lanes))
+                .flatten()
+                .unwrap_or(UnitShape::CARD);
+            Some(TileForm::Units(shape))
+        }
+        Some(Forced::Off) => None,
+        None => is_card(client).then_some(TileForm::Vectors),
+    }
 }
 
 /// Whether `MARS_GPU_TILES` forces a prefill form ([`tiles_for`]).
@@ -954,39 +1007,49 @@ pub fn tiles_forced() -> bool {
     forced_tiles().is_some()
 }
 
+/// What `MARS_GPU_TILES` forces.
+#[derive(Debug, Clone, Copy)]
+enum Forced {
+    Vectors,
+    Units,
+    Off,
+}
+
 /// The prefill form `MARS_GPU_TILES` forces, where it does.
-fn forced_tiles() -> Option<Option<TileForm>> {
-    static FORCED: std::sync::OnceLock<Option<Option<TileForm>>> = std::sync::OnceLock::new();
+fn forced_tiles() -> Option<Forced> {
+    static FORCED: std::sync::OnceLock<Option<Forced>> = std::sync::OnceLock::new();
     *FORCED.get_or_init(|| match std::env::var("MARS_GPU_TILES").as_deref() {
-        Ok("on") => Some(Some(TileForm::Vectors)),
-        Ok("units") => Some(Some(TileForm::Units)),
-        Ok("off") => Some(None),
+        Ok("on") => Some(Forced::Vectors),
+        Ok("units") => Some(Forced::Units),
+        Ok("off") => Some(Forced::Off),
         _ => None,
     })
 }
 
-/// Whether `adapter` has what [`TileForm::Units`] needs: wgpu's cooperative matrices of
-/// 16 × 16 × 16 f16 into f32 on subgroups, f16 in shaders, and subgroups of exactly 32 (on
-/// Vulkan: `VK_KHR_cooperative_matrix`). A tuning times the matrix units only where it does.
-pub fn adapter_matrix_units(adapter: &cubecl::wgpu::wgpu::Adapter) -> bool {
+/// The shape [`TileForm::Units`] takes on `adapter`, where it has what the form needs: wgpu's
+/// cooperative matrices (on Vulkan `VK_KHR_cooperative_matrix`; Metal's simdgroup matrices)
+/// of f16 products into f32 on subgroups, 16 × 16 × 16 or else 8 × 8 × 8, f16 in shaders, and
+/// one subgroup size that a tile divides among ([`UnitShape::new`]). A tuning times the matrix
+/// units only where there is one.
+pub fn adapter_matrix_units(adapter: &cubecl::wgpu::wgpu::Adapter) -> Option<UnitShape> {
     use cubecl::wgpu::wgpu;
     let info = adapter.get_info();
     let features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
-    adapter.features().contains(features)
-        && info.subgroup_min_size == 32
-        && info.subgroup_max_size == 32
-        && adapter.cooperative_matrix_properties().iter().any(|p| {
-            (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+    if !adapter.features().contains(features) || info.subgroup_min_size != info.subgroup_max_size {
+        return None;
+    }
+    let offers = |n: u32| {
+        adapter.cooperative_matrix_properties().iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (n, n, n)
                 && p.ab_type == wgpu::CooperativeScalarType::F16
                 && p.cr_type == wgpu::CooperativeScalarType::F32
         })
+    };
+    [16, 8]
+        .into_iter()
+        .filter(|&n| offers(n))
+        .find_map(|n| UnitShape::new(n, info.subgroup_min_size))
 }
-
-/// Rows a tile workgroup computes (tile.wgsl's BM).
-pub const TILE_ROWS: usize = 32;
-
-/// Outputs a tile workgroup computes (tile.wgsl's BN; a SwiGLU's half of them).
-const TILE_OUTPUTS: usize = 64;
 
 /// The WGSL of the embedding lookup for `ty`.
 pub fn embed_source(ty: GpuType) -> String {
@@ -1250,7 +1313,15 @@ impl Shader {
                 }
                 (k << 17)
                     | (1 << 15)
-                    | (u64::from(*form == TileForm::Units) << 2)
+                    | match form {
+                        TileForm::Vectors => 0,
+                        // The shape in bits 2..14: a flag, then the block's side and the lanes.
+                        TileForm::Units(shape) => {
+                            1 << 2
+                                | (u64::from(shape.size()) << 3)
+                                | (u64::from(shape.subgroup()) << 8)
+                        }
+                    }
                     | u64::from(epilogue.code())
             }
             Self::Embed(ty) => u64::from(type_code(*ty)),
@@ -2447,15 +2518,16 @@ impl MatrixGroup {
     }
 
     /// Every way this group can multiply a long prefill, with its team and fan: the mat-vec
-    /// form and tiles of f32 vectors, and tiles on the matrix units where `units` (the adapter
-    /// has them); a group over the last rows alone (the head) only as it is.
-    pub fn prefill_forms(&self, units: bool) -> Vec<Form> {
+    /// form and tiles of f32 vectors, and tiles on the matrix units in the adapter's shape where
+    /// it has them (`units`: [`adapter_matrix_units`]); a group over the last rows alone (the
+    /// head) only as it is.
+    pub fn prefill_forms(&self, units: Option<UnitShape>) -> Vec<Form> {
         if self.rows != Rows::All {
             return vec![self.form];
         }
         let mut prefills = vec![None, Some(TileForm::Vectors)];
-        if units {
-            prefills.push(Some(TileForm::Units));
+        if let Some(shape) = units {
+            prefills.push(Some(TileForm::Units(shape)));
         }
         prefills
             .into_iter()

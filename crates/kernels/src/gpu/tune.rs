@@ -17,7 +17,7 @@
 //! The table is text, a line an entry, so that a user can read and delete what their GPU chose:
 //! `adapter<TAB>shape<TAB>form<TAB>ms for one row<TAB>ms for a pass<TAB>ms for a prefill`.
 
-use super::{Acts, Fan, Result, Team, TileForm};
+use super::{Acts, Fan, Result, Team, TileForm, UnitShape};
 #[cfg(not(target_family = "wasm"))]
 use super::{Client, MatrixGroup, Step, StepBuffer};
 use crate::KernelError;
@@ -38,8 +38,9 @@ pub struct Form {
 }
 
 impl Form {
-    /// `quarter/1/f32/matvec`, `whole/4/q8/tiles`, `lanes/1/f32/units`, …: the table's and
-    /// `mars tune`'s name.
+    /// `quarter/1/f32/matvec`, `whole/4/q8/tiles`, `lanes/1/f32/units` (16 × 16 blocks on
+    /// subgroups of 32), `wide/1/f32/units-8x8-8` (8 × 8 on 8), …: the table's and `mars tune`'s
+    /// name.
     pub fn name(self) -> String {
         let team = match self.team {
             Team::Quarter => "quarter",
@@ -48,9 +49,13 @@ impl Form {
             Team::Wide => "wide",
         };
         let prefill = match self.prefill {
-            None => "matvec",
-            Some(TileForm::Vectors) => "tiles",
-            Some(TileForm::Units) => "units",
+            None => "matvec".to_string(),
+            Some(TileForm::Vectors) => "tiles".to_string(),
+            Some(TileForm::Units(UnitShape::CARD)) => "units".to_string(),
+            Some(TileForm::Units(shape)) => {
+                let n = shape.size();
+                format!("units-{n}x{n}-{}", shape.subgroup())
+            }
         };
         format!(
             "{team}/{}/{}/{prefill}",
@@ -69,7 +74,7 @@ impl Form {
             what: "form",
             value: text.to_string(),
             expected: "quarter, whole, lanes or wide, then /1 or /4, then /f32 or /q8, then /matvec, \
-                       /tiles or /units",
+                       /tiles, /units or /units-NxN-LANES",
         };
         let parts: Vec<&str> = text.split('/').collect();
         let (team, fan, acts, prefill) = match parts[..] {
@@ -97,8 +102,19 @@ impl Form {
         let prefill = match prefill {
             "matvec" => None,
             "tiles" => Some(TileForm::Vectors),
-            "units" => Some(TileForm::Units),
-            _ => return Err(unknown()),
+            "units" => Some(TileForm::Units(UnitShape::CARD)),
+            other => {
+                let shape = other
+                    .strip_prefix("units-")
+                    .and_then(|rest| rest.split_once('-'))
+                    .and_then(|(block, lanes)| {
+                        let (m, n) = block.split_once('x')?;
+                        (m == n).then_some(())?;
+                        UnitShape::new(n.parse().ok()?, lanes.parse().ok()?)
+                    })
+                    .ok_or_else(unknown)?;
+                Some(TileForm::Units(shape))
+            }
         };
         Ok(Self {
             team,
@@ -362,7 +378,13 @@ mod tests {
         for team in [Team::Quarter, Team::Whole, Team::Lanes, Team::Wide] {
             for fan in [Fan::One, Fan::Four] {
                 for acts in [Acts::F32, Acts::Q8] {
-                    for prefill in [None, Some(TileForm::Vectors), Some(TileForm::Units)] {
+                    for prefill in [
+                        None,
+                        Some(TileForm::Vectors),
+                        Some(TileForm::Units(UnitShape::CARD)),
+                        Some(TileForm::Units(UnitShape::new(8, 8).unwrap())),
+                        Some(TileForm::Units(UnitShape::new(16, 64).unwrap())),
+                    ] {
                         let form = Form {
                             team,
                             fan,
@@ -395,6 +417,12 @@ mod tests {
             "whole/1/tiles/x",
             "whole/1/q4/tiles",
             "whole/1/q8/tiles/x",
+            "whole/1/f32/units-8x8",
+            "whole/1/f32/units-8x16-8",
+            "whole/1/f32/units-16x16-8",
+            "whole/1/f32/units-8x8-64",
+            "whole/1/f32/units-4x4-8",
+            "whole/1/f32/units-xx-",
         ] {
             assert!(Form::parse(bad).is_err(), "{bad}");
         }
@@ -408,7 +436,7 @@ mod tests {
                 team: Team::Lanes,
                 fan: Fan::Four,
                 acts: Acts::F32,
-                prefill: Some(TileForm::Units),
+                prefill: Some(TileForm::Units(UnitShape::CARD)),
             },
             one_row_ms: 0.125,
             pass_ms: 0.25,
