@@ -66,7 +66,9 @@ def depends(fields: dict[str, str]) -> list[str]:
     return names
 
 
-def chosen(packages: dict[str, dict[str, str]], wanted: list[str], closure: bool) -> list[dict[str, str]]:
+def chosen(
+    packages: dict[str, dict[str, str]], wanted: list[str], closure: bool
+) -> list[dict[str, str]]:
     """The stanzas of `wanted` (and, with `closure`, of all they depend on)."""
     todo, seen, out = list(wanted), set(), []
     while todo:
@@ -96,7 +98,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for fields in chosen(index(suite), wanted, closure):
             deb = os.path.join(tmp, os.path.basename(fields["Filename"]))
-            with urllib.request.urlopen(f"{MIRROR}/{fields['Filename']}", timeout=300) as r:
+            with urllib.request.urlopen(
+                f"{MIRROR}/{fields['Filename']}", timeout=300
+            ) as r:
                 data = r.read()
             if hashlib.sha256(data).hexdigest() != fields["SHA256"]:
                 sys.exit(f"debian.py: sha256 mismatch: {fields['Filename']}")
