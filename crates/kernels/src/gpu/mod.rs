@@ -1029,13 +1029,20 @@ fn forced_tiles() -> Option<Forced> {
 /// The shape [`TileForm::Units`] takes on `adapter`, where it has what the form needs: wgpu's
 /// cooperative matrices (on Vulkan `VK_KHR_cooperative_matrix`; Metal's simdgroup matrices)
 /// of f16 products into f32 on subgroups, 16 × 16 × 16 or else 8 × 8 × 8, f16 in shaders, and
-/// one subgroup size that a tile divides among ([`UnitShape::new`]). A tuning times the matrix
-/// units only where there is one.
+/// one subgroup size that a tile divides among ([`UnitShape::new`]; `fixed_lanes`). A tuning
+/// times the matrix units only where there is one.
 pub fn adapter_matrix_units(adapter: &cubecl::wgpu::wgpu::Adapter) -> Option<UnitShape> {
     use cubecl::wgpu::wgpu;
     let info = adapter.get_info();
     let features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
-    if !adapter.features().contains(features) || info.subgroup_min_size != info.subgroup_max_size {
+    let apple_silicon = cfg!(all(target_vendor = "apple", target_arch = "aarch64"));
+    let metal = info.backend == wgpu::Backend::Metal;
+    let lanes = fixed_lanes(
+        info.subgroup_min_size,
+        info.subgroup_max_size,
+        metal && apple_silicon,
+    )?;
+    if !adapter.features().contains(features) {
         return None;
     }
     let offers = |n: u32| {
@@ -1048,7 +1055,18 @@ pub fn adapter_matrix_units(adapter: &cubecl::wgpu::wgpu::Adapter) -> Option<Uni
     [16, 8]
         .into_iter()
         .filter(|&n| offers(n))
-        .find_map(|n| UnitShape::new(n, info.subgroup_min_size))
+        .find_map(|n| UnitShape::new(n, lanes))
+}
+
+/// The one subgroup size a kernel written for it can count on: the adapter's where its least
+/// and most agree; 32 on Apple silicon's GPUs under Metal, where wgpu reports 4..64 for every
+/// device but the simdgroups are 32 wide (CubeCL takes 32 there too); else none.
+fn fixed_lanes(min: u32, max: u32, apple_gpu: bool) -> Option<u32> {
+    if apple_gpu {
+        Some(32)
+    } else {
+        (min == max).then_some(min)
+    }
 }
 
 /// The WGSL of the embedding lookup for `ty`.
@@ -2830,6 +2848,14 @@ mod tests {
         assert_eq!(grid(10), (10, 1));
         let (x, y) = grid(200_000);
         assert!(x <= MAX_GROUPS_PER_DIM && x * y >= 200_000);
+    }
+
+    #[test]
+    fn matrix_units_need_one_subgroup_size() {
+        assert_eq!(fixed_lanes(32, 32, false), Some(32));
+        assert_eq!(fixed_lanes(8, 8, false), Some(8));
+        assert_eq!(fixed_lanes(32, 64, false), None);
+        assert_eq!(fixed_lanes(4, 64, true), Some(32));
     }
 
     #[test]
