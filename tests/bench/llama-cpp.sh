@@ -60,6 +60,9 @@ if [ "$flavour" = vulkan ]; then
   extra="$extra -DVulkan_GLSLC_EXECUTABLE=$glslc -DVulkan_INCLUDE_DIR=$include \
     -DVulkan_LIBRARY=/usr/lib/x86_64-linux-gnu/libvulkan.so.1 \
     -DSPIRV-Headers_DIR=$include/../share/cmake/SPIRV-Headers"
+  # A build dir of the reduced peer was configured from a patched copy of the source (and other
+  # headers): cmake refuses another source for the same cache, so start it anew.
+  rm -rf "$build" "$root/src-vulkan"
 fi
 # shellcheck disable=SC2086
 cmake -S "$src_dir" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF $isa $extra \
