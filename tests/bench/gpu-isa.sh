@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # What a real GPU compiler makes of the mat-vec kernels, without the GPU: every form's SPIR-V
 # (the `spirv` example: as wgpu writes it for a Vulkan card) and llama.cpp 0.3.36's Vulkan mat-vec
-# shaders (compiled with glslc as its build compiles them, by the glslc its whole backend needs
-# (tests/bench/glslc.sh), specialized as it specializes them for NVIDIA: one 32-wide subgroup a
-# workgroup, 2 outputs (f32) or 1 (integer dot products on 8-bit activations)) go through Mesa's RADV driver on its null
-# device (RADV_FORCE_FAMILY: AMD's ACO compiler for an RDNA2 card, no card present), which
-# reports registers and spills and dumps the machine code; gpu-isa.py counts the instructions of
+# shaders (compiled as its build compiles them, by the glslc its whole backend needs,
+# tests/bench/glslc.sh; specialized as it specializes them for NVIDIA: one 32-wide subgroup a
+# workgroup, 2 outputs (f32) or 1 (integer dot products on 8-bit activations)) go through
+# Mesa's RADV driver on its null device (RADV_FORCE_FAMILY: AMD's ACO compiler for an RDNA2
+# card, no card present), which reports registers and spills and dumps the machine code; gpu-isa.py counts the instructions of
 # the inner loop per weight and row. Counts, not times, and of AMD's ISA, not NVIDIA's: what they
 # compare is the work each kernel asks of a GPU for a weight, beside the peer's, on one compiler.
 # A benchmark command, not a CI step (a few minutes).

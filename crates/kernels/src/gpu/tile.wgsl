@@ -25,9 +25,12 @@
 // vec4 touch different banks.
 //
 // On matrix units (UNITS, `TileForm::Units`: wgpu's cooperative matrices, native Vulkan and
-// Metal): the tiles are f16 in workgroup memory and each of the 4 subgroups of 32 multiplies
-// two 16 × 16 blocks of the 32 × 64 tile with 16 × 16 × 16 f16 products into f32 blocks,
-// which go through workgroup memory to the threads' 4 × 4 before the same epilogue. Another
+// Metal): the tiles are f16 in workgroup memory and each of the 128 / lanes subgroups
+// multiplies a run of blocks of one block row of the 32 × 64 tile (`UnitShape`: on NVIDIA 4
+// subgroups of 32, two 16 × 16 blocks each; on lavapipe 16 of 8, two 8 × 8 blocks each; a
+// subgroup taken as lanes consecutive invocations, as drivers form them in a 1-D workgroup)
+// with f16 products into f32 blocks, which go through workgroup memory to the threads' 4 × 4
+// before the same epilogue. Another
 // contract: weights and activations rounded to f16 (relative 2⁻¹¹ each) and sums in the
 // hardware's order; a row still never meets another.
 {{enables}}
