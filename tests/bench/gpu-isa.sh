@@ -48,7 +48,8 @@ f32b="-DB_TYPE=float -DB_TYPEV2=vec2 -DB_TYPEV4=vec4"
 # Q6_K always): 16 threads a K-quant super-block, each 16 weights (Q4_K) of each of 2 outputs a
 # pass. The 8-bit form (mul_mat_vecq: every batch of 2-8 rows, and one row over longer rows, on
 # NVIDIA; activations as Q8_1): 16 weights of 1 output a thread an iteration, four iterations a
-# pass of its loop (unrolled by hand).
+# pass of its loop (unrolled by hand). Its Q6_K form runs on Intel only (ggml-vulkan: "q6_k
+# only has 2-byte alignment", its blocks read 2 bytes a load): counted beside mars's.
 peer() { # name shader defines outputs rows per_pass
   local out="$work/$1.spv"
   # shellcheck disable=SC2086
@@ -60,6 +61,7 @@ for r in 1 8; do
   peer "q4_k-f32-r$r" mul_mat_vec_q4_k.comp "-DDATA_A_Q4_K=1 $f32b" 2 "$r" 32
   peer "q6_k-f32-r$r" mul_mat_vec_q6_k.comp "-DDATA_A_Q6_K=1 $f32b" 2 "$r" 32
   peer "q4_k-q8-r$r" mul_mat_vecq.comp "-DDATA_A_Q4_K=1 $q8b" 1 "$r" 64
+  peer "q6_k-q8-r$r" mul_mat_vecq.comp "-DDATA_A_Q6_K=1 $q8b" 1 "$r" 64
 done
 while IFS=$'\t' read -r name _ _ outs _ rows per_pass; do
   [ "$name" = name ] && continue

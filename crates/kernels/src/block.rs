@@ -29,6 +29,13 @@ use half::f16;
 /// Values per block of every type here.
 pub const BLOCK: usize = 32;
 
+/// Q6_K super-blocks a run in GPU memory ([`WeightType::gpu_row_bytes`]): 8 f16 d's fill 16
+/// bytes.
+pub const Q6K_RUN: usize = 8;
+
+/// Bytes of a whole run of Q6_K super-blocks in GPU memory: their d's, then 8 × 208.
+pub const Q6K_RUN_BYTES: usize = 16 + 208 * Q6K_RUN;
+
 /// A weight block type the kernels multiply directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WeightType {
@@ -70,23 +77,38 @@ impl WeightType {
         }
     }
 
-    /// Bytes per block as the GPU kernels hold it: as stored, but Q6_K's 210-byte blocks
-    /// padded to 212 at upload (`gpu::GpuMatrix`), so that every block, its runs of quants and
-    /// its f16 scale start on a 4-byte word: a word of quants is one load, where a block
-    /// starting 2 bytes into a word made each word two loads and a funnel shift (Q6_K is ~30 %
-    /// of a Q4_K_M model's bytes; the padding adds 1 % to them). The other types keep their
-    /// bytes: padding Q4_0's, Q5_0's or Q8_0's 4k + 2 would move 6–11 % more bytes.
-    pub const fn gpu_block_bytes(self) -> usize {
+    /// Bytes of a row of `blocks` blocks as the GPU kernels hold it: as stored, but Q6_K's
+    /// rows rearranged at upload (`gpu::GpuMatrix`) into runs of [`Q6K_RUN`] super-blocks, each
+    /// run its blocks' f16 d's (16 bytes; a shorter last run's padded to 16) followed by the
+    /// blocks' other 208 bytes (128 of low nibbles, 64 of high bit pairs, 16 scales). Every
+    /// block and each of its three parts then starts on a 16-byte boundary (one vec4 load each:
+    /// wide teams), where the file's 210-byte blocks start 2 bytes into a word every other
+    /// block; a row of whole runs keeps the file's bytes, a last run of r blocks adds 16 − 2r (a
+    /// 3,584-value row 4 bytes of 2,940; padding each block to a word, as before, added 1 %,
+    /// to 16 bytes 7 %). The other
+    /// types keep their bytes: padding Q4_0's, Q5_0's or Q8_0's 4k + 2 would move 6–11 % more.
+    pub const fn gpu_row_bytes(self, blocks: usize) -> usize {
         match self {
-            Self::Q6K => 212,
-            _ => self.block_bytes(),
+            Self::Q6K => {
+                let (runs, rest) = (blocks / Q6K_RUN, blocks % Q6K_RUN);
+                let tail = if rest == 0 { 0 } else { 16 + 208 * rest };
+                runs * Q6K_RUN_BYTES + tail
+            }
+            _ => blocks * self.block_bytes(),
         }
     }
 
-    /// `stored` bytes of whole blocks of this type, as the GPU holds them
-    /// ([`WeightType::gpu_block_bytes`]).
-    pub const fn gpu_bytes(self, stored: u64) -> u64 {
-        stored / self.block_bytes() as u64 * self.gpu_block_bytes() as u64
+    /// `stored` bytes of whole rows of `cols` values of this type, as the GPU holds them
+    /// ([`WeightType::gpu_row_bytes`]); `stored` itself where `cols` is not a whole number of
+    /// blocks (the loader refuses such a matrix by name).
+    pub const fn gpu_bytes(self, stored: u64, cols: u64) -> u64 {
+        let values = self.block_values() as u64;
+        if cols == 0 || !cols.is_multiple_of(values) {
+            return stored;
+        }
+        let blocks = cols / values;
+        let row = blocks * self.block_bytes() as u64;
+        stored / row * self.gpu_row_bytes(blocks as usize) as u64
     }
 
     /// Values per block (a row is a whole number of them).

@@ -169,28 +169,32 @@ fn lane_teams_are_exact_to_f32_and_keep_the_row_contracts() {
     a_team_is_exact_to_f32_and_keeps_the_row_contracts(
         Team::Lanes,
         &[WeightType::Q4K, WeightType::Q6K],
-        WeightType::Q6K,
+        &[(WeightType::Q4K, WeightType::Q6K)],
     );
 }
 
-/// Wide teams (8 lanes a Q4_K super-block, 16 bytes a load, the weights bound as vec4s): the
-/// same contracts, over one super-block a row (half the team idle) and over five (an odd
-/// number: the team takes two a step), in groups of Q4_K matrices.
+/// Wide teams (8 lanes a Q4_K or Q6_K super-block, 16 bytes a load, the weights bound as
+/// vec4s): the same contracts, over one super-block a row (half the team idle) and over nine
+/// (an odd number: the team takes two a step; Q6_K's run of 8 and a run of one), in groups of
+/// Q4_K matrices and of Q6_K ones.
 #[test]
 fn wide_teams_are_exact_to_f32_and_keep_the_row_contracts() {
     a_team_is_exact_to_f32_and_keeps_the_row_contracts(
         Team::Wide,
-        &[WeightType::Q4K],
-        WeightType::Q4K,
+        &[WeightType::Q4K, WeightType::Q6K],
+        &[
+            (WeightType::Q4K, WeightType::Q4K),
+            (WeightType::Q6K, WeightType::Q6K),
+        ],
     );
 }
 
-/// `team` over matrices of each of `types` and in groups whose third matrix (a q | k | v's v)
-/// is `v_type`.
+/// `team` over matrices of each of `types`, and in groups of each of `groups`' (type, type of
+/// the third matrix: a q | k | v's v).
 fn a_team_is_exact_to_f32_and_keeps_the_row_contracts(
     team: Team,
     types: &[WeightType],
-    v_type: WeightType,
+    groups: &[(WeightType, WeightType)],
 ) {
     let client = client();
     let max = max_binding(&client);
@@ -202,7 +206,7 @@ fn a_team_is_exact_to_f32_and_keeps_the_row_contracts(
         g
     };
     let lanes = |w: &QMatrix, fan| in_parts(w, fan, max);
-    let shapes = [(37, 256), (9, 1280)];
+    let shapes = [(37, 256), (9, 2304)];
     for (ty, (out, cols)) in types.iter().flat_map(|&ty| shapes.map(|s| (ty, s))) {
         let w = random_matrix(ty, out, cols, &mut rng);
         let wd = dequantized(&w);
@@ -244,65 +248,67 @@ fn a_team_is_exact_to_f32_and_keeps_the_row_contracts(
         );
     }
     // Groups: gate | up and q | k | v (with biases), 3 rows.
-    let cols = 512;
-    let x = random_x(3, cols, &mut rng);
-    let xh = f32_handle(&client, &x);
-    let ws: Vec<QMatrix> = [(24, WeightType::Q4K), (8, WeightType::Q4K), (8, v_type)]
-        .iter()
-        .map(|&(o, ty)| random_matrix(ty, o, cols, &mut rng))
-        .collect();
-    let alone: Vec<Vec<f32>> = ws
-        .iter()
-        .map(|w| matmul(&client, &lanes(w, Fan::One), &x, 3))
-        .collect();
-    let step = StepBuffer::new(&client, &Step::chain(&[0; 3], 0, 3, 1 << 20).unwrap());
-    let bias: Vec<f32> = (0..40).map(|i| i as f32 * 0.25 - 3.0).collect();
-    let qkv = MatrixGroup::new(
-        &client,
-        ws.iter().map(|w| lanes(w, Fan::One)).collect(),
-        Epilogue::Store,
-        Some(&bias),
-        Rows::All,
-    )
-    .unwrap();
-    let y = client.empty(3 * 40 * 4);
-    qkv.run(&client, &xh, &y, &step).unwrap();
-    let y = read_f32(&client, y);
-    let mut first = 0;
-    for (k, w) in ws.iter().enumerate() {
-        for r in 0..3 {
-            for o in 0..w.rows() {
-                let want = alone[k][r * w.rows() + o] + bias[first + o];
-                assert_eq!(
-                    y[r * 40 + first + o].to_bits(),
-                    want.to_bits(),
-                    "qkv {k} {r} {o}"
-                );
+    for &(ty, v_type) in groups {
+        let cols = 512;
+        let x = random_x(3, cols, &mut rng);
+        let xh = f32_handle(&client, &x);
+        let ws: Vec<QMatrix> = [(24, ty), (8, ty), (8, v_type)]
+            .iter()
+            .map(|&(o, ty)| random_matrix(ty, o, cols, &mut rng))
+            .collect();
+        let alone: Vec<Vec<f32>> = ws
+            .iter()
+            .map(|w| matmul(&client, &lanes(w, Fan::One), &x, 3))
+            .collect();
+        let step = StepBuffer::new(&client, &Step::chain(&[0; 3], 0, 3, 1 << 20).unwrap());
+        let bias: Vec<f32> = (0..40).map(|i| i as f32 * 0.25 - 3.0).collect();
+        let qkv = MatrixGroup::new(
+            &client,
+            ws.iter().map(|w| lanes(w, Fan::One)).collect(),
+            Epilogue::Store,
+            Some(&bias),
+            Rows::All,
+        )
+        .unwrap();
+        let y = client.empty(3 * 40 * 4);
+        qkv.run(&client, &xh, &y, &step).unwrap();
+        let y = read_f32(&client, y);
+        let mut first = 0;
+        for (k, w) in ws.iter().enumerate() {
+            for r in 0..3 {
+                for o in 0..w.rows() {
+                    let want = alone[k][r * w.rows() + o] + bias[first + o];
+                    assert_eq!(
+                        y[r * 40 + first + o].to_bits(),
+                        want.to_bits(),
+                        "{ty:?} qkv {k} {r} {o}"
+                    );
+                }
             }
+            first += w.rows();
         }
-        first += w.rows();
-    }
-    let up = random_matrix(WeightType::Q4K, 24, cols, &mut rng);
-    let up_alone = matmul(&client, &lanes(&up, Fan::One), &x, 3);
-    let swiglu = MatrixGroup::new(
-        &client,
-        vec![lanes(&ws[0], Fan::One), lanes(&up, Fan::One)],
-        Epilogue::SwiGlu,
-        None,
-        Rows::All,
-    )
-    .unwrap();
-    let y = client.empty(3 * 24 * 4);
-    swiglu.run(&client, &xh, &y, &step).unwrap();
-    let y = read_f32(&client, y);
-    for i in 0..3 * 24 {
-        let (g, u) = (f64::from(alone[0][i]), f64::from(up_alone[i]));
-        let want = g / (1.0 + (-g).exp()) * u;
-        assert!(
-            (f64::from(y[i]) - want).abs() <= 1e-5 * (1.0 + want.abs()),
-            "swiglu [{i}]: {} vs {want}",
-            y[i]
-        );
+        let up = random_matrix(ty, 24, cols, &mut rng);
+        let up_alone = matmul(&client, &lanes(&up, Fan::One), &x, 3);
+        let swiglu = MatrixGroup::new(
+            &client,
+            vec![lanes(&ws[0], Fan::One), lanes(&up, Fan::One)],
+            Epilogue::SwiGlu,
+            None,
+            Rows::All,
+        )
+        .unwrap();
+        let y = client.empty(3 * 24 * 4);
+        swiglu.run(&client, &xh, &y, &step).unwrap();
+        let y = read_f32(&client, y);
+        for i in 0..3 * 24 {
+            let (g, u) = (f64::from(alone[0][i]), f64::from(up_alone[i]));
+            let want = g / (1.0 + (-g).exp()) * u;
+            assert!(
+                (f64::from(y[i]) - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "{ty:?} swiglu [{i}]: {} vs {want}",
+                y[i]
+            );
+        }
     }
 }
 

@@ -1399,8 +1399,8 @@ fn a_folded_norm_equals_the_norm_launched_apart() {
         }
         read_f32(&client, y)
     };
-    // Q4_K and Q6_K (lane teams), a SwiGLU of Q4_K beside Q8_0 (no lanes), a SwiGLU of Q4_K
-    // (lane and wide teams).
+    // Q4_K and Q6_K (lane teams), a SwiGLU of Q4_K beside Q8_0 (no lanes), Q6_K alone (lane and
+    // wide teams), a SwiGLU of Q4_K (lane and wide teams).
     let cases: [(&[usize], Epilogue); 4] = [
         (&[0, 1, 2], Epilogue::Store),
         (&[0, 3], Epilogue::SwiGlu),
@@ -1456,7 +1456,7 @@ fn a_folded_norm_equals_the_norm_launched_apart() {
     }
     // Quarter / whole teams (not for a SwiGLU), lanes and wide teams where every type has
     // them, fan 1 and 4.
-    assert_eq!(forms_run, 6 + 2 + 6 + 6);
+    assert_eq!(forms_run, 6 + 2 + 8 + 6);
 
     // Refused: weights of another width, a bad epsilon, the last rows alone (the head); and a
     // step in 8-bit activations does not fold (its norm writes them).

@@ -155,10 +155,12 @@ fn every_type_is_within_its_quantization_bound_and_rows_stay_independent() {
     }
 }
 
-/// Wide teams in the 8-bit form (Q4_K: each lane's two half blocks a vec4 each, the minimum's
-/// term from the first half's lane): within the quantization bound for 1 to 16 super-blocks a
-/// row, their own bits (not the quarter teams'), a row's bits independent of the rows beside
-/// it and of the fan, and a SwiGLU of two Q4_K matrices within f32 rounding of its products.
+/// Wide teams in the 8-bit form (each lane's two runs half a quantized block each, one vec4;
+/// Q4_K's minimum's term from the first half's lane, Q6_K's values made q − 32): within the
+/// quantization bound for 1 to 16 super-blocks a row (Q6_K's runs of 8 whole and cut short),
+/// their own bits (not the quarter teams'), a row's bits independent of the rows beside it and
+/// of the fan, and a SwiGLU of two Q4_K or two Q6_K matrices within f32 rounding of its
+/// products.
 #[test]
 fn wide_teams_are_within_the_bound_and_keep_the_row_contracts() {
     let client = client();
@@ -170,8 +172,10 @@ fn wide_teams_are_within_the_bound_and_keep_the_row_contracts() {
         gw.set_fan(fan);
         gw
     };
-    for (out, cols) in [(37, 256), (9, 1280), (7, 4096)] {
-        let w = random_matrix(WeightType::Q4K, out, cols, &mut rng);
+    let types = [WeightType::Q4K, WeightType::Q6K];
+    let shapes = [(37, 256), (9, 2304), (7, 4096)];
+    for (ty, (out, cols)) in types.iter().flat_map(|&ty| shapes.map(|s| (ty, s))) {
+        let w = random_matrix(ty, out, cols, &mut rng);
         let x = random_x(16, cols, &mut rng);
         let all = matmul(&client, &wide(&w, Fan::One), &x, 16);
         let (exact, bound) = exact_and_bound(&dequantized(&w), &x, (16, out, cols));
@@ -179,7 +183,7 @@ fn wide_teams_are_within_the_bound_and_keep_the_row_contracts() {
             let err = (f64::from(all[i]) - exact[i]).abs();
             assert!(
                 err <= bound[i],
-                "{out} x {cols} [{i}]: {} vs exact {} (bound {:.3e})",
+                "{ty:?} {out} x {cols} [{i}]: {} vs exact {} (bound {:.3e})",
                 all[i],
                 exact[i],
                 bound[i]
@@ -189,45 +193,47 @@ fn wide_teams_are_within_the_bound_and_keep_the_row_contracts() {
         assert_ne!(
             bits(&quarter),
             bits(&all),
-            "{cols}: the wide form did not run"
+            "{ty:?} {cols}: the wide form did not run"
         );
         for m in [1, 5] {
             let some = matmul(&client, &wide(&w, Fan::One), &x[..m * cols], m);
-            assert_eq!(bits(&some), bits(&all[..m * out]), "{cols}: m = {m}");
+            assert_eq!(bits(&some), bits(&all[..m * out]), "{ty:?} {cols}: m = {m}");
         }
         let four = matmul(&client, &wide(&w, Fan::Four), &x, 16);
-        assert_eq!(bits(&four), bits(&all), "{cols}: fan of four");
+        assert_eq!(bits(&four), bits(&all), "{ty:?} {cols}: fan of four");
     }
     let cols = 512;
-    let x = random_x(3, cols, &mut rng);
-    let (gate, up) = (
-        random_matrix(WeightType::Q4K, 24, cols, &mut rng),
-        random_matrix(WeightType::Q4K, 24, cols, &mut rng),
-    );
-    let (g, u) = (
-        matmul(&client, &wide(&gate, Fan::One), &x, 3),
-        matmul(&client, &wide(&up, Fan::One), &x, 3),
-    );
-    let swiglu = MatrixGroup::new(
-        &client,
-        vec![wide(&gate, Fan::One), wide(&up, Fan::One)],
-        Epilogue::SwiGlu,
-        None,
-        Rows::All,
-    )
-    .unwrap();
-    assert_eq!(
-        (swiglu.form().team, swiglu.form().acts),
-        (Team::Wide, Acts::Q8)
-    );
-    let got = run(&client, &swiglu, &x, (3, 3));
-    for i in 0..3 * 24 {
-        let want = g[i] / (1.0 + (-g[i]).exp()) * u[i];
-        assert!(
-            (got[i] - want).abs() <= 1e-5 * want.abs().max(1e-3),
-            "swiglu [{i}]: {} vs {want}",
-            got[i]
+    for ty in types {
+        let x = random_x(3, cols, &mut rng);
+        let (gate, up) = (
+            random_matrix(ty, 24, cols, &mut rng),
+            random_matrix(ty, 24, cols, &mut rng),
         );
+        let (g, u) = (
+            matmul(&client, &wide(&gate, Fan::One), &x, 3),
+            matmul(&client, &wide(&up, Fan::One), &x, 3),
+        );
+        let swiglu = MatrixGroup::new(
+            &client,
+            vec![wide(&gate, Fan::One), wide(&up, Fan::One)],
+            Epilogue::SwiGlu,
+            None,
+            Rows::All,
+        )
+        .unwrap();
+        assert_eq!(
+            (swiglu.form().team, swiglu.form().acts),
+            (Team::Wide, Acts::Q8)
+        );
+        let got = run(&client, &swiglu, &x, (3, 3));
+        for i in 0..3 * 24 {
+            let want = g[i] / (1.0 + (-g[i]).exp()) * u[i];
+            assert!(
+                (got[i] - want).abs() <= 1e-5 * want.abs().max(1e-3),
+                "{ty:?} swiglu [{i}]: {} vs {want}",
+                got[i]
+            );
+        }
     }
 }
 

@@ -466,14 +466,17 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
             }
         }
     }
-    // Wide teams (Q4_K groups only, the weights bound as vec4s): every row bound, the three
-    // epilogues, both activations, both reductions, the norm folded in the f32 form.
+    // Wide teams (groups of Q4_K or of Q6_K, the weights bound as vec4s): every row bound, the
+    // three epilogues, both activations, both reductions, the norm folded in the f32 form.
     for (rows, fan) in bounds.into_iter().flat_map(|r| FANS.map(|f| (r, f))) {
         for (types, epilogue) in [
             (&[k4][..], Epilogue::Store),
             (&[k4], Epilogue::Add),
             (&[k4, k4], Epilogue::SwiGlu),
             (&[k4, k4, k4], Epilogue::Store),
+            (&[k6], Epilogue::Add),
+            (&[k6, k6], Epilogue::SwiGlu),
+            (&[k6, k6, k6], Epilogue::Store),
         ] {
             for (reduce, subgroups) in [
                 (Reduce::Workgroup, false),
@@ -562,7 +565,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2 + 4) + 2 * 4)
             + blocks * 2 * (5 * 3 * 2 + 2)
             + 5 * 2 * 5 * 2 * 2
-            + 5 * 2 * 4 * 2 * 3
+            + 5 * 2 * 7 * 2 * 3
             + 37
     );
     khronos_verdicts().unwrap();

@@ -313,7 +313,7 @@ fn check_block_buffers(c: &LlamaConfig, g: &dyn Weights, limit: u64) -> Result<(
         let (what, needed) = if s.ty == GgmlType::F32 {
             (format!("{name} (F32, kept dense)"), s.n_bytes)
         } else if let Some(ty) = packable(s.ty) {
-            let per_row = ty.gpu_bytes(s.n_bytes) / (rows.max(1) as u64);
+            let per_row = ty.gpu_bytes(s.n_bytes, cols as u64) / (rows.max(1) as u64);
             (format!("a row of {name} ({cols} {} values)", s.ty), per_row)
         } else {
             // Converted to Q8_0: 34 bytes per 32 values.
@@ -350,7 +350,8 @@ fn packed_bytes(c: &LlamaConfig, g: &dyn Weights, gpu: bool) -> Result<u64> {
         if let Some(s) = g.stored(name)? {
             total = total.saturating_add(if let Some(ty) = packable(s.ty) {
                 if gpu {
-                    ty.gpu_bytes(s.n_bytes)
+                    // The innermost dimension is a row's values.
+                    ty.gpu_bytes(s.n_bytes, s.shape.last().map_or(0, |&c| c as u64))
                 } else {
                     s.n_bytes
                 }

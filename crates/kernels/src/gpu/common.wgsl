@@ -9,8 +9,11 @@ var<private> q: array<vec4<f32>, 8>;
 // matmul.wgsl's 8-bit form: `load_i8`, written by every block type's decoder (whose
 // `load_group` mod.rs makes from it: `group_from_i8`).
 var<private> qi: array<u32, 8>;
-// A wide team's lane's 16 bytes of quants and their scales (decode/q4_k.wgsl's `load_wide`).
-var<private> wq: vec4<u32>;
+// A wide team's lane's 32 values of a super-block (`load_wide`, decode/q4_k.wgsl and q6_k.wgsl):
+// two runs of 16, a value (unsigned, under 64) a byte, and their scales: value = wsc.x·q − wsc.y
+// in `wlo`, wsc.z·q − wsc.w in `whi`.
+var<private> wlo: vec4<u32>;
+var<private> whi: vec4<u32>;
 var<private> wsc: vec4<f32>;
 var<private> s0: f32;
 var<private> s1: f32;
@@ -33,6 +36,13 @@ fn byte_values(v: u32) -> vec4<f32> {
 // The 4 nibbles at bit `shift` of each byte of `v`.
 fn nibbles(v: u32, shift: u32) -> vec4<f32> {
     return byte_values((v >> shift) & 0x0f0f0f0fu);
+}
+
+// Four 6-bit values (0 .. 63), a byte each, as the signed bytes v − 32 (Q6_K's values):
+// v + 96 stays under 256 (no carry between bytes) and is 128 + (v − 32) from 32 on, 96 + v
+// below; flipping bit 7 makes each the two's complement byte of v − 32.
+fn q6_signed(v: u32) -> u32 {
+    return (v + 0x60606060u) ^ 0x80808080u;
 }
 
 // Bits 0–3 of `x` (x < 16) at bit 4 of bytes 0–3: four values' fifth bits, for 8-bit integers.

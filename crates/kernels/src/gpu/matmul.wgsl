@@ -31,15 +31,19 @@
 // tree is the same.
 // A row's sum is again in a fixed order whatever the rows and fan (the form's own bits).
 //
-// Wide teams (WIDE, `Team::Wide`, Q4_K matrices only, the weights bound as vec4s): the team's
-// 16 threads take two super-blocks a step, 8 lanes each, lane i loading the 16 bytes of quants
-// 16i .. 16i + 16 (values 16·(i % 2) .. + 16 of sub-blocks 2c and 2c + 1, c = i / 2) and the
-// super-block's 16 bytes of scales, one load each, so that a team's loads cover its
-// super-blocks' 288 bytes contiguously (llama.cpp's Vulkan mat-vec, and every fast mat-vec on
-// NVIDIA, moves 16 bytes a load). Each half's sum is taken as Σ x·q, scaled once by d·sc, less
-// dmin·m·Σ x; with 8-bit activations the lane meets the half blocks of its two sub-blocks in
-// one vec4 each, the minimum's term added by the lane of the first half (the activations' s is
-// the whole block's). Its own bits again, in a fixed order whatever the rows and fan.
+// Wide teams (WIDE, `Team::Wide`, groups of Q4_K or of Q6_K matrices, the weights bound as
+// vec4s): the team's 16 threads take two super-blocks a step, 8 lanes each, every lane loading
+// its quants 16 bytes at a time (`load_wide`: Q4_K's lane i the 16 bytes 16i .. 16i + 16, values
+// 16·(i % 2) .. + 16 of sub-blocks 2c and 2c + 1, c = i / 2, and the super-block's 16 bytes of
+// scales; Q6_K's 16 bytes of low nibbles, 16 of high bit pairs and the 16 scales), so that a
+// team's loads cover its super-blocks contiguously (llama.cpp's Vulkan mat-vec, and every fast
+// mat-vec on NVIDIA, moves 16 bytes a load). A lane's 32 values are two runs of 16 under one
+// scale each, at vec4s wide_lo(i) and wide_lo(i) + WIDE_GAP of the super-block's activations
+// (the type's geometry, compiled in: `wide_geometry` in mod.rs). Each run's sum is taken as
+// Σ x·q, scaled once by its scale, less its minimum·Σ x; with 8-bit activations a run is half
+// a quantized block, one vec4: Q4_K's minimum (the whole sub-block's) is added by the lane of
+// the block's first half from the activations' s (the whole block's), Q6_K's values become
+// q − 32 (no minimum). Its own bits again, in a fixed order whatever the rows and fan.
 //
 // A norm folded in (NORMED, f32 activations only): x holds the rows before their RMSNorm, and the
 // product is of the normed rows, g · x / rms(x). Each team's threads also sum the squares of
@@ -87,6 +91,8 @@ var<workgroup> partial: array<f32, 64u * ACC>;
 
 {{common}}
 
+{{wide_geometry}}
+
 // Where NORMED: the folded norm's weights for vec4 `i` of a row (4 i .. 4 i + 3).
 fn norm_weights(i: u32) -> vec4<f32> {
     let at = p[17] + 4u * i;
@@ -110,19 +116,22 @@ fn wide(sub: u32, rb: u32, b: u32, i: u32) {
 var<private> outs_live: array<bool, OUTS>;
 var<private> outs_at: array<vec2<u32>, OUTS>;
 
-// Wide teams: lane `wi`'s quants and scales of super-block `b` for each of the team's outputs
+// Wide teams: lane `wi`'s values and scales of super-block `b` for each of the team's outputs
 // (zeros past the live ones), as both products read them.
-var<private> wqs: array<vec4<u32>, OUTS>;
+var<private> wlos: array<vec4<u32>, OUTS>;
+var<private> whis: array<vec4<u32>, OUTS>;
 var<private> wss: array<vec4<f32>, OUTS>;
 
 fn wide_outputs(b: u32, wi: u32) {
     for (var u = 0u; u < OUTS; u++) { // unroll
         if outs_live[u] {
             wide(outs_at[u].x, outs_at[u].y, b, wi);
-            wqs[u] = wq;
+            wlos[u] = wlo;
+            whis[u] = whi;
             wss[u] = wsc;
         } else {
-            wqs[u] = vec4<u32>(0u);
+            wlos[u] = vec4<u32>(0u);
+            whis[u] = vec4<u32>(0u);
             wss[u] = vec4<f32>(0.0);
         }
     }

@@ -96,24 +96,24 @@
         }
     }
     // Wide teams: lane wi of super-blocks t / 8, + 2, …; its values are vec4s xw .. xw + 3 (the
-    // low nibbles) and xw + 8 .. xw + 11 (the high) of the super-block's 64.
+    // first run) and xw + WIDE_GAP .. + 3 (the second) of the super-block's 64.
     let wi = t % 8u;
-    let xw = 16u * (wi / 2u) + 4u * (wi % 2u);
+    let xw = wide_lo(wi);
     for (var b = t / 8u; b < end && WIDE; b += 2u) {
         wide_outputs(b, wi);
         // The lane's 32 weights an output as f32 (integers), once for all rows.
         var wf: array<vec4<f32>, 8u * OUTS>;
         for (var u = 0u; u < OUTS; u++) { // unroll
             for (var k = 0u; k < 4u; k++) { // unroll
-                wf[8u * u + k] = nibbles(wqs[u][k], 0u);
-                wf[8u * u + k + 4u] = nibbles(wqs[u][k], 4u);
+                wf[8u * u + k] = byte_values(wlos[u][k]);
+                wf[8u * u + k + 4u] = byte_values(whis[u][k]);
             }
         }
         var gs: array<vec4<f32>, 8>;
         if NORMED {
             for (var k = 0u; k < 4u; k++) { // unroll
                 gs[k] = norm_weights(b * 64u + xw + k);
-                gs[k + 4u] = norm_weights(b * 64u + xw + 8u + k);
+                gs[k + 4u] = norm_weights(b * 64u + xw + WIDE_GAP + k);
             }
         }
         for (var r = 0u; r < ROWS; r++) { // unroll
@@ -122,7 +122,7 @@
                 var xs: array<vec4<f32>, 8>;
                 for (var k = 0u; k < 4u; k++) { // unroll
                     xs[k] = x[xb + k];
-                    xs[k + 4u] = x[xb + 8u + k];
+                    xs[k + 4u] = x[xb + WIDE_GAP + k];
                 }
                 if NORMED {
                     for (var k = 0u; k < 8u; k++) { // unroll
@@ -130,7 +130,7 @@
                         xs[k] *= gs[k];
                     }
                 }
-                // Σ x of each half, for the minimums.
+                // Σ x of each run, for the minimums.
                 var lo_x = 0.0;
                 var hi_x = 0.0;
                 for (var k = 0u; k < 4u; k++) { // unroll

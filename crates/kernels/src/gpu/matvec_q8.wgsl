@@ -46,35 +46,52 @@
             }
         }
     }
-    // Wide teams: lane wi's halves are those of quantized blocks 8b + 2c and 8b + 2c + 1 of the
-    // row (c = wi / 2), each block's values 16·(wi % 2) .. + 16 one vec4 (quant.wgsl: blocks 2c
-    // and 2c + 1 share a chunk and their (d, s) vec4, since a row's blocks are a multiple of 8).
+    // Wide teams: lane wi's runs are halves of quantized blocks wide_lo(wi) / 8 and WIDE_GAP / 8
+    // blocks on of super-block b (values 16·(wi % 2) .. + 16 of each, one vec4; both blocks in
+    // one chunk of 4: quant.wgsl), their values made signed bytes once for all rows (wide_i8).
     let wi = t % 8u;
     let hf = wi % 2u;
+    let first = wide_lo(wi) / 8u;
+    // A row's quantized blocks are a multiple of 8 (whole super-blocks), so where each run's
+    // block sits in its chunk of 4 is the lane's alone.
+    let i = first & 3u;
+    let ih = i + WIDE_GAP / 8u;
     for (var b = t / 8u; b < end && WIDE; b += 2u) {
         wide_outputs(b, wi);
+        for (var u = 0u; u < OUTS; u++) { // unroll
+            wlos[u] = wide_i8(wlos[u]);
+            whis[u] = wide_i8(whis[u]);
+        }
         for (var r = 0u; r < ROWS; r++) { // unroll
             if r < m {
-                let qb = (row0 + r) * n_groups + 8u * b + 2u * (wi / 2u);
-                let c = (qb >> 2u) * 10u;
-                let i = qb & 3u;
+                let c = (((row0 + r) * n_groups + 8u * b + first) >> 2u) * 10u;
                 let xa = x[c + 2u * i + hf];
-                let xb = x[c + 2u * i + 2u + hf];
-                let ds = x[c + 8u + (i >> 1u)];
+                let xb = x[c + 2u * ih + hf];
+                // Each block's (d, s): blocks 2k and 2k + 1 of a chunk share a vec4.
+                var dl: vec2<u32>;
+                var dh: vec2<u32>;
+                if WIDE_GAP == 8u {
+                    // Q4_K: blocks 2c and 2c + 1, one vec4.
+                    let ds = x[c + 8u + (i >> 1u)];
+                    dl = ds.xy;
+                    dh = ds.zw;
+                } else {
+                    let a = x[c + 8u + (i >> 1u)];
+                    let e = x[c + 8u + (ih >> 1u)];
+                    dl = select(a.xy, a.zw, (i & 1u) != 0u);
+                    dh = select(e.xy, e.zw, (ih & 1u) != 0u);
+                }
                 for (var u = 0u; u < OUTS; u++) { // unroll
-                    let w = wqs[u];
-                    let m4 = 0x0f0f0f0fu;
-                    let lo = dot4I8Packed(w.x & m4, xa.x) + dot4I8Packed(w.y & m4, xa.y)
-                        + dot4I8Packed(w.z & m4, xa.z) + dot4I8Packed(w.w & m4, xa.w);
-                    let hi = dot4I8Packed((w.x >> 4u) & m4, xb.x)
-                        + dot4I8Packed((w.y >> 4u) & m4, xb.y)
-                        + dot4I8Packed((w.z >> 4u) & m4, xb.z)
-                        + dot4I8Packed((w.w >> 4u) & m4, xb.w);
+                    let wl = wlos[u];
+                    let wh = whis[u];
+                    let lo = dot4I8Packed(wl.x, xa.x) + dot4I8Packed(wl.y, xa.y)
+                        + dot4I8Packed(wl.z, xa.z) + dot4I8Packed(wl.w, xa.w);
+                    let hi = dot4I8Packed(wh.x, xb.x) + dot4I8Packed(wh.y, xb.y)
+                        + dot4I8Packed(wh.z, xb.z) + dot4I8Packed(wh.w, xb.w);
                     let sc = wss[u];
-                    var v = bitcast<f32>(ds.x) * sc.x * f32(lo)
-                        + bitcast<f32>(ds.z) * sc.z * f32(hi);
-                    if hf == 0u {
-                        v -= sc.y * bitcast<f32>(ds.y) + sc.w * bitcast<f32>(ds.w);
+                    var v = bitcast<f32>(dl.x) * sc.x * f32(lo) + bitcast<f32>(dh.x) * sc.z * f32(hi);
+                    if WIDE_MINS && hf == 0u {
+                        v -= sc.y * bitcast<f32>(dl.y) + sc.w * bitcast<f32>(dh.y);
                     }
                     acc[u * ROWS + r] += v;
                 }

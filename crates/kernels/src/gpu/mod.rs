@@ -1,5 +1,6 @@
 //! Kernels for GPUs (wgpu natively, WebGPU in the browser): GGUF blocks uploaded as they are
-//! stored (u32 words; Q6_K's padded to a whole word each, [`GpuType::gpu_block_bytes`]) and
+//! stored (u32 words; Q6_K's rows rearranged so that every block starts on 16 bytes,
+//! [`GpuType::gpu_row_bytes`]) and
 //! dequantized inside the kernel, f32 accumulation, and the rest of a
 //! Llama block as a few fused kernels, so that a forward pass is a handful of launches a layer.
 //! Over 800 lines: the matrix kernel's host side (its types, teams, parts, groups and launches)
@@ -67,7 +68,7 @@ pub use tune::{Form, PREFILL_ROWS_TIMED, Tuned, Tuning, outputs_agree};
 #[cfg(not(target_family = "wasm"))]
 pub use tune::{group_output, time_group};
 
-use crate::block::WeightType;
+use crate::block::{Q6K_RUN, WeightType};
 use crate::counts::{Kind, counted_launch, counted_read, counted_upload};
 use crate::error::{KernelError, Result};
 use crate::quantize::MAX_ROWS;
@@ -153,27 +154,36 @@ impl GpuType {
         }
     }
 
-    /// Bytes per block in GPU memory ([`WeightType::gpu_block_bytes`]: Q6_K's padded to 212).
-    pub const fn gpu_block_bytes(self) -> usize {
+    /// Bytes of a row of `blocks` blocks in GPU memory ([`WeightType::gpu_row_bytes`]: Q6_K's
+    /// in runs of 8, their d's first).
+    pub const fn gpu_row_bytes(self, blocks: usize) -> usize {
         match self {
-            Self::Blocks(ty) => ty.gpu_block_bytes(),
-            Self::F32 => 128,
+            Self::Blocks(ty) => ty.gpu_row_bytes(blocks),
+            Self::F32 => 128 * blocks,
         }
     }
 
-    /// `blocks` (whole blocks of this type as stored) in the layout GPU memory holds
-    /// ([`GpuType::gpu_block_bytes`]), with `spare` bytes of capacity left; `None` where the
-    /// layouts are the same. Q6_K: each 210-byte block followed by two zero bytes.
-    fn restrided(self, blocks: &[u8], spare: usize) -> Option<Vec<u8>> {
-        let (from, to) = (self.block_bytes(), self.gpu_block_bytes());
-        if from == to {
+    /// Whole rows of `blocks` blocks a row as stored, in the layout GPU memory holds
+    /// ([`GpuType::gpu_row_bytes`]), with `spare` bytes of capacity left; `None` where the
+    /// layouts are the same. Q6_K: each run of 8 blocks (or fewer, at a row's end) becomes
+    /// their d's (bytes 208..210 of each, padded to 16 bytes), then each block's bytes 0..208.
+    fn restrided(self, rows: &[u8], blocks: usize, spare: usize) -> Option<Vec<u8>> {
+        let (stored, held) = (blocks * self.block_bytes(), self.gpu_row_bytes(blocks));
+        if self != Self::Blocks(WeightType::Q6K) || stored == 0 {
             return None;
         }
-        let n = blocks.len() / from;
-        let mut out = Vec::with_capacity(n * to + spare);
-        for block in blocks.chunks_exact(from) {
-            out.extend_from_slice(block);
-            out.resize(out.len() + (to - from), 0);
+        let mut out = Vec::with_capacity(rows.len() / stored * held + spare);
+        for row in rows.chunks_exact(stored) {
+            for run in row.chunks(Q6K_RUN * 210) {
+                let start = out.len();
+                for block in run.chunks_exact(210) {
+                    out.extend_from_slice(&block[208..]);
+                }
+                out.resize(start + 16, 0);
+                for block in run.chunks_exact(210) {
+                    out.extend_from_slice(&block[..208]);
+                }
+            }
         }
         Some(out)
     }
@@ -201,7 +211,7 @@ fn load_group(ty: GpuType) -> &'static str {
 }
 
 /// The functions reader.wgsl and a decoder define, each renamed per weight binding.
-const READER_FNS: [&str; 13] = [
+const READER_FNS: [&str; 15] = [
     "aligned_at",
     "word_at",
     "vec_at",
@@ -215,6 +225,8 @@ const READER_FNS: [&str; 13] = [
     "load_lane",
     "load_wide",
     "load_i8",
+    "q6_at",
+    "q6_d",
 ];
 
 /// reader.wgsl's word reads of a weight binding declared as words, or (`wide`: [`Team::Wide`])
@@ -235,6 +247,36 @@ fn vec_at(i: u32) -> vec4<u32> {
 
 fn vec_at(i: u32) -> vec4<u32> {
     return vec4<u32>(w[4u * i], w[4u * i + 1u], w[4u * i + 2u], w[4u * i + 3u]);
+}"
+    }
+}
+
+/// Where a wide team's lane finds its two runs of 16 values among a super-block's 64 vec4s of
+/// activations (`wide_lo`, `WIDE_GAP`), whether its minimums come from a quantized block's s
+/// (`WIDE_MINS`) and how its values become signed bytes for the 8-bit form (`wide_i8`), for a
+/// group of `types` (matmul.wgsl's wide teams; a wide group's matrices are of one type,
+/// [`Team::wide_for`]). Q4_K's lane i: values 64c + 16h .. + 16 and 32 on (c = i / 2,
+/// h = i % 2), under one sub-block's scale and minimum each, unsigned nibbles; Q6_K's: values
+/// 128n + 16a .. + 16 and 64 on (n = i / 4, a = i % 4), under one scale each, q − 32. Other
+/// groups never run the wide loop and take Q4_K's.
+fn wide_geometry(types: &[GpuType]) -> &'static str {
+    if types.first() == Some(&GpuType::Blocks(WeightType::Q6K)) {
+        "fn wide_lo(wi: u32) -> u32 {
+    return 32u * (wi / 4u) + 4u * (wi % 4u);
+}
+const WIDE_GAP: u32 = 16u;
+const WIDE_MINS: bool = false;
+fn wide_i8(v: vec4<u32>) -> vec4<u32> {
+    return vec4<u32>(q6_signed(v.x), q6_signed(v.y), q6_signed(v.z), q6_signed(v.w));
+}"
+    } else {
+        "fn wide_lo(wi: u32) -> u32 {
+    return 16u * (wi / 2u) + 4u * (wi % 2u);
+}
+const WIDE_GAP: u32 = 8u;
+const WIDE_MINS: bool = true;
+fn wide_i8(v: vec4<u32>) -> vec4<u32> {
+    return v;
 }"
     }
 }
@@ -417,12 +459,14 @@ pub enum Team {
     /// ([`Team::lanes_for`]: every matrix of a Q4_K_M file). No rule chooses it; a tuning
     /// table does where it measured fastest ([`Tuning`]).
     Lanes,
-    /// 16 threads an output taking two Q4_K super-blocks a step, 8 lanes each, every lane
-    /// loading 16 bytes of quants (one vec4 load, the weights bound as vec4s) and the
-    /// super-block's 16 bytes of scales: 2 loads for 32 weights where a quarter team's lane
-    /// takes 12 word loads (matmul.wgsl's wide teams). For the H200's one-row rate (260–450
-    /// GB/s of 4.8 TB/s, docs/performance.md). Groups of Q4_K matrices only
-    /// ([`Team::wide_for`]); no rule chooses it, a tuning table does where it measured fastest.
+    /// 16 threads an output taking two K-quant super-blocks a step, 8 lanes each, every lane
+    /// loading its quants 16 bytes at a time (vec4 loads, the weights bound as vec4s): a Q4_K
+    /// lane 16 bytes of quants and the super-block's 16 of scales, 2 loads for 32 weights
+    /// where a quarter team's lane takes 12 word loads; a Q6_K lane 16 bytes each of low
+    /// nibbles, high bit pairs and scales and a word of d (matmul.wgsl's wide teams). For the
+    /// H200's one-row rate (260–450 GB/s of 4.8 TB/s, docs/performance.md). Groups of Q4_K or
+    /// of Q6_K matrices ([`Team::wide_for`]); no rule chooses it, a tuning table does where it
+    /// measured fastest.
     Wide,
 }
 
@@ -481,12 +525,17 @@ impl Team {
         })
     }
 
-    /// Whether matrices of `types` can run in [`Team::Wide`]: every one Q4_K (whose rows are
-    /// whole 16-byte vec4s).
+    /// Whether matrices of `types` can run in [`Team::Wide`]: all Q4_K or all Q6_K (whose rows
+    /// and blocks' parts are whole 16-byte vec4s in GPU memory; one type, since a lane's
+    /// activations are where the type's geometry puts them: [`wide_geometry`]).
     pub fn wide_for(types: &[GpuType]) -> bool {
-        types
-            .iter()
-            .all(|&ty| ty == GpuType::Blocks(WeightType::Q4K))
+        let wide = |ty: &GpuType| {
+            matches!(
+                ty,
+                GpuType::Blocks(WeightType::Q4K) | GpuType::Blocks(WeightType::Q6K)
+            )
+        };
+        types.first().is_some_and(wide) && types.iter().all(|ty| Some(ty) == types.first())
     }
 
     /// Outputs a workgroup.
@@ -765,6 +814,7 @@ pub fn matmul_source_with(
         .replace("{{w_any}}", w_any)
         .replace("{{x}}", x)
         .replace("{{common}}", &common(types, wide))
+        .replace("{{wide_geometry}}", wide_geometry(types))
         .replace("{{dispatch}}", &dispatch(types, "load_group", "rb, g"))
         .replace("{{lane_dispatch}}", &lane_dispatch)
         .replace("{{q8_dispatch}}", &q8_dispatch)
@@ -1685,13 +1735,13 @@ fn row_bytes(ty: GpuType, cols: usize) -> Result<usize> {
     Ok(cols / ty.block_values() * ty.block_bytes())
 }
 
-/// Bytes of a row of `cols` values of `ty` in GPU memory ([`GpuType::gpu_block_bytes`]): the
+/// Bytes of a row of `cols` values of `ty` in GPU memory ([`GpuType::gpu_row_bytes`]): the
 /// row stride the kernels read.
 ///
 /// # Errors
 /// [`KernelError::RaggedRow`] when `cols` is not a whole number of blocks.
 pub fn gpu_row_bytes(ty: GpuType, cols: usize) -> Result<usize> {
-    Ok(row_bytes(ty, cols)? / ty.block_bytes() * ty.gpu_block_bytes())
+    Ok(ty.gpu_row_bytes(row_bytes(ty, cols)? / ty.block_bytes()))
 }
 
 /// Spare bytes a part's buffer needs for [`padded_words`]' padding (up to 3 to a whole word,
@@ -1984,7 +2034,7 @@ impl GpuMatrix {
                 }
                 .into());
             }
-            let padded = match ty.restrided(&data, PART_PAD) {
+            let padded = match ty.restrided(&data, rb / ty.block_bytes(), PART_PAD) {
                 // Q6_K: one copy on the host, a part at a time.
                 Some(mut v) => {
                     v.resize(v.len() + 4, 0);
@@ -2103,7 +2153,7 @@ impl GpuMatrix {
 
     /// Bytes of blocks a full product reads (in GPU memory's layout).
     pub fn bytes(&self) -> u64 {
-        (self.rows * self.ty.gpu_block_bytes() * (self.cols / self.ty.block_values())) as u64
+        (self.rows * self.ty.gpu_row_bytes(self.cols / self.ty.block_values())) as u64
     }
 
     /// Enqueues `y[t, rows] = x[t, cols] · Wᵀ` on `client`: `x` holds `t` f32 rows of `cols`
@@ -2499,8 +2549,8 @@ impl MatrixGroup {
 
     /// Every form this group can run in: quarter teams, whole teams but for a SwiGLU (whose
     /// gate and up meet inside a workgroup), lane teams where every member's type has a lane
-    /// decoder ([`Team::lanes_for`]), wide teams where every member is Q4_K
-    /// ([`Team::wide_for`]), each with one and four outputs a team, each with f32 activations
+    /// decoder ([`Team::lanes_for`]), wide teams where every member is Q4_K or
+    /// every one Q6_K ([`Team::wide_for`]), each with one and four outputs a team, each with f32 activations
     /// and (but in lane teams) 8-bit ones where the types take them ([`Acts::q8_for`]).
     pub fn forms(&self) -> Vec<Form> {
         let types: Vec<GpuType> = self.members.iter().map(GpuMatrix::ty).collect();
@@ -2573,7 +2623,7 @@ impl MatrixGroup {
                 what: "form of a matrix group",
                 value: form.name(),
                 expected: "one of the group's forms (no whole teams for a SwiGLU, lanes for \
-                           Q4_K and Q6_K only, wide teams for Q4_K only, 8-bit activations for \
+                           Q4_K and Q6_K only, wide teams for Q4_K or Q6_K alone, 8-bit activations for \
                            block types outside lane teams, the head's prefill form as it is)",
             });
         }
@@ -2808,6 +2858,51 @@ mod tests {
     }
 
     #[test]
+    fn q6k_rows_are_held_in_runs_of_eight_blocks_d_first() {
+        let q6k = GpuType::Blocks(WeightType::Q6K);
+        // 14 blocks (a 3,584-value row): a run of 8 and one of 6; 16 whole runs (4,096 values).
+        assert_eq!(q6k.gpu_row_bytes(14), 16 + 8 * 208 + 16 + 6 * 208);
+        assert_eq!(q6k.gpu_row_bytes(16), 16 * 210);
+        assert_eq!(WeightType::Q6K.gpu_bytes(3 * 14 * 210, 3584), 3 * 2944);
+        assert_eq!(WeightType::Q4K.gpu_bytes(3 * 14 * 144, 3584), 3 * 14 * 144);
+        // Two rows of 9 blocks, block j of row r filled with byte 16r + j, its d bytes
+        // 208..210 with 0x80 | that.
+        let blocks = 9;
+        let mut stored = Vec::new();
+        for r in 0..2u8 {
+            for j in 0..blocks as u8 {
+                let mut block = vec![16 * r + j; 210];
+                block[208..].fill(0x80 | (16 * r + j));
+                stored.extend(block);
+            }
+        }
+        let held = q6k.restrided(&stored, blocks, 0).unwrap();
+        let row = q6k.gpu_row_bytes(blocks);
+        assert_eq!(row, 16 + 8 * 208 + 16 + 208);
+        assert_eq!(held.len(), 2 * row);
+        for r in 0..2usize {
+            let at = r * row;
+            for j in 0..blocks {
+                let (run, k) = (j / 8, j % 8);
+                let run_at = at + run * (16 + 8 * 208);
+                let tag = (16 * r + j) as u8;
+                assert_eq!(held[run_at + 2 * k..run_at + 2 * k + 2], [0x80 | tag; 2]);
+                let b = run_at + 16 + 208 * k;
+                assert_eq!(b % 16, 0, "block {j} of row {r} on 16 bytes");
+                assert!(held[b..b + 208].iter().all(|&v| v == tag));
+            }
+            // The short run's d's padded with zeros.
+            let last = at + 16 + 8 * 208;
+            assert!(held[last + 2..last + 16].iter().all(|&v| v == 0));
+        }
+        assert!(
+            GpuType::Blocks(WeightType::Q4K)
+                .restrided(&stored, 1, 0)
+                .is_none()
+        );
+    }
+
+    #[test]
     fn split_keeps_parts_under_the_limit() {
         // 151,936 × 1,536 Q6_K (the Qwen2.5-1.5B head): 191 MB, over WebGPU's default 128 MiB.
         let parts = split_rows(WeightType::Q6K, 151_936, 1_536, 128 << 20).unwrap();
@@ -2815,7 +2910,8 @@ mod tests {
         assert_eq!(parts[0].start, 0);
         assert_eq!(parts.last().unwrap().end, 151_936);
         for p in &parts {
-            assert!((p.len() * 6 * 212 + 4) as u64 <= 128 << 20);
+            // A row: one run of 6 blocks, 16 bytes of d's and 6 × 208.
+            assert!((p.len() * (16 + 6 * 208) + 4) as u64 <= 128 << 20);
         }
         assert!(split_rows(WeightType::Q8_0, 4, 64, 50).is_err());
         assert!(split_rows(WeightType::Q4K, 4, 100, 1 << 20).is_err());

@@ -33,7 +33,7 @@ pub fn cols_for(ty: WeightType, cols: usize) -> usize {
 /// every part carries): a matrix uploaded under it is split into parts of `rows` rows.
 pub fn rows_binding(w: &QMatrix, rows: usize) -> u64 {
     let ty = w.ty();
-    (rows * w.cols() / ty.block_values() * ty.gpu_block_bytes() + 4) as u64
+    (rows * ty.gpu_row_bytes(w.cols() / ty.block_values()) + 4) as u64
 }
 
 pub fn uniform(rng: &mut ChaCha8Rng) -> f32 {

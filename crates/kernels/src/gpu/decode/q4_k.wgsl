@@ -36,15 +36,18 @@ fn load_i8(rb: u32, g: u32) {
 }
 
 // Lane `i` (of 8, matmul.wgsl's wide teams) of super-block `b` of the row at byte `rb` (a
-// multiple of 16): its 16 bytes of quants in `wq` (bytes 16i .. 16i + 16 of the 128, in which
-// the low nibbles are values 16·(i % 2) .. + 16 of sub-block 2c and the high nibbles the same
-// of 2c + 1, c = i / 2) and their scales in `wsc` = (d·sc, dmin·m of 2c, d·sc, dmin·m of
-// 2c + 1), from the super-block's first 16 bytes (d, dmin, the 12 scale bytes): two vec4 loads,
-// the first one the same for the super-block's 8 lanes.
+// multiple of 16): its 16 bytes of quants (bytes 16i .. 16i + 16 of the 128), whose low nibbles
+// are values 16·(i % 2) .. + 16 of sub-block 2c (`wlo`) and high nibbles the same of 2c + 1
+// (`whi`), c = i / 2, and their scales in `wsc` = (d·sc, dmin·m of 2c, d·sc, dmin·m of 2c + 1),
+// from the super-block's first 16 bytes (d, dmin, the 12 scale bytes): two vec4 loads, the
+// first one the same for the super-block's 8 lanes.
 fn load_wide(rb: u32, b: u32, i: u32) {
     let v = (rb + b * 144u) >> 4u;
     let h = vec_at(v);
-    wq = vec_at(v + 1u + i);
+    let wq = vec_at(v + 1u + i);
+    let m4 = vec4<u32>(0x0f0f0f0fu);
+    wlo = wq & m4;
+    whi = (wq >> vec4<u32>(4u)) & m4;
     let dm = unpack2x16float(h.x);
     // (sc, sc', m, m') of sub-blocks 2c and 2c + 1, c = i / 2.
     let sm = scale_min_pair(h.yzw, i / 2u);
