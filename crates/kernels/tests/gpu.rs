@@ -273,20 +273,7 @@ fn a_team_is_exact_to_f32_and_keeps_the_row_contracts(
         let y = client.empty(3 * 40 * 4);
         qkv.run(&client, &xh, &y, &step).unwrap();
         let y = read_f32(&client, y);
-        let mut first = 0;
-        for (k, w) in ws.iter().enumerate() {
-            for r in 0..3 {
-                for o in 0..w.rows() {
-                    let want = alone[k][r * w.rows() + o] + bias[first + o];
-                    assert_eq!(
-                        y[r * 40 + first + o].to_bits(),
-                        want.to_bits(),
-                        "{ty:?} qkv {k} {r} {o}"
-                    );
-                }
-            }
-            first += w.rows();
-        }
+        each_output_is_its_matrix_alone(&y, (3, 40), &ws, &alone, &bias, &format!("{ty:?} qkv"));
         let up = random_matrix(ty, 24, cols, &mut rng);
         let up_alone = matmul(&client, &lanes(&up, Fan::One), &x, 3);
         let swiglu = MatrixGroup::new(
@@ -309,6 +296,32 @@ fn a_team_is_exact_to_f32_and_keeps_the_row_contracts(
                 y[i]
             );
         }
+    }
+}
+
+/// Each output of a group's `rows` rows (`stride` outputs a row) has the bits of its matrix's
+/// output alone (`alone`, by matrix) plus its bias.
+fn each_output_is_its_matrix_alone(
+    y: &[f32],
+    (rows, stride): (usize, usize),
+    ws: &[QMatrix],
+    alone: &[Vec<f32>],
+    bias: &[f32],
+    what: &str,
+) {
+    let mut first = 0;
+    for (k, w) in ws.iter().enumerate() {
+        for r in 0..rows {
+            for o in 0..w.rows() {
+                let want = alone[k][r * w.rows() + o] + bias[first + o];
+                assert_eq!(
+                    y[r * stride + first + o].to_bits(),
+                    want.to_bits(),
+                    "{what} {k} {r} {o}"
+                );
+            }
+        }
+        first += w.rows();
     }
 }
 
@@ -587,20 +600,7 @@ fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
     let bias: Vec<f32> = (0..88).map(|i| i as f32 * 0.25 - 3.0).collect();
     let members = || ws.iter().map(|w| upload(&client, w, max)).collect();
     let y = tiled(&client, members(), Epilogue::Store, Some(&bias), &x, m);
-    let mut first = 0;
-    for (k, w) in ws.iter().enumerate() {
-        for r in 0..m {
-            for o in 0..w.rows() {
-                let want = alone[k][r * w.rows() + o] + bias[first + o];
-                assert_eq!(
-                    y[r * 88 + first + o].to_bits(),
-                    want.to_bits(),
-                    "qkv {k} {r} {o}"
-                );
-            }
-        }
-        first += w.rows();
-    }
+    each_output_is_its_matrix_alone(&y, (m, 88), &ws, &alone, &bias, "qkv");
     let residual: Vec<f32> = (0..m * 72).map(|i| (i % 13) as f32 - 6.0).collect();
     let mut w0 = upload(&client, &ws[0], max);
     w0.set_prefill(Some(TileForm::Vectors));
