@@ -68,7 +68,7 @@ pub use tune::{Form, PREFILL_ROWS_TIMED, Tuned, Tuning, outputs_agree};
 #[cfg(not(target_family = "wasm"))]
 pub use tune::{group_output, time_group};
 
-use crate::block::{Q6K_RUN, WeightType};
+use crate::block::{Q6K_RUN, Q6K_RUN_BYTES, WeightType};
 use crate::counts::{Kind, counted_launch, counted_read, counted_upload};
 use crate::error::{KernelError, Result};
 use crate::quantize::MAX_ROWS;
@@ -172,16 +172,19 @@ impl GpuType {
         if self != Self::Blocks(WeightType::Q6K) || stored == 0 {
             return None;
         }
+        // A block's bytes before its d, and the run's d's as held (16 bytes).
+        let (size, body) = (self.block_bytes(), self.block_bytes() - 2);
+        let ds = Q6K_RUN_BYTES - Q6K_RUN * body;
         let mut out = Vec::with_capacity(rows.len() / stored * held + spare);
         for row in rows.chunks_exact(stored) {
-            for run in row.chunks(Q6K_RUN * 210) {
+            for run in row.chunks(Q6K_RUN * size) {
                 let start = out.len();
-                for block in run.chunks_exact(210) {
-                    out.extend_from_slice(&block[208..]);
+                for block in run.chunks_exact(size) {
+                    out.extend_from_slice(&block[body..]);
                 }
-                out.resize(start + 16, 0);
-                for block in run.chunks_exact(210) {
-                    out.extend_from_slice(&block[..208]);
+                out.resize(start + ds, 0);
+                for block in run.chunks_exact(size) {
+                    out.extend_from_slice(&block[..body]);
                 }
             }
         }
