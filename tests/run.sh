@@ -35,9 +35,12 @@ CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$(bash tests/fetch-mesa.sh)" MARS_
   cargo test --release -p mars-kernels --features gpu --test gpu tiles_on_matrix_units
 # GPU cards fold the norms before q | k | v and gate | up into those products, and RoPE into
 # attention; CPU adapters (lavapipe here) keep them apart, so the model's GPU tests run again
-# with the folds forced (the same build: --workspace keeps the features unified).
-step "the GPU model's tests with the norms and RoPE folded in, as on a GPU card"
-MARS_GPU_NORM=fold MARS_GPU_ROPE=fold cargo test --workspace --release --test backends
+# with the folds forced (the same build: --workspace keeps the features unified), and with
+# every tile launch split along its inputs a group of 32 at a time (the test model's matrices
+# are too small for the rule to split any: MARS_GPU_TILE_SPLIT), so that a prefill in passes
+# still gives one pass's bits with split tiles.
+step "the GPU model's tests with the norms and RoPE folded in and the tiles split, as on a GPU card"
+MARS_GPU_NORM=fold MARS_GPU_ROPE=fold MARS_GPU_TILE_SPLIT=32 cargo test --workspace --release --test backends
 step "benchmarks run once as tests"
 cargo test -p mars-verify --release --benches
 

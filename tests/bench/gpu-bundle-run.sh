@@ -125,13 +125,15 @@ stage() {
       # (MARS_GPU_TEAM=lanes), wide teams (16 bytes a load) on every Q4_K group with f32 and
       # with 8-bit activations (MARS_GPU_TEAM=wide, MARS_GPU_ACTS=q8), the prefill in the
       # mat-vec form instead of tiles
-      # (MARS_GPU_TILES=off), its tiles on the matrix units (MARS_GPU_TILES=units) and 8-bit
+      # (MARS_GPU_TILES=off), its tiles on the matrix units (MARS_GPU_TILES=units), both kinds
+      # of tiles unsplit along the inputs (MARS_GPU_TILE_SPLIT=off; the rule splits launches
+      # of few output workgroups: a 7B's q|k|v, o and down) and 8-bit
       # activations on every group that takes them (MARS_GPU_ACTS=q8)
       # and every loop bounded as wgpu bounds them in CubeCL's checked mode (MARS_GPU_LOOP_BOUND=on)
       # and the norms before q|k|v and gate|up and RoPE in launches of their own
       # (MARS_GPU_NORM=apart MARS_GPU_ROPE=apart; a card folds them into the products and
       # attention: two launches a layer fewer)
-      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule wide wide-q8 tuned q8 lanes bounded folds-apart no-tiles units; do
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule wide wide-q8 tuned q8 lanes bounded folds-apart no-tiles unsplit units units-unsplit; do
         case $t in
           rule) e=MARS_TUNE=off ;; tuned) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
           wide) e="MARS_TUNE=off MARS_GPU_TEAM=wide" ;;
@@ -140,6 +142,8 @@ stage() {
           folds-apart) e="MARS_TUNE=off MARS_GPU_NORM=apart MARS_GPU_ROPE=apart" ;;
           q8) e="MARS_TUNE=off MARS_GPU_ACTS=q8" ;;
           no-tiles) e="MARS_TUNE=off MARS_GPU_TILES=off" ;; units) e="MARS_TUNE=off MARS_GPU_TILES=units" ;;
+          unsplit) e="MARS_TUNE=off MARS_GPU_TILE_SPLIT=off" ;;
+          units-unsplit) e="MARS_TUNE=off MARS_GPU_TILES=units MARS_GPU_TILE_SPLIT=off" ;;
         esac
         env $e timeout 120 "$MARS_BIN" speed --model "$m" \
           --device wgpu --prompt-tokens 128 --decode-tokens 64 2>/dev/null | python3 -c "

@@ -35,14 +35,20 @@ def ms(t):
             return float(t[: -len(unit)]) * f
     return 0.0
 LABELS = ("embed", "norm", "quantize", "matmul_store", "matmul_add", "matmul_swiglu", "tile_store",
-          "tile_add", "tile_swiglu", "rope", "attention", "attention_roped", "attention_merge",
-          "summary", "top")
+          "tile_add", "tile_swiglu", "tile_sum_store", "tile_sum_add", "tile_sum_swiglu", "rope",
+          "attention", "attention_roped", "attention_merge", "summary", "top")
 runs = []
+# A tile launch split along its inputs is two: its splits' partials (tile_part), then their sum
+# with the epilogue (tile_sum_*), which names the product; the first's time goes to the second.
+part = 0.0
 for l in lines:
     t, name = l.split("|")[1], l.split("|")[2].strip()
     label = name.rsplit("_", 1)[0]
-    if label in LABELS:
-        runs.append((ms(t), label.replace("tile_", "matmul_")))
+    if label == "tile_part":
+        part += ms(t)
+    elif label in LABELS:
+        runs.append((ms(t) + part, label.replace("tile_sum_", "matmul_").replace("tile_", "matmul_")))
+        part = 0.0
 def split(fw):
     # Within a forward: q|k|v is the product that stores before a layer's attention, o the one
     # that adds after it, gate|up the SwiGLU, down the add after it; the last layer ends with

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 
 use mars_kernels::WeightType;
 use mars_kernels::gpu::{
-    Acts, Epilogue, Fan, GpuType, Reduce, Team, TileForm, matmul_source, tile_source,
+    Acts, Epilogue, Fan, GpuType, Reduce, Team, TileForm, TilePhase, matmul_source, tile_source,
 };
 use naga::back::spv;
 use naga::valid::{Capabilities, ValidationFlags, Validator};
@@ -112,7 +112,12 @@ fn main() {
     // A long prefill's tiles (f32, tile.wgsl): a step is one 32-value group, each thread 4 rows
     // by 4 outputs of it (512 multiply-adds), so "weights a pass" 128 and "rows" 4.
     for ty in [WeightType::Q4K, WeightType::Q6K] {
-        let source = tile_source(&[ty.into()], Epilogue::Store, TileForm::Vectors);
+        let source = tile_source(
+            &[ty.into()],
+            Epilogue::Store,
+            TileForm::Vectors,
+            TilePhase::Whole,
+        );
         let words = spirv(&source, caps, &options, &pipeline);
         let name = format!("{ty:?}-tiles-f32").to_lowercase();
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();

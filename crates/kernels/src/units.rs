@@ -1,12 +1,84 @@
-//! The shape of a prefill tile on the matrix units ([`UnitShape`]): plain data, compiled with
-//! or without the GPU kernels, so that a front end can carry what an adapter offers whatever
-//! back-ends it was built with.
+//! The shape of a prefill tile on the matrix units ([`UnitShape`]) and how a tile launch splits
+//! its inputs ([`Splits`]): plain data, compiled with or without the GPU kernels, so that a front
+//! end can carry what an adapter offers, and the memory check count what a prefill takes,
+//! whatever back-ends it was built with.
 
 /// Rows a tile workgroup computes (tile.wgsl's BM).
 pub const TILE_ROWS: usize = 32;
 
 /// Outputs a tile workgroup computes (tile.wgsl's BN; a SwiGLU's half of them).
 pub const TILE_OUTPUTS: usize = 64;
+
+/// Workgroups a tile launch aims at for every 32 rows, its column workgroups times its splits:
+/// a 128-token prefill then has ≥ 1,024 (~8 a multiprocessor on a 132-SM H200, enough warps to
+/// hide a step's loads), where a 7B's FFN down in 32 × 64 tiles has 224 walking 592 groups each
+/// (its o and q | k | v 224 and 288 walking 112). A reckoning, not a measurement (the GPU
+/// bundle's `teams` stage times it against `MARS_GPU_TILE_SPLIT=off`).
+pub const TILE_SPLIT_AIM: usize = 256;
+
+/// Fewest 32-value groups a split walks (its partials are written and read again once).
+pub const TILE_SPLIT_MIN_GROUPS: usize = 16;
+
+/// Workgroups of tile.wgsl over a launch's `outputs` (a SwiGLU's gate and up: half of them
+/// each, 32 of each a workgroup).
+pub fn tile_columns(outputs: usize, swiglu: bool) -> usize {
+    if swiglu {
+        (outputs / 2).div_ceil(TILE_OUTPUTS / 2)
+    } else {
+        outputs.div_ceil(TILE_OUTPUTS)
+    }
+}
+
+/// How a long prefill's tile launch divides its inputs among workgroups (split-K): `count`
+/// workgroups along the inputs for each tile, each walking `groups` 32-value groups (the last
+/// what remains), each writing its partial sums, then a launch adding them in split order and
+/// applying the epilogue. Fixed by the matrix's shape (never by the pass's rows), so a row's
+/// bits stay independent of the rows beside it and of the pass's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Splits {
+    /// Workgroups along the inputs (1: one walks them all, no partials).
+    pub count: usize,
+    /// 32-value groups each walks.
+    pub groups: usize,
+}
+
+impl Splits {
+    /// Splits whose every workgroup walks at most `span` 32-value groups of `cols` inputs
+    /// (`span` 0 taken as 1).
+    pub fn of_span(cols: usize, span: usize) -> Self {
+        let n = cols / 32;
+        let groups = span.clamp(1, n.max(1));
+        Self {
+            count: n.div_ceil(groups).max(1),
+            groups,
+        }
+    }
+
+    /// One workgroup over every input.
+    pub fn none(cols: usize) -> Self {
+        Self::of_span(cols, cols / 32)
+    }
+
+    /// The rule: enough splits that the column workgroups times the splits reach
+    /// [`TILE_SPLIT_AIM`], each walking at least [`TILE_SPLIT_MIN_GROUPS`] groups.
+    pub fn rule(cols: usize, outputs: usize, swiglu: bool) -> Self {
+        let n = cols / 32;
+        let count = TILE_SPLIT_AIM
+            .div_ceil(tile_columns(outputs, swiglu).max(1))
+            .min(n / TILE_SPLIT_MIN_GROUPS)
+            .max(1);
+        Self::of_span(cols, n.div_ceil(count))
+    }
+
+    /// f32 values of partial sums a row takes over `outputs` (none where not split).
+    pub fn partials(self, outputs: usize) -> usize {
+        if self.count > 1 {
+            self.count.saturating_mul(outputs)
+        } else {
+            0
+        }
+    }
+}
 
 /// The blocks a subgroup multiplies on the matrix units and the subgroup's size: what a
 /// `gpu::TileForm::Units` kernel is written for. The 32 × 64 tile is 8 blocks of 16 × 16 or 32 of
@@ -89,6 +161,34 @@ mod tests {
             );
         }
         assert_eq!(UnitShape::new(16, 32), Some(UnitShape::CARD));
+    }
+
+    #[test]
+    fn splits_cover_every_group_once_and_follow_the_rule() {
+        for cols in [32, 256, 896, 3584, 4864, 18944, 27648] {
+            for span in [0, 1, 2, 7, 16, 100, 10_000] {
+                let s = Splits::of_span(cols, span);
+                let n = cols / 32;
+                // Every split walks at least one group and the last is not empty.
+                assert!(s.groups >= 1 && s.count >= 1, "{cols} {span}: {s:?}");
+                assert!(
+                    (s.count - 1) * s.groups < n && s.count * s.groups >= n,
+                    "{s:?}"
+                );
+                assert!(s.groups <= span.max(1) || s.count == 1, "{s:?}");
+            }
+        }
+        // A 7B (Qwen2.5 shapes): q | k | v 4 splits, o 5, gate | up none, down 5; a 0.5B's down 9.
+        assert_eq!(Splits::rule(3584, 4608, false).count, 4);
+        assert_eq!(Splits::rule(3584, 3584, false).count, 5);
+        assert_eq!(Splits::rule(3584, 2 * 18944, true).count, 1);
+        let down = Splits::rule(18944, 3584, false);
+        assert_eq!((down.count, down.groups), (5, 119));
+        assert_eq!(Splits::rule(4864, 896, false).count, 9);
+        // Too few groups to split, and the partials' room.
+        assert_eq!(Splits::rule(256, 64, false), Splits::none(256));
+        assert_eq!(Splits::none(256).partials(64), 0);
+        assert_eq!(down.partials(3584), 5 * 3584);
     }
 
     #[test]

@@ -53,21 +53,11 @@ fn tile_step(client: &Client, m: usize) -> StepBuffer {
     )
 }
 
-/// `members` as one group with `epilogue` (and `bias`) over `m` rows of `x`, in f32 tiles.
-fn tiled(
-    client: &Client,
-    members: Vec<GpuMatrix>,
-    epilogue: Epilogue,
-    bias: Option<&[f32]>,
-    x: &[f32],
-    m: usize,
-) -> Vec<f32> {
-    tiled_in(TileForm::Vectors, client, members, epilogue, bias, x, m)
-}
-
-/// [`tiled`] in `form`.
+/// `members` as one group with `epilogue` (and `bias`) over `m` rows of `x`, in tiles of `form`,
+/// each workgroup walking at most `span` groups of 32 inputs where given
+/// (else the rule's split).
 fn tiled_in(
-    form: TileForm,
+    (form, span): (TileForm, Option<usize>),
     client: &Client,
     members: Vec<GpuMatrix>,
     epilogue: Epilogue,
@@ -77,6 +67,9 @@ fn tiled_in(
 ) -> Vec<f32> {
     let mut members = members;
     members[0].set_prefill(Some(form));
+    if let Some(span) = span {
+        members[0].set_tile_span(span);
+    }
     let group = MatrixGroup::new(client, members, epilogue, bias, Rows::All).unwrap();
     let y = client.empty(m * group.outputs() * 4);
     group
@@ -508,7 +501,32 @@ fn four_outputs_a_team_give_the_bits_of_one() {
 /// (SiLU(gate)·up within f32 rounding); and another order of sums than the mat-vec form's.
 #[test]
 fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
+    tiles_keep_their_contracts(None);
+}
+
+/// Tiles split along the inputs (split-K: [`mars_kernels::gpu::Splits`]; each workgroup walking
+/// 3 groups of 32 inputs, so the matrices below split in 3 to 6, the last split shorter): every
+/// contract of the unsplit tiles above, and not their bits (the splits ran).
+#[test]
+fn split_tiles_keep_the_contracts_of_tiles() {
+    tiles_keep_their_contracts(Some(3));
+}
+
+/// The tiles' contracts with each workgroup walking at most `span` groups of inputs (`None`: the
+/// rule, which splits none of these small matrices).
+fn tiles_keep_their_contracts(span: Option<usize>) {
     let client = client();
+    let tiled = |members: Vec<GpuMatrix>, epilogue, bias, x: &[f32], m| {
+        tiled_in(
+            (TileForm::Vectors, span),
+            &client,
+            members,
+            epilogue,
+            bias,
+            x,
+            m,
+        )
+    };
     let max = max_binding(&client);
     let mut rng = ChaCha8Rng::seed_from_u64(15);
     for (out, cols) in [(70, 288), (5, 64)] {
@@ -519,8 +537,17 @@ fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
             let gw = upload(&client, &w, max);
             let m = 40;
             let x = random_x(m, cols, &mut rng);
-            let (exact, bound) = exact_and_bound_over(&wd, &x, (m, out, cols), cols / 4 + 4);
-            let all = tiled(&client, vec![gw.clone()], Epilogue::Store, None, &x, m);
+            // A split's partials add one rounding each.
+            let (exact, bound) =
+                exact_and_bound_over(&wd, &x, (m, out, cols), cols / 4 + 4 + cols / 32);
+            let all = tiled(vec![gw.clone()], Epilogue::Store, None, &x, m);
+            if span.is_some() && out > 8 {
+                assert_ne!(
+                    bits(&all),
+                    bits(&unsplit_tiled(&client, vec![gw.clone()], &x, m)),
+                    "{ty:?}: the split did not run"
+                );
+            }
             for i in 0..m * out {
                 let err = (f64::from(all[i]) - exact[i]).abs();
                 assert!(
@@ -533,16 +560,9 @@ fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
             }
             // Rows 23..40 (the first tile's last 9 and the second's 8) as a pass of their own,
             // and row 0 alone.
-            let late = tiled(
-                &client,
-                vec![gw.clone()],
-                Epilogue::Store,
-                None,
-                &x[23 * cols..],
-                17,
-            );
+            let late = tiled(vec![gw.clone()], Epilogue::Store, None, &x[23 * cols..], 17);
             assert_eq!(bits(&late), bits(&all[23 * out..]), "{ty:?}: rows 23..40");
-            let first = tiled(&client, vec![gw.clone()], Epilogue::Store, None, &x, 1);
+            let first = tiled(vec![gw.clone()], Epilogue::Store, None, &x, 1);
             assert_eq!(bits(&first), bits(&all[..out]), "{ty:?}: row 0 alone");
             if out > 8 {
                 assert_ne!(
@@ -560,7 +580,6 @@ fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
     let split = upload(&client, &w, rows_binding(&w, 7));
     assert_eq!(split.parts().len(), 8);
     let whole = tiled(
-        &client,
         vec![upload(&client, &w, max)],
         Epilogue::Store,
         None,
@@ -568,7 +587,7 @@ fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
         20,
     );
     assert_eq!(
-        bits(&tiled(&client, vec![split], Epilogue::Store, None, &x, 20)),
+        bits(&tiled(vec![split], Epilogue::Store, None, &x, 20)),
         bits(&whole),
         "parts"
     );
@@ -586,24 +605,18 @@ fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
     .collect();
     let alone: Vec<Vec<f32>> = ws
         .iter()
-        .map(|w| {
-            tiled(
-                &client,
-                vec![upload(&client, w, max)],
-                Epilogue::Store,
-                None,
-                &x,
-                m,
-            )
-        })
+        .map(|w| tiled(vec![upload(&client, w, max)], Epilogue::Store, None, &x, m))
         .collect();
     let bias: Vec<f32> = (0..88).map(|i| i as f32 * 0.25 - 3.0).collect();
     let members = || ws.iter().map(|w| upload(&client, w, max)).collect();
-    let y = tiled(&client, members(), Epilogue::Store, Some(&bias), &x, m);
+    let y = tiled(members(), Epilogue::Store, Some(&bias), &x, m);
     each_output_is_its_matrix_alone(&y, (m, 88), &ws, &alone, &bias, "qkv");
     let residual: Vec<f32> = (0..m * 72).map(|i| (i % 13) as f32 - 6.0).collect();
     let mut w0 = upload(&client, &ws[0], max);
     w0.set_prefill(Some(TileForm::Vectors));
+    if let Some(span) = span {
+        w0.set_tile_span(span);
+    }
     let group = MatrixGroup::new(&client, vec![w0], Epilogue::Add, None, Rows::All).unwrap();
     let y = f32_handle(&client, &residual);
     group
@@ -624,18 +637,9 @@ fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
     }
     let gate = random_matrix(WeightType::Q4K, 80, cols, &mut rng);
     let up = random_matrix(WeightType::Q5_0, 80, cols, &mut rng);
-    let [g1, u1] = [&gate, &up].map(|w| {
-        tiled(
-            &client,
-            vec![upload(&client, w, max)],
-            Epilogue::Store,
-            None,
-            &x,
-            m,
-        )
-    });
+    let [g1, u1] =
+        [&gate, &up].map(|w| tiled(vec![upload(&client, w, max)], Epilogue::Store, None, &x, m));
     let y = tiled(
-        &client,
         vec![upload(&client, &gate, max), upload(&client, &up, max)],
         Epilogue::SwiGlu,
         None,
@@ -654,6 +658,19 @@ fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
     }
 }
 
+/// `members` stored in unsplit tiles.
+fn unsplit_tiled(client: &Client, members: Vec<GpuMatrix>, x: &[f32], m: usize) -> Vec<f32> {
+    tiled_in(
+        (TileForm::Vectors, Some(usize::MAX)),
+        client,
+        members,
+        Epilogue::Store,
+        None,
+        x,
+        m,
+    )
+}
+
 /// The matrix units' shape on wgpu's high-performance adapter (the one CubeCL's default device
 /// opens), where it has what [`TileForm::Units`] needs (`adapter_matrix_units`).
 fn matrix_units() -> Option<UnitShape> {
@@ -669,7 +686,8 @@ fn matrix_units() -> Option<UnitShape> {
 
 /// Tiles on matrix units, where the adapter has them (not Debian 12's lavapipe: the test says
 /// so and stops; sid's, in 8 × 8 blocks on subgroups of 8: tests/fetch-mesa.sh): every type within the bound of operands rounded to f16 (2⁻¹¹ of each |w·x|, twice,
-/// plus the f32 sums), a row's bits independent of the rows beside it, and a SwiGLU group
+/// plus the f32 sums), unsplit and split along the inputs, a row's bits independent of the rows
+/// beside it, and a SwiGLU group
 /// equal to gate and up alone within f32 rounding.
 #[test]
 fn tiles_on_matrix_units_are_within_the_f16_bound_where_the_adapter_has_them() {
@@ -698,38 +716,47 @@ fn tiles_on_matrix_units_are_within_the_f16_bound_where_the_adapter_has_them() {
         let x = random_x(m, cols, &mut rng);
         // The f32 sums' share as in tiles, plus 2⁻¹¹ of |w·x| for each of its two operands
         // rounded to f16, held with a factor of 2 (`magnitude`: Σ|w·x| a row and output).
-        let (exact, bound) = exact_and_bound_over(&wd, &x, (m, out, cols), cols / 4 + 4);
+        // A split's partials add one rounding each.
+        let (exact, bound) =
+            exact_and_bound_over(&wd, &x, (m, out, cols), cols / 4 + 4 + cols / 32);
         let magnitude = exact_and_bound_over(&wd, &x, (m, out, cols), 1).1;
-        let all = tiled_in(
-            units,
-            &client,
-            vec![gw.clone()],
-            Epilogue::Store,
-            None,
-            &x,
-            m,
-        );
-        for i in 0..m * out {
-            let sum = magnitude[i] / (2.0 * f64::from(f32::EPSILON));
-            let limit = bound[i] + 2.0 * 2.0 * 2f64.powi(-11) * sum;
-            let err = (f64::from(all[i]) - exact[i]).abs();
-            assert!(
-                err <= limit,
-                "{ty:?} units [{i}]: {} vs exact {} ({err:.3e} > {limit:.3e})",
-                all[i],
-                exact[i]
+        // Unsplit, and split along the inputs in 3-group spans (split-K).
+        for span in [None, Some(3)] {
+            let all = tiled_in(
+                (units, span),
+                &client,
+                vec![gw.clone()],
+                Epilogue::Store,
+                None,
+                &x,
+                m,
+            );
+            for i in 0..m * out {
+                let sum = magnitude[i] / (2.0 * f64::from(f32::EPSILON));
+                let limit = bound[i] + 2.0 * 2.0 * 2f64.powi(-11) * sum;
+                let err = (f64::from(all[i]) - exact[i]).abs();
+                assert!(
+                    err <= limit,
+                    "{ty:?} units, span {span:?} [{i}]: {} vs exact {} ({err:.3e} > {limit:.3e})",
+                    all[i],
+                    exact[i]
+                );
+            }
+            let late = tiled_in(
+                (units, span),
+                &client,
+                vec![gw.clone()],
+                Epilogue::Store,
+                None,
+                &x[23 * cols..],
+                17,
+            );
+            assert_eq!(
+                bits(&late),
+                bits(&all[23 * out..]),
+                "{ty:?}, span {span:?}: rows 23..40"
             );
         }
-        let late = tiled_in(
-            units,
-            &client,
-            vec![gw.clone()],
-            Epilogue::Store,
-            None,
-            &x[23 * cols..],
-            17,
-        );
-        assert_eq!(bits(&late), bits(&all[23 * out..]), "{ty:?}: rows 23..40");
     }
     let cols = 256;
     let m = 33;
@@ -738,10 +765,10 @@ fn tiles_on_matrix_units_are_within_the_f16_bound_where_the_adapter_has_them() {
     let up = random_matrix(WeightType::Q6K, 80, cols, &mut rng);
     let [g1, u1] = [&gate, &up].map(|w| {
         let w = vec![upload(&client, w, max)];
-        tiled_in(units, &client, w, Epilogue::Store, None, &x, m)
+        tiled_in((units, None), &client, w, Epilogue::Store, None, &x, m)
     });
     let y = tiled_in(
-        units,
+        (units, None),
         &client,
         vec![upload(&client, &gate, max), upload(&client, &up, max)],
         Epilogue::SwiGlu,

@@ -18,8 +18,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use mars_kernels::gpu::{
-    Acts, Epilogue, Fan, GpuType, Reduce, RowPass, Shader, Team, TileForm, UnitShape, embed_source,
-    matmul_source, matmul_source_with, row_bound, tile_source,
+    Acts, Epilogue, Fan, GpuType, Reduce, RowPass, Shader, Team, TileForm, TilePhase, UnitShape,
+    embed_source, matmul_source, matmul_source_with, row_bound, tile_source,
 };
 use mars_kernels::{KvType, MAX_ROWS, WeightType};
 use naga::back::{hlsl, msl, spv};
@@ -424,17 +424,24 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
             (&[ty, WeightType::Q6K.into()], Epilogue::SwiGlu),
             (&[ty, WeightType::Q4K.into(), GpuType::F32], Epilogue::Store),
         ] {
-            let what = format!("tiles {types:?}, {epilogue:?}");
-            check(
-                &what,
-                &tile_source(types, epilogue, TileForm::Vectors),
-                false,
-            );
-            for shape in unit_shapes() {
-                let source = tile_source(types, epilogue, TileForm::Units(shape));
-                check_units(&format!("{what} in {shape:?}"), &source, shape);
+            // Each launch of it: whole, a split's partials, their sum (multiplying nothing).
+            for phase in [TilePhase::Whole, TilePhase::Part, TilePhase::Sum] {
+                let what = format!("tiles {types:?}, {epilogue:?}, {phase:?}");
+                check(
+                    &what,
+                    &tile_source(types, epilogue, TileForm::Vectors, phase),
+                    false,
+                );
+                checked += 1;
+                if phase == TilePhase::Sum {
+                    continue;
+                }
+                for shape in unit_shapes() {
+                    let source = tile_source(types, epilogue, TileForm::Units(shape), phase);
+                    check_units(&format!("{what} in {shape:?}"), &source, shape);
+                }
+                checked += 1;
             }
-            checked += 2;
         }
     }
     // Lane teams (Q4_K and Q6_K groups only): every row bound and epilogue, both reductions,
@@ -562,7 +569,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
     let blocks = GpuType::all().filter(|&ty| Acts::q8_for(&[ty])).count();
     assert_eq!(
         checked,
-        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2 + 4) + 2 * 4)
+        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2 + 4) + 5 * 4)
             + blocks * 2 * (5 * 3 * 2 + 2)
             + 5 * 2 * 5 * 2 * 2
             + 5 * 2 * 7 * 2 * 3

@@ -172,7 +172,8 @@ pub struct MemoryNeeds {
     pub kv_cache: u64,
     /// Activations of one pass over [`PREFILL_ROWS`] rows or `context`, whichever is fewer
     /// (hidden, q / k / v, attention, gate / up, their product, the output), f32, a
-    /// verification pass's logits, and on the GPU a split attention's partials.
+    /// verification pass's logits, and on the GPU a split attention's partials and a split
+    /// tile launch's.
     pub steps: u64,
     /// Positions the cache and the steps are sized for.
     pub context: usize,
@@ -217,6 +218,29 @@ impl MemoryNeeds {
         } else {
             0
         };
+        // On the GPU, a long prefill's tile launches split along their inputs (split-K) write
+        // partial sums a row ([`mars_kernels::Splits`]): the largest of q | k | v, o, gate | up
+        // and down (one launch's at a time).
+        let split_partials = if matches!(options.weights, WeightPath::GpuBlocks { .. }) {
+            let (du, ffu) = (c.d_model, c.d_ff);
+            let qu = c.n_heads.saturating_mul(c.head_dim);
+            let kvu = c.n_kv_heads.saturating_mul(c.head_dim);
+            [
+                (du, qu.saturating_add(kvu.saturating_mul(2)), false),
+                (qu, du, false),
+                (du, ffu.saturating_mul(2), true),
+                (ffu, du, false),
+            ]
+            .into_iter()
+            .map(|(cols, outputs, swiglu)| {
+                mars_kernels::Splits::rule(cols, outputs, swiglu).partials(outputs) as u64
+            })
+            .max()
+            .unwrap_or(0)
+            .saturating_mul(n.min(PREFILL_ROWS as u64))
+        } else {
+            0
+        };
         Ok(Self {
             what,
             weights,
@@ -226,6 +250,7 @@ impl MemoryNeeds {
                 .saturating_mul(n.min(PREFILL_ROWS as u64))
                 .saturating_add(v.saturating_mul(Self::LOGIT_ROWS))
                 .saturating_add(partials)
+                .saturating_add(split_partials)
                 .saturating_mul(4),
             context: c.context_length,
         })

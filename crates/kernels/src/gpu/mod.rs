@@ -72,8 +72,8 @@ use crate::block::{Q6K_RUN, Q6K_RUN_BYTES, WeightType};
 use crate::counts::{Kind, counted_launch, counted_read, counted_upload};
 use crate::error::{KernelError, Result};
 use crate::quantize::MAX_ROWS;
-use crate::units::TILE_OUTPUTS;
-pub use crate::units::{TILE_ROWS, UnitShape};
+pub use crate::units::{Splits, TILE_ROWS, UnitShape};
+use crate::units::{TILE_OUTPUTS, tile_columns};
 
 const COMMON: &str = include_str!("common.wgsl");
 const READER: &str = include_str!("reader.wgsl");
@@ -1010,9 +1010,38 @@ fn put_x(r: u32, k: u32, v: vec4<f32>) {
     ]
 }
 
+/// Which launch of a long prefill's product a tile kernel is (tile.wgsl's PHASE): the whole walk
+/// over the inputs, or, where the launch is split along them ([`Splits`]), a split's partial
+/// sums and then their sum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TilePhase {
+    /// Every input, then the epilogue.
+    Whole,
+    /// One split's inputs, written as partial sums.
+    Part,
+    /// The partials added in split order, then the epilogue.
+    Sum,
+}
+
+impl TilePhase {
+    fn code(self) -> u32 {
+        match self {
+            Self::Whole => 0,
+            Self::Part => 1,
+            Self::Sum => 2,
+        }
+    }
+}
+
 /// The WGSL of a long prefill's product over matrices of `types` with `epilogue` in `form`
-/// (tile.wgsl): 32 rows by 64 outputs a workgroup, out of workgroup memory.
-pub fn tile_source(types: &[GpuType], epilogue: Epilogue, form: TileForm) -> String {
+/// (tile.wgsl): 32 rows by 64 outputs a workgroup, out of workgroup memory; `phase` says which
+/// launch of it.
+pub fn tile_source(
+    types: &[GpuType],
+    epilogue: Epilogue,
+    form: TileForm,
+    phase: TilePhase,
+) -> String {
     let [enables, shared, blocks, multiply, gather] = tile_parts(form);
     let text = TILE
         .replace("{{group}}", &group_parts(false).0)
@@ -1025,7 +1054,8 @@ pub fn tile_source(types: &[GpuType], epilogue: Epilogue, form: TileForm) -> Str
         .replace("{{gather}}", &gather)
         .replace("{{common}}", &common(types, false))
         .replace("{{dispatch}}", &dispatch(types, "load_group", "rb, g"))
-        .replace("{{epilogue}}", &epilogue.code().to_string());
+        .replace("{{epilogue}}", &epilogue.code().to_string())
+        .replace("{{phase}}", &phase.code().to_string());
     unroll::unroll(&text)
 }
 
@@ -1053,6 +1083,19 @@ pub fn tiles_for(client: &Client) -> Option<TileForm> {
         Some(Forced::Off) => None,
         None => is_card(client).then_some(TileForm::Vectors),
     }
+}
+
+/// The span `MARS_GPU_TILE_SPLIT` forces on every tile launch ([`GpuMatrix::set_tile_span`]):
+/// `off` unsplit, a count of inputs (rounded down to whole 32-value groups, at least one) that
+/// each workgroup walks at most; unset, [`Splits::rule`]. A measurement knob, as
+/// `MARS_GPU_TILES` is. Read once.
+fn forced_tile_span() -> Option<usize> {
+    static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| match std::env::var("MARS_GPU_TILE_SPLIT").as_deref() {
+        Ok("off") => Some(usize::MAX),
+        Ok(n) => n.parse::<usize>().ok().map(|n| (n / 32).max(1)),
+        Err(_) => None,
+    })
 }
 
 /// Whether `MARS_GPU_TILES` forces a prefill form ([`tiles_for`]).
@@ -1180,8 +1223,11 @@ pub enum Shader {
         types: Vec<GpuType>,
         /// What the sums become.
         epilogue: Epilogue,
-        /// How the tiles are multiplied.
+        /// How the tiles are multiplied ([`TileForm::Vectors`] for [`TilePhase::Sum`], which
+        /// multiplies nothing).
         form: TileForm,
+        /// Which launch of the product.
+        phase: TilePhase,
     },
     /// The embedding lookup.
     Embed(GpuType),
@@ -1260,7 +1306,8 @@ impl Shader {
                 types,
                 epilogue,
                 form,
-            } => tile_source(types, *epilogue, *form),
+                phase,
+            } => tile_source(types, *epilogue, *form, *phase),
             Self::Embed(ty) => embed_source(*ty),
             Self::Norm { q8 } => {
                 let (decl, rows) = if *q8 {
@@ -1376,13 +1423,15 @@ impl Shader {
                 types,
                 epilogue,
                 form,
+                phase,
             } => {
                 // Bit 15 apart from every matmul key (bit 15 is never set in one).
                 let mut k = 0u64;
                 for &ty in types {
                     k = k * 16 + 1 + u64::from(type_code(ty));
                 }
-                (k << 17)
+                (k << 19)
+                    | (u64::from(phase.code()) << 16)
                     | (1 << 15)
                     | match form {
                         TileForm::Vectors => 0,
@@ -1521,6 +1570,18 @@ impl cubecl::prelude::KernelMetadata for Shader {
             Self::Matmul { epilogue, .. } => {
                 by_epilogue(epilogue, ["matmul_store", "matmul_add", "matmul_swiglu"])
             }
+            Self::Tile {
+                phase: TilePhase::Part,
+                ..
+            } => "tile_part",
+            Self::Tile {
+                epilogue,
+                phase: TilePhase::Sum,
+                ..
+            } => by_epilogue(
+                epilogue,
+                ["tile_sum_store", "tile_sum_add", "tile_sum_swiglu"],
+            ),
             Self::Tile { epilogue, .. } => {
                 by_epilogue(epilogue, ["tile_store", "tile_add", "tile_swiglu"])
             }
@@ -1780,8 +1841,8 @@ struct MatmulLaunch {
     types: Vec<GpuType>,
     params: Handle,
     groups: usize,
-    /// The same parameters with tile.wgsl's workgroups, and their count (`Rows::All` only).
-    tiled: Option<(Handle, usize)>,
+    /// Its long-prefill form (`Rows::All` only).
+    tiled: Option<Tiled>,
     rows: Rows,
     team: Team,
     fan: Fan,
@@ -1791,6 +1852,16 @@ struct MatmulLaunch {
     /// Stand-ins for the bindings this launch does not use (weights 1 and 2, the bias): each
     /// its own small buffer, since WebGPU refuses one buffer bound twice for writing.
     spare: [Handle; 3],
+}
+
+/// A launch's long-prefill form (tile.wgsl): its parameters with the tiles' workgroups (and the
+/// groups a split walks, word 19), their count, its outputs and how it splits its inputs.
+#[derive(Debug, Clone)]
+struct Tiled {
+    params: Handle,
+    groups: usize,
+    outputs: usize,
+    splits: Splits,
 }
 
 /// Stand-ins for a matmul's unused bindings (see [`MatmulLaunch::spare`]).
@@ -1816,16 +1887,6 @@ struct MatmulParams {
     bases: [usize; 3],
     /// Where a folded norm's weights start in the bias binding, and its epsilon's bits.
     norm: (usize, u32),
-}
-
-/// Workgroups of tile.wgsl over a launch's `outputs` (a SwiGLU's gate and up: half of them
-/// each, 32 of each a workgroup).
-fn tile_groups(epilogue: Epilogue, outputs: usize) -> usize {
-    if epilogue == Epilogue::SwiGlu {
-        (outputs / 2).div_ceil(TILE_OUTPUTS / 2)
-    } else {
-        outputs.div_ceil(TILE_OUTPUTS)
-    }
 }
 
 impl MatmulParams {
@@ -1890,15 +1951,62 @@ impl MatmulLaunch {
             self.weights.get(b).unwrap_or(spare).clone().binding()
         };
         let tiles = self.prefill.filter(|_| step.is_long_prefill());
+        let bind = |x: &Handle, y: &Handle, params: &Handle| {
+            KernelArguments::new()
+                .with_buffer(w(0))
+                .with_buffer(w(1))
+                .with_buffer(w(2))
+                .with_buffer(x.clone().binding())
+                .with_buffer(y.clone().binding())
+                .with_buffer(bias.unwrap_or(&self.spare[2]).clone().binding())
+                .with_buffer(params.clone().binding())
+                .with_buffer(step.handle().clone().binding())
+        };
+        if let (Some(t), Some(form)) = (&self.tiled, tiles)
+            && t.splits.count > 1
+        {
+            // Split along the inputs: each split's partials, then their sum and the epilogue.
+            let values = t.splits.partials(t.outputs).saturating_mul(rows);
+            if u32::try_from(values).is_err() {
+                return Err(KernelError::Shape {
+                    what: "partial sums of a split tile launch (at most u32::MAX)",
+                    expected: u32::MAX as usize,
+                    found: values,
+                });
+            }
+            let partials = client.empty(values.max(1) * 4);
+            let (gx, gy) = grid(t.groups);
+            let tiles_z = rows.div_ceil(TILE_ROWS);
+            let shader = |form, phase| Shader::Tile {
+                types: self.types.clone(),
+                epilogue,
+                form,
+                phase,
+            };
+            launch(
+                client,
+                shader(form, TilePhase::Part),
+                CubeCount::Static(gx as u32, gy as u32, (tiles_z * t.splits.count) as u32),
+                bind(x.0, &partials, &t.params),
+            );
+            launch(
+                client,
+                shader(TileForm::Vectors, TilePhase::Sum),
+                CubeCount::Static(gx as u32, gy as u32, tiles_z as u32),
+                bind(&partials, y, &t.params),
+            );
+            return Ok(());
+        }
         let (shader, params, groups, per_z, x) = match (&self.tiled, tiles, x) {
-            (Some((params, groups)), Some(form), (x, _)) => (
+            (Some(t), Some(form), (x, _)) => (
                 Shader::Tile {
                     types: self.types.clone(),
                     epilogue,
                     form,
+                    phase: TilePhase::Whole,
                 },
-                params,
-                *groups,
+                &t.params,
+                t.groups,
                 TILE_ROWS,
                 x,
             ),
@@ -1939,15 +2047,7 @@ impl MatmulLaunch {
             client,
             shader,
             CubeCount::Static(gx as u32, gy as u32, rows.div_ceil(per_z) as u32),
-            KernelArguments::new()
-                .with_buffer(w(0))
-                .with_buffer(w(1))
-                .with_buffer(w(2))
-                .with_buffer(x.clone().binding())
-                .with_buffer(y.clone().binding())
-                .with_buffer(bias.unwrap_or(&self.spare[2]).clone().binding())
-                .with_buffer(params.clone().binding())
-                .with_buffer(step.handle().clone().binding()),
+            bind(x, y, params),
         );
         Ok(())
     }
@@ -1969,6 +2069,9 @@ pub struct GpuMatrix {
     acts: Option<Acts>,
     /// How the groups it leads multiply a long prefill: [`tiles_for`] at upload.
     prefill: Option<TileForm>,
+    /// 32-value groups a tile workgroup of the groups it leads walks at most (split-K,
+    /// [`Splits::of_span`]); `None`: `MARS_GPU_TILE_SPLIT`'s, else [`Splits::rule`].
+    tile_span: Option<usize>,
 }
 
 impl GpuMatrix {
@@ -2077,6 +2180,7 @@ impl GpuMatrix {
             team: None,
             acts: None,
             prefill: tiles_for(client),
+            tile_span: None,
         })
     }
 
@@ -2132,6 +2236,13 @@ impl GpuMatrix {
     /// mat-vec form (`None`).
     pub fn set_prefill(&mut self, form: Option<TileForm>) {
         self.prefill = form;
+    }
+
+    /// The groups this matrix leads splitting a long prefill's tile launches so that each
+    /// workgroup walks at most `span` 32-value groups of the inputs (`usize::MAX`: unsplit),
+    /// instead of [`Splits::rule`] (tests split small matrices; benchmarks compare).
+    pub fn set_tile_span(&mut self, span: usize) {
+        self.tile_span = Some(span);
     }
 
     /// The block type.
@@ -2394,12 +2505,31 @@ impl MatrixGroup {
             ),
         };
         let swiglu = epilogue == Epilogue::SwiGlu;
+        // One split of the inputs for the whole group, whichever launches compute it (as the
+        // team above), from the group's shape.
+        let splits = match first.tile_span.or_else(forced_tile_span) {
+            Some(span) => Splits::of_span(cols, span),
+            None => Splits::rule(cols, total, swiglu),
+        };
         let launch = |weights: Vec<Handle>, types: Vec<GpuType>, params: MatmulParams| {
             // Products over every row run in tiles in a long prefill's steps.
             let tiled = if rows == Rows::All {
-                let groups = tile_groups(epilogue, params.outputs);
-                let words = MatmulParams { groups, ..params }.words()?;
-                Some((upload_words(client, &words), groups))
+                let groups = tile_columns(params.outputs, swiglu);
+                let outputs = params.outputs;
+                let mut words = MatmulParams { groups, ..params }.words()?;
+                words.push(
+                    u32::try_from(splits.groups).map_err(|_| KernelError::Shape {
+                        what: "groups a split of a tile launch walks (at most u32::MAX)",
+                        expected: u32::MAX as usize,
+                        found: splits.groups,
+                    })?,
+                );
+                Some(Tiled {
+                    params: upload_words(client, &words),
+                    groups,
+                    outputs,
+                    splits,
+                })
             } else {
                 None
             };

@@ -24,6 +24,14 @@
 // apart in workgroup memory (8 and one unused) so that 16 threads reading 16 columns' same
 // vec4 touch different banks.
 //
+// Split along the inputs (split-K, PHASE 1 and 2: `Splits`, where a launch has too few
+// workgroups of outputs for the GPU): workgroup z = tile · splits + split walks groups
+// split · p[19] .. + p[19] and writes its 32 × 64 sums to y as partials [split][row][output];
+// then a launch of PHASE 2 over the tiles adds each (row, output)'s partials in split order
+// from 0 and applies the epilogue. The count is fixed by the matrix's shape, so a row's
+// bits still never depend on the rows beside it or on the pass's length; not the bits of
+// the unsplit walk.
+//
 // On matrix units (UNITS, `TileForm::Units`: wgpu's cooperative matrices, native Vulkan and
 // Metal): the tiles are f16 in workgroup memory and each of the 128 / lanes subgroups
 // multiplies a run of blocks of one block row of the 32 × 64 tile (`UnitShape`: on NVIDIA 4
@@ -35,6 +43,9 @@
 // hardware's order; a row still never meets another.
 {{enables}}
 const EPILOGUE: u32 = {{epilogue}}u;
+// 0: the whole walk and the epilogue; 1: a split's partial sums; 2: the partials added, the
+// epilogue.
+const PHASE: u32 = {{phase}}u;
 const BM: u32 = 32u;
 const BN: u32 = 64u;
 const PAD: u32 = 9u;
@@ -69,8 +80,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let groups_x = p[4];
     let first_1 = p[7];
     let first_2 = p[8];
-    let row0 = wg.z * BM;
-    let m = min(BM, s[p[5]] - row0);
+    let n_groups = n_in / 32u;
+    // Groups a split walks (every group where the launch is not split: p[19] ≥ n_groups).
+    let per = max(p[19], 1u);
+    let splits = (n_groups + per - 1u) / per;
+    var tile = wg.z;
+    var split = 0u;
+    if PHASE == 1u {
+        tile = wg.z / splits;
+        split = wg.z % splits;
+    }
+    let rows = s[p[5]];
+    let row0 = tile * BM;
+    let m = min(BM, rows - row0);
     let limit = s[2];
     let wgi = wg.x + wg.y * groups_x;
     let x_row = n_in / 4u;
@@ -85,9 +107,27 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     // acc[4a + i]: tile row 4·tr + a, column tc + 16·i.
     var acc: array<f32, 16>;
+    if PHASE == 2u {
+        // Each (row, output)'s partials, in split order from 0.
+        for (var a = 0u; a < 4u; a++) { // unroll
+            for (var i = 0u; i < 4u; i++) { // unroll
+                let c = column(wgi, tc + 16u * i, first_1);
+                let r = 4u * tr + a;
+                if r < m && live(c.x, c.y, outputs, y_offset, limit, first_1) {
+                    var v = 0.0;
+                    for (var k = 0u; k < splits; k++) {
+                        let e = (k * rows + row0 + r) * outputs + c.x;
+                        v += x[e / 4u][e % 4u];
+                    }
+                    acc[4u * a + i] = v;
+                }
+            }
+        }
+    } else {
 {{blocks}}
-    let n_groups = n_in / 32u;
-    for (var g = 0u; g < n_groups; g++) {
+    let g0 = split * per;
+    let g1 = min(g0 + per, n_groups);
+    for (var g = g0; g < g1; g++) {
         if lid < BN {
             if decodes {
                 load(at.x, at.y, g);
@@ -118,6 +158,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         workgroupBarrier();
     }
 {{gather}}
+    }
+    if PHASE == 1u {
+        // This split's sums as partials [split][row][output].
+        for (var a = 0u; a < 4u; a++) { // unroll
+            for (var i = 0u; i < 4u; i++) { // unroll
+                let c = column(wgi, tc + 16u * i, first_1);
+                let r = 4u * tr + a;
+                if r < m && live(c.x, c.y, outputs, y_offset, limit, first_1) {
+                    y[(split * rows + row0 + r) * outputs + c.x] = acc[4u * a + i];
+                }
+            }
+        }
+        return;
+    }
     for (var a = 0u; a < 4u; a++) { // unroll
         let r = 4u * tr + a;
         if r < m {
