@@ -83,6 +83,7 @@ fn a_card_tunes_once_and_later_loads_read_its_choices() {
                     fan,
                     acts: form.acts,
                     prefill: form.prefill,
+                    split: form.split,
                 },
             )
         })

@@ -510,6 +510,53 @@ fn tiles_are_within_the_f32_bound_and_keep_their_row_contract() {
 #[test]
 fn split_tiles_keep_the_contracts_of_tiles() {
     tiles_keep_their_contracts(Some(3));
+    // A group the rule splits (1,024 inputs, 64 outputs: 16 splits of 2 groups would be
+    // too short, so 2 of 16) offers its tiles unsplit too, a tuning's choice: that form gives
+    // unsplit tiles' bits, and the split form back the rule's.
+    let client = client();
+    let max = max_binding(&client);
+    let mut rng = ChaCha8Rng::seed_from_u64(17);
+    let (out, cols, m) = (64, 1024, 33);
+    let w = random_matrix(WeightType::Q4K, out, cols, &mut rng);
+    let x = random_x(m, cols, &mut rng);
+    assert_eq!(mars_kernels::Splits::rule(cols, out, false).count, 2);
+    let mut gw = upload(&client, &w, max);
+    gw.set_prefill(Some(TileForm::Vectors));
+    let group =
+        MatrixGroup::new(&client, vec![gw.clone()], Epilogue::Store, None, Rows::All).unwrap();
+    let forms = group.prefill_forms(None);
+    let names: Vec<String> = forms.iter().map(|f| f.name()).collect();
+    assert!(
+        names.iter().any(|n| n.ends_with("/tiles-unsplit")),
+        "{names:?}"
+    );
+    assert!(names.iter().any(|n| n.ends_with("/tiles")), "{names:?}");
+    let unsplit_form = forms.iter().find(|f| !f.split).copied().unwrap();
+    let run = |g: &MatrixGroup| {
+        let y = client.empty(m * out * 4);
+        g.run(
+            &client,
+            &f32_handle(&client, &x),
+            &y,
+            &tile_step(&client, m),
+        )
+        .unwrap();
+        read_f32(&client, y)
+    };
+    let unsplit = group.with_form(&client, unsplit_form).unwrap();
+    assert!(!unsplit.form().split);
+    assert_eq!(
+        bits(&run(&unsplit)),
+        bits(&unsplit_tiled(&client, vec![gw], &x, m))
+    );
+    let back = unsplit.with_form(&client, group.form()).unwrap();
+    assert!(back.form().split);
+    assert_eq!(bits(&run(&back)), bits(&run(&group)));
+    assert_ne!(
+        bits(&run(&group)),
+        bits(&run(&unsplit)),
+        "the rule's split did not run"
+    );
 }
 
 /// The tiles' contracts with each workgroup walking at most `span` groups of inputs (`None`: the

@@ -698,6 +698,7 @@ fn every_form_a_group_can_take_keeps_the_contract() {
         fan: mars_model::Fan::One,
         acts: mars_model::Acts::F32,
         prefill: None,
+        split: true,
     };
     let err = model
         .with_forms(&|s| (s == gate_up.shape).then_some(whole))

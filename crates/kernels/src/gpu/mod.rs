@@ -2507,10 +2507,14 @@ impl MatrixGroup {
         let swiglu = epilogue == Epilogue::SwiGlu;
         // One split of the inputs for the whole group, whichever launches compute it (as the
         // team above), from the group's shape.
-        let splits = match first.tile_span.or_else(forced_tile_span) {
+        let span = first.tile_span.or_else(forced_tile_span);
+        let splits = match span {
             Some(span) => Splits::of_span(cols, span),
             None => Splits::rule(cols, total, swiglu),
         };
+        // The form's word for it: unsplit only where tiles were asked to be (without tiles
+        // there is nothing to split).
+        let split = prefill.is_none() || span != Some(usize::MAX);
         let launch = |weights: Vec<Handle>, types: Vec<GpuType>, params: MatmulParams| {
             // Products over every row run in tiles in a long prefill's steps.
             let tiled = if rows == Rows::All {
@@ -2665,6 +2669,7 @@ impl MatrixGroup {
                 fan,
                 acts,
                 prefill,
+                split,
             },
             quant: (acts == Acts::Q8).then(|| {
                 let at = u32::from(rows == Rows::Tail);
@@ -2711,6 +2716,7 @@ impl MatrixGroup {
                         fan,
                         acts,
                         prefill,
+                        split: self.form.split,
                     });
                 }
             }
@@ -2720,23 +2726,35 @@ impl MatrixGroup {
 
     /// Every way this group can multiply a long prefill, with its team and fan: the mat-vec
     /// form and tiles of f32 vectors, and tiles on the matrix units in the adapter's shape where
-    /// it has them (`units`: [`adapter_matrix_units`]); a group over the last rows alone (the
-    /// head) only as it is.
+    /// it has them (`units`: [`adapter_matrix_units`]), each kind of tiles split along the inputs
+    /// by [`Splits::rule`] and, where that splits this group, unsplit; a group over the last rows
+    /// alone (the head) only as it is.
     pub fn prefill_forms(&self, units: Option<UnitShape>) -> Vec<Form> {
         if self.rows != Rows::All {
             return vec![self.form];
         }
-        let mut prefills = vec![None, Some(TileForm::Vectors)];
-        if let Some(shape) = units {
-            prefills.push(Some(TileForm::Units(shape)));
+        let total = self.members.iter().map(GpuMatrix::rows).sum();
+        let swiglu = self.epilogue == Epilogue::SwiGlu;
+        let splits = Splits::rule(self.cols, total, swiglu).count > 1;
+        let mut tiles = vec![TileForm::Vectors];
+        tiles.extend(units.map(TileForm::Units));
+        let mut forms = vec![Form {
+            prefill: None,
+            split: true,
+            ..self.form
+        }];
+        for tile in tiles {
+            for split in [true, false] {
+                if split || splits {
+                    forms.push(Form {
+                        prefill: Some(tile),
+                        split,
+                        ..self.form
+                    });
+                }
+            }
         }
-        prefills
-            .into_iter()
-            .map(|prefill| Form {
-                prefill,
-                ..self.form
-            })
-            .collect()
+        forms
     }
 
     /// The same group (the same buffers) launched in `form`: each form gives its own bits, the
@@ -2748,9 +2766,11 @@ impl MatrixGroup {
     pub fn with_form(&self, client: &Client, form: Form) -> Result<Self> {
         let as_now = Form {
             prefill: self.form.prefill,
+            split: self.form.split,
             ..form
         };
-        let prefill_ok = form.prefill == self.form.prefill || self.rows == Rows::All;
+        let same_prefill = (form.prefill, form.split) == (self.form.prefill, self.form.split);
+        let prefill_ok = same_prefill || self.rows == Rows::All;
         if !self.forms().contains(&as_now) || !prefill_ok {
             return Err(KernelError::Unknown {
                 what: "form of a matrix group",
@@ -2767,6 +2787,12 @@ impl MatrixGroup {
         members[0].set_team(form.team);
         members[0].set_acts(form.acts);
         members[0].set_prefill(form.prefill);
+        // Unsplit, or back to the rule from unsplit (a span a test set stays).
+        if !form.split {
+            members[0].set_tile_span(usize::MAX);
+        } else if members[0].tile_span == Some(usize::MAX) {
+            members[0].tile_span = None;
+        }
         Self::build(
             client,
             members,

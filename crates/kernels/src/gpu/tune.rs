@@ -11,8 +11,10 @@
 //!
 //! The same for a long prefill: with its team and fan chosen, a group over every row is timed
 //! over [`PREFILL_ROWS_TIMED`] rows in the mat-vec form, in f32 tiles, and in tiles on the matrix
-//! units where the adapter has them, each form's outputs first checked against the current
-//! form's ([`outputs_agree`]).
+//! units where the adapter has them, each kind of tiles split along the inputs by the rule and,
+//! where the rule splits the group, unsplit ([`super::Splits`]: how many workgroups pay depends
+//! on the GPU's size), each form's outputs first checked against the current form's
+//! ([`outputs_agree`]).
 //!
 //! The table is text, a line an entry, so that a user can read and delete what their GPU chose:
 //! `adapter<TAB>shape<TAB>form<TAB>ms for one row<TAB>ms for a pass<TAB>ms for a prefill`.
@@ -35,12 +37,15 @@ pub struct Form {
     pub acts: Acts,
     /// A long prefill's products in tiles of this form, or (`None`) in the mat-vec form.
     pub prefill: Option<TileForm>,
+    /// Whether those tiles split along the inputs where [`super::Splits::rule`] splits the
+    /// group (`false`: every tile workgroup walks all of them; always `true` without tiles).
+    pub split: bool,
 }
 
 impl Form {
     /// `quarter/1/f32/matvec`, `whole/4/q8/tiles`, `lanes/1/f32/units` (16 × 16 blocks on
-    /// subgroups of 32), `wide/1/f32/units-8x8-8` (8 × 8 on 8), …: the table's and `mars tune`'s
-    /// name.
+    /// subgroups of 32), `wide/1/f32/units-8x8-8` (8 × 8 on 8), `quarter/4/f32/tiles-unsplit`,
+    /// …: the table's and `mars tune`'s name.
     pub fn name(self) -> String {
         let team = match self.team {
             Team::Quarter => "quarter",
@@ -57,8 +62,13 @@ impl Form {
                 format!("units-{n}x{n}-{}", shape.subgroup())
             }
         };
+        let unsplit = if self.prefill.is_some() && !self.split {
+            "-unsplit"
+        } else {
+            ""
+        };
         format!(
-            "{team}/{}/{}/{prefill}",
+            "{team}/{}/{}/{prefill}{unsplit}",
             self.fan.outputs(),
             self.acts.name()
         )
@@ -74,7 +84,7 @@ impl Form {
             what: "form",
             value: text.to_string(),
             expected: "quarter, whole, lanes or wide, then /1 or /4, then /f32 or /q8, then /matvec, \
-                       /tiles, /units or /units-NxN-LANES",
+                       /tiles, /units or /units-NxN-LANES (tiles and units with -unsplit or not)",
         };
         let parts: Vec<&str> = text.split('/').collect();
         let (team, fan, acts, prefill) = match parts[..] {
@@ -99,6 +109,11 @@ impl Form {
             "4" => Fan::Four,
             _ => return Err(unknown()),
         };
+        let (prefill, split) = match prefill.strip_suffix("-unsplit") {
+            Some(tiles) if tiles != "matvec" => (tiles, false),
+            Some(_) => return Err(unknown()),
+            None => (prefill, true),
+        };
         let prefill = match prefill {
             "matvec" => None,
             "tiles" => Some(TileForm::Vectors),
@@ -121,6 +136,7 @@ impl Form {
             fan,
             acts,
             prefill,
+            split,
         })
     }
 }
@@ -385,13 +401,17 @@ mod tests {
                         Some(TileForm::Units(UnitShape::new(8, 8).unwrap())),
                         Some(TileForm::Units(UnitShape::new(16, 64).unwrap())),
                     ] {
-                        let form = Form {
-                            team,
-                            fan,
-                            acts,
-                            prefill,
-                        };
-                        assert_eq!(Form::parse(&form.name()).unwrap(), form);
+                        // Unsplit only with tiles.
+                        for split in [true, false] {
+                            let form = Form {
+                                team,
+                                fan,
+                                acts,
+                                prefill,
+                                split: split || prefill.is_none(),
+                            };
+                            assert_eq!(Form::parse(&form.name()).unwrap(), form);
+                        }
                     }
                 }
             }
@@ -404,7 +424,12 @@ mod tests {
                 fan: Fan::Four,
                 acts: Acts::F32,
                 prefill: Some(TileForm::Vectors),
+                split: true,
             }
+        );
+        assert!(
+            !Form::parse("wide/1/q8/units-unsplit").unwrap().split
+                && Form::parse("wide/1/q8/units").unwrap().split
         );
         for bad in [
             "",
@@ -423,6 +448,8 @@ mod tests {
             "whole/1/f32/units-8x8-64",
             "whole/1/f32/units-4x4-8",
             "whole/1/f32/units-xx-",
+            "whole/1/f32/matvec-unsplit",
+            "whole/1/f32/tiles-unsplit-unsplit",
         ] {
             assert!(Form::parse(bad).is_err(), "{bad}");
         }
@@ -437,6 +464,7 @@ mod tests {
                 fan: Fan::Four,
                 acts: Acts::F32,
                 prefill: Some(TileForm::Units(UnitShape::CARD)),
+                split: false,
             },
             one_row_ms: 0.125,
             pass_ms: 0.25,
