@@ -1974,9 +1974,17 @@ impl MatmulLaunch {
                     found: values,
                 });
             }
+            let tiles_z = rows.div_ceil(TILE_ROWS);
+            let z = tiles_z.saturating_mul(t.splits.count);
+            if z > MAX_GROUPS_PER_DIM {
+                return Err(KernelError::Shape {
+                    what: "tiles times splits of a split tile launch (workgroups along z)",
+                    expected: MAX_GROUPS_PER_DIM,
+                    found: z,
+                });
+            }
             let partials = client.empty(values.max(1) * 4);
             let (gx, gy) = grid(t.groups);
-            let tiles_z = rows.div_ceil(TILE_ROWS);
             let shader = |form, phase| Shader::Tile {
                 types: self.types.clone(),
                 epilogue,
@@ -1986,7 +1994,7 @@ impl MatmulLaunch {
             launch(
                 client,
                 shader(form, TilePhase::Part),
-                CubeCount::Static(gx as u32, gy as u32, (tiles_z * t.splits.count) as u32),
+                CubeCount::Static(gx as u32, gy as u32, z as u32),
                 bind(x.0, &partials, &t.params),
             );
             launch(
