@@ -107,23 +107,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     // acc[4a + i]: tile row 4·tr + a, column tc + 16·i.
     var acc: array<f32, 16>;
-    if PHASE == 2u {
-        // Each (row, output)'s partials, in split order from 0.
-        for (var a = 0u; a < 4u; a++) { // unroll
-            for (var i = 0u; i < 4u; i++) { // unroll
-                let c = column(wgi, tc + 16u * i, first_1);
-                let r = 4u * tr + a;
-                if r < m && live(c.x, c.y, outputs, y_offset, limit, first_1) {
-                    var v = 0.0;
-                    for (var k = 0u; k < splits; k++) {
-                        let e = (k * rows + row0 + r) * outputs + c.x;
-                        v += x[e / 4u][e % 4u];
-                    }
-                    acc[4u * a + i] = v;
-                }
-            }
-        }
-    } else {
+    if PHASE != 2u {
 {{blocks}}
     let g0 = split * per;
     let g1 = min(g0 + per, n_groups);
@@ -159,18 +143,32 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
 {{gather}}
     }
-    if PHASE == 1u {
-        // This split's sums as partials [split][row][output].
+    if PHASE != 0u {
+        // Partials [split][row][output]: this split's sums written, or each (row, output)'s
+        // added in split order from 0.
+        let plane = rows * outputs;
         for (var a = 0u; a < 4u; a++) { // unroll
             for (var i = 0u; i < 4u; i++) { // unroll
                 let c = column(wgi, tc + 16u * i, first_1);
                 let r = 4u * tr + a;
                 if r < m && live(c.x, c.y, outputs, y_offset, limit, first_1) {
-                    y[(split * rows + row0 + r) * outputs + c.x] = acc[4u * a + i];
+                    let e = (row0 + r) * outputs + c.x;
+                    if PHASE == 1u {
+                        y[split * plane + e] = acc[4u * a + i];
+                    } else {
+                        var v = 0.0;
+                        for (var k = 0u; k < splits; k++) {
+                            let f = k * plane + e;
+                            v += x[f / 4u][f % 4u];
+                        }
+                        acc[4u * a + i] = v;
+                    }
                 }
             }
         }
-        return;
+        if PHASE == 1u {
+            return;
+        }
     }
     for (var a = 0u; a < 4u; a++) { // unroll
         let r = 4u * tr + a;
