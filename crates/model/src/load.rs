@@ -218,26 +218,8 @@ impl MemoryNeeds {
         } else {
             0
         };
-        // On the GPU, a long prefill's tile launches split along their inputs (split-K) write
-        // partial sums a row ([`mars_kernels::Splits`]): the largest of q | k | v, o, gate | up
-        // and down (one launch's at a time).
         let split_partials = if matches!(options.weights, WeightPath::GpuBlocks { .. }) {
-            let (du, ffu) = (c.d_model, c.d_ff);
-            let qu = c.n_heads.saturating_mul(c.head_dim);
-            let kvu = c.n_kv_heads.saturating_mul(c.head_dim);
-            [
-                (du, qu.saturating_add(kvu.saturating_mul(2)), false),
-                (qu, du, false),
-                (du, ffu.saturating_mul(2), true),
-                (ffu, du, false),
-            ]
-            .into_iter()
-            .map(|(cols, outputs, swiglu)| {
-                mars_kernels::Splits::rule(cols, outputs, swiglu).partials(outputs) as u64
-            })
-            .max()
-            .unwrap_or(0)
-            .saturating_mul(n.min(PREFILL_ROWS as u64))
+            split_partials(c).saturating_mul(n.min(PREFILL_ROWS as u64))
         } else {
             0
         };
@@ -278,6 +260,27 @@ impl MemoryNeeds {
             mib(self.tables)
         )
     }
+}
+
+/// f32 partial sums a row that a long prefill's split tile launch writes on the GPU (split-K,
+/// [`mars_kernels::Splits`]): the largest of q | k | v, o, gate | up and down (one launch's at
+/// a time).
+fn split_partials(c: &LlamaConfig) -> u64 {
+    let (d, ff) = (c.d_model, c.d_ff);
+    let q = c.n_heads.saturating_mul(c.head_dim);
+    let kv = c.n_kv_heads.saturating_mul(c.head_dim);
+    [
+        (d, q.saturating_add(kv.saturating_mul(2)), false),
+        (q, d, false),
+        (d, ff.saturating_mul(2), true),
+        (ff, d, false),
+    ]
+    .into_iter()
+    .map(|(cols, outputs, swiglu)| {
+        mars_kernels::Splits::rule(cols, outputs, swiglu).partials(outputs) as u64
+    })
+    .max()
+    .unwrap_or(0)
 }
 
 /// Refuses a model that cannot fit, before anything is allocated (so a too-large model costs
@@ -426,4 +429,28 @@ fn gpu_model(
     Err(ModelError::Unsupported(
         "GGUF blocks on the GPU: this build has no wgpu backend".into(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The partials the memory check counts are the largest split launch's, on Qwen2.5's
+    /// shapes: none in the tiny model (nothing splits), the 0.5B's down (9 splits × 896), the
+    /// 7B's and 14B's q | k | v (4 × 4,608 and 3 × 7,168).
+    #[test]
+    fn split_partials_are_the_largest_split_launchs() {
+        let shape = |d, heads, kv_heads, ff| LlamaConfig {
+            d_model: d,
+            n_heads: heads,
+            n_kv_heads: kv_heads,
+            head_dim: 64.max(d / heads),
+            d_ff: ff,
+            ..crate::tiny::tiny_config()
+        };
+        assert_eq!(split_partials(&crate::tiny::tiny_config()), 0);
+        assert_eq!(split_partials(&shape(896, 14, 2, 4864)), 9 * 896);
+        assert_eq!(split_partials(&shape(3584, 28, 4, 18944)), 4 * 4608);
+        assert_eq!(split_partials(&shape(5120, 40, 8, 13824)), 3 * 7168);
+    }
 }
