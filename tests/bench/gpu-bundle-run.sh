@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The runner each part of tests/bench/gpu-bundle.sh carries: `add` copies the part it sits in to
 # $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
-#   usage: bash PART/run.sh add | drop | tests | launch | stream | tune | peers | price | teams | long | spec | profile | submits | all …
+#   usage: bash PART/run.sh add | drop | tests | launch | stream | tune | peers | price | teams | long | spec | profile | submits | all | lease …
 #   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order),
 #          TEAM_MODELS (the teams stage's), PROFILE_MODELS (the profile stage's; all three default to every
 #          model, smallest first),
@@ -80,6 +80,76 @@ print(' '.join(sorted(sys.argv[1:], key=size)))" "$in"/*.skel); do
   export PEERS_PP=${PEERS_PP:-128} PEERS_TG=${PEERS_TG:-64}
 }
 models() { ls -Sr "$work"/models/*.gguf 2>/dev/null | tr '\n' ' '; } # smallest first
+tmo() { # timeout N COMMAND…, cut to what is left before LEASE_END (epoch seconds) where set
+  local n=$1 left
+  shift
+  if [ -n "${LEASE_END:-}" ]; then
+    left=$((LEASE_END - $(date +%s)))
+    [ "$left" -ge 1 ] || { echo "not run, the lease step's time spent: ${*:1:2}" >&2; return 124; }
+    [ "$left" -lt "$n" ] && n=$left
+  fi
+  timeout -k 5 "$n" "$@"
+}
+named() { # the models whose names hold any of these (e.g. 0.5B 7B), smallest first
+  local m p
+  for m in $(models); do for p in "$@"; do case $(basename "$m") in *"$p"*) echo "$m"; break ;; esac; done; done | tr '\n' ' '
+}
+# One call of a lease, the most wanted figures first. A call runs at most 10 minutes and brings
+# back at most 8 files, and a lease is 15 minutes in all, so: LEASE_STEPS (default below) run
+# in order within LEASE_S seconds (540) of the stage's start, each starting only where its
+# least time is left and stopped at what is left; everything they print goes to $OUT/lease.md
+# (each stage's own files to $WORK/out-lease), the tuning table to $OUT/tune.tsv. Steps:
+# tests, launch, stream, tune, long, submits (the stages of those names, one round), peers-first
+# (mars beside llama.cpp on the 0.5B and the 7B shape: the principal gap, and the draft and target
+# that price speculation), price, teams (every kernel form on the 7B shape), peers-rest (the
+# 1.5B, 14B, 32B and, where unpacked, 72B shapes), profile (the 7B's per-kernel split beside
+# llama.cpp's per-op log), peers-72b (the 7B, 14B and 32B shapes dropped for good first, so
+# that the 72B's fits the folder: last). A second call takes the rest, e.g.
+# LEASE_STEPS="peers-rest price stream profile tune long peers-72b".
+lease() {
+  local start=$SECONDS budget=${LEASE_S:-540} final=$out step least cap left env s
+  local steps=${LEASE_STEPS:-tests launch peers-first price teams peers-rest price stream profile tune long}
+  export MARS_TUNE_CACHE=$final/tune.tsv
+  mkdir -p "$work/out-lease"
+  {
+    echo "# lease: $steps (${budget} s), $(date -u '+%F %T') UTC"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>/dev/null
+    for step in $steps; do
+      env=() s=$step least=60 cap=300
+      case $step in
+        tests) cap=200 ;;
+        launch) least=20 cap=60 ;;
+        stream | submits) cap=240 ;;
+        tune) cap=300 ;;
+        long) least=120 ;;
+        price) least=5 cap=30 ;;
+        peers-first) s=peers least=90 cap=200 env=(PEER_MODELS="$(named 0.5B 7B)") ;;
+        peers-rest) s=peers least=90 env=(PEER_MODELS="$(named 1.5B 14B 32B 72B)") ;;
+        peers-72b) # the 7B, 14B and 32B shapes removed for good, so that the 72B's unpacks
+          if compgen -G "$in/*72B*" >/dev/null; then DROP="7B 14B 32B" bash "$here/run.sh" drop >/dev/null; fi
+          s=peers least=120 env=(PEER_MODELS="$(named 72B)") ;;
+        teams) least=120 cap=300 env=(TEAM_MODELS="$(named 7B)") ;;
+        profile) least=40 cap=150 env=(PROFILE_MODELS="$(named 7B)") ;;
+        *) echo "unknown lease step $step"; continue ;;
+      esac
+      if [[ ${env[*]:-} == *_MODELS= || ${env[*]:-} == *_MODELS=" " ]]; then
+        echo "== $step: skipped, none of its models is here"
+        continue
+      fi
+      left=$((budget - (SECONDS - start)))
+      if [ "$left" -lt "$least" ]; then
+        echo "== $step: skipped, ${left} s left (it needs ${least})"
+        continue
+      fi
+      [ "$left" -lt "$cap" ] && cap=$left
+      echo "== $step (at $((SECONDS - start)) s, at most ${cap} s)"
+      # Every command a stage times out (tmo) stops by LEASE_END, nested scripts included.
+      env "${env[@]}" ROUNDS=1 OUT="$work/out-lease" LEASE_END=$(($(date +%s) + cap)) \
+        bash "$here/run.sh" "$s" 2>&1 | grep -v XDG_RUNTIME_DIR
+    done
+    echo "== lease: done at $((SECONDS - start)) s"
+  } | tee -a "$final/lease.md"
+}
 stage() {
   case "$1" in
     add) cp -r "$here"/. "$in/" && rm -f "$in/run.sh" && echo "added $(basename "$here")" ;;
@@ -91,18 +161,18 @@ stage() {
       done
       setup ;;
     tests)
-      for t in "$work"/bin/test-*; do echo "== $(basename "$t")"; timeout 300 "$t" 2>&1 | tail -15; done ;;
-    stream) timeout 240 "$work/bin/gpu_cost" stream 2>&1 | grep -v XDG | tee "$out/stream.md" ;;
+      for t in "$work"/bin/test-*; do echo "== $(basename "$t")"; tmo 300 "$t" 2>&1 | tail -15; done ;;
+    stream) tmo 240 "$work/bin/gpu_cost" stream 2>&1 | grep -v XDG | tee "$out/stream.md" ;;
     launch) # the cost of a launch alone (stream's first table): host- or device-bound
-      timeout 60 "$work/bin/gpu_cost" launch 2>&1 | grep -v XDG | tee "$out/launch.md" ;;
+      tmo 60 "$work/bin/gpu_cost" launch 2>&1 | grep -v XDG | tee "$out/launch.md" ;;
     tune) # every form of every group shape timed (`mars tune`), the choices kept in the table
       # that later loads here read (MARS_TUNE_CACHE)
       for m in $(models); do
         echo "== $(basename "$m")"
-        timeout 120 "$MARS_BIN" tune --model "$m" --budget-ms 30 2>&1 | grep -v XDG
+        tmo 120 "$MARS_BIN" tune --model "$m" --budget-ms 30 2>&1 | grep -v XDG
       done | tee "$out/tune.md" ;;
     peers)
-      KEEP="$work/speed" PEER_MODELS="${PEER_MODELS:-$(models)}" SPEC="" OUT="$out/gpu-peers.md" timeout 600 bash "$work/repo/tests/bench/gpu.sh" ;;
+      KEEP="$work/speed" PEER_MODELS="${PEER_MODELS:-$(models)}" SPEC="" OUT="$out/gpu-peers.md" tmo 600 bash "$work/repo/tests/bench/gpu.sh" ;;
     price) # speculation priced from the peers stage's measured costs (a projection)
       python3 "$work/repo/tests/bench/gpu-price.py" "$work/speed" 0.5B | tee "$out/price.md" ;;
     spec)
@@ -110,13 +180,13 @@ stage() {
       spec=smol
       if [ -f "$work/models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf" ] \
         && [ -f "$work/models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf" ]; then spec="pair smol"; fi
-      PEERS=0 SPEC=$spec OUT="$out/gpu-spec.md" timeout 600 bash "$work/repo/tests/bench/gpu.sh" 6 64 ;;
+      PEERS=0 SPEC=$spec OUT="$out/gpu-spec.md" tmo 600 bash "$work/repo/tests/bench/gpu.sh" 6 64 ;;
     profile) # mars's time a kernel (gpu-profile.sh), then llama.cpp's own per-op log of one
       # decoded token on the same model (GGML_VK_PERF_LOGGER: its last graph of 8 tokens)
       for m in ${PROFILE_MODELS:-$(models)}; do
-        timeout 120 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 128 16
+        tmo 120 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 128 16
         echo "llama.cpp's per-op log, one decoded token of $(basename "$m") (llama-bench -n 8):"
-        GGML_VK_PERF_LOGGER=1 timeout 120 "$LLAMA_VK_BIN/llama-bench" -m "$m" -ngl 99 -p 0 -n 8 \
+        GGML_VK_PERF_LOGGER=1 tmo 120 "$LLAMA_VK_BIN/llama-bench" -m "$m" -ngl 99 -p 0 -n 8 \
           -r 1 2>&1 >/dev/null | awk '/^Vulkan Timings:/ { b = "" } { b = b $0 "\n" } END { printf "%s", b }'
       done | tee "$out/profile.md" ;;
     teams) # a whole decode, passes of 5 and 16 rows and a 128-token prefill in each matmul form,
@@ -145,7 +215,7 @@ stage() {
           unsplit) e="MARS_TUNE=off MARS_GPU_TILE_SPLIT=off" ;;
           units-unsplit) e="MARS_TUNE=off MARS_GPU_TILES=units MARS_GPU_TILE_SPLIT=off" ;;
         esac
-        env $e timeout 120 "$MARS_BIN" speed --model "$m" \
+        tmo 120 env $e "$MARS_BIN" speed --model "$m" \
           --device wgpu --prompt-tokens 128 --decode-tokens 64 2>/dev/null | python3 -c "
 import json, sys
 try:
@@ -162,9 +232,9 @@ print('$r', '$(basename "$m")', '$t', round(d['decode_tokens_per_second'], 1), '
       # against its split by key blocks (the rule on a card)
       local long=${LONG_MODELS:-$(ls "$work"/models/*.gguf | grep -E '0\.5B|7B' | tr '\n' ' ')}
       for m in $long; do
-        ROUNDS=1 timeout 300 bash "$work/repo/tests/bench/gpu-peers.sh" "$m" "${LONG_PP:-2048}" 32
+        ROUNDS=1 tmo 300 bash "$work/repo/tests/bench/gpu-peers.sh" "$m" "${LONG_PP:-2048}" 32
         for t in on off; do
-          MARS_GPU_SPLIT=$t timeout 120 "$MARS_BIN" speed --model "$m" --device wgpu \
+          MARS_GPU_SPLIT=$t tmo 120 "$MARS_BIN" speed --model "$m" --device wgpu \
             --prompt-tokens "${LONG_PP:-2048}" --decode-tokens 32 2>/dev/null | python3 -c "
 import json, sys
 d = json.load(sys.stdin)
@@ -175,13 +245,14 @@ print('$(basename "$m")', 'split $t', round(d['decode_tokens_per_second'], 1), '
       done 2>&1 | grep -v XDG | tee "$out/long.md" ;;
     submits)
       for m in $(models); do for r in 1 2; do for t in 512 64 32 16; do
-        CUBECL_WGPU_MAX_TASKS=$t timeout 90 "$MARS_BIN" speed --model "$m" --device wgpu \
+        CUBECL_WGPU_MAX_TASKS=$t tmo 90 "$MARS_BIN" speed --model "$m" --device wgpu \
           --prompt-tokens 128 --decode-tokens 128 2>/dev/null | python3 -c "
 import json, sys
 d = json.load(sys.stdin)
 print('$r', '$(basename "$m")', 'tasks $t', round(d['decode_tokens_per_second'], 1), 'tok/s')"
       done; done; done | tee "$out/submits.txt" ;;
     all) for s in tests stream tune peers price teams long spec profile submits; do stage "$s"; done ;;
+    lease) lease ;;
     *) echo "unknown stage $1" >&2; return 2 ;;
   esac
 }

@@ -9,7 +9,7 @@
 # the pair has arrived). There, each part is added as it arrives and the stages run once their
 # files are in:
 #   bash PART/run.sh add        # copies this part into $WORK (default ~/mars-gpu)
-#   bash PART/run.sh STAGE…     # drop | tests | launch | stream | tune | peers | price | teams | long | spec | profile | submits | all
+#   bash PART/run.sh STAGE…     # drop | tests | launch | stream | tune | peers | price | teams | long | spec | profile | submits | all | lease (one call of a lease: the most wanted stages first, within LEASE_S seconds)
 # drop: DROP="7B 14B" removes those models for good (room for a 72B shape: each shape is unpacked
 # only where the folder has room, smallest first); launch: the cost of a launch (host- or
 # device-bound: gpu_cost launch);
@@ -28,7 +28,7 @@
 #          any of 7b 14b 32b 72b; default "7b 14b 32b"), SMOL=0 (leave SmolLM2's 98 MB out, so
 #          one part of ~30 MB holds the rest: one call), VULKAN_DEBS (a folder of .deb files to unpack there when it lacks libvulkan.so.1 or
 #          glvnd's libGLdispatch.so.0: libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libgles2
-#          libopengl0, from `apt-get download`)
+#          libopengl0; default: `apt-get download`ed here; "off": none)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=${1:?usage: bench.sh gpu-bundle DIR [MAX_MB]}
@@ -76,7 +76,17 @@ tar -cJf "$stage/f/scripts.tar.xz" tests/bench/gpu.sh tests/bench/gpu-peers.sh \
   tests/bench/gpu-profile.sh tests/bench/gguf-skeleton.py tests/bench/gpu-price.py \
   tests/bench/lib.sh tests/bench/rounds.py tests/bench/bench.sh
 xz -c "$(spec_bench)" >"$stage/f/spec_bench.jsonl.xz"
-if [ -n "${VULKAN_DEBS:-}" ]; then tar -C "$VULKAN_DEBS" -cf "$stage/f/debs.tar" .; fi
+# The lent GPU machines have a Vulkan loader but not glvnd's dispatch libraries (RECIPES): this
+# machine's Debian packages of both travel, fetched here unless VULKAN_DEBS names a folder of
+# them (or is "off").
+debs=${VULKAN_DEBS:-}
+if [ -z "$debs" ]; then
+  debs=$stage/debs
+  mkdir -p "$debs"
+  (cd "$debs" && apt-get download -q libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libgles2 libopengl0 >&2) \
+    || { echo "gpu-bundle: apt-get download failed; the bundle carries no Vulkan loader" >&2; debs=off; }
+fi
+if [ "$debs" != off ]; then tar -C "$debs" -cf "$stage/f/debs.tar" .; fi
 cp /usr/bin/time "$stage/f/time" # GNU time, for peak memory (gpu-peers.sh)
 for m in Qwen2.5-Coder-0.5B-Instruct-Q4_K_M Qwen2.5-Coder-1.5B-Instruct-Q4_K_M; do
   if [ "$pair" = real ]; then
