@@ -32,6 +32,8 @@ def main(argv: list[str]) -> None:
     }
     if not 1 <= k <= 15 or any(not 1.0 <= t <= k + 1 for t in taus.values()):
         sys.exit(f"k must be 1..15 and each tau within 1..k + 1 (k {k}, tau {taus})")
+    if not os.path.isdir(folder):
+        sys.exit(f"no speed figures in {folder}: the peers stage keeps them (KEEP)")
     speeds = {}
     for name in sorted(os.listdir(folder)):
         if name.endswith(".speed.json"):
