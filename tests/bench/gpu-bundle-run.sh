@@ -100,7 +100,8 @@ named() { # the models whose names hold any of these (e.g. 0.5B 7B), smallest fi
 # in order within LEASE_S seconds (480: with `add` unpacking the shapes, ~50 s on the H200, a call
 # of ~9 minutes) of the stage's start, each starting only where its
 # least time is left and stopped at what is left; everything they print goes to $OUT/lease.md
-# (each stage's own files to $WORK/out-lease), the tuning table to $OUT/tune.tsv. Steps:
+# (each stage's own files to $WORK/out-lease), the tuning table to $OUT/tune.tsv and the
+# peers' speed JSONs to $OUT/speed.tar (a second call's price step lacks the first's). Steps:
 # tests, launch, stream, tune, long, submits (the stages of those names, one round), peers-first
 # (mars beside llama.cpp on the 0.5B and the 7B shape: the principal gap, and the draft and target
 # that price speculation), price, teams (every kernel form on the 7B shape), peers-rest (the
@@ -151,6 +152,9 @@ lease() {
     done
     echo "== lease: done at $((SECONDS - start)) s"
   } | tee -a "$final/lease.md"
+  # The peers' speed JSONs as one file, so that figures from two calls (two machines) can be
+  # priced together here: gpu-price.py DIR 0.5B over both unpacked.
+  if [ -d "$work/speed" ]; then tar -C "$work" -cf "$final/speed.tar" speed; fi
 }
 stage() {
   case "$1" in
