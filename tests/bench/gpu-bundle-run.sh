@@ -60,7 +60,7 @@ print(' '.join(sorted(sys.argv[1:], key=size)))" "$in"/*.skel); do
     m="$work/models/$(basename "$s" .skel).skeleton.gguf"
     # Said once: a lease's steps (LEASE_END set) run setup again, and would say it each time.
     [ -f "$m" ] || python3 "$work/repo/tests/bench/gguf-skeleton.py" unpack "$s" "$m" 2>&1 \
-      | tail -1 | sed 's/^ValueError: /not unpacked: /' | { [ -n "${LEASE_END:-}" ] && cat >/dev/null || cat; }
+      | tail -1 | sed 's/^ValueError: /not unpacked: /' | if [ -n "${LEASE_END:-}" ]; then cat >/dev/null; else cat; fi
   done
   # A Vulkan loader where the machine has none, glvnd's dispatch libraries where it has a loader
   # but not them (NVIDIA's ICD, libGLX_nvidia, then yields no vkCreateInstance and wgpu finds no
@@ -110,7 +110,7 @@ named() { # the models whose names hold any of these (e.g. 0.5B 7B), smallest fi
 # that the 72B's fits the folder: last). A second call takes the rest, e.g.
 # LEASE_STEPS="peers-rest price stream profile tune long peers-72b".
 lease() {
-  local start=$SECONDS budget=${LEASE_S:-480} final=$out step least cap left env s
+  local start=$SECONDS budget=${LEASE_S:-480} final=$out step least cap left env s drop
   local steps=${LEASE_STEPS:-tests launch peers-first price teams peers-rest price stream profile tune long}
   export MARS_TUNE_CACHE=$final/tune.tsv
   mkdir -p "$work/out-lease"
@@ -118,7 +118,7 @@ lease() {
     echo "# lease: $steps (${budget} s), $(date -u '+%F %T') UTC"
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>/dev/null
     for step in $steps; do
-      env=() s=$step least=60 cap=300
+      env=() s=$step least=60 cap=300 drop=
       case $step in
         tests) cap=200 ;;
         launch) least=20 cap=60 ;;
@@ -128,14 +128,13 @@ lease() {
         price) least=5 cap=30 ;;
         peers-first) s=peers least=90 cap=200 env=(PEER_MODELS="$(named 0.5B 7B)") ;;
         peers-rest) s=peers least=90 env=(PEER_MODELS="$(named 1.5B 14B 32B 72B)") ;;
-        peers-72b) # the 7B, 14B and 32B shapes removed for good, so that the 72B's unpacks
-          if compgen -G "$in/*72B*" >/dev/null; then DROP="7B 14B 32B" bash "$here/run.sh" drop >/dev/null; fi
-          s=peers least=120 env=(PEER_MODELS="$(named 72B)") ;;
+        peers-72b) # after the time check: the 7B, 14B and 32B dropped so that the 72B unpacks
+          s=peers least=120 drop=1 env=(PEER_MODELS="$(compgen -G "$in/*72B*")") ;;
         teams) least=120 cap=300 env=(TEAM_MODELS="$(named 7B)") ;;
         profile) least=40 cap=150 env=(PROFILE_MODELS="$(named 7B)") ;;
         *) echo "unknown lease step $step"; continue ;;
       esac
-      if [[ ${env[*]:-} == *_MODELS= || ${env[*]:-} == *_MODELS=" " ]]; then
+      if [[ ${env[*]:-} == *_MODELS= ]]; then
         echo "== $step: skipped, none of its models is here"
         continue
       fi
@@ -143,6 +142,15 @@ lease() {
       if [ "$left" -lt "$least" ]; then
         echo "== $step: skipped, ${left} s left (it needs ${least})"
         continue
+      fi
+      if [ -n "$drop" ]; then
+        DROP="7B 14B 32B" bash "$here/run.sh" drop >/dev/null
+        env=(PEER_MODELS="$(named 72B)")
+        left=$((budget - (SECONDS - start))) # the 72B's unpacking took its share
+        if [[ ${env[*]} == *_MODELS= ]]; then
+          echo "== $step: skipped, the 72B shape did not unpack"
+          continue
+        fi
       fi
       [ "$left" -lt "$cap" ] && cap=$left
       echo "== $step (at $((SECONDS - start)) s, at most ${cap} s)"
