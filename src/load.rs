@@ -107,7 +107,7 @@ pub fn target(
     kernels: &KernelArgs,
 ) -> Result<(Target, OpenDevice, WeightPath)> {
     let (target, open) = target_untuned(path, backend, kernels)?;
-    let (target, tuned) = mars_engine::tune::target_at_load(target, &open)?;
+    let (target, tuned) = pollster::block_on(mars_engine::tune::target_at_load(target, &open))?;
     if let Some(note) = tuned {
         eprintln!("{note}");
     }
@@ -197,7 +197,7 @@ pub fn draft_model(
         Ok(target.draft_model(g, &open.device, options)?)
     })?;
     note_converted(&model);
-    let (model, tuned) = mars_engine::tune::at_load(model, open)?;
+    let (model, tuned) = pollster::block_on(mars_engine::tune::at_load(model, open))?;
     if let Some(note) = tuned {
         eprintln!("{note}");
     }

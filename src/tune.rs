@@ -55,13 +55,13 @@ pub fn run_tune(args: &TuneArgs) -> Result<()> {
         .context("tuning needs the GPU (wgpu) path")?;
     let mut table = tune::read_table(&path)?;
     let rows = args.k + 1;
-    let timings = tune::tune(
+    let timings = pollster::block_on(tune::tune(
         target.model(),
         gpu,
         (rows, args.budget_ms),
         &mut table,
         false,
-    )?;
+    ))?;
     println!("adapter: {}", gpu.identity);
     println!("| group | shape | groups | form | ms, 1 row | ms, {rows} rows | {rows} rows / 1 | |");
     println!("|---|---|---|---|---|---|---|---|");

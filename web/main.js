@@ -357,10 +357,25 @@ async function chooseCompute() {
   const info = adapter.info || {};
   const name = [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ") || "an unnamed WebGPU adapter";
   const software = Boolean(info.isFallbackAdapter || adapter.isFallbackAdapter) || /swiftshader|llvmpipe|lavapipe|software|basic render/i.test(name);
-  if (want === "webgpu") return { backend: "webgpu", name, why: software ? "chosen in the settings (a software adapter)" : "chosen in the settings" };
+  if (want === "webgpu") return { backend: "webgpu", name, software, why: software ? "chosen in the settings (a software adapter)" : "chosen in the settings" };
   const chosen = await askWorker({ type: "choose", adapter: { name, software } });
-  return chosen.backend === "wgpu" ? { backend: "webgpu", name, why: chosen.why } : cpu(chosen.why);
+  return chosen.backend === "wgpu" ? { backend: "webgpu", name, software, why: chosen.why } : cpu(chosen.why);
 }
+
+// The kernels' tuning table (mars_engine::tune, the CLI's ~/.cache/mars/tune.tsv): each matrix
+// shape's fastest form, timed once on this GPU by the worker's first load there and kept in this
+// browser's storage. Its key names the adapter and the browser's major version, whose WebGPU
+// compiles the kernels (a new version tunes anew, a few seconds).
+const TUNE_KEY = "mars-tune";
+function storedTuning() {
+  try { return localStorage.getItem(TUNE_KEY) || ""; } catch (_) { return ""; /* storage off */ }
+}
+function tuningFor(c) {
+  if (c.backend !== "webgpu") return null;
+  const browser = (navigator.userAgent.match(/(Edg|Chrome|Firefox|Version)\/\d+/) || ["a browser"])[0];
+  return { adapter: `${c.name} (WebGPU, ${browser})`, software: c.software, table: storedTuning() };
+}
+let tunedNote = null;
 
 // The engine's auto rule (mars_engine::auto_choice, the CLI's too), asked of the worker.
 let pendingChoice = null;
@@ -404,13 +419,22 @@ function onEvent(ev, ready) {
   switch (ev.type) {
     case "ready": ready(ev.defaults); break;
     case "chosen": if (pendingChoice) { pendingChoice(ev); pendingChoice = null; } break;
+    case "tuning":
+      status(`timing the GPU kernels on this GPU, once (${ev.shapes} matrix shapes, every form)…`);
+      break;
+    case "tuned":
+      try { localStorage.setItem(TUNE_KEY, ev.table); } catch (_) { /* storage off: tuned again next load */ }
+      tunedNote = ev.note;
+      document.body.dataset.tuned = ev.note;
+      status(ev.note);
+      break;
     case "loaded":
-      showLoad(`model loaded: ${ev.info.name} (${ev.info.n_layers} layers, vocabulary ${ev.info.vocab}) on ${ev.runs_on}, as ${compute.why}`, ev.wasm_bytes);
+      showLoad(`model loaded: ${ev.info.name} (${ev.info.n_layers} layers, vocabulary ${ev.info.vocab}) on ${ev.runs_on}, as ${compute.why}${tunedNote ? "; " + tunedNote : ""}`, ev.wasm_bytes);
       $("#run").disabled = running;
       if (pendingLoad) { pendingLoad.resolve(); pendingLoad = null; }
       break;
     case "draft_loaded":
-      showLoad(`draft model loaded: ${ev.name}`, ev.wasm_bytes);
+      showLoad(`draft model loaded: ${ev.name}${tunedNote ? "; " + tunedNote : ""}`, ev.wasm_bytes);
       if (pendingLoad) { pendingLoad.resolve(); pendingLoad = null; }
       break;
     case "checked":
@@ -653,7 +677,8 @@ function loadFile(file, label, draftName = null) {
   status(`loading ${label} ${compute.backend === "cpu" ? "for the CPU" : "to the GPU"}…`);
   $("#run").disabled = true;
   loadStarted = performance.now();
-  const message = draftName === null ? { type: "load", file, backend: compute.backend } : { type: "load_draft", name: draftName, file };
+  tunedNote = null;
+  const message = draftName === null ? { type: "load", file, backend: compute.backend, tuning: tuningFor(compute) } : { type: "load_draft", name: draftName, file };
   return new Promise((resolve, reject) => {
     pendingLoad = { resolve, reject };
     worker.postMessage(message);

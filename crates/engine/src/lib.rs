@@ -21,7 +21,7 @@ mod race;
 mod readback;
 mod session;
 mod settings;
-#[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
+#[cfg(any(feature = "wgpu", feature = "webgpu"))]
 pub mod tune;
 
 pub use decoder::{

@@ -139,7 +139,7 @@ impl Target {
     }
 
     /// The same target around `model` (the same weights in other forms: `crate::tune`).
-    #[cfg(all(feature = "wgpu", not(target_family = "wasm")))]
+    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
     pub(crate) fn with_model(self, model: Llama) -> Self {
         Self { model, ..self }
     }

@@ -4,17 +4,24 @@
 //! card times the shapes the table lacks (a few seconds, once); a CPU adapter (lavapipe) keeps
 //! the rules' forms, measured there, unless `mars tune` was run on it.
 //!
-//! The table: `MARS_TUNE_CACHE` where set, else `$XDG_CACHE_HOME/mars/tune.tsv`, else
-//! `~/.cache/mars/tune.tsv` (`mars_model::Tuning`'s text, a line a choice). `MARS_TUNE=off`
-//! skips it, as does a form forced with `MARS_GPU_TEAM`, `MARS_GPU_TILES` or `MARS_GPU_ACTS`: the
-//! rules' (or the forced) forms, nothing timed or read.
+//! The table: natively `MARS_TUNE_CACHE` where set, else `$XDG_CACHE_HOME/mars/tune.tsv`, else
+//! `~/.cache/mars/tune.tsv` (`mars_model::Tuning`'s text, a line a choice); in the browser the
+//! page keeps the same text in its storage and hands it to the worker with each load
+//! ([`with_table`], the one tuning both front ends run). `MARS_TUNE=off` skips it, as does a
+//! form forced with `MARS_GPU_TEAM`, `MARS_GPU_TILES` or `MARS_GPU_ACTS`: the rules' (or the
+//! forced) forms, nothing timed or read.
 
+#[cfg(not(target_family = "wasm"))]
 use std::path::{Path, PathBuf};
 
 use mars_model::{GroupTiming, Llama, Tuned, Tuning};
 
-use crate::device::{GpuCaps, OpenDevice};
-use crate::error::{EngineError, Result};
+use crate::device::GpuCaps;
+#[cfg(not(target_family = "wasm"))]
+use crate::device::OpenDevice;
+#[cfg(not(target_family = "wasm"))]
+use crate::error::EngineError;
+use crate::error::Result;
 use crate::session::Target;
 
 /// Milliseconds each timing of a load's tuning aims at: a few seconds for a model's five shapes,
@@ -26,6 +33,7 @@ pub const LOAD_BUDGET_MS: f64 = 15.0;
 pub const PASS_ROWS: usize = crate::settings::DraftShape::CHAIN.k + 1;
 
 /// Where the table lives (see the module docs); `None` without a home to put it in.
+#[cfg(not(target_family = "wasm"))]
 pub fn cache_path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("MARS_TUNE_CACHE") {
         return Some(PathBuf::from(p));
@@ -42,6 +50,7 @@ pub fn cache_path() -> Option<PathBuf> {
 /// # Errors
 /// [`EngineError::TuneCache`] for a file that cannot be read or does not parse (the line
 /// named: delete it to tune anew).
+#[cfg(not(target_family = "wasm"))]
 pub fn read_table(path: &Path) -> Result<Tuning> {
     let err = |why: String| EngineError::TuneCache {
         path: path.display().to_string(),
@@ -59,6 +68,7 @@ pub fn read_table(path: &Path) -> Result<Tuning> {
 ///
 /// # Errors
 /// [`EngineError::TuneCache`] when the folder or file cannot be written.
+#[cfg(not(target_family = "wasm"))]
 pub fn write_table(path: &Path, table: &Tuning) -> Result<()> {
     let err = |e: std::io::Error| EngineError::TuneCache {
         path: path.display().to_string(),
@@ -79,7 +89,7 @@ pub fn write_table(path: &Path, table: &Tuning) -> Result<()> {
 ///
 /// # Errors
 /// The model's error off the GPU path or from a group that cannot run.
-pub fn tune(
+pub async fn tune(
     model: &Llama,
     gpu: &GpuCaps,
     (pass_rows, budget_ms): (usize, f64),
@@ -87,15 +97,12 @@ pub fn tune(
     only_missing: bool,
 ) -> Result<Vec<GroupTiming>> {
     let adapter = &gpu.identity;
-    if only_missing
-        && model
-            .group_forms()
-            .iter()
-            .all(|g| table.get(adapter, &g.shape).is_some())
-    {
+    if only_missing && missing(model, adapter, table) == 0 {
         return Ok(Vec::new());
     }
-    let timings = model.time_forms(pass_rows, budget_ms, gpu.matrix_units)?;
+    let timings = model
+        .time_forms(pass_rows, budget_ms, gpu.matrix_units)
+        .await?;
     for t in &timings {
         if only_missing && table.get(adapter, &t.shape.shape).is_some() {
             continue;
@@ -114,6 +121,16 @@ pub fn tune(
         }
     }
     Ok(timings)
+}
+
+/// How many of `model`'s group shapes `table` names no form for on `adapter`: what a load on a
+/// GPU card times.
+pub fn missing(model: &Llama, adapter: &str, table: &Tuning) -> usize {
+    model
+        .group_forms()
+        .iter()
+        .filter(|g| table.get(adapter, &g.shape).is_none())
+        .count()
 }
 
 /// `model` with the forms `table` holds for `adapter`, and how many of its shapes the table
@@ -137,7 +154,8 @@ pub fn apply(model: &Llama, adapter: &str, table: &Tuning) -> Result<(Llama, usi
 ///
 /// # Errors
 /// As [`at_load_with`].
-pub fn at_load(model: Llama, open: &OpenDevice) -> Result<(Llama, Option<String>)> {
+#[cfg(not(target_family = "wasm"))]
+pub async fn at_load(model: Llama, open: &OpenDevice) -> Result<(Llama, Option<String>)> {
     let (Some(gpu), Some(path)) = (&open.gpu, cache_path()) else {
         return Ok((model, None));
     };
@@ -150,55 +168,99 @@ pub fn at_load(model: Llama, open: &OpenDevice) -> Result<(Llama, Option<String>
     {
         return Ok((model, None));
     }
-    at_load_with(model, gpu, &path)
+    at_load_with(model, gpu, &path).await
 }
 
-/// On a GPU card, the model's group shapes the table at `path` lacks for it are timed and
-/// saved; then, on any adapter, the table's forms are applied (a CPU adapter's come only from
-/// `mars tune`). Returns the model and a line for the user where something was timed.
+/// [`with_table`] over the table in the file at `path`, written back whole where the load
+/// timed something.
 ///
 /// # Errors
-/// The model's error from applying a form; a table that cannot be read. A tuning that fails
-/// leaves the rules' forms, and a table that cannot be written keeps the choices for this run
-/// only: both are said in the returned line.
-pub fn at_load_with(model: Llama, gpu: &GpuCaps, path: &Path) -> Result<(Llama, Option<String>)> {
-    if model.group_forms().is_empty() {
-        return Ok((model, None));
-    }
+/// As [`with_table`]; a table that cannot be read. A table that cannot be written keeps the
+/// choices for this run only, said in the returned line.
+#[cfg(not(target_family = "wasm"))]
+pub async fn at_load_with(
+    model: Llama,
+    gpu: &GpuCaps,
+    path: &Path,
+) -> Result<(Llama, Option<String>)> {
     let mut table = read_table(path)?;
-    let mut note = None;
+    let (model, timed) = with_table(model, gpu, &mut table).await?;
+    let note = match timed {
+        Timed::Nothing => None,
+        Timed::Failed(why) => Some(why),
+        Timed::Shapes(n) => Some(match write_table(path, &table) {
+            Ok(()) => format!(
+                "tuned the GPU kernels for {}: {n} group shapes timed in every form, once (the \
+                 choices are in {})",
+                gpu.identity,
+                path.display()
+            ),
+            Err(e) => format!("tuned the GPU kernels; not saved: {e}"),
+        }),
+    };
+    Ok((model, note))
+}
+
+/// What [`with_table`] timed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Timed {
+    /// Nothing: the table named every shape, the adapter is a CPU one, or the model has no
+    /// groups (off the GPU path).
+    Nothing,
+    /// This many group shapes, now in the table.
+    Shapes(usize),
+    /// The tuning failed (a form the driver cannot build): the rules' forms run; why, for
+    /// the user.
+    Failed(String),
+}
+
+/// The one tuning at load, for every front end: on a GPU card the model's group shapes
+/// `table` lacks for it are timed (a few seconds, once) and added to `table`; then, on any
+/// adapter, the table's forms are applied (a CPU adapter's come only from `mars tune`).
+/// The caller keeps the table: a file natively ([`at_load_with`]), the page's storage in the
+/// browser.
+///
+/// # Errors
+/// The model's error from applying a form (a table edited by hand). A tuning that fails costs
+/// the load nothing: the rules' forms run ([`Timed::Failed`]).
+pub async fn with_table(model: Llama, gpu: &GpuCaps, table: &mut Tuning) -> Result<(Llama, Timed)> {
+    if model.group_forms().is_empty() {
+        return Ok((model, Timed::Nothing));
+    }
+    let mut timed = Timed::Nothing;
     if !gpu.software {
-        // A tuning that fails (a form the driver cannot build) costs the load nothing: the
-        // rules' forms run, and the user is told why.
-        let timed = match tune(&model, gpu, (PASS_ROWS, LOAD_BUDGET_MS), &mut table, true) {
-            Ok(timed) => timed,
+        match tune(&model, gpu, (PASS_ROWS, LOAD_BUDGET_MS), table, true).await {
+            Ok(t) if t.is_empty() => {}
+            Ok(t) => timed = Timed::Shapes(t.len()),
             Err(e) => {
                 let why = format!("tuning the GPU kernels failed ({e}): the rules' forms run");
-                return Ok((model, Some(why)));
+                return Ok((model, Timed::Failed(why)));
             }
-        };
-        if !timed.is_empty() {
-            note = Some(match write_table(path, &table) {
-                Ok(()) => format!(
-                    "tuned the GPU kernels for {}: {} group shapes timed in every form, once \
-                     (the choices are in {})",
-                    gpu.identity,
-                    timed.len(),
-                    path.display()
-                ),
-                Err(e) => format!("tuned the GPU kernels; not saved: {e}"),
-            });
         }
     }
-    let (model, _) = apply(&model, &gpu.identity, &table)?;
-    Ok((model, note))
+    let (model, _) = apply(&model, &gpu.identity, table)?;
+    Ok((model, timed))
 }
 
 /// [`at_load`] for a target.
 ///
 /// # Errors
 /// As [`at_load`].
-pub fn target_at_load(target: Target, open: &OpenDevice) -> Result<(Target, Option<String>)> {
-    let (model, note) = at_load(target.model().clone(), open)?;
+#[cfg(not(target_family = "wasm"))]
+pub async fn target_at_load(target: Target, open: &OpenDevice) -> Result<(Target, Option<String>)> {
+    let (model, note) = at_load(target.model().clone(), open).await?;
     Ok((target.with_model(model), note))
+}
+
+/// [`with_table`] for a target.
+///
+/// # Errors
+/// As [`with_table`].
+pub async fn target_with_table(
+    target: Target,
+    gpu: &GpuCaps,
+    table: &mut Tuning,
+) -> Result<(Target, Timed)> {
+    let (model, timed) = with_table(target.model().clone(), gpu, table).await?;
+    Ok((target.with_model(model), timed))
 }

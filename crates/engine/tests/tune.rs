@@ -43,7 +43,7 @@ fn a_card_tunes_once_and_later_loads_read_its_choices() {
     // A card's first load: every shape timed, the table written (its folder made).
     let card = caps("a test card (Vulkan) driver 1", false);
     let path = dir.join("cache").join("tune.tsv");
-    let (tuned, note) = at_load_with(model.clone(), &card, &path).unwrap();
+    let (tuned, note) = pollster::block_on(at_load_with(model.clone(), &card, &path)).unwrap();
     let shapes = model.group_forms();
     assert!(
         note.as_deref()
@@ -60,7 +60,7 @@ fn a_card_tunes_once_and_later_loads_read_its_choices() {
         );
     }
     // Its next load: nothing timed, the same forms, the table as it was.
-    let (again, note) = at_load_with(model.clone(), &card, &path).unwrap();
+    let (again, note) = pollster::block_on(at_load_with(model.clone(), &card, &path)).unwrap();
     assert_eq!(note, None);
     assert_eq!(forms(&again), forms(&tuned));
     assert_eq!(read_table(&path).unwrap(), table);
@@ -100,12 +100,13 @@ fn a_card_tunes_once_and_later_loads_read_its_choices() {
     }
     let hand_path = dir.join("hand.tsv");
     write_table(&hand_path, &hand).unwrap();
-    let (applied, note) = at_load_with(model.clone(), &soft, &hand_path).unwrap();
+    let (applied, note) =
+        pollster::block_on(at_load_with(model.clone(), &soft, &hand_path)).unwrap();
     assert_eq!(note, None);
     assert_eq!(forms(&applied), other);
     assert_eq!(read_table(&hand_path).unwrap(), hand);
     let none = dir.join("none.tsv");
-    let (plain, note) = at_load_with(model.clone(), &soft, &none).unwrap();
+    let (plain, note) = pollster::block_on(at_load_with(model.clone(), &soft, &none)).unwrap();
     assert_eq!((note, forms(&plain)), (None, forms(&model)));
     assert!(!none.exists());
 
@@ -115,7 +116,7 @@ fn a_card_tunes_once_and_later_loads_read_its_choices() {
         "# mars tune\nadapter\tshape\tquarter/3/tiles\t1\t2\t3\n",
     )
     .unwrap();
-    let err = at_load_with(model, &soft, &hand_path)
+    let err = pollster::block_on(at_load_with(model, &soft, &hand_path))
         .unwrap_err()
         .to_string();
     assert!(err.contains("hand.tsv") && err.contains("line 2"), "{err}");

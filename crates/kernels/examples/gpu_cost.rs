@@ -248,7 +248,9 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
                         .unwrap();
                 for m in [1usize, 5, 16] {
                     // CALLS back to back, read once, the median of three batches.
-                    let ms = time_group(client, &group, (m, false), f64::INFINITY).unwrap();
+                    let ms =
+                        pollster::block_on(time_group(client, &group, (m, false), f64::INFINITY))
+                            .unwrap();
                     if m == 1 {
                         one = ms;
                     }

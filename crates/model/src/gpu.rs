@@ -309,7 +309,6 @@ impl std::ops::Deref for Client {
 }
 
 /// The most rows a timed pass takes (the kernels' mat-vec bound).
-#[cfg(not(target_family = "wasm"))]
 pub(crate) const MAX_PASS_ROWS: usize = 16;
 
 /// A distinct shape of a model's matrix groups and the form its groups run in
@@ -583,8 +582,7 @@ impl GpuModel {
     /// within about `budget_ms`
     /// (`mars_kernels::gpu::time_group`). A form whose outputs disagree with the current form's
     /// (a driver's miscompile) is reported and never timed or chosen.
-    #[cfg(not(target_family = "wasm"))]
-    pub(crate) fn time_forms(
+    pub(crate) async fn time_forms(
         &self,
         pass_rows: usize,
         budget_ms: f64,
@@ -613,18 +611,18 @@ impl GpuModel {
                 }
             };
             let mut times = Vec::new();
-            let want = group_output(client, group, pass_rows, false)?;
+            let want = group_output(client, group, pass_rows, false).await?;
             for form in group.forms() {
                 let g = group.with_form(client, form)?;
                 let agrees = outputs_agree(
-                    &group_output(client, &g, pass_rows, false)?,
+                    &group_output(client, &g, pass_rows, false).await?,
                     &want,
                     tolerance(form),
                 );
                 let (one, pass) = if agrees {
                     (
-                        time_group(client, &g, (1, false), budget_ms)?,
-                        time_group(client, &g, (pass_rows, false), budget_ms)?,
+                        time_group(client, &g, (1, false), budget_ms).await?,
+                        time_group(client, &g, (pass_rows, false), budget_ms).await?,
                     )
                 } else {
                     (f64::NAN, f64::NAN)
@@ -647,16 +645,16 @@ impl GpuModel {
             let base = group.with_form(client, chosen)?;
             if group.rows() == Rows::All {
                 let rows = PREFILL_ROWS_TIMED;
-                let want = group_output(client, &base, rows, false)?;
+                let want = group_output(client, &base, rows, false).await?;
                 for form in base.prefill_forms(units) {
                     let g = base.with_form(client, form)?;
                     let agrees = outputs_agree(
-                        &group_output(client, &g, rows, true)?,
+                        &group_output(client, &g, rows, true).await?,
                         &want,
                         tolerance(form),
                     );
                     let ms = if agrees {
-                        time_group(client, &g, (rows, true), budget_ms)?
+                        time_group(client, &g, (rows, true), budget_ms).await?
                     } else {
                         f64::NAN
                     };

@@ -181,8 +181,8 @@ impl Llama {
     /// # Errors
     /// [`ModelError::Unsupported`] off the GPU path; the kernels' error for a group that cannot
     /// run or a failed read.
-    #[cfg(all(any(feature = "wgpu", feature = "webgpu"), not(target_family = "wasm")))]
-    pub fn time_forms(
+    #[cfg(any(feature = "wgpu", feature = "webgpu"))]
+    pub async fn time_forms(
         &self,
         pass_rows: usize,
         budget_ms: f64,
@@ -194,11 +194,14 @@ impl Llama {
             )));
         }
         match &self.body {
-            Body::Gpu(m) => m.time_forms(
-                pass_rows.clamp(1, crate::gpu::MAX_PASS_ROWS),
-                budget_ms,
-                units,
-            ),
+            Body::Gpu(m) => {
+                m.time_forms(
+                    pass_rows.clamp(1, crate::gpu::MAX_PASS_ROWS),
+                    budget_ms,
+                    units,
+                )
+                .await
+            }
             _ => Err(ModelError::Unsupported(
                 "forms are timed on the GPU path (GGUF blocks on wgpu) only".into(),
             )),

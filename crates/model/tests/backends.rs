@@ -631,7 +631,7 @@ fn every_form_a_group_can_take_keeps_the_contract() {
         4 * layers + 1,
         "{shapes:?}"
     );
-    let timings = model.time_forms(5, 1.0, None).unwrap();
+    let timings = pollster::block_on(model.time_forms(5, 1.0, None)).unwrap();
     assert_eq!(timings.len(), shapes.len());
     let tokens: Vec<u32> = (0..5).map(|i| (i * 41 + 17) % 257).collect();
     let rule = run(&model, &tokens);
@@ -704,5 +704,5 @@ fn every_form_a_group_can_take_keeps_the_contract() {
         .with_forms(&|s| (s == gate_up.shape).then_some(whole))
         .unwrap_err();
     assert!(err.to_string().contains("whole/1/f32/matvec"), "{err}");
-    assert!(model.time_forms(5, f64::NAN, None).is_err());
+    assert!(pollster::block_on(model.time_forms(5, f64::NAN, None)).is_err());
 }

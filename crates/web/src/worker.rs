@@ -15,12 +15,13 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
+use mars_engine::tune::Timed;
 use mars_engine::{
-    AnyDrafter, Backend, Choices, DEFAULTS, Decoder, Defaults, EngineError, Method, ModelInfo,
-    Resolved, RunSettings, RunSummary, StepRecord, Target,
+    AnyDrafter, Backend, Choices, DEFAULTS, Decoder, Defaults, EngineError, GpuCaps, Method,
+    ModelInfo, Resolved, RunSettings, RunSummary, StepRecord, Target,
 };
 use mars_formats::{FormatError, Gguf, Message, ReadAt};
-use mars_model::{Llama, ModelError};
+use mars_model::{Llama, ModelError, Tuning};
 use serde::{Deserialize, Serialize};
 use wasm_bindgen::prelude::*;
 use web_sys::{Blob, DedicatedWorkerGlobalScope, FileReaderSync, MessageEvent};
@@ -63,6 +64,10 @@ pub enum Request {
         /// carry a JS object through an internally tagged enum).
         #[serde(skip)]
         file: Option<Blob>,
+        /// On WebGPU, the page's tuning table for its adapter: its kernels' forms, timed once on
+        /// that GPU (answered by [`Event::Tuned`] where this load timed something).
+        #[serde(default)]
+        tuning: Option<PageTuning>,
     },
     /// A separate draft model (its tokenizer must be the target's), named as the race settings
     /// name it (`model:<name>`).
@@ -102,6 +107,22 @@ pub enum Request {
     },
     /// Stop the current race after the step in flight.
     Stop,
+}
+
+/// The tuning table the page keeps for its WebGPU adapter (`mars_engine::tune`: each matrix
+/// group shape's fastest form, timed once on that GPU), in the page's storage because the
+/// worker has none that lasts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageTuning {
+    /// The adapter as the page names it (`GPUAdapter.info`) with the browser and its major
+    /// version, whose WebGPU compiles the kernels: the table's key.
+    pub adapter: String,
+    /// Whether the adapter runs on the CPU (SwiftShader, a fallback adapter): never timed, its
+    /// forms the rules' unless the table names some.
+    pub software: bool,
+    /// The table's text (`mars_model::Tuning`), empty before the first tuning.
+    pub table: String,
 }
 
 /// A WebGPU adapter as the page sees it (`GPUAdapter.info`).
@@ -215,6 +236,21 @@ pub enum Event {
         /// The wasm heap's size after the load: it only grows, so this is the load's peak.
         wasm_bytes: u64,
     },
+    /// A load starts timing its model's kernels on this GPU (once per adapter and shape: a few
+    /// seconds, longer where the browser compiles each form's pipeline slowly).
+    Tuning {
+        /// The group shapes to time.
+        shapes: usize,
+    },
+    /// A load timed its model's kernels on this GPU (before [`Event::Loaded`] or
+    /// [`Event::DraftLoaded`]): the page keeps `table` for its later loads.
+    Tuned {
+        /// The whole table, the new choices added (`mars_model::Tuning`'s text).
+        table: String,
+        /// What was timed, for the page's status line; or why the tuning failed (the rules'
+        /// forms run, nothing added).
+        note: String,
+    },
     /// A draft model is loaded.
     DraftLoaded {
         /// The name it was loaded under.
@@ -261,6 +297,9 @@ pub enum Event {
 struct State {
     target: Option<Rc<Target>>,
     backend: Backend,
+    /// The page's tuning table as the target's load left it, with the adapter it is for: a
+    /// draft model's load applies it too (and adds its own shapes).
+    tuning: Option<(GpuCaps, Tuning)>,
     /// (name, model): a draft model belongs to the target it was checked against.
     draft: Option<(String, Llama)>,
 }
@@ -395,9 +434,12 @@ fn request_of(data: &JsValue) -> Result<Request, String> {
     let rest = js_sys::Object::assign(&js_sys::Object::new(), data.unchecked_ref());
     js_sys::Reflect::delete_property(&rest, &"file".into()).map_err(|e| js_text(&e))?;
     match serde_wasm_bindgen::from_value::<Request>(rest.into()).map_err(|e| e.to_string())? {
-        Request::Load { backend, .. } => Ok(Request::Load {
+        Request::Load {
+            backend, tuning, ..
+        } => Ok(Request::Load {
             file: Some(file),
             backend,
+            tuning,
         }),
         Request::LoadDraft { name, .. } => Ok(Request::LoadDraft {
             name,
@@ -413,7 +455,7 @@ async fn on_device<T>(
     backend: Backend,
     file: Option<Blob>,
     build: impl FnOnce(&Gguf<'_>, &mars_engine::OpenDevice) -> mars_engine::Result<T>,
-) -> mars_engine::Result<T> {
+) -> mars_engine::Result<(T, mars_engine::OpenDevice)> {
     let file = file.ok_or_else(|| EngineError::Config {
         field: "file",
         value: "missing".into(),
@@ -422,7 +464,58 @@ async fn on_device<T>(
     let open = backend.open().await?;
     let source = BlobSource::new(file)?;
     let g = Gguf::parse_from(&source)?;
-    build(&g, &open)
+    Ok((build(&g, &open)?, open))
+}
+
+/// The adapter's facts for a tuning: the engine's, named and judged as the page names and
+/// judges its adapter (WebGPU gives the worker only a description, often empty).
+fn page_caps(open: &mars_engine::OpenDevice, page: &PageTuning) -> Option<GpuCaps> {
+    let mut caps = open.gpu.clone()?;
+    caps.identity = page.adapter.clone();
+    caps.software |= page.software;
+    Some(caps)
+}
+
+/// Before a load applies the page's table: where the adapter is a card and the table lacks
+/// some of `model`'s shapes, the page is told that they are being timed.
+fn tuning_starts(model: &Llama, caps: &GpuCaps, table: &Tuning) {
+    let shapes = mars_engine::tune::missing(model, &caps.identity, table);
+    if !caps.software && shapes > 0 {
+        post(&Event::Tuning { shapes });
+    }
+}
+
+/// After it: the table posted back to the page where something was timed (or the tuning
+/// failed, which the page's status line says).
+fn tuning_ends(timed: Timed, caps: &GpuCaps, table: &Tuning) {
+    let note = match timed {
+        Timed::Nothing => return,
+        Timed::Shapes(n) => format!(
+            "tuned the GPU kernels for {}: {n} group shapes timed in every form, once (kept in \
+             this browser)",
+            caps.identity
+        ),
+        Timed::Failed(why) => why,
+    };
+    post(&Event::Tuned {
+        table: table.to_text(),
+        note,
+    });
+}
+
+/// The page's table parsed, with the adapter it is for; `None` off WebGPU or without one. A
+/// stored table that does not parse (another release's form names) is set aside, not an error:
+/// the load tunes anew and the page's storage gets the new table.
+fn page_table(
+    open: &mars_engine::OpenDevice,
+    page: Option<&PageTuning>,
+) -> Option<(GpuCaps, Tuning)> {
+    let (page, caps) = page.and_then(|p| Some((p, page_caps(open, p)?)))?;
+    let table = Tuning::parse(&page.table).unwrap_or_else(|e| {
+        web_sys::console::warn_1(&format!("the stored tuning table is set aside: {e}").into());
+        Tuning::default()
+    });
+    Some((caps, table))
 }
 
 /// A download's first bytes checked as the load will check them; `Ok(Some(n))`: the header
@@ -478,22 +571,38 @@ async fn handle(request: Request) {
                 message: e.to_string(),
             }),
         },
-        Request::Load { file, backend } => {
-            match on_device(backend, file, |g, open| {
+        Request::Load {
+            file,
+            backend,
+            tuning,
+        } => {
+            let loaded = async {
+                let (target, open) = on_device(backend, file, |g, open| {
+                    Target::from_gguf(g, &open.device, open.default_options())
+                })
+                .await?;
+                let mut table = page_table(&open, tuning.as_ref());
+                let target = match &mut table {
+                    Some((caps, table)) => {
+                        tuning_starts(target.model(), caps, table);
+                        let (target, timed) =
+                            mars_engine::tune::target_with_table(target, caps, table).await?;
+                        tuning_ends(timed, caps, table);
+                        target
+                    }
+                    None => target,
+                };
                 // `auto` (the page decides before it sends; a caller may not) as resolved.
-                Ok((
-                    Target::from_gguf(g, &open.device, open.default_options())?,
-                    open.backend,
-                ))
-            })
-            .await
-            {
-                Ok((target, backend)) => {
+                Ok::<_, EngineError>((target, open.backend, table))
+            };
+            match loaded.await {
+                Ok((target, backend, table)) => {
                     let info = target.info().clone();
                     STATE.with(|s| {
                         let mut s = s.borrow_mut();
                         s.target = Some(Rc::new(target));
                         s.backend = backend;
+                        s.tuning = table;
                         // A draft model belongs to the previous target's tokenizer.
                         s.draft = None;
                     });
@@ -513,11 +622,26 @@ async fn handle(request: Request) {
                     "load the target model before a draft model",
                 );
             };
-            let backend = STATE.with(|s| s.borrow().backend);
-            let built = on_device(backend, file, |g, open| {
-                target.draft_model(g, &open.device, open.default_options())
-            })
+            let (backend, mut table) =
+                STATE.with(|s| (s.borrow().backend, s.borrow_mut().tuning.take()));
+            let built = async {
+                let (model, _) = on_device(backend, file, |g, open| {
+                    target.draft_model(g, &open.device, open.default_options())
+                })
+                .await?;
+                match &mut table {
+                    Some((caps, table)) => {
+                        tuning_starts(&model, caps, table);
+                        let (model, timed) =
+                            mars_engine::tune::with_table(model, caps, table).await?;
+                        tuning_ends(timed, caps, table);
+                        Ok(model)
+                    }
+                    None => Ok(model),
+                }
+            }
             .await;
+            STATE.with(|s| s.borrow_mut().tuning = table);
             match built {
                 Ok(model) => {
                     STATE.with(|s| s.borrow_mut().draft = Some((name.clone(), model)));

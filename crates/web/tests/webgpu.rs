@@ -271,3 +271,116 @@ fn the_pages_auto_choice_is_the_engines_rule() {
     );
     assert_eq!(choose(None, None).0, Backend::Cpu);
 }
+
+/// A GPU tunes itself in the browser as natively: the page's load runs the engine's one tuning
+/// (`mars_engine::tune::with_table`) with WebGPU's asynchronous reads and the page's clock. On a
+/// card (SwiftShader judged as one here: the page's software judgement is what keeps a CPU
+/// adapter from timing) every group shape is timed once and the table named each choice; the
+/// table's text, as the page stores it, parses back to the same table; a load with it times
+/// nothing and gives the same forms; a software adapter times nothing. The tuned model keeps
+/// the forward's contract: each row's logits the same bits alone as in a pass of five, and
+/// within the chosen forms' bound of the rules' forms.
+#[wasm_bindgen_test]
+async fn a_gpu_tunes_itself_in_the_browser() {
+    use mars_engine::GpuCaps;
+    use mars_engine::tune::{Timed, with_table};
+    use mars_model::{Acts, Tuning};
+    let bytes = tiny_gguf_quantized(7).unwrap();
+    let options = LoadOptions::with_weights(WeightPath::GpuBlocks {
+        subgroups: None,
+        kv: KvType::default(),
+    });
+    let model = Llama::from_gguf(&Gguf::parse(&bytes).unwrap(), &device().await, options).unwrap();
+    let shapes = model.group_forms();
+    let forms = |m: &Llama| {
+        m.group_forms()
+            .into_iter()
+            .map(|g| (g.shape, g.form))
+            .collect::<Vec<_>>()
+    };
+    let caps = |identity: &str, software| GpuCaps {
+        blocks_unsupported: None,
+        subgroups: None,
+        identity: identity.into(),
+        software,
+        matrix_units: None,
+    };
+    let card = caps("a test card (WebGPU, Chrome/1)", false);
+    let mut table = Tuning::default();
+    let (tuned, timed) = with_table(model.clone(), &card, &mut table).await.unwrap();
+    assert_eq!(timed, Timed::Shapes(shapes.len()));
+    assert_eq!(table.len(), shapes.len());
+    for (shape, form) in forms(&tuned) {
+        let entry = table.get(&card.identity, &shape).unwrap();
+        assert_eq!(entry.form, form, "{shape}");
+        assert!(
+            entry.one_row_ms > 0.0 && entry.pass_ms > 0.0,
+            "{shape}: {entry:?}"
+        );
+    }
+    let stored = Tuning::parse(&table.to_text()).unwrap();
+    assert_eq!(stored, table);
+    let mut next = stored.clone();
+    let (again, timed) = with_table(model.clone(), &card, &mut next).await.unwrap();
+    assert_eq!(timed, Timed::Nothing);
+    assert_eq!(forms(&again), forms(&tuned));
+    assert_eq!(next, stored);
+    let mut empty = Tuning::default();
+    let soft = caps("google swiftshader (WebGPU, Chrome/1)", true);
+    let (plain, timed) = with_table(model.clone(), &soft, &mut empty).await.unwrap();
+    assert_eq!(timed, Timed::Nothing);
+    assert_eq!(forms(&plain), forms(&model));
+    assert_eq!(empty.len(), 0);
+
+    let tokens: Vec<u32> = (0..5).map(|i| (i * 41 + 17) % 257).collect();
+    let pass = |m: &Llama| {
+        let m = m.clone();
+        let tokens = tokens.clone();
+        async move {
+            let mut cache = m.new_cache(32).unwrap();
+            m.forward(&tokens, &mut cache)
+                .unwrap()
+                .read_async()
+                .await
+                .unwrap()
+        }
+    };
+    let rule = pass(&model).await;
+    let got = pass(&tuned).await;
+    // 8-bit activations move a shape's logits by up to 0.1 on this model (crates/model's
+    // backends test); f32 forms only by the order of their sums.
+    let q8 = forms(&tuned)
+        .iter()
+        .filter(|(_, f)| f.acts == Acts::Q8)
+        .count();
+    let bound = if q8 == 0 { TOLERANCE } else { 0.1 * q8 as f32 };
+    let worst = got
+        .iter()
+        .zip(&rule)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    web_sys_log(&format!(
+        "tuned in the browser: {:?}; max |Δ logit| against the rules' forms {worst:.2e}",
+        forms(&tuned)
+            .iter()
+            .map(|(s, f)| format!("{s}: {}", f.name()))
+            .collect::<Vec<_>>()
+    ));
+    assert!(worst < bound, "{worst} (bound {bound})");
+    let vocab = tuned.config().vocab_size;
+    let mut cache = tuned.new_cache(32).unwrap();
+    for (i, &id) in tokens.iter().enumerate() {
+        let row = tuned
+            .forward(&[id], &mut cache)
+            .unwrap()
+            .read_async()
+            .await
+            .unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&row),
+            bits(&got[i * vocab..(i + 1) * vocab]),
+            "row {i}"
+        );
+    }
+}

@@ -64,9 +64,7 @@ pub use layer::{
     SUMMARY_WORDS, Summary, TopRows, clone_buffer, link_ids, read_through,
 };
 pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
-pub use tune::{Form, PREFILL_ROWS_TIMED, Tuned, Tuning, outputs_agree};
-#[cfg(not(target_family = "wasm"))]
-pub use tune::{group_output, time_group};
+pub use tune::{Form, PREFILL_ROWS_TIMED, Tuned, Tuning, group_output, outputs_agree, time_group};
 
 use crate::block::{Q6K_RUN, Q6K_RUN_BYTES, WeightType};
 use crate::counts::{Kind, counted_launch, counted_read, counted_upload};

@@ -20,7 +20,6 @@
 //! `adapter<TAB>shape<TAB>form<TAB>ms for one row<TAB>ms for a pass<TAB>ms for a prefill`.
 
 use super::{Acts, Fan, Result, Team, TileForm, UnitShape};
-#[cfg(not(target_family = "wasm"))]
 use super::{Client, MatrixGroup, Step, StepBuffer};
 use crate::KernelError;
 use std::collections::BTreeMap;
@@ -256,7 +255,6 @@ impl Tuning {
 
 /// The activations a timing multiplies: small values of both signs (no overflow in any form),
 /// the same for every form, so that their outputs can be compared ([`group_output`]).
-#[cfg(not(target_family = "wasm"))]
 fn probe_x(rows: usize, cols: usize) -> Vec<f32> {
     (0..rows * cols)
         .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.01)
@@ -264,14 +262,12 @@ fn probe_x(rows: usize, cols: usize) -> Vec<f32> {
 }
 
 /// A group's product over `rows` rows, with the step it runs in.
-#[cfg(not(target_family = "wasm"))]
 struct Probe {
     x: super::Handle,
     y: super::Handle,
     step: StepBuffer,
 }
 
-#[cfg(not(target_family = "wasm"))]
 impl Probe {
     /// `rows` rows, as a part of a long prefill where `long`.
     fn new(client: &Client, group: &MatrixGroup, rows: usize, long: bool) -> Result<Self> {
@@ -302,8 +298,10 @@ impl Probe {
         self.run(client, group)
     }
 
-    fn read(&self, client: &Client) -> Result<Vec<u8>> {
-        super::read_blocking(client, self.y.clone())
+    /// The outputs, awaited: the browser cannot block on the GPU, so one async read serves
+    /// both (natively driven by a blocking executor).
+    async fn read(&self, client: &Client) -> Result<Vec<u8>> {
+        super::read(client, self.y.clone()).await
     }
 }
 
@@ -313,8 +311,7 @@ impl Probe {
 ///
 /// # Errors
 /// The kernels' error for a group that cannot run, or a failed read.
-#[cfg(not(target_family = "wasm"))]
-pub fn group_output(
+pub async fn group_output(
     client: &Client,
     group: &MatrixGroup,
     rows: usize,
@@ -322,7 +319,7 @@ pub fn group_output(
 ) -> Result<Vec<f32>> {
     let probe = Probe::new(client, group, rows, long)?;
     probe.run(client, group)?;
-    let bytes = probe.read(client)?;
+    let bytes = probe.read(client).await?;
     Ok(bytes
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -354,21 +351,21 @@ pub fn outputs_agree(got: &[f32], want: &[f32], tolerance: f32) -> bool {
 ///
 /// # Errors
 /// The kernels' error for a group that cannot run ([`MatrixGroup::run`]), or a failed read.
-#[cfg(not(target_family = "wasm"))]
-pub fn time_group(
+pub async fn time_group(
     client: &Client,
     group: &MatrixGroup,
     (rows, long): (usize, bool),
     budget_ms: f64,
 ) -> Result<f64> {
-    use std::time::Instant;
+    // std's Instant natively, `performance.now()` in the browser (where std's panics).
+    use web_time::Instant;
     let probe = Probe::new(client, group, rows, long)?;
     // The first call compiles the pipelines: not timed.
     probe.run_as_forward(client, group)?;
-    probe.read(client)?;
+    probe.read(client).await?;
     let t = Instant::now();
     probe.run_as_forward(client, group)?;
-    probe.read(client)?;
+    probe.read(client).await?;
     let one = t.elapsed().as_secs_f64() * 1e3;
     let calls = ((budget_ms / 3.0 / one.max(1e-3)) as usize).clamp(2, 40);
     let mut times = Vec::with_capacity(3);
@@ -377,7 +374,7 @@ pub fn time_group(
         for _ in 0..calls {
             probe.run_as_forward(client, group)?;
         }
-        probe.read(client)?;
+        probe.read(client).await?;
         times.push(t.elapsed().as_secs_f64() * 1e3 / calls as f64);
     }
     times.sort_by(f64::total_cmp);
