@@ -49,6 +49,11 @@ const PHASE: u32 = {{phase}}u;
 const BM: u32 = 32u;
 const BN: u32 = 64u;
 const PAD: u32 = 9u;
+// The groups this workgroup walks, [first, end): read from storage (which WGSL's uniformity
+// analysis counts as varying), so passed through workgroupUniformLoad before the loop whose
+// barriers need every invocation to agree on its count (Chrome's WebGPU refuses the module
+// otherwise; naga does not check).
+var<workgroup> walk: vec2<u32>;
 
 {{group}}
 
@@ -109,9 +114,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var acc: array<f32, 16>;
     if PHASE != 2u {
 {{blocks}}
-    let g0 = split * per;
-    let g1 = min(g0 + per, n_groups);
-    for (var g = g0; g < g1; g++) {
+    if lid == 0u {
+        let first = split * per;
+        walk = vec2<u32>(first, min(first + per, n_groups));
+    }
+    let span = workgroupUniformLoad(&walk);
+    for (var g = span.x; g < span.y; g++) {
         if lid < BN {
             if decodes {
                 load(at.x, at.y, g);
