@@ -574,8 +574,23 @@ pub const FOUR_ON_GPU: usize = 8 << 20;
 /// (`mars_model::open_wgpu`), and wgpu-hal 30 reports it as a CPU adapter whatever device type
 /// it is given, so it is known by its name.
 pub fn is_card(client: &Client) -> bool {
+    if CARD_SHAPES.load(std::sync::atomic::Ordering::Relaxed) {
+        return true;
+    }
     let identity = &client.properties().identity;
     identity.physical.is_some() || identity.name == NOOP_ADAPTER
+}
+
+/// Set by [`use_card_shapes`].
+static CARD_SHAPES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes every later [`is_card`] answer yes, on any adapter: so that a CPU adapter (SwiftShader
+/// in the browser's tests, which no environment variable reaches) builds and runs the kernel
+/// shapes a GPU card runs — tiles, folds, split attention, chunked row reductions — and a
+/// browser's WGSL compiler checks them (Chrome's runs a uniformity analysis naga lacks). For
+/// tests; models loaded before the call keep their shapes.
+pub fn use_card_shapes() {
+    CARD_SHAPES.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The name wgpu gives its no-op backend's adapter.
