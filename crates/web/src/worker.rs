@@ -622,8 +622,9 @@ async fn handle(request: Request) {
                     "load the target model before a draft model",
                 );
             };
-            let (backend, mut table) =
-                STATE.with(|s| (s.borrow().backend, s.borrow_mut().tuning.take()));
+            // Two statements: a shared borrow alive beside the mutable one would panic.
+            let backend = STATE.with(|s| s.borrow().backend);
+            let mut table = STATE.with(|s| s.borrow_mut().tuning.take());
             let built = async {
                 let (model, _) = on_device(backend, file, |g, open| {
                     target.draft_model(g, &open.device, open.default_options())
