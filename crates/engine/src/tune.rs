@@ -189,16 +189,23 @@ pub async fn at_load_with(
         Timed::Nothing => None,
         Timed::Failed(why) => Some(why),
         Timed::Shapes(n) => Some(match write_table(path, &table) {
-            Ok(()) => format!(
-                "tuned the GPU kernels for {}: {n} group shapes timed in every form, once (the \
-                 choices are in {})",
-                gpu.identity,
-                path.display()
+            Ok(()) => tuned_line(
+                &gpu.identity,
+                n,
+                &format!("the choices are in {}", path.display()),
             ),
             Err(e) => format!("tuned the GPU kernels; not saved: {e}"),
         }),
     };
     Ok((model, note))
+}
+
+/// The line a front end shows where a load timed `n` group shapes on `adapter`, saying where
+/// the choices are `kept`.
+pub fn tuned_line(adapter: &str, n: usize, kept: &str) -> String {
+    format!(
+        "tuned the GPU kernels for {adapter}: {n} group shapes timed in every form, once ({kept})"
+    )
 }
 
 /// What [`with_table`] timed.

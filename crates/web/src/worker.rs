@@ -490,11 +490,9 @@ fn tuning_starts(model: &Llama, caps: &GpuCaps, table: &Tuning) {
 fn tuning_ends(timed: Timed, caps: &GpuCaps, table: &Tuning) {
     let note = match timed {
         Timed::Nothing => return,
-        Timed::Shapes(n) => format!(
-            "tuned the GPU kernels for {}: {n} group shapes timed in every form, once (kept in \
-             this browser)",
-            caps.identity
-        ),
+        Timed::Shapes(n) => {
+            mars_engine::tune::tuned_line(&caps.identity, n, "kept in this browser")
+        }
         Timed::Failed(why) => why,
     };
     post(&Event::Tuned {
