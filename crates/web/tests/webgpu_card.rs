@@ -18,6 +18,9 @@ use mars_model::{Device, KvCache, KvType, Llama, LoadOptions, WeightPath};
 use mars_verify::{Mode, Sampling, VerifyConfig};
 use wasm_bindgen_test::*;
 
+mod common;
+use common::{device, log};
+
 wasm_bindgen_test_configure!(run_in_browser);
 
 /// Largest |Δ logit| against flex's f32 forward over the dequantized weights: the f16 KV
@@ -38,10 +41,7 @@ async fn a_cards_kernel_shapes_run_in_the_browser() {
     mars_kernels::gpu::use_card_shapes();
     let bytes = tiny_gguf_quantized(7).unwrap();
     let g = Gguf::parse(&bytes).unwrap();
-    let device = Device::wgpu_options()
-        .init_async()
-        .await
-        .expect("WebGPU adapter (Chromium flags in webdriver.json)");
+    let device = device().await;
     let gpu = Llama::from_gguf(
         &g,
         &device,
@@ -76,7 +76,7 @@ async fn a_cards_kernel_shapes_run_in_the_browser() {
             &read(&cpu, tokens, &mut cc).await,
         );
     }
-    wasm_bindgen_test::console_log!("card shapes on WebGPU vs flex: {worst:.2e}");
+    log(&format!("card shapes on WebGPU vs flex: {worst:.2e}"));
     assert!(worst < TOLERANCE, "{worst}");
 
     // Greedy strict speculation equals target-only through the card's summaries (over chunks)

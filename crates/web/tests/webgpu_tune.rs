@@ -1,0 +1,144 @@
+//! In headless Chromium on WebGPU (SwiftShader in CI), a browser session of its own: the page's
+//! tuning of the GPU kernels (`mars_engine::tune`), every form of every shape compiled by
+//! Chrome's WGSL compiler and timed there.
+#![cfg(target_arch = "wasm32")]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use mars_formats::Gguf;
+use mars_model::tiny::tiny_gguf_quantized;
+use mars_model::{KvType, Llama, LoadOptions, WeightPath};
+use wasm_bindgen_test::*;
+
+mod common;
+use common::{TOLERANCE, device, log};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+/// A GPU tunes itself in the browser as natively: the page's load runs the engine's one tuning
+/// (`mars_engine::tune`) with WebGPU's asynchronous reads and the page's clock. Every form of
+/// every group shape compiles in Chrome's WebGPU and agrees with the rules' outputs (Tint checks
+/// what naga does not: the tiles' barriers once sat in a loop whose count WGSL's uniformity
+/// analysis took as varying, and Chrome refused the module); each shape timed, the table naming
+/// each choice, its text (as the page stores it) naming the same forms; a load with it
+/// (`with_table`, SwiftShader judged a card here: the page's software judgement is what keeps a
+/// CPU adapter from timing) times nothing and gives those forms; a software adapter times
+/// nothing. The tuned model keeps the forward's contract: each row's logits the same bits alone
+/// as in a pass of five, and within the chosen forms' bound of the rules' forms.
+#[wasm_bindgen_test]
+async fn a_gpu_tunes_itself_in_the_browser() {
+    use mars_engine::GpuCaps;
+    use mars_engine::tune::{PASS_ROWS, Timed, tune, with_table};
+    use mars_model::{Acts, Tuning};
+    let bytes = tiny_gguf_quantized(7).unwrap();
+    let options = LoadOptions::with_weights(WeightPath::GpuBlocks {
+        subgroups: None,
+        kv: KvType::default(),
+    });
+    let model = Llama::from_gguf(&Gguf::parse(&bytes).unwrap(), &device().await, options).unwrap();
+    let shapes = model.group_forms();
+    let forms = |m: &Llama| {
+        m.group_forms()
+            .into_iter()
+            .map(|g| (g.shape, g.form))
+            .collect::<Vec<_>>()
+    };
+    let caps = |identity: &str, software| GpuCaps {
+        blocks_unsupported: None,
+        subgroups: None,
+        identity: identity.into(),
+        software,
+        matrix_units: None,
+    };
+    let card = caps("a test card (WebGPU, Chrome/1)", false);
+    let mut table = Tuning::default();
+    let timings = tune(&model, &card, (PASS_ROWS, 1.0), &mut table, true)
+        .await
+        .unwrap();
+    assert_eq!(timings.len(), shapes.len());
+    for t in &timings {
+        for f in &t.times {
+            assert!(f.agrees && f.one_row_ms > 0.0, "{}: {f:?}", t.shape.role);
+        }
+        for p in &t.prefill {
+            assert!(p.agrees && p.ms > 0.0, "{}: {p:?}", t.shape.role);
+        }
+        // Every group but the head meets a prefill: the mat-vec form and f32 tiles.
+        assert_eq!(t.prefill.len(), if t.shape.role == "head" { 0 } else { 2 });
+    }
+    assert_eq!(table.len(), shapes.len());
+    let stored = Tuning::parse(&table.to_text()).unwrap();
+    let (tuned, timed) = with_table(model.clone(), &card, &mut table.clone())
+        .await
+        .unwrap();
+    assert_eq!(timed, Timed::Nothing);
+    for (shape, form) in forms(&tuned) {
+        assert_eq!(
+            table.get(&card.identity, &shape).unwrap().form,
+            form,
+            "{shape}"
+        );
+        assert_eq!(
+            stored.get(&card.identity, &shape).unwrap().form,
+            form,
+            "{shape}"
+        );
+    }
+    let mut empty = Tuning::default();
+    let soft = caps("google swiftshader (WebGPU, Chrome/1)", true);
+    let (plain, timed) = with_table(model.clone(), &soft, &mut empty).await.unwrap();
+    assert_eq!(timed, Timed::Nothing);
+    assert_eq!(forms(&plain), forms(&model));
+    assert_eq!(empty.len(), 0);
+
+    let tokens: Vec<u32> = (0..5).map(|i| (i * 41 + 17) % 257).collect();
+    let pass = |m: &Llama| {
+        let m = m.clone();
+        let tokens = tokens.clone();
+        async move {
+            let mut cache = m.new_cache(32).unwrap();
+            m.forward(&tokens, &mut cache)
+                .unwrap()
+                .read_async()
+                .await
+                .unwrap()
+        }
+    };
+    let rule = pass(&model).await;
+    let got = pass(&tuned).await;
+    // 8-bit activations move a shape's logits by up to 0.1 on this model (crates/model's
+    // backends test); f32 forms only by the order of their sums.
+    let q8 = forms(&tuned)
+        .iter()
+        .filter(|(_, f)| f.acts == Acts::Q8)
+        .count();
+    let bound = if q8 == 0 { TOLERANCE } else { 0.1 * q8 as f32 };
+    let worst = got
+        .iter()
+        .zip(&rule)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    log(&format!(
+        "tuned in the browser: {:?}; max |Δ logit| against the rules' forms {worst:.2e}",
+        forms(&tuned)
+            .iter()
+            .map(|(s, f)| format!("{s}: {}", f.name()))
+            .collect::<Vec<_>>()
+    ));
+    assert!(worst < bound, "{worst} (bound {bound})");
+    let vocab = tuned.config().vocab_size;
+    let mut cache = tuned.new_cache(32).unwrap();
+    for (i, &id) in tokens.iter().enumerate() {
+        let row = tuned
+            .forward(&[id], &mut cache)
+            .unwrap()
+            .read_async()
+            .await
+            .unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&row),
+            bits(&got[i * vocab..(i + 1) * vocab]),
+            "row {i}"
+        );
+    }
+}
