@@ -7,20 +7,23 @@
 # tests/debian.py, unpacked under ~/.cache/mars/tools/mesa-<suite> (or $MARS_TOOLS_DIR).
 # Prints a runner: `RUNNER PROGRAM ARGS…` runs a program (a test binary built here) on that
 # Mesa's lavapipe, through the suite's own loader (its glibc is newer than the host's).
+# The tree also holds Mesa's DRM shims (mesa-drm-shim): drivers for cards that are not there,
+# whose compilers `bench.sh gpu-isa` asks (ISA_DRIVER=nak: NVK for an NVIDIA card).
 #   usage: runner=$(bash tests/fetch-mesa.sh); "$runner" target/release/deps/gpu-… FILTER
 set -euo pipefail
 [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ] || { echo "fetch-mesa.sh: x86-64 Linux only" >&2; exit 1; }
 suite=${MESA_SUITE:-sid}
 dir="${MARS_TOOLS_DIR:-$HOME/.cache/mars/tools}/mesa-$suite"
 runner="$dir/run"
-if [ -x "$runner" ] && [ -f "$dir/root/usr/lib/x86_64-linux-gnu/libvulkan_lvp.so" ]; then
+lib="$dir/root/usr/lib/x86_64-linux-gnu"
+if [ -x "$runner" ] && [ -f "$lib/libvulkan_lvp.so" ] && [ -f "$lib/libnouveau_noop_drm_shim.so" ]; then
   echo "$runner"
   exit 0
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 "$(dirname "$0")/debian.py" "$suite" "$tmp/root" --closure mesa-vulkan-drivers libvulkan1 \
-  | grep -E '^(mesa-vulkan-drivers|libvulkan1|libc6|libllvm[0-9]+) ' >&2
+python3 "$(dirname "$0")/debian.py" "$suite" "$tmp/root" --closure mesa-vulkan-drivers libvulkan1 mesa-drm-shim \
+  | grep -E '^(mesa-vulkan-drivers|mesa-drm-shim|libvulkan1|libc6|libllvm[0-9]+) ' >&2
 cat >"$tmp/run" <<'SH'
 #!/bin/sh
 # A program on this tree's lavapipe, through this tree's loader and libraries.

@@ -41,6 +41,10 @@ CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$(bash tests/fetch-mesa.sh)" MARS_
 # still gives one pass's bits with split tiles.
 step "the GPU model's tests with the norms and RoPE folded in and the tiles split, as on a GPU card"
 MARS_GPU_NORM=fold MARS_GPU_ROPE=fold MARS_GPU_TILE_SPLIT=32 cargo test --workspace --release --test backends
+# The same tests on a device opened without the driver's bounds checks (MARS_GPU_ROBUST=off,
+# a switch the GPU bundle's `teams` stage times): every kernel stays in bounds without them.
+step "the GPU model's tests on a device without robustBufferAccess (MARS_GPU_ROBUST=off)"
+MARS_GPU_ROBUST=off cargo test --workspace --release --test backends
 step "benchmarks run once as tests"
 cargo test -p mars-verify --release --benches
 

@@ -216,10 +216,15 @@ stage() {
       # and every loop bounded as wgpu bounds them in CubeCL's checked mode (MARS_GPU_LOOP_BOUND=on)
       # and the norms before q|k|v and gate|up and RoPE in launches of their own
       # (MARS_GPU_NORM=apart MARS_GPU_ROPE=apart; a card folds them into the products and
-      # attention: two launches a layer fewer)
-      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule wide wide-q8 tuned q8 lanes bounded folds-apart no-tiles unsplit units units-unsplit; do
+      # attention: two launches a layer fewer); and, second and third, the rule and wide 8-bit
+      # teams on a device without the driver's bounds checks (MARS_GPU_ROBUST=off: wgpu's
+      # robustBufferAccess2 splits each 16-byte load into four checked ones in Mesa's NVIDIA
+      # compiler, and llama.cpp runs its mat-vec pipelines without robustness)
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule unrobust wide-q8-unrobust wide wide-q8 tuned q8 lanes bounded folds-apart no-tiles unsplit units units-unsplit; do
         case $t in
           rule) e=MARS_TUNE=off ;; tuned) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
+          unrobust) e="MARS_TUNE=off MARS_GPU_ROBUST=off" ;;
+          wide-q8-unrobust) e="MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8 MARS_GPU_ROBUST=off" ;;
           wide) e="MARS_TUNE=off MARS_GPU_TEAM=wide" ;;
           wide-q8) e="MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8" ;;
           bounded) e="MARS_TUNE=off MARS_GPU_LOOP_BOUND=on" ;;

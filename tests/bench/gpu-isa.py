@@ -1,16 +1,25 @@
 """What a GPU driver's compiler makes of the mat-vec kernels, without that GPU.
 
-Compiles SPIR-V compute modules into pipelines on the first Vulkan device (tests/bench/gpu-isa.sh
-points it at Mesa's RADV null device: AMD's ACO compiler for an RDNA2 card, no card needed),
-reads the driver's statistics (VK_KHR_pipeline_executable_properties: registers, spills,
-instructions) and its disassembly (RADV_DEBUG=shaders), finds the kernel's innermost loop (the
-blocks a branch goes back over) and divides its instructions by the weights a thread takes each
-pass of it and by the rows. Counts, not times: the same on every run.
+Compiles SPIR-V compute modules into pipelines on the first Vulkan device, a Mesa driver on a
+device that is not there (tests/bench/gpu-isa.sh: RADV's null device, AMD's ACO compiler for an
+RDNA2 card; or NVK through Mesa's DRM shim, NAK compiling for an NVIDIA Ada card), reads the
+driver's statistics (VK_KHR_pipeline_executable_properties: registers, spills, instructions)
+and its disassembly (RADV_DEBUG=shaders; NAK_DEBUG=print, its last pass), finds the kernel's
+innermost loop (the blocks a branch goes back over) and divides its instructions by the weights
+a thread takes each pass of it and by the rows. Counts, not times: the same on every run.
 
     usage: gpu-isa.py TABLE.tsv
-TABLE.tsv: name, SPIR-V path, specialization ("ID=VALUE,..." or "-"), weights a pass, rows.
-Prints one line a module: VALU and all instructions a weight and row in the loop, vector memory
-loads (their widths), VGPRs, scratch bytes, the whole shader's instruction count.
+TABLE.tsv: name, SPIR-V path, specialization ("ID=VALUE,..." or "-"), weights a pass, rows,
+robustness: `wgpu` (the device's robustBufferAccess and VK_EXT_robustness2's
+robustBufferAccess2 on, as wgpu opens every Vulkan device that has them: mars's kernels) or
+`off` (bounds unchecked by the driver, as llama.cpp creates its mat-vec pipelines:
+VK_EXT_pipeline_robustness, storage and uniform buffers disabled).
+Environment: ISA_DRIVER (radv, the default, or nak: which disassembly to read), ISA_RUNNER (a
+program the compiling child runs through: the DRM shim's loader).
+Prints one line a module: the loop's ALU (RADV: VALU) and all instructions a weight and row,
+conversions and loads a weight and row, the loads' widths, registers, scratch (spills), the
+whole shader's instruction count; NAK adds its static cycle count of the loop (the issue
+delays it schedules, one warp alone) a weight and row.
 """
 
 from __future__ import annotations
@@ -65,7 +74,7 @@ def reflect(words: tuple[int, ...]) -> tuple[dict[tuple[int, int], bool], bool]:
     return binds, push
 
 
-def compile_one(path: str, spec: str) -> None:
+def compile_one(path: str, spec: str, robust: str) -> None:
     """Creates the pipeline (the driver dumps its code to stderr) and prints its statistics."""
     import vulkan as vk  # the `vulkan` package: cffi over the system's loader
 
@@ -78,8 +87,18 @@ def compile_one(path: str, spec: str) -> None:
         None,
     )
     pd = vk.vkEnumeratePhysicalDevices(inst)[0]
+    extensions = ["VK_KHR_pipeline_executable_properties"]
+    has = {e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(pd, None)}
+    # The matrix-unit tiles' SPIR-V needs cooperative matrices where the device has them.
+    chain = None
+    if "VK_KHR_cooperative_matrix" in has:
+        extensions.append("VK_KHR_cooperative_matrix")
+        chain = vk.VkPhysicalDeviceCooperativeMatrixFeaturesKHR()
+    if robust == "wgpu" and "VK_EXT_robustness2" in has:
+        extensions.append("VK_EXT_robustness2")
+        chain = vk.VkPhysicalDeviceRobustness2FeaturesEXT(pNext=chain)
     fpe = vk.VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR(
-        pipelineExecutableInfo=vk.VK_TRUE
+        pNext=chain, pipelineExecutableInfo=vk.VK_TRUE
     )
     f13 = vk.VkPhysicalDeviceVulkan13Features(pNext=fpe)
     f12 = vk.VkPhysicalDeviceVulkan12Features(pNext=f13)
@@ -87,6 +106,9 @@ def compile_one(path: str, spec: str) -> None:
     f2 = vk.VkPhysicalDeviceFeatures2(pNext=f11)
     vk.vkGetPhysicalDeviceFeatures2(pd, f2)  # every feature the device has, asked for
     fpe.pipelineExecutableInfo = vk.VK_TRUE
+    if robust == "off":
+        # No bounds checks by the driver: what a pipeline with robustness disabled compiles to.
+        f2.features.robustBufferAccess = vk.VK_FALSE
     queue = vk.VkDeviceQueueCreateInfo(
         queueFamilyIndex=0, queueCount=1, pQueuePriorities=[1.0]
     )
@@ -95,7 +117,7 @@ def compile_one(path: str, spec: str) -> None:
         vk.VkDeviceCreateInfo(
             pNext=f2,
             pQueueCreateInfos=[queue],
-            ppEnabledExtensionNames=["VK_KHR_pipeline_executable_properties"],
+            ppEnabledExtensionNames=extensions,
         ),
         None,
     )
@@ -220,6 +242,50 @@ def disassembly(text: str) -> list[tuple[str, list[str]]]:
     return blocks
 
 
+def nak_op(ins: str) -> str:
+    """An instruction's operation in NAK's print: after any `@p` guard and `dst =`."""
+    body = re.sub(r"^@!?\w+\s+", "", ins.split("//")[0].strip())
+    if " = " in body:
+        body = body.split(" = ", 1)[1]
+    return body.split()[0] if body.split() else ""
+
+
+def nak_kind(ins: str) -> str:
+    op = nak_op(ins)
+    if op.startswith("ld.global"):
+        return "load"
+    if op.startswith(("ld.shared", "st.shared")):
+        return "lds"
+    if op.startswith(("ldc", "r2ur", "s2r")):
+        return "smem"
+    if op.startswith(("bra", "bssy", "bsync", "bclear", "exit", "nop", "bar", "sync")):
+        return "branch"
+    return "alu"
+
+
+def nak_blocks(text: str) -> list[tuple[str, list[str]]]:
+    """The blocks of NAK's last pass printed (NAK_DEBUG=print), a block's successors as a last
+    pseudo-instruction `-> N M` so that `inner_loops` finds the back edges."""
+    last = text.rfind("NAK IR after ")
+    blocks: list[tuple[str, list[str]]] = []
+    for line in text[last:].splitlines()[1:]:
+        if line.startswith("Encoded shader") or line.startswith("NAK IR"):
+            break
+        m = re.match(r"^block(?:\.u)? (\d+) ", line)
+        if m:
+            blocks.append((f"BB{m.group(1)}", []))
+            continue
+        m = re.match(r"^\} -> \[([\d, ]*)\]", line)
+        if m and blocks:
+            succ = [f"BB{t.strip()}" for t in m.group(1).split(",") if t.strip()]
+            blocks[-1][1].extend(f"s_branch {t}" for t in succ)
+            continue
+        ins = line.strip()
+        if ins and blocks:
+            blocks[-1][1].append(ins)
+    return blocks
+
+
 def inner_loops(blocks: list[tuple[str, list[str]]]) -> list[list[str]]:
     """Each innermost loop's instructions: the blocks from a backward branch's target to it."""
     at = {name: n for n, (name, _) in enumerate(blocks)}
@@ -237,35 +303,84 @@ def inner_loops(blocks: list[tuple[str, list[str]]]) -> list[list[str]]:
     return [[i for _, ins in blocks[a : z + 1] for i in ins] for a, z in inner]
 
 
+def delay(ins: str) -> int:
+    m = re.search(r"delay=(\d+)", ins)
+    return int(m.group(1)) if m else 0
+
+
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--one":
-        compile_one(sys.argv[2], sys.argv[3])
+    if len(sys.argv) == 5 and sys.argv[1] == "--one":
+        compile_one(sys.argv[2], sys.argv[3], sys.argv[4])
         return
+    nak = os.environ.get("ISA_DRIVER", "radv") == "nak"
+    runner = os.environ["ISA_RUNNER"].split() if os.environ.get("ISA_RUNNER") else []
     # No shader cache: a cached pipeline is not compiled, so its code is not dumped.
     env = dict(
-        os.environ, RADV_DEBUG="shaders,nocache", MESA_SHADER_CACHE_DISABLE="true"
+        os.environ,
+        RADV_DEBUG="shaders,nocache",
+        NAK_DEBUG="print",
+        MESA_SHADER_CACHE_DISABLE="true",
     )
-    print(
-        "| kernel | loop: VALU / weight·row | of them conversions | all / weight·row"
-        " | loads / weight·row | loads | VGPRs | scratch | shader instructions |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
+    if nak:
+        print(
+            "| kernel | loop: ALU / weight·row | of them conversions | all / weight·row"
+            " | static cycles / weight·row | loads / weight·row | loads | GPRs | spills"
+            " | shader instructions |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|")
+    else:
+        print(
+            "| kernel | loop: VALU / weight·row | of them conversions | all / weight·row"
+            " | loads / weight·row | loads | VGPRs | scratch | shader instructions |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
     with open(sys.argv[1]) as f:
         lines = f.read().splitlines()
     for line in lines:
-        name, path, spec, per_pass, rows = line.split()
+        name, path, spec, per_pass, rows, robust = line.split()
         run = subprocess.run(
-            [sys.executable, __file__, "--one", path, spec],
+            [*runner, sys.executable, __file__, "--one", path, spec, robust],
             env=env,
             capture_output=True,
             text=True,
             check=False,
         )
         if run.returncode != 0:
-            print(f"| {name} | failed: {run.stderr.strip().splitlines()[-1:]} |")
+            # The driver's last words, or the exit status (a device without cooperative
+            # matrices may crash on the matrix units' module rather than refuse it).
+            why = run.stderr.strip().splitlines()[-1:] or [f"exit status {run.returncode}"]
+            print(f"| {name} | failed: {why[0]} |")
             continue
         fields = (s.split("\t") for s in run.stderr.splitlines())
         stats = {p[1]: p[2] for p in fields if p[0] == "stat"}
+        w = int(per_pass) * int(rows)
+        if nak:
+            loops = [
+                [i for i in ins if not i.startswith("s_branch ")]
+                for ins in inner_loops(nak_blocks(run.stderr))
+            ]
+            main_loop = max(
+                loops, key=lambda ins: sum(nak_kind(i) == "load" for i in ins), default=[]
+            )
+            c = Counter(nak_kind(i) for i in main_loop)
+            widths = Counter(
+                nak_op(i).split(".")[-1] for i in main_loop if nak_kind(i) == "load"
+            )
+            # Conversions: 16 a clock an SM on NVIDIA against 128 FMAs (CUDA's throughput
+            # table, compute capability 8.x and 9.0).
+            cvt = sum(nak_op(i).startswith(("i2f", "f2f", "f2i", "i2fp")) for i in main_loop)
+            cycles = sum(delay(i) for i in main_loop)
+            spills = sum(
+                int(v) for k, v in stats.items() if k.startswith("Spills to memory")
+            )
+            print(
+                f"| {name} | {c['alu'] / w:.2f} | {cvt / w:.2f} | {len(main_loop) / w:.2f}"
+                f" | {cycles / w:.2f} | {c['load'] / w:.3f}"
+                f" | {' '.join(f'{k}×{v}' for k, v in sorted(widths.items()))}"
+                f" | {stats.get('Number of GPRs', '?')} | {spills}"
+                f" | {stats.get('Instruction count', '?')} |"
+            )
+            continue
         loops = inner_loops(disassembly(run.stderr))
         # The kernel's main loop: the innermost loop with the most vector memory loads.
         main_loop = max(
@@ -277,7 +392,6 @@ def main() -> None:
             for i in main_loop
             if kind(i) == "load"
         )
-        w = int(per_pass) * int(rows)
         # Conversions (integer or f16 to f32): full rate on AMD, a quarter or less of the FMA rate on
         # NVIDIA (16 a clock an SM on Ampere and Hopper against 128 FMAs), so counted apart.
         cvt = sum(i.startswith("v_cvt_") for i in main_loop)

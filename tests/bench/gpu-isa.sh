@@ -3,21 +3,32 @@
 # (the `spirv` example: as wgpu writes it for a Vulkan card) and llama.cpp 0.3.36's Vulkan mat-vec
 # shaders (compiled as its build compiles them, by the glslc its whole backend needs,
 # tests/bench/glslc.sh; specialized as it specializes them for NVIDIA: one 32-wide subgroup a
-# workgroup, 2 outputs (f32) or 1 (integer dot products on 8-bit activations)) go through
-# Mesa's RADV driver on its null device (RADV_FORCE_FAMILY: AMD's ACO compiler for an RDNA2
-# card, no card present), which reports registers and spills and dumps the machine code; gpu-isa.py counts the instructions of
-# the inner loop per weight and row. Counts, not times, and of AMD's ISA, not NVIDIA's: what they
-# compare is the work each kernel asks of a GPU for a weight, beside the peer's, on one compiler.
-# A benchmark command, not a CI step (a few minutes).
+# workgroup, 2 outputs (f32) or 1 (integer dot products on 8-bit activations)) go through a
+# Mesa driver for a card that is not there, which reports registers and spills and dumps the
+# machine code; gpu-isa.py counts the instructions of the inner loop per weight and row.
+# ISA_DRIVER=radv (the default): RADV's null device (RADV_FORCE_FAMILY, the host's Mesa: AMD's
+# ACO compiler for an RDNA2 card). ISA_DRIVER=nak: NVK, Mesa's NVIDIA driver, on the DRM shim
+# of Debian sid's Mesa (tests/fetch-mesa.sh; NOUVEAU_CHIPSET, default 194: an Ada AD104, the
+# newest family NVK compiles for; the H200 is Hopper, one generation on), its compiler NAK
+# writing NVIDIA's instructions with their issue delays. Each kernel is compiled as it runs:
+# mars's under wgpu's device robustness (robustBufferAccess and robustBufferAccess2, which
+# wgpu enables wherever the device has them; ISA_MARS_ROBUST=off counts them without), the
+# peer's mat-vec pipelines without (llama.cpp creates them with robustness disabled). Counts,
+# not times: what they compare is the work each kernel asks of a GPU for a weight, beside the
+# peer's, on one compiler. A benchmark command, not a CI step (a few minutes).
 #   usage: bash tests/bench/bench.sh gpu-isa [FILTER]   (FILTER: an awk regex on the names, e.g.
 #   'llama|q4k-wide-1-.*-r1$')
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 filter=${1:-.}
 family=${RADV_FAMILY:-navi21}
+driver=${ISA_DRIVER:-radv}
+mars_robust=${ISA_MARS_ROBUST:-wgpu}
+case "$driver" in radv | nak) ;; *) echo "gpu-isa: ISA_DRIVER is radv or nak, not $driver" >&2; exit 2 ;; esac
+case "$mars_robust" in wgpu | off) ;; *) echo "gpu-isa: ISA_MARS_ROBUST is wgpu or off, not $mars_robust" >&2; exit 2 ;; esac
 need=()
 dpkg -s mesa-vulkan-drivers >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
-if [ ${#need[@]} -gt 0 ]; then
+if [ "$driver" = radv ] && [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 # The `vulkan` package (cffi over the system's Vulkan loader), pinned, in a venv of its own.
@@ -54,7 +65,7 @@ peer() { # name shader defines outputs rows per_pass
   local out="$work/$1.spv"
   # shellcheck disable=SC2086
   "$glslc" -fshader-stage=compute --target-env=vulkan1.2 -O "$shaders/$2" $base $3 -DUSE_SUBGROUP_ADD=1 -o "$out"
-  printf 'llama.cpp %s\t%s\t0=32,1=%s,2=%s\t%s\t%s\n' "$1" "$out" "$4" "$5" "$6" "$5" >>"$table"
+  printf 'llama.cpp %s\t%s\t0=32,1=%s,2=%s\t%s\t%s\toff\n' "$1" "$out" "$4" "$5" "$6" "$5" >>"$table"
 }
 q8b="-DACC_TYPE=float"
 for r in 1 8; do
@@ -65,12 +76,28 @@ for r in 1 8; do
 done
 while IFS=$'\t' read -r name _ _ outs _ rows per_pass; do
   [ "$name" = name ] && continue
-  printf 'mars %s\t%s\t-\t%s\t%s\n' "$name" "$work/mars/$name.spv" "$per_pass" "$rows" >>"$table"
+  printf 'mars %s\t%s\t-\t%s\t%s\t%s\n' "$name" "$work/mars/$name.spv" "$per_pass" "$rows" "$mars_robust" >>"$table"
   : "$outs"
 done <"$work/mars/forms.tsv"
 # The filter on the names alone ("llama.cpp:…", "mars:…").
 sed 's/^\(llama.cpp\|mars\) /\1:/' "$table" | awk -F'\t' -v re="$filter" '$1 ~ re' >"$work/chosen.tsv"
-echo "RADV $family (null device), Mesa $(dpkg-query -W -f='${Version}' mesa-vulkan-drivers)"
+if [ "$driver" = nak ]; then
+  chip=${NOUVEAU_CHIPSET:-194}
+  root="$(dirname "$(bash tests/fetch-mesa.sh)")/root"
+  lib="$root/usr/lib/x86_64-linux-gnu"
+  cat >"$work/nak" <<SH
+#!/bin/sh
+# The compiling child on sid's NVK, its card the DRM shim's.
+export NOUVEAU_CHIPSET=$chip VK_DRIVER_FILES=$root/usr/share/vulkan/icd.d/nouveau_icd.json
+export XDG_RUNTIME_DIR=\${XDG_RUNTIME_DIR:-/tmp}
+exec "$lib/ld-linux-x86-64.so.2" --library-path "$lib" --preload "$lib/libnouveau_noop_drm_shim.so" "\$@"
+SH
+  chmod +x "$work/nak"
+  echo "NVK (NAK) on Mesa's DRM shim, chipset 0x$chip, Mesa $(zcat "$root/usr/share/doc/mesa-vulkan-drivers/changelog.Debian.gz" | head -n 1 | cut -d' ' -f2); mars's kernels robustness: $mars_robust"
+  ISA_DRIVER=nak ISA_RUNNER="$work/nak" "$venv/bin/python" tests/bench/gpu-isa.py "$work/chosen.tsv"
+  exit 0
+fi
+echo "RADV $family (null device), Mesa $(dpkg-query -W -f='${Version}' mesa-vulkan-drivers); mars's kernels robustness: $mars_robust"
 XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp} NODEVICE_SELECT=1 RADV_FORCE_FAMILY=$family \
   VK_DRIVER_FILES=/usr/share/vulkan/icd.d/radeon_icd.x86_64.json \
   "$venv/bin/python" tests/bench/gpu-isa.py "$work/chosen.tsv"

@@ -1,8 +1,9 @@
 //! Writes the SPIR-V that a Vulkan card compiles for the mat-vec forms (as wgpu writes it for a
 //! Vulkan 1.3 device, loops unbounded as the kernels are compiled), so that a GPU driver's own
 //! compiler can be asked what it makes of them without that GPU: `tests/bench/gpu-isa.sh` compiles
-//! each on Mesa's RADV null device (AMD's ACO compiler, no AMD card needed) and counts the
-//! instructions of the inner loop per weight, beside llama.cpp's Vulkan mat-vec shaders.
+//! each with a Mesa driver on a device that is not there (RADV's AMD compiler, or NVK's NAK for
+//! an NVIDIA card) and counts the instructions of the inner loop per weight, beside llama.cpp's
+//! Vulkan mat-vec shaders.
 //!   cargo run --release -p mars-kernels --features gpu --example spirv -- OUT_DIR
 //! Writes `OUT_DIR/<name>.spv` and `OUT_DIR/forms.tsv` (name, type, team, outputs a team,
 //! activations, rows, weights a thread takes each pass of the inner loop for one row, over the
@@ -11,10 +12,10 @@
 
 use std::fmt::Write as _;
 
-use mars_kernels::WeightType;
 use mars_kernels::gpu::{
     Acts, Epilogue, Fan, GpuType, Reduce, Team, TileForm, TilePhase, matmul_source, tile_source,
 };
+use mars_kernels::{UnitShape, WeightType};
 use naga::back::spv;
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 
@@ -109,20 +110,24 @@ fn main() {
         )
         .unwrap();
     }
-    // A long prefill's tiles (f32, tile.wgsl): a step is one 32-value group, each thread 4 rows
-    // by 4 outputs of it (512 multiply-adds), so "weights a pass" 128 and "rows" 4.
+    // A long prefill's tiles (tile.wgsl): a step is one 32-value group, 32 rows by 64 outputs
+    // a workgroup of 128 threads (512 multiply-adds a thread: f32 tiles 4 rows by 4 outputs, the
+    // matrix units' two 16 × 16 blocks a subgroup of 32, a card's shape), so "weights a pass"
+    // 128 and "rows" 4: the counts are a multiply-add's. The units' SPIR-V needs the
+    // cooperative matrices' capability and f16 (the device's features).
+    let units_caps = caps | Capabilities::COOPERATIVE_MATRIX | Capabilities::SHADER_FLOAT16;
     for ty in [WeightType::Q4K, WeightType::Q6K] {
-        let source = tile_source(
-            &[ty.into()],
-            Epilogue::Store,
-            TileForm::Vectors,
-            TilePhase::Whole,
-        );
-        let words = spirv(&source, caps, &options, &pipeline);
-        let name = format!("{ty:?}-tiles-f32").to_lowercase();
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        std::fs::write(out.join(format!("{name}.spv")), bytes).unwrap();
-        writeln!(table, "{name}\t{ty:?}\ttiles\t4\tf32\t4\t128").unwrap();
+        for (form, label, caps) in [
+            (TileForm::Vectors, "f32", caps),
+            (TileForm::Units(UnitShape::CARD), "units16", units_caps),
+        ] {
+            let source = tile_source(&[ty.into()], Epilogue::Store, form, TilePhase::Whole);
+            let words = spirv(&source, caps, &options, &pipeline);
+            let name = format!("{ty:?}-tiles-{label}").to_lowercase();
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            std::fs::write(out.join(format!("{name}.spv")), bytes).unwrap();
+            writeln!(table, "{name}\t{ty:?}\ttiles\t4\t{label}\t4\t128").unwrap();
+        }
     }
     std::fs::write(out.join("forms.tsv"), table).unwrap();
     eprintln!("wrote {}", out.display());

@@ -121,7 +121,8 @@ pub async fn first_adapter() -> Option<AdapterFacts> {
 /// submit a forward on a CPU adapter, 32 launches a submit on a GPU ([`submit_every_on`] for
 /// the adapter `seen` before, else [`submit_every`]; both measured). `CUBECL_WGPU_MAX_TASKS`,
 /// where set, still decides. Natively, where `WGPU_NOOP_BACKEND=1`, the device is wgpu's no-op
-/// backend dressed as a card ([`noop_card`]).
+/// backend dressed as a card ([`noop_card`]); where `MARS_GPU_ROBUST=off` on Vulkan, a device
+/// without the driver's bounds checks ([`unrobust_setup`]).
 ///
 /// # Errors
 /// What wgpu or CubeCL refused, in words (no adapter, no device, a setup refused).
@@ -132,6 +133,19 @@ pub async fn open_wgpu(
     let noop = noop_setup().await.map_err(|e| e.to_string())?;
     #[cfg(not(all(feature = "wgpu", not(target_family = "wasm"))))]
     let noop: Option<burn::backend::wgpu::WgpuSetup> = None;
+    #[cfg(all(
+        feature = "wgpu",
+        any(windows, target_os = "linux", target_os = "android")
+    ))]
+    let unrobust = match noop {
+        Some(_) => None,
+        None => unrobust_setup().await.map_err(|e| e.to_string())?,
+    };
+    #[cfg(not(all(
+        feature = "wgpu",
+        any(windows, target_os = "linux", target_os = "android")
+    )))]
+    let unrobust: Option<burn::backend::wgpu::WgpuSetup> = None;
     let mut options = Device::wgpu_options();
     if std::env::var_os("CUBECL_WGPU_MAX_TASKS").is_none() {
         let tasks = match seen {
@@ -141,7 +155,7 @@ pub async fn open_wgpu(
         };
         options = options.tasks_max(tasks);
     }
-    let opened = match noop {
+    let opened = match noop.or(unrobust) {
         Some(setup) => options.setup(setup.clone()).init().map(|d| (d, setup)),
         None => options.init_with_setup_async().await,
     };
@@ -223,6 +237,47 @@ pub async fn noop_card() -> Result<burn::backend::wgpu::WgpuSetup> {
         queue,
         backend: wgpu::Backend::Noop,
     })
+}
+
+/// Where `MARS_GPU_ROBUST=off`: the Vulkan adapter CubeCL's default device would take (high
+/// performance) with a device opened without robustBufferAccess and robustBufferAccess2
+/// ([`mars_kernels::gpu::open_without_robustness`]: the driver's bounds check on every load,
+/// which llama.cpp turns off for its mat-vec pipelines); `None` where the switch is not set.
+/// A measurement's switch, not a default: what it buys a GPU is for a lease to say.
+///
+/// # Errors
+/// [`ModelError::Unsupported`] naming what wgpu or the driver refused.
+#[cfg(all(
+    feature = "wgpu",
+    any(windows, target_os = "linux", target_os = "android")
+))]
+async fn unrobust_setup() -> Result<Option<burn::backend::wgpu::WgpuSetup>> {
+    use burn::backend::wgpu::wgpu;
+    if std::env::var("MARS_GPU_ROBUST").as_deref() != Ok("off") {
+        return Ok(None);
+    }
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends: wgpu::Backends::VULKAN,
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    });
+    let adapter = instance
+        .request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| {
+            ModelError::Unsupported(format!("MARS_GPU_ROBUST=off: no Vulkan adapter: {e}"))
+        })?;
+    let (device, queue) = mars_kernels::gpu::open_without_robustness(&adapter)
+        .map_err(|e| ModelError::Unsupported(format!("MARS_GPU_ROBUST=off: {e}")))?;
+    Ok(Some(burn::backend::wgpu::WgpuSetup {
+        instance,
+        adapter,
+        device,
+        queue,
+        backend: wgpu::Backend::Vulkan,
+    }))
 }
 
 /// Whether `adapter` runs on the CPU (lavapipe, llvmpipe, SwiftShader, WARP: wgpu's

@@ -80,17 +80,42 @@ fn wgpu() -> Device {
     wgpu_and_subgroups().0
 }
 
-/// The wgpu device and its adapter's smallest subgroup, where it has subgroups.
+/// The wgpu device and its adapter's smallest subgroup, where it has subgroups. Opened as the
+/// engine opens it (`open_wgpu`), so `MARS_GPU_ROBUST=off` runs these tests on a device without
+/// the driver's bounds checks (a CI step: every kernel in bounds).
 fn wgpu_and_subgroups() -> (Device, Option<u32>) {
-    static DEVICE: std::sync::OnceLock<(Device, Option<u32>)> = std::sync::OnceLock::new();
-    DEVICE
-        .get_or_init(|| {
-            let (device, setup) = Device::wgpu_options()
-                .init_with_setup()
-                .expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
-            (device, mars_model::subgroup_lanes(&setup.adapter))
-        })
-        .clone()
+    let (device, lanes, _) = opened();
+    (device.clone(), *lanes)
+}
+
+/// The one wgpu device of the process, its adapter's smallest subgroup and its wgpu device.
+fn opened() -> &'static (Device, Option<u32>, burn::backend::wgpu::wgpu::Device) {
+    static DEVICE: std::sync::OnceLock<(Device, Option<u32>, burn::backend::wgpu::wgpu::Device)> =
+        std::sync::OnceLock::new();
+    DEVICE.get_or_init(|| {
+        let (device, setup) = pollster::block_on(mars_model::open_wgpu(None))
+            .expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
+        let lanes = mars_model::subgroup_lanes(&setup.adapter);
+        (device, lanes, setup.device)
+    })
+}
+
+/// `MARS_GPU_ROBUST=off` gives a device without VK_EXT_robustness2, and without it the device
+/// is wgpu's, with it where the driver has it (lavapipe has): so the CI step that runs these
+/// tests with the switch runs every kernel on the device it names.
+#[test]
+fn the_robustness_switch_opens_the_device_it_names() {
+    let (_, _, device) = opened();
+    let Some(robust2) = mars_kernels::gpu::robustness2_enabled(device) else {
+        return eprintln!("not a Vulkan device: nothing to check");
+    };
+    let off = std::env::var("MARS_GPU_ROBUST").as_deref() == Ok("off");
+    assert_eq!(
+        robust2,
+        !off,
+        "MARS_GPU_ROBUST={:?}",
+        std::env::var("MARS_GPU_ROBUST")
+    );
 }
 
 /// Quantized matrices (Q8_0, Q4_1, Q5_0) and an F16 embedding as GGUF blocks on wgpu, run by

@@ -43,6 +43,10 @@
 //! ~`(n_in / 16 + 24) · 2⁻²⁴ · Σ|W·x|` per output, which the tests hold with a margin.
 
 mod layer;
+// A Vulkan device without the driver's bounds checks (`MARS_GPU_ROBUST=off`): where wgpu runs
+// on Vulkan natively.
+#[cfg(any(windows, target_os = "linux", target_os = "android"))]
+mod robust;
 mod step;
 mod tune;
 mod unroll;
@@ -63,6 +67,8 @@ pub use layer::{
     Attention, CopyRows, Draw, Heads, KvType, MAX_TOP, Norm, ReadThrough, Rope, RowPass,
     SUMMARY_WORDS, Summary, TopRows, clone_buffer, link_ids, read_through,
 };
+#[cfg(any(windows, target_os = "linux", target_os = "android"))]
+pub use robust::{open_without_robustness, robustness2_enabled};
 pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
 pub use tune::{Form, PREFILL_ROWS_TIMED, Tuned, Tuning, group_output, outputs_agree, time_group};
 
