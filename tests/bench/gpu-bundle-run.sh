@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The runner each part of tests/bench/gpu-bundle.sh carries: `add` copies the part it sits in to
 # $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
-#   usage: bash PART/run.sh add | drop | tests | launch | stream | tune | peers | price | teams | long | spec | profile | submits | all | lease …
+#   usage: bash PART/run.sh add | drop | tests | launch | stream | stream-unrobust | tune | peers | price | teams | long | spec | profile | submits | all | lease …
 #   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order),
 #          TEAM_MODELS (the teams stage's), PROFILE_MODELS (the profile stage's; all three default to every
 #          model, smallest first),
@@ -102,16 +102,17 @@ named() { # the models whose names hold any of these (e.g. 0.5B 7B), smallest fi
 # least time is left and stopped at what is left; everything they print goes to $OUT/lease.md
 # (each stage's own files to $WORK/out-lease), the tuning table to $OUT/tune.tsv and the
 # peers' speed JSONs to $OUT/speed.tar (a second call's price step lacks the first's). Steps:
-# tests, launch, stream, tune, long, submits (the stages of those names, one round), peers-first
+# tests, launch, stream, stream-unrobust, tune, long, submits (the stages of those names, one
+# round), peers-first
 # (mars beside llama.cpp on the 0.5B and the 7B shape: the principal gap, and the draft and target
 # that price speculation), price, teams (every kernel form on the 7B shape), peers-rest (the
 # 1.5B, 14B, 32B and, where unpacked, 72B shapes), profile (the 7B's per-kernel split beside
 # llama.cpp's per-op log), peers-72b (the 7B, 14B and 32B shapes dropped for good first, so
 # that the 72B's fits the folder: last). A second call takes the rest, e.g.
-# LEASE_STEPS="peers-rest price stream profile tune long peers-72b".
+# LEASE_STEPS="peers-rest price stream stream-unrobust profile tune long peers-72b".
 lease() {
   local start=$SECONDS budget=${LEASE_S:-480} final=$out step least cap left env s drop
-  local steps=${LEASE_STEPS:-tests launch peers-first price teams peers-rest price stream profile tune long}
+  local steps=${LEASE_STEPS:-tests launch peers-first price teams peers-rest price stream stream-unrobust profile tune long}
   export MARS_TUNE_CACHE=$final/tune.tsv
   mkdir -p "$work/out-lease"
   {
@@ -122,7 +123,7 @@ lease() {
       case $step in
         tests) cap=200 ;;
         launch) least=20 cap=60 ;;
-        stream | submits) cap=240 ;;
+        stream | stream-unrobust | submits) cap=240 ;;
         tune) cap=300 ;;
         long) least=120 ;;
         price) least=5 cap=30 ;;
@@ -177,6 +178,8 @@ stage() {
     tests)
       for t in "$work"/bin/test-*; do echo "== $(basename "$t")"; tmo 300 "$t" 2>&1 | tail -15; done ;;
     stream) tmo 240 "$work/bin/gpu_cost" stream 2>&1 | grep -v XDG | tee "$out/stream.md" ;;
+    stream-unrobust) # the same on a device without the driver's bounds checks
+      MARS_GPU_ROBUST=off tmo 240 "$work/bin/gpu_cost" stream 2>&1 | grep -v XDG | tee "$out/stream-unrobust.md" ;;
     launch) # the cost of a launch alone (stream's first table): host- or device-bound
       tmo 60 "$work/bin/gpu_cost" launch 2>&1 | grep -v XDG | tee "$out/launch.md" ;;
     tune) # every form of every group shape timed (`mars tune`), the choices kept in the table
@@ -270,7 +273,7 @@ import json, sys
 d = json.load(sys.stdin)
 print('$r', '$(basename "$m")', 'tasks $t', round(d['decode_tokens_per_second'], 1), 'tok/s')"
       done; done; done | tee "$out/submits.txt" ;;
-    all) for s in tests stream tune peers price teams long spec profile submits; do stage "$s"; done ;;
+    all) for s in tests stream stream-unrobust tune peers price teams long spec profile submits; do stage "$s"; done ;;
     lease) lease ;;
     *) echo "unknown stage $1" >&2; return 2 ;;
   esac

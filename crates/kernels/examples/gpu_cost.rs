@@ -26,6 +26,8 @@
 //! then in a card's shape (split past 256 keys) after RoPE's own launch and with RoPE folded in
 //! (`attention`: these rows alone, 10 calls a batch).
 //!
+//! `MARS_GPU_ROBUST=off` runs it all on a Vulkan device without the driver's bounds checks.
+//!
 //! With the argument `launch` (and first in `stream`, after its warm-up) it times a launch
 //! itself: 2,000 launches of a one-workgroup kernel (a 16-byte read: 3 bindings) and of the
 //! 512 × 512 Q4_K product for one row (the matrix kernel's 8 bindings), enqueued back to back
@@ -52,7 +54,25 @@ use mars_kernels::{Heads, KvType, QMatrix, WeightType};
 const SHAPES: usize = 7;
 
 fn main() {
-    let client = cubecl::Device::Wgpu(WgpuDevice::default()).client();
+    // `MARS_GPU_ROBUST=off`: the device without the driver's bounds checks, as the engine
+    // opens it under that switch, so that the stream table can be taken both ways.
+    #[cfg(any(windows, target_os = "linux", target_os = "android"))]
+    let setup = pollster::block_on(mars_kernels::gpu::setup_without_robustness()).unwrap();
+    #[cfg(not(any(windows, target_os = "linux", target_os = "android")))]
+    let setup: Option<cubecl::wgpu::WgpuSetup> = None;
+    let device = match setup {
+        Some(setup) => cubecl::wgpu::try_init_device(setup, Default::default()).unwrap(),
+        None => WgpuDevice::default(),
+    };
+    println!(
+        "device robustness: {}",
+        if std::env::var("MARS_GPU_ROBUST").as_deref() == Ok("off") {
+            "off (MARS_GPU_ROBUST=off)"
+        } else {
+            "wgpu's"
+        }
+    );
+    let client = cubecl::Device::Wgpu(device).client();
     let max = client.properties().memory.max_page_size;
     let lanes = client.properties().hardware.plane_size_min.min(16);
     println!(

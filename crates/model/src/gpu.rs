@@ -122,7 +122,8 @@ pub async fn first_adapter() -> Option<AdapterFacts> {
 /// the adapter `seen` before, else [`submit_every`]; both measured). `CUBECL_WGPU_MAX_TASKS`,
 /// where set, still decides. Natively, where `WGPU_NOOP_BACKEND=1`, the device is wgpu's no-op
 /// backend dressed as a card ([`noop_card`]); where `MARS_GPU_ROBUST=off` on Vulkan, a device
-/// without the driver's bounds checks ([`unrobust_setup`]).
+/// without the driver's bounds checks
+/// ([`mars_kernels::gpu::setup_without_robustness`]).
 ///
 /// # Errors
 /// What wgpu or CubeCL refused, in words (no adapter, no device, a setup refused).
@@ -139,7 +140,7 @@ pub async fn open_wgpu(
     ))]
     let unrobust = match noop {
         Some(_) => None,
-        None => unrobust_setup().await.map_err(|e| e.to_string())?,
+        None => mars_kernels::gpu::setup_without_robustness().await?,
     };
     #[cfg(not(all(
         feature = "wgpu",
@@ -237,47 +238,6 @@ pub async fn noop_card() -> Result<burn::backend::wgpu::WgpuSetup> {
         queue,
         backend: wgpu::Backend::Noop,
     })
-}
-
-/// Where `MARS_GPU_ROBUST=off`: the Vulkan adapter CubeCL's default device would take (high
-/// performance) with a device opened without robustBufferAccess and robustBufferAccess2
-/// ([`mars_kernels::gpu::open_without_robustness`]: the driver's bounds check on every load,
-/// which llama.cpp turns off for its mat-vec pipelines); `None` where the switch is not set.
-/// A measurement's switch, not a default: what it buys a GPU is for a lease to say.
-///
-/// # Errors
-/// [`ModelError::Unsupported`] naming what wgpu or the driver refused.
-#[cfg(all(
-    feature = "wgpu",
-    any(windows, target_os = "linux", target_os = "android")
-))]
-async fn unrobust_setup() -> Result<Option<burn::backend::wgpu::WgpuSetup>> {
-    use burn::backend::wgpu::wgpu;
-    if std::env::var("MARS_GPU_ROBUST").as_deref() != Ok("off") {
-        return Ok(None);
-    }
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-        backends: wgpu::Backends::VULKAN,
-        ..wgpu::InstanceDescriptor::new_without_display_handle()
-    });
-    let adapter = instance
-        .request_adapter(&wgpu::RequestAdapterOptions {
-            power_preference: wgpu::PowerPreference::HighPerformance,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| {
-            ModelError::Unsupported(format!("MARS_GPU_ROBUST=off: no Vulkan adapter: {e}"))
-        })?;
-    let (device, queue) = mars_kernels::gpu::open_without_robustness(&adapter)
-        .map_err(|e| ModelError::Unsupported(format!("MARS_GPU_ROBUST=off: {e}")))?;
-    Ok(Some(burn::backend::wgpu::WgpuSetup {
-        instance,
-        adapter,
-        device,
-        queue,
-        backend: wgpu::Backend::Vulkan,
-    }))
 }
 
 /// Whether `adapter` runs on the CPU (lavapipe, llvmpipe, SwiftShader, WARP: wgpu's

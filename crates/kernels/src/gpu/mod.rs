@@ -68,7 +68,7 @@ pub use layer::{
     SUMMARY_WORDS, Summary, TopRows, clone_buffer, link_ids, read_through,
 };
 #[cfg(any(windows, target_os = "linux", target_os = "android"))]
-pub use robust::{open_without_robustness, robustness2_enabled};
+pub use robust::{open_without_robustness, robustness2_enabled, setup_without_robustness};
 pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
 pub use tune::{Form, PREFILL_ROWS_TIMED, Tuned, Tuning, group_output, outputs_agree, time_group};
 

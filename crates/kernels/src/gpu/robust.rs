@@ -108,3 +108,36 @@ pub fn robustness2_enabled(device: &wgpu::Device) -> Option<bool> {
             .contains(&ash::ext::robustness2::NAME),
     )
 }
+
+/// Where `MARS_GPU_ROBUST=off`: a CubeCL setup on the Vulkan adapter CubeCL's default device
+/// would take (high performance), its device from [`open_without_robustness`]; `None` where
+/// the switch is not set. The one opening of the switch: the engine's (`mars_model::open_wgpu`)
+/// and `gpu_cost`'s.
+///
+/// # Errors
+/// What wgpu or the driver refused, in words.
+pub async fn setup_without_robustness() -> Result<Option<cubecl::wgpu::WgpuSetup>, String> {
+    if std::env::var("MARS_GPU_ROBUST").as_deref() != Ok("off") {
+        return Ok(None);
+    }
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends: wgpu::Backends::VULKAN,
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    });
+    let adapter = instance
+        .request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| format!("MARS_GPU_ROBUST=off: no Vulkan adapter: {e}"))?;
+    let (device, queue) =
+        open_without_robustness(&adapter).map_err(|e| format!("MARS_GPU_ROBUST=off: {e}"))?;
+    Ok(Some(cubecl::wgpu::WgpuSetup {
+        instance,
+        adapter,
+        device,
+        queue,
+        backend: wgpu::Backend::Vulkan,
+    }))
+}
