@@ -60,18 +60,16 @@ fn main() {
     let setup = pollster::block_on(mars_kernels::gpu::setup_without_robustness()).unwrap();
     #[cfg(not(any(windows, target_os = "linux", target_os = "android")))]
     let setup: Option<cubecl::wgpu::WgpuSetup> = None;
+    let robustness = if setup.is_some() {
+        "off (MARS_GPU_ROBUST=off)"
+    } else {
+        "wgpu's"
+    };
+    println!("device robustness: {robustness}");
     let device = match setup {
         Some(setup) => cubecl::wgpu::try_init_device(setup, Default::default()).unwrap(),
         None => WgpuDevice::default(),
     };
-    println!(
-        "device robustness: {}",
-        if std::env::var("MARS_GPU_ROBUST").as_deref() == Ok("off") {
-            "off (MARS_GPU_ROBUST=off)"
-        } else {
-            "wgpu's"
-        }
-    );
     let client = cubecl::Device::Wgpu(device).client();
     let max = client.properties().memory.max_page_size;
     let lanes = client.properties().hardware.plane_size_min.min(16);
