@@ -47,6 +47,9 @@ step "the GPU model's tests on a device without robustBufferAccess (MARS_GPU_ROB
 MARS_GPU_ROBUST=off cargo test --workspace --release --test backends
 step "benchmarks run once as tests"
 cargo test -p mars-verify --release --benches
+# The instruction counter's loop finder (bench.sh gpu-isa), on samples of both drivers' output:
+# no driver compiles here, but the counts in docs/performance.md rest on it.
+python3 tests/bench/gpu-isa.py --self-test
 
 step "vLLM plugin (integrations/vllm): ruff, conformance with mars-verify, vLLM's CPU engine end to end"
 bash integrations/vllm/test.sh

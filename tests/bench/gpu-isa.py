@@ -264,43 +264,105 @@ def nak_kind(ins: str) -> str:
 
 
 def nak_blocks(text: str) -> list[tuple[str, list[str]]]:
-    """The blocks of NAK's last pass printed (NAK_DEBUG=print), a block's successors as a last
-    pseudo-instruction `-> N M` so that `inner_loops` finds the back edges."""
+    """The blocks of NAK's last pass printed (NAK_DEBUG=print), each block's successors as
+    pseudo-instructions `s_branch BBn` at its end (and `s_endpgm` where it has none), so that
+    `inner_loops` reads NAK's control flow as it reads RADV's. Only what lies between a block's
+    header and its closing line is taken: the statistics printed after the last block are not
+    instructions."""
     last = text.rfind("NAK IR after ")
     blocks: list[tuple[str, list[str]]] = []
+    inside = False
     for line in text[last:].splitlines()[1:]:
-        if line.startswith("Encoded shader") or line.startswith("NAK IR"):
+        if line.startswith(("Encoded shader", "NAK IR")):
             break
         m = re.match(r"^block(?:\.u)? (\d+) ", line)
         if m:
             blocks.append((f"BB{m.group(1)}", []))
+            inside = True
             continue
         m = re.match(r"^\} -> \[([\d, ]*)\]", line)
         if m and blocks:
             succ = [f"BB{t.strip()}" for t in m.group(1).split(",") if t.strip()]
             blocks[-1][1].extend(f"s_branch {t}" for t in succ)
+            if not succ:
+                blocks[-1][1].append("s_endpgm")
+            inside = False
             continue
         ins = line.strip()
-        if ins and blocks:
+        if ins and inside:
             blocks[-1][1].append(ins)
     return blocks
 
 
-def inner_loops(blocks: list[tuple[str, list[str]]]) -> list[list[str]]:
-    """Each innermost loop's instructions: the blocks from a backward branch's target to it."""
-    at = {name: n for n, (name, _) in enumerate(blocks)}
+def is_pseudo(ins: str) -> bool:
+    """`nak_blocks`' successor lines, which are not NAK's instructions."""
+    return ins.startswith("s_branch ") or ins == "s_endpgm"
+
+
+def successors(blocks: list[tuple[str, list[str]]], n: int) -> list[int]:
+    """Block n's successors: its branches' targets, and the next block unless it ends in an
+    unconditional branch or the program's end (RADV's `s_branch`, `s_endpgm`; NAK's blocks
+    end in their full successor list as `s_branch`es, or `s_endpgm`)."""
+    at = {name: k for k, (name, _) in enumerate(blocks)}
+    ins = blocks[n][1]
+    out = []
+    for i in ins:
+        m = re.match(r"s_c?branch\w*\s+(BB\d+)", i)
+        if m and m.group(1) in at:
+            out.append(at[m.group(1)])
+    ends = bool(ins) and ins[-1].split()[0] in ("s_branch", "s_endpgm", "s_setpc_b64")
+    if not ends and n + 1 < len(blocks):
+        out.append(n + 1)
+    return out
+
+
+def inner_loops(blocks: list[tuple[str, list[str]]], cost=len) -> list[list[str]]:
+    """Each innermost loop's instructions on its costliest pass: for a back edge (a branch to
+    a block at or before it, the loop's header), the natural loop (the blocks that reach the
+    branch without passing the header, so blocks laid out between them but outside the loop,
+    such as a kernel's epilogue placed before a latch the compiler moved to the end, are not
+    counted), then the path from the header to the back edge through those blocks whose
+    instructions `cost` most: a uniform branch's one side, or where both sides are a lane's
+    choice (a warp or wave issues both), the longer, which is the kernel's hot path wherever the
+    cold side is the shorter (the zero-filling of a dead output, a last partial step)."""
+    succ = [successors(blocks, n) for n in range(len(blocks))]
+    pred: list[list[int]] = [[] for _ in blocks]
+    for n, ss in enumerate(succ):
+        for t in ss:
+            pred[t].append(n)
     loops = []
-    for n, (_, ins) in enumerate(blocks):
-        for i in ins:
-            m = re.match(r"s_c?branch\w*\s+(BB\d+)", i)
-            if m and at.get(m.group(1), n + 1) <= n:
-                loops.append((at[m.group(1)], n))
+    for n in range(len(blocks)):
+        for h in succ[n]:
+            if h > n:
+                continue
+            body = {h, n}
+            todo = [n]
+            while todo:
+                for q in pred[todo.pop()]:
+                    if q not in body:
+                        body.add(q)
+                        todo.append(q)
+            loops.append((h, n, body))
     inner = [
-        (a, z)
-        for a, z in loops
-        if not any((a2, z2) != (a, z) and a <= a2 and z2 <= z for a2, z2 in loops)
+        (h, n, body) for h, n, body in loops if not any(b2 < body for _, _, b2 in loops)
     ]
-    return [[i for _, ins in blocks[a : z + 1] for i in ins] for a, z in inner]
+    paths = []
+    for h, n, body in inner:
+        # Longest path over the loop's blocks as a DAG (edges back to the header dropped),
+        # in layout order, which is topological for a reducible loop's forward edges.
+        best: dict[int, tuple[int, list[int]]] = {h: (cost(blocks[h][1]), [h])}
+        for k in sorted(body):
+            if k not in best:
+                continue
+            w, path = best[k]
+            for t in succ[k]:
+                if t in body and t > k:
+                    cand = (w + cost(blocks[t][1]), path + [t])
+                    if t not in best or cand[0] > best[t][0]:
+                        best[t] = cand
+        if n in best:
+            paths.append([i for k in best[n][1] for i in blocks[k][1]])
+    return paths
 
 
 def delay(ins: str) -> int:
@@ -308,7 +370,103 @@ def delay(ins: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+# NAK's print of a loop whose latch the compiler placed after the kernel's end (as it does for
+# mars's mat-vec loops): header 0, a uniform branch (1: the hot side, 2: the cold one), a join 3
+# that leaves for the epilogue 4 (outside the loop) or goes on to the latch 5.
+SELF_TEST_NAK = """NAK IR after final
+block.u 0 L1 [5] -> {
+    r1 = iadd3 r1 0x1 rZ // delay=2
+    @!p0 bra pT L3 // delay=1
+} -> [1, 2]
+block 1 L2 [0] -> {
+    r2 = ld.global.a64.constant.b128 [r4..6+rZ], pT // delay=1
+    r3 = idp4.i8.i8 r2 r3 rZ // delay=4
+    r3 = idp4.i8.i8 r2 r3 rZ // delay=4
+    bra pT L4 // delay=1
+} -> [3]
+block 2 L3 [0] -> {
+    r3 = mov rZ // delay=1
+} -> [3]
+block 3 L4 [1, 2] -> {
+    p1 = isetp.lt.u32 r1 r9 // delay=13
+    @!p1 bra pT L6 // delay=1
+} -> [4, 5]
+block 4 L5 [3] -> {
+    r0 = shfl.bfly r3 0x8 0x1f // delay=2
+    r0 = fadd.ftz r3 r0 // delay=5
+    st.global.a64.strong.gpu.b32 [r6..8+rZ] r0 // delay=2
+    exit // delay=1
+} -> []
+block 5 L6 [3] -> {
+    bra pT L1 // delay=1
+} -> [0]
+Stage: compute
+Instruction count: 13
+"""
+
+# RADV's disassembly of the same shape, with fall-through edges and a loop laid out in one run.
+SELF_TEST_RADV = """disasm:
+BB0:
+\ts_mov_b32 s0, 0
+BB1:
+\tv_add_u32 v1, 1, v1
+\ts_cbranch_scc0 BB3
+BB2:
+\tbuffer_load_dwordx4 v[2:5], v0, s[0:3], 0 offen
+\tv_dot4_i32_i8 v6, v2, v3, v6
+\ts_branch BB4
+BB3:
+\tv_mov_b32 v6, 0
+BB4:
+\ts_cbranch_scc1 BB1
+BB5:
+\tbuffer_store_dword v6, v0, s[0:3], 0 offen
+\ts_endpgm
+
+"""
+
+
+def self_test() -> None:
+    """The loop finder on the two samples above: the hot path of the loop alone, neither the
+    epilogue laid out inside the loop's span, nor the cold side, nor the text after the last
+    block. Run by CI (tests/run.sh), which has no GPU driver to compile with."""
+    nak = [
+        [i for i in ins if not is_pseudo(i)]
+        for ins in inner_loops(
+            nak_blocks(SELF_TEST_NAK), cost=lambda b: sum(not is_pseudo(i) for i in b)
+        )
+    ]
+    assert len(nak) == 1, nak
+    ops = [nak_op(i) for i in nak[0]]
+    assert ops == [
+        "iadd3",
+        "bra",
+        "ld.global.a64.constant.b128",
+        "idp4.i8.i8",
+        "idp4.i8.i8",
+        "bra",
+        "isetp.lt.u32",
+        "bra",
+        "bra",
+    ], ops
+    assert sum(delay(i) for i in nak[0]) == 28, nak[0]
+    radv = inner_loops(disassembly(SELF_TEST_RADV))
+    assert len(radv) == 1, radv
+    assert [i.split()[0] for i in radv[0]] == [
+        "v_add_u32",
+        "s_cbranch_scc0",
+        "buffer_load_dwordx4",
+        "v_dot4_i32_i8",
+        "s_branch",
+        "s_cbranch_scc1",
+    ], radv
+    print("gpu-isa.py: the loop finder counts the hot path of the loop alone")
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--self-test"]:
+        self_test()
+        return
     if len(sys.argv) == 5 and sys.argv[1] == "--one":
         compile_one(sys.argv[2], sys.argv[3], sys.argv[4])
         return
@@ -348,7 +506,9 @@ def main() -> None:
         if run.returncode != 0:
             # The driver's last words, or the exit status (a device without cooperative
             # matrices may crash on the matrix units' module rather than refuse it).
-            why = run.stderr.strip().splitlines()[-1:] or [f"exit status {run.returncode}"]
+            why = run.stderr.strip().splitlines()[-1:] or [
+                f"exit status {run.returncode}"
+            ]
             print(f"| {name} | failed: {why[0]} |")
             continue
         fields = (s.split("\t") for s in run.stderr.splitlines())
@@ -356,11 +516,16 @@ def main() -> None:
         w = int(per_pass) * int(rows)
         if nak:
             loops = [
-                [i for i in ins if not i.startswith("s_branch ")]
-                for ins in inner_loops(nak_blocks(run.stderr))
+                [i for i in ins if not is_pseudo(i)]
+                for ins in inner_loops(
+                    nak_blocks(run.stderr),
+                    cost=lambda b: sum(not is_pseudo(i) for i in b),
+                )
             ]
             main_loop = max(
-                loops, key=lambda ins: sum(nak_kind(i) == "load" for i in ins), default=[]
+                loops,
+                key=lambda ins: sum(nak_kind(i) == "load" for i in ins),
+                default=[],
             )
             c = Counter(nak_kind(i) for i in main_loop)
             widths = Counter(
@@ -368,7 +533,9 @@ def main() -> None:
             )
             # Conversions: 16 a clock an SM on NVIDIA against 128 FMAs (CUDA's throughput
             # table, compute capability 8.x and 9.0).
-            cvt = sum(nak_op(i).startswith(("i2f", "f2f", "f2i", "i2fp")) for i in main_loop)
+            cvt = sum(
+                nak_op(i).startswith(("i2f", "f2f", "f2i", "i2fp")) for i in main_loop
+            )
             cycles = sum(delay(i) for i in main_loop)
             spills = sum(
                 int(v) for k, v in stats.items() if k.startswith("Spills to memory")

@@ -49,7 +49,9 @@ if [ ! -d "$src" ]; then
   rm -rf "$tmp"
 fi
 shaders="$src/ggml/src/ggml-vulkan/vulkan-shaders"
-glslc=$(bash tests/bench/glslc.sh | head -n 1)
+# The first line of what glslc.sh prints (sed reads the rest: `head` closing the pipe early
+# killed the script with SIGPIPE under pipefail, now and then).
+glslc=$(bash tests/bench/glslc.sh | sed -n 1p)
 table="$work/table.tsv"
 : >"$table"
 base="-DFLOAT_TYPE=float -DFLOAT_TYPEV2=vec2 -DD_TYPE=float"
@@ -93,7 +95,7 @@ export XDG_RUNTIME_DIR=\${XDG_RUNTIME_DIR:-/tmp}
 exec "$lib/ld-linux-x86-64.so.2" --library-path "$lib" --preload "$lib/libnouveau_noop_drm_shim.so" "\$@"
 SH
   chmod +x "$work/nak"
-  echo "NVK (NAK) on Mesa's DRM shim, chipset 0x$chip, Mesa $(zcat "$root/usr/share/doc/mesa-vulkan-drivers/changelog.Debian.gz" | head -n 1 | cut -d' ' -f2); mars's kernels robustness: $mars_robust"
+  echo "NVK (NAK) on Mesa's DRM shim, chipset 0x$chip, Mesa $(zcat "$root/usr/share/doc/mesa-vulkan-drivers/changelog.Debian.gz" | sed -n 1p | cut -d' ' -f2); mars's kernels robustness: $mars_robust"
   ISA_DRIVER=nak ISA_RUNNER="$work/nak" "$venv/bin/python" tests/bench/gpu-isa.py "$work/chosen.tsv"
   exit 0
 fi
