@@ -60,7 +60,7 @@ pub struct GpuCaps {
 /// The rule of [`Backend::Auto`], one copy for every front end: wgpu on a hardware adapter that
 /// runs the block kernels, else the CPU, with why in words. A CPU adapter (lavapipe,
 /// SwiftShader) runs the same model many times slower than the CPU kernels (docs/performance.md,
-/// 2 cores: the 0.5B decodes at 1.70 tok/s on lavapipe, 71.8 on the packed CPU path).
+/// 2 cores: the 0.5B decodes at ~1 tok/s on lavapipe, 71.8 on the packed CPU path).
 pub fn auto_choice(adapter: Option<&AdapterFacts>) -> (Backend, String) {
     match adapter {
         None => (Backend::Cpu, "no GPU adapter".into()),

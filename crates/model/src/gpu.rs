@@ -263,9 +263,9 @@ pub fn adapter_identity(adapter: &burn::backend::wgpu::wgpu::Adapter) -> String 
 /// where a forward in one submit decoded ~15 % faster than in CubeCL's 32 a submit (9 submits a
 /// token), and 32 on a GPU, where the host records the rest of the forward while the GPU runs
 /// what was submitted: on an H100 a forward in one submit decoded the 0.5B's shapes at 138–142
-/// tok/s, 32 a submit at 213–216 (docs/performance.md). The runtime's options are fixed when it
-/// opens; an adapter that cannot be had gives the CPU's number (CubeCL will then fail to open
-/// it too).
+/// tok/s, 32 a submit at 213–216 (docs/lab/journal-2026-11.md, the H100). The runtime's
+/// options are fixed when it opens; an adapter that cannot be had gives the CPU's number
+/// (CubeCL will then fail to open it too).
 pub async fn submit_every() -> usize {
     submit_every_on(first_adapter().await.as_ref())
 }

@@ -3,7 +3,8 @@
 // rows − tail + r). The sum of squares is taken in a fixed order per row (256 strided partial
 // sums, then a fixed tree), so a row's result does not depend on the rows beside it. 256
 // threads, not 64: a decode's norm is one workgroup, and on an H100 the 64-thread form took
-// 14 µs a launch (each thread 14 dependent loads of a 896-wide row; docs/performance.md).
+// 14 µs a launch (each thread 14 dependent loads of a 896-wide row; the H100's, in
+// docs/lab/journal-2026-11.md).
 
 @group(0) @binding(0) var<storage, read_write> x: array<f32>; // [rows, d]
 @group(0) @binding(1) var<storage, read_write> g: array<f32>; // [d]

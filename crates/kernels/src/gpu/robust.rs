@@ -2,19 +2,25 @@
 //!
 //! wgpu opens every Vulkan device with `robustBufferAccess` and, where the driver has
 //! `VK_EXT_robustness2`, `robustBufferAccess2` (WebGPU's contract for untrusted shaders). The
-//! driver then checks every storage load against its binding: Mesa's NVIDIA compiler (NAK, counted
-//! by `bench.sh gpu-isa` with `ISA_DRIVER=nak`) splits each 16-byte load into four checked 4-byte
-//! ones and takes 1.6–2.1× the issue cycles in the one-row mat-vec loops; llama.cpp creates its mat-vec pipelines
-//! with robustness disabled (`VK_EXT_pipeline_robustness`). mars's WGSL kernels stay in bounds by
+//! driver then checks every storage load against its binding: Mesa's NVIDIA compiler (NAK,
+//! counted by `bench.sh gpu-isa` with `ISA_DRIVER=nak`) splits each 16-byte load into four
+//! checked 4-byte ones and takes 1.8–2.8× the static cycles in the one-row mat-vec loops;
+//! llama.cpp creates its mat-vec pipelines with robustness disabled
+//! (`VK_EXT_pipeline_robustness`). mars's WGSL kernels stay in bounds by
 //! construction (they are compiled unchecked, `compile_mode`), but wgpu has no per-pipeline
 //! switch, so the whole device goes without: opened here through wgpu-hal, as wgpu would open it,
 //! less the two features, then handed to wgpu. Only where `MARS_GPU_ROBUST=off` asks for it
 //! (`mars_model::open_wgpu`): what it buys a real GPU is for a lease to measure (the bundle's
-//! `teams` stage, `unrobust` column) before any default rests on it. The risk it takes:
-//! wgpu-hal judges robustness from the adapter, not the device, so it still leaves naga's buffer
-//! checks out of checked shaders; on this device any kernel, burn's included, that reads past its
-//! binding reads undefined values. The model's GPU tests pass on it (CI, lavapipe); that is the
-//! evidence, not a proof.
+//! `teams` stage, `unrobust` column) before any default rests on it. The risk it takes is the
+//! driver's clamping, nothing else: CubeCL compiles every WGSL module without naga's buffer
+//! checks on every device (`bounds_checks: false`, cubecl-wgpu's `create_module`; its SPIR-V
+//! goes through unchanged), so on this device a kernel that reads past its binding reads
+//! undefined values where the driver would have given zero or an in-bounds word. burn's kernels
+//! launched in CubeCL's checked mode keep CubeCL's own checks, written into their code; mars's
+//! and burn's unchecked ones stay in bounds by construction, as they must on CUDA, which has no
+//! such clamping. The model's GPU tests pass on this device (CI, lavapipe, whose code
+//! generation checks bounds whatever the device asks, so they show the kernels agree, not that
+//! no read strays).
 
 use std::ffi::CStr;
 
@@ -70,10 +76,11 @@ pub fn open_without_robustness(
             .map_err(|e| format!("vkCreateDevice without robustness: {e}"))?;
         // SAFETY: `raw` was created from this adapter with queue family 0, these extensions and
         // the features `physical_device_features` gave for them, robustBufferAccess and
-        // VK_EXT_robustness2 aside (outside wgpu-hal's documented contract: it takes
-        // robustness from the adapter's capabilities and so omits naga's buffer checks, which
-        // makes an out-of-bounds read undefined here: the module's note); with no drop callback
-        // wgpu-hal owns `raw` and destroys it with the device.
+        // VK_EXT_robustness2 aside (outside wgpu-hal's documented contract: it takes robustness
+        // from the adapter's capabilities, so where a module asks for naga's buffer checks it
+        // leaves them to the driver, which here does none; CubeCL's modules ask for none on any
+        // device: the module's note); with no drop callback wgpu-hal owns `raw` and destroys it
+        // with the device.
         unsafe {
             hal.device_from_raw(
                 raw,

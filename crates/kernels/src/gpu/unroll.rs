@@ -6,7 +6,7 @@
 //! the same bits. Why: CPU adapters (lavapipe, SwiftShader) run a workgroup's lanes as vectors
 //! and keep a private array indexed by a loop counter in memory, one lane at a time; with the
 //! index a constant the array is registers and the loop's mask bookkeeping is gone
-//! (docs/performance.md counts it). GPU drivers unroll such loops themselves.
+//! (docs/lab/journal-2026-11.md counts it). GPU drivers unroll such loops themselves.
 //!
 //! A body holding `break` or `continue` cannot be copied: such a loop, or one whose header does
 //! not read as above, is left as written, marker and all, and `tests/shaders.rs` finds the
