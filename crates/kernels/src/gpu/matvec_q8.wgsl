@@ -56,11 +56,19 @@
     // block sits in its chunk of 4 is the lane's alone.
     let i = first & 3u;
     let ih = i + WIDE_GAP / 8u;
+    // A quantized block's s covers both halves of it, so of its two lanes the first alone
+    // subtracts the minimums: the other's are made 0 once a step (× 1.0 keeps them exactly),
+    // not skipped behind a branch for every row and output (on NVIDIA's NAK a structured branch
+    // each: ~6 instructions to the 2 it guards).
+    let keep = select(0.0, 1.0, hf == 0u);
     for (var b = t / 8u; b < end && WIDE; b += 2u) {
         wide_outputs(b, wi);
         for (var u = 0u; u < OUTS; u++) { // unroll
             wlos[u] = wide_i8(wlos[u]);
             whis[u] = wide_i8(whis[u]);
+            if WIDE_MINS {
+                wss[u] = wss[u] * vec4<f32>(1.0, keep, 1.0, keep);
+            }
         }
         for (var r = 0u; r < ROWS; r++) { // unroll
             if r < m {
@@ -90,7 +98,7 @@
                         + dot4I8Packed(wh.z, xb.z) + dot4I8Packed(wh.w, xb.w);
                     let sc = wss[u];
                     var v = bitcast<f32>(dl.x) * sc.x * f32(lo) + bitcast<f32>(dh.x) * sc.z * f32(hi);
-                    if WIDE_MINS && hf == 0u {
+                    if WIDE_MINS {
                         v -= sc.y * bitcast<f32>(dl.y) + sc.w * bitcast<f32>(dh.y);
                     }
                     acc[u * ROWS + r] += v;
