@@ -299,11 +299,13 @@ def is_pseudo(ins: str) -> bool:
     return ins.startswith("s_branch ") or ins == "s_endpgm"
 
 
-def successors(blocks: list[tuple[str, list[str]]], n: int) -> list[int]:
+def successors(
+    blocks: list[tuple[str, list[str]]], at: dict[str, int], n: int
+) -> list[int]:
     """Block n's successors: its branches' targets, and the next block unless it ends in an
     unconditional branch or the program's end (RADV's `s_branch`, `s_endpgm`; NAK's blocks
-    end in their full successor list as `s_branch`es, or `s_endpgm`)."""
-    at = {name: k for k, (name, _) in enumerate(blocks)}
+    end in their full successor list as `s_branch`es, or `s_endpgm`); `at`: each block's index
+    by name."""
     ins = blocks[n][1]
     out = []
     for i in ins:
@@ -325,7 +327,8 @@ def inner_loops(blocks: list[tuple[str, list[str]]], cost=len) -> list[list[str]
     instructions `cost` most: a uniform branch's one side, or where both sides are a lane's
     choice (a warp or wave issues both), the longer, which is the kernel's hot path wherever the
     cold side is the shorter (the zero-filling of a dead output, a last partial step)."""
-    succ = [successors(blocks, n) for n in range(len(blocks))]
+    at = {name: k for k, (name, _) in enumerate(blocks)}
+    succ = [successors(blocks, at, n) for n in range(len(blocks))]
     pred: list[list[int]] = [[] for _ in blocks]
     for n, ss in enumerate(succ):
         for t in ss:
@@ -363,6 +366,14 @@ def inner_loops(blocks: list[tuple[str, list[str]]], cost=len) -> list[list[str]
         if n in best:
             paths.append([i for k in best[n][1] for i in blocks[k][1]])
     return paths
+
+
+def nak_loops(text: str) -> list[list[str]]:
+    """Each innermost loop's hot path in NAK's print, its pseudo-instructions left out."""
+    loops = inner_loops(
+        nak_blocks(text), cost=lambda b: sum(not is_pseudo(i) for i in b)
+    )
+    return [[i for i in ins if not is_pseudo(i)] for ins in loops]
 
 
 def delay(ins: str) -> int:
@@ -430,12 +441,7 @@ def self_test() -> None:
     """The loop finder on the two samples above: the hot path of the loop alone, neither the
     epilogue laid out inside the loop's span, nor the cold side, nor the text after the last
     block. Run by CI (tests/run.sh), which has no GPU driver to compile with."""
-    nak = [
-        [i for i in ins if not is_pseudo(i)]
-        for ins in inner_loops(
-            nak_blocks(SELF_TEST_NAK), cost=lambda b: sum(not is_pseudo(i) for i in b)
-        )
-    ]
+    nak = nak_loops(SELF_TEST_NAK)
     assert len(nak) == 1, nak
     ops = [nak_op(i) for i in nak[0]]
     assert ops == [
@@ -515,13 +521,7 @@ def main() -> None:
         stats = {p[1]: p[2] for p in fields if p[0] == "stat"}
         w = int(per_pass) * int(rows)
         if nak:
-            loops = [
-                [i for i in ins if not is_pseudo(i)]
-                for ins in inner_loops(
-                    nak_blocks(run.stderr),
-                    cost=lambda b: sum(not is_pseudo(i) for i in b),
-                )
-            ]
+            loops = nak_loops(run.stderr)
             main_loop = max(
                 loops,
                 key=lambda ins: sum(nak_kind(i) == "load" for i in ins),

@@ -457,8 +457,8 @@ pub enum Team {
     Quarter,
     /// The whole workgroup on one output: a matrix of few outputs and long rows (an FFN's
     /// down projection), whose 16-thread teams would leave a large GPU mostly idle — on an
-    /// H100 the 0.5B's down product (896 outputs over 4,864 inputs, 14,336 threads in quarter
-    /// teams) moved its weights at ~80 GB/s (docs/lab/journal-2026-11.md).
+    /// H100 the 0.5B's down products (896 outputs over 4,864 inputs, 14,336 threads in quarter
+    /// teams) took 1.3 ms of a 7.2 ms token (the H100's profile in docs/lab/journal-2026-11.md).
     Whole,
     /// 16 threads an output sharing each 256-value super-block, each reading 8 bytes of quants
     /// beside its neighbours' (matmul.wgsl's lane teams), as llama.cpp's Vulkan mat-vec shares
@@ -561,8 +561,8 @@ pub enum Fan {
     One,
     /// Four outputs a team: CPU adapters (lavapipe, SwiftShader), which run a workgroup's lanes
     /// as vectors and load storage one lane at a time, so an activation loaded once for four
-    /// outputs saves three quarters of those loads: the 0.5B's Q5_0 FFN matrix costs 133 M
-    /// instructions a row against 203 M with one (docs/lab/journal-2026-11.md).
+    /// outputs saves three quarters of those loads: on lavapipe the 0.5B's Q5_0 FFN up (4,864 ×
+    /// 896) costs 96.9 M instructions a row against 166.8 M with one (docs/lab/journal-2026-11.md).
     Four,
 }
 
