@@ -19,7 +19,8 @@ program the compiling child runs through: the DRM shim's loader).
 Prints one line a module: the loop's ALU (RADV: VALU) and all instructions a weight and row,
 conversions and loads a weight and row, the loads' widths, registers, scratch (spills), the
 whole shader's instruction count; NAK adds its static cycle count of the loop (the issue
-delays it schedules, one warp alone) a weight and row.
+delays it schedules, one warp alone) a weight and row, and the warps an H200 multiprocessor
+could hold at those registers ([`warps_an_sm`]).
 """
 
 from __future__ import annotations
@@ -376,6 +377,17 @@ def nak_loops(text: str) -> list[list[str]]:
     return [[i for i in ins if not is_pseudo(i)] for ins in loops]
 
 
+def warps_an_sm(gprs: int) -> int:
+    """Warps an NVIDIA Hopper multiprocessor holds at `gprs` registers a thread, by registers
+    alone: 65,536 registers, given to a warp 256 at a time, at most 64 warps (CUDA's occupancy
+    rules for compute capability 9.0). Fewer warps hide less of the memory's latency. NAK's
+    count stands in for NVIDIA's own compiler's, which may allocate otherwise."""
+    if gprs <= 0:
+        return 64
+    per_warp = -(-gprs * 32 // 256) * 256
+    return min(64, 65536 // per_warp)
+
+
 def delay(ins: str) -> int:
     m = re.search(r"delay=(\d+)", ins)
     return int(m.group(1)) if m else 0
@@ -466,6 +478,9 @@ def self_test() -> None:
         "s_branch",
         "s_cbranch_scc1",
     ], radv
+    # CUDA's occupancy calculator at compute capability 9.0, by registers alone.
+    warps = [warps_an_sm(g) for g in (32, 40, 56, 88, 168, 255)]
+    assert warps == [64, 51, 36, 23, 12, 8], warps
     print("gpu-isa.py: the loop finder counts the hot path of the loop alone")
 
 
@@ -488,10 +503,10 @@ def main() -> None:
     if nak:
         print(
             "| kernel | loop: ALU / weight·row | of them conversions | all / weight·row"
-            " | static cycles / weight·row | loads / weight·row | loads | GPRs | spills"
-            " | shader instructions |"
+            " | static cycles / weight·row | loads / weight·row | loads | GPRs"
+            " | warps an SM (H200) | spills | shader instructions |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
     else:
         print(
             "| kernel | loop: VALU / weight·row | of them conversions | all / weight·row"
@@ -540,11 +555,13 @@ def main() -> None:
             spills = sum(
                 int(v) for k, v in stats.items() if k.startswith("Spills to memory")
             )
+            gprs = stats.get("Number of GPRs", "?")
+            warps = warps_an_sm(int(gprs)) if gprs.isdigit() else "?"
             print(
                 f"| {name} | {c['alu'] / w:.2f} | {cvt / w:.2f} | {len(main_loop) / w:.2f}"
                 f" | {cycles / w:.2f} | {c['load'] / w:.3f}"
                 f" | {' '.join(f'{k}×{v}' for k, v in sorted(widths.items()))}"
-                f" | {stats.get('Number of GPRs', '?')} | {spills}"
+                f" | {gprs} | {warps} | {spills}"
                 f" | {stats.get('Instruction count', '?')} |"
             )
             continue

@@ -21,7 +21,7 @@ use mars_kernels::gpu::{
     Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, TopRows, clone_buffer, link_ids,
     read_through, upload_f32,
 };
-use mars_kernels::{KvType, WeightType};
+use mars_kernels::{KernelError, KvType, WeightType};
 use mars_verify::noise::{gumbel_max, row_key, seed_key};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -633,9 +633,35 @@ fn the_summary_ranks_as_the_verifier_does() {
         }
     }
     // One summary run again and again (its partials kept between runs), over other logits and
-    // fewer rows: each run the words of a summary made for it alone.
-    let kept = Summary::with_chunk(&client, vocab, 7).unwrap();
-    for (rows, seed) in [(5, 11), (2, 12), (5, 13), (1, 14)] {
+    // other rows, fewer and more: with one chunk a row, one row's partials are kept in 64
+    // bytes of a larger allocation, which a five-row run must not take (the browser dropped
+    // the writes past the 64 bytes: `bound_bytes`).
+    for (chunk, runs) in [
+        (7, [(5, 11), (2, 12), (5, 13), (1, 14)]),
+        (vocab, [(1, 15), (5, 16), (2, 17), (5, 18)]),
+    ] {
+        summaries_kept_between_runs(&client, vocab, chunk, &runs);
+    }
+    // A buffer is as large as its range, not as its allocation (which CubeCL rounds up to the
+    // device's alignment): a word short of four rows' summaries is refused them by name.
+    let short = client.empty(4 * SUMMARY_WORDS * 4 - 4);
+    assert!(short.size() >= 4 * SUMMARY_WORDS as u64 * 4, "{short:?}");
+    let refused = Summary::new(&client, vocab)
+        .unwrap()
+        .run(&client, &logits, &short, 4, &s, None);
+    let named = matches!(&refused, Err(KernelError::Shape { what, .. }) if *what == "summaries");
+    assert!(named, "{refused:?}");
+    // More chunks than a row's merge takes, or none: refused by name.
+    assert!(Summary::with_chunk(&client, vocab, 3).is_err());
+    assert!(Summary::with_chunk(&client, vocab, 0).is_err());
+    assert!(Summary::new(&client, 0).is_err());
+}
+
+/// One summary run again and again (its partials kept between runs) over other logits and
+/// `runs`' rows: each run the words of a summary made for it alone.
+fn summaries_kept_between_runs(client: &Client, vocab: usize, chunk: usize, runs: &[(usize, u64)]) {
+    let kept = Summary::with_chunk(client, vocab, chunk).unwrap();
+    for &(rows, seed) in runs {
         let z = normal(&mut ChaCha8Rng::seed_from_u64(seed), rows * vocab, 8.0);
         let logits = upload_f32(&client, &z);
         let s = step(
@@ -647,13 +673,13 @@ fn the_summary_ranks_as_the_verifier_does() {
             summary.run(&client, &logits, &out, rows, &s, None).unwrap();
             read_u32(&client, out)
         };
-        let fresh = words(&Summary::with_chunk(&client, vocab, 7).unwrap());
-        assert_eq!(words(&kept), fresh, "{rows} rows after other runs");
+        let fresh = words(&Summary::with_chunk(client, vocab, chunk).unwrap());
+        assert_eq!(
+            words(&kept),
+            fresh,
+            "{rows} rows after other runs, chunk {chunk}"
+        );
     }
-    // More chunks than a row's merge takes, or none: refused by name.
-    assert!(Summary::with_chunk(&client, vocab, 3).is_err());
-    assert!(Summary::with_chunk(&client, vocab, 0).is_err());
-    assert!(Summary::new(&client, 0).is_err());
 }
 
 /// The checks of [`the_summary_ranks_as_the_verifier_does`] on one chunking's words.

@@ -1074,7 +1074,7 @@ impl Scratch {
 }
 
 /// Where a model keeps its [`Scratch`] between passes (a [`Slot`], shared by its clones: a
-/// layer-skip drafter's passes run on the same queue as its model's; natively only).
+/// layer-skip drafter's passes run on the same queue as its model's).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ScratchSlot(Slot<Scratch>);
 

@@ -7,8 +7,8 @@ use cubecl::prelude::CubeCount;
 use cubecl::server::{Handle, KernelArguments};
 
 use super::{
-    NEG_INF_BITS, Shader, Slot, StepBuffer, check_size, launch, quant_bytes, upload_f32,
-    upload_words,
+    NEG_INF_BITS, Shader, Slot, StepBuffer, bound_bytes, check_size, launch, quant_bytes,
+    upload_f32, upload_words,
 };
 use crate::error::{KernelError, Result};
 
@@ -17,11 +17,8 @@ use crate::error::{KernelError, Result};
 /// each run took its own from CubeCL's pool: ~30 µs of host each on wgpu's no-op card (SmolLM2
 /// decoding after 1,024 tokens: 1.76 ms a pass taking attention's partials at every layer, 0.88
 /// ms keeping them). Shared by clones: every layer's attention, a model's logits' summaries.
-/// In the browser a [`Slot`] keeps nothing: there a summary's or a top-c's partials kept between
-/// runs gave NaN summaries in the chained speculation test
-/// (`greedy_strict_speculation_equals_target_only_on_webgpu_blocks`), where natively the same
-/// reuse over many chunks gives a fresh run's words (`the_summary_ranks_as_the_verifier_does`)
-/// and the chained SmolLM2 test passes on lavapipe; the cause is not found.
+/// A kept buffer is reused where its bound range holds a run ([`bound_bytes`]), never by its
+/// allocation's size.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Room(Slot<Handle>);
 
@@ -30,7 +27,7 @@ impl Room {
     /// context growing a key block at a time takes a new one rarely).
     fn take(&self, client: &Client, bytes: usize) -> Handle {
         match self.0.take() {
-            Some(h) if usize::try_from(h.size()).is_ok_and(|have| have >= bytes) => h,
+            Some(h) if bound_bytes(&h) >= bytes => h,
             _ => client.empty(bytes.max(4).next_power_of_two()),
         }
     }

@@ -609,8 +609,8 @@ pub const NOOP_ADAPTER: &str = "noop wgpu backend";
 /// in order (the next run's writes come after this run's reads). A run beside another (another
 /// thread) finds the slot empty and makes its own; a value put by another thread is not given
 /// out (CubeCL gives each thread a stream of its own, and a buffer passed between streams is
-/// ordered by CubeCL rather than by one queue). Shared by clones. Natively only: in the browser
-/// it keeps nothing (kept partials broke a WebGPU test there, `layer.rs`'s `Room`).
+/// ordered by CubeCL rather than by one queue). Shared by clones. The same in the browser, where
+/// the page's single thread is every run's.
 #[derive(Debug)]
 pub struct Slot<T>(std::sync::Arc<std::sync::Mutex<Option<(std::thread::ThreadId, T)>>>);
 
@@ -627,12 +627,8 @@ impl<T> Default for Slot<T> {
 }
 
 impl<T> Slot<T> {
-    /// The value this thread put last, taken out; `None` where there is none (or in the
-    /// browser).
+    /// The value this thread put last, taken out; `None` where there is none.
     pub fn take(&self) -> Option<T> {
-        if cfg!(target_family = "wasm") {
-            return None;
-        }
         // A poisoned lock only means a run panicked: whatever it held is dropped.
         let kept = self
             .0
@@ -642,11 +638,8 @@ impl<T> Slot<T> {
         kept.and_then(|(thread, v)| (thread == std::thread::current().id()).then_some(v))
     }
 
-    /// Keeps `value` for this thread's next run (in the browser, drops it).
+    /// Keeps `value` for this thread's next run.
     pub fn put(&self, value: T) {
-        if cfg!(target_family = "wasm") {
-            return;
-        }
         *self
             .0
             .lock()
@@ -3002,8 +2995,19 @@ impl MatrixGroup {
     }
 }
 
+/// The bytes a kernel bound to `handle` may touch: its range, not its allocation. CubeCL rounds
+/// an allocation up to the device's alignment (`client.empty(64)` reserves 256 bytes on most
+/// adapters) and `Handle::size` is that whole allocation, while a launch binds the range asked
+/// for; a WebGPU implementation (Dawn in Chrome) keeps every access inside the bound range,
+/// dropping writes past it, where native drivers here reach the padding. Sizing by the
+/// allocation once let a kept buffer of 64 bytes pass for 180: the browser's chained
+/// speculation read dropped partials as NaN (docs/lab/journal-2026-11.md, 2026-12-03).
+pub(crate) fn bound_bytes(handle: &Handle) -> usize {
+    usize::try_from(handle.size_in_used()).unwrap_or(usize::MAX)
+}
+
 fn check_size(what: &'static str, handle: &Handle, want: usize) -> Result<()> {
-    let have = usize::try_from(handle.size()).unwrap_or(usize::MAX);
+    let have = bound_bytes(handle);
     if have < want {
         return Err(KernelError::Shape {
             what,
