@@ -663,15 +663,15 @@ fn summaries_kept_between_runs(client: &Client, vocab: usize, chunk: usize, runs
     let kept = Summary::with_chunk(client, vocab, chunk).unwrap();
     for &(rows, seed) in runs {
         let z = normal(&mut ChaCha8Rng::seed_from_u64(seed), rows * vocab, 8.0);
-        let logits = upload_f32(&client, &z);
+        let logits = upload_f32(client, &z);
         let s = step(
-            &client,
+            client,
             &Step::chain(&vec![0; rows], 0, rows, vocab).unwrap(),
         );
         let words = |summary: &Summary| {
             let out = client.empty(rows * SUMMARY_WORDS * 4);
-            summary.run(&client, &logits, &out, rows, &s, None).unwrap();
-            read_u32(&client, out)
+            summary.run(client, &logits, &out, rows, &s, None).unwrap();
+            read_u32(client, out)
         };
         let fresh = words(&Summary::with_chunk(client, vocab, chunk).unwrap());
         assert_eq!(
