@@ -113,27 +113,25 @@ fn wide(sub: u32, rb: u32, b: u32, i: u32) {
 
 // Each of the team's outputs from `o0`: whether it is live and its weight row (binding, first
 // byte), found once before the loops over the row (`live`, `row_at`), which read them each step.
+// A dead output (past the matrix, the logit limit or a SwiGLU's half: after the live ones) reads
+// output 0's row, in bounds, and its sums are never written out: its loads and decoding need no
+// branch (on NVIDIA's NAK a structured branch an output and step kept its address and scale
+// arithmetic from being shared between outputs).
 var<private> outs_live: array<bool, OUTS>;
 var<private> outs_at: array<vec2<u32>, OUTS>;
 
 // Wide teams: lane `wi`'s values and scales of super-block `b` for each of the team's outputs
-// (zeros past the live ones), as both products read them.
+// (a dead output's those of output 0), as both products read them.
 var<private> wlos: array<vec4<u32>, OUTS>;
 var<private> whis: array<vec4<u32>, OUTS>;
 var<private> wss: array<vec4<f32>, OUTS>;
 
 fn wide_outputs(b: u32, wi: u32) {
     for (var u = 0u; u < OUTS; u++) { // unroll
-        if outs_live[u] {
-            wide(outs_at[u].x, outs_at[u].y, b, wi);
-            wlos[u] = wlo;
-            whis[u] = whi;
-            wss[u] = wsc;
-        } else {
-            wlos[u] = vec4<u32>(0u);
-            whis[u] = vec4<u32>(0u);
-            wss[u] = vec4<f32>(0.0);
-        }
+        wide(outs_at[u].x, outs_at[u].y, b, wi);
+        wlos[u] = wlo;
+        whis[u] = whi;
+        wss[u] = wsc;
     }
 }
 
@@ -193,6 +191,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     for (var u = 0u; u < OUTS; u++) { // unroll
         outs_live[u] = live(o0 + u, j0 + u, outputs, y_offset, limit, first_1);
         outs_at[u] = row_at(o0 + u, first_1, first_2);
+        if !outs_live[u] {
+            outs_at[u] = outs_at[0];
+        }
     }
     if !outs_live[0] {
         end = 0u;

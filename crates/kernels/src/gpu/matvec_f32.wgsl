@@ -7,15 +7,9 @@
     let xl = 16u * (t / 4u) + 2u * (t % 4u);
     for (var b = 0u; b < end && LANE_TEAMS && !WIDE; b++) {
         for (var u = 0u; u < OUTS; u++) { // unroll
-            if outs_live[u] {
-                lane(outs_at[u].x, outs_at[u].y, b, t);
-                for (var k = 0u; k < 4u; k++) { // unroll
-                    qs[u * 8u + k] = q[k];
-                }
-            } else {
-                for (var k = 0u; k < 4u; k++) { // unroll
-                    qs[u * 8u + k] = vec4<f32>(0.0);
-                }
+            lane(outs_at[u].x, outs_at[u].y, b, t);
+            for (var k = 0u; k < 4u; k++) { // unroll
+                qs[u * 8u + k] = q[k];
             }
         }
         if NORMED {
@@ -53,17 +47,11 @@
     }
     for (var g = t; g < end && !LANE_TEAMS && !WIDE; g += TEAM) {
         for (var u = 0u; u < OUTS; u++) { // unroll
-            if outs_live[u] {
-                load(outs_at[u].x, outs_at[u].y, g);
-                // The group's 32 weights as f32, once for all rows.
-                for (var k = 0u; k < 4u; k++) { // unroll
-                    qs[u * 8u + k] = q[k] * s0 + vec4<f32>(mn);
-                    qs[u * 8u + k + 4u] = q[k + 4u] * s1 + vec4<f32>(mn);
-                }
-            } else {
-                for (var k = 0u; k < 8u; k++) { // unroll
-                    qs[u * 8u + k] = vec4<f32>(0.0);
-                }
+            load(outs_at[u].x, outs_at[u].y, g);
+            // The group's 32 weights as f32, once for all rows.
+            for (var k = 0u; k < 4u; k++) { // unroll
+                qs[u * 8u + k] = q[k] * s0 + vec4<f32>(mn);
+                qs[u * 8u + k + 4u] = q[k + 4u] * s1 + vec4<f32>(mn);
             }
         }
         if NORMED {

@@ -8,6 +8,9 @@
     var sc: array<vec3<f32>, OUTS>;
     for (var g = t; g < end && !WIDE; g += TEAM) {
         for (var u = 0u; u < OUTS; u++) { // unroll
+            // Here a dead output keeps its branch (matmul.wgsl's `outs_live`): without it
+            // lavapipe's compiler fused this form's scale arithmetic otherwise in a group than
+            // in its matrix alone (one output a ulp apart, `gpu_q8`'s group test).
             if outs_live[u] {
                 load_q8(outs_at[u].x, outs_at[u].y, g);
                 for (var k = 0u; k < 8u; k++) { // unroll
@@ -61,7 +64,13 @@
     // not skipped behind a branch for every row and output (on NVIDIA's NAK a structured branch
     // each: ~6 instructions to the 2 it guards).
     let keep = select(0.0, 1.0, hf == 0u);
+    // A quantized row is n_groups / 4 chunks of 10 vec4s (n_groups a multiple of 8 in wide
+    // teams: whole super-blocks), so a run's chunk is the row's first plus the run's own, and
+    // a row's address one add from row 0's (the flat block index shifted per row, as the
+    // other form takes it, cost NAK ~8 instructions a row and step).
+    let x_chunks = (n_groups >> 2u) * 10u;
     for (var b = t / 8u; b < end && WIDE; b += 2u) {
+        let cb = ((8u * b + first) >> 2u) * 10u;
         wide_outputs(b, wi);
         for (var u = 0u; u < OUTS; u++) { // unroll
             wlos[u] = wide_i8(wlos[u]);
@@ -72,7 +81,7 @@
         }
         for (var r = 0u; r < ROWS; r++) { // unroll
             if r < m {
-                let c = (((row0 + r) * n_groups + 8u * b + first) >> 2u) * 10u;
+                let c = (row0 + r) * x_chunks + cb;
                 let xa = x[c + 2u * i + hf];
                 let xb = x[c + 2u * ih + hf];
                 // Each block's (d, s): blocks 2k and 2k + 1 of a chunk share a vec4.
