@@ -20,7 +20,7 @@ Prints one line a module: the loop's ALU (RADV: VALU) and all instructions a wei
 conversions and loads a weight and row, the loads' widths, registers, scratch (spills), the
 whole shader's instruction count; NAK adds its static cycle count of the loop (the issue
 delays it schedules, one warp alone) a weight and row, and the warps an H200 multiprocessor
-could hold at those registers ([`warps_an_sm`]).
+could hold at those registers (warps_an_sm).
 """
 
 from __future__ import annotations

@@ -635,7 +635,8 @@ fn the_summary_ranks_as_the_verifier_does() {
     // One summary run again and again (its partials kept between runs), over other logits and
     // other rows, fewer and more: with one chunk a row, one row's partials are kept in 64
     // bytes of a larger allocation, which a five-row run must not take (the browser dropped
-    // the writes past the 64 bytes: `bound_bytes`).
+    // the writes past the 64 bytes; lavapipe reaches the padding, so here the refusal below
+    // is what catches a buffer sized by its allocation: `bound_bytes`).
     for (chunk, runs) in [
         (7, [(5, 11), (2, 12), (5, 13), (1, 14)]),
         (vocab, [(1, 15), (5, 16), (2, 17), (5, 18)]),

@@ -2996,8 +2996,8 @@ impl MatrixGroup {
 }
 
 /// The bytes a kernel bound to `handle` may touch: its range, not its allocation. CubeCL rounds
-/// an allocation up to the device's alignment (`client.empty(64)` reserves 256 bytes on most
-/// adapters) and `Handle::size` is that whole allocation, while a launch binds the range asked
+/// an allocation up to the device's alignment (`client.empty(64)` reserved 256 bytes on Chrome's adapter
+/// here) and `Handle::size` is that whole allocation, while a launch binds the range asked
 /// for; a WebGPU implementation (Dawn in Chrome) keeps every access inside the bound range,
 /// dropping writes past it, where native drivers here reach the padding. Sizing by the
 /// allocation once let a kept buffer of 64 bytes pass for 180: the browser's chained
