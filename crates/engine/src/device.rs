@@ -57,6 +57,21 @@ pub struct GpuCaps {
     pub matrix_units: Option<mars_model::UnitShape>,
 }
 
+impl GpuCaps {
+    /// An adapter known by its identity alone: block kernels supported, no subgroups, no
+    /// matrix units (the rules' plainest forms): the adapters the tuning tests key their
+    /// tables by, where no such adapter is at hand.
+    pub fn plain(identity: &str, software: bool) -> Self {
+        Self {
+            blocks_unsupported: None,
+            subgroups: None,
+            identity: identity.into(),
+            software,
+            matrix_units: None,
+        }
+    }
+}
+
 /// The rule of [`Backend::Auto`], one copy for every front end: wgpu on a hardware adapter that
 /// runs the block kernels, else the CPU, with why in words. A CPU adapter (lavapipe,
 /// SwiftShader) runs the same model many times slower than the CPU kernels (docs/performance.md,

@@ -32,13 +32,7 @@ fn a_card_tunes_once_and_later_loads_read_its_choices() {
     let model = Llama::from_gguf(&Gguf::parse(&bytes).unwrap(), &device, options).unwrap();
     let dir = std::env::temp_dir().join(format!("mars-tune-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let caps = |identity: &str, software| GpuCaps {
-        blocks_unsupported: None,
-        subgroups: None,
-        identity: identity.into(),
-        software,
-        matrix_units: None,
-    };
+    let caps = GpuCaps::plain;
 
     // A card's first load: every shape timed, the table written (its folder made).
     let card = caps("a test card (Vulkan) driver 1", false);

@@ -42,13 +42,7 @@ async fn a_gpu_tunes_itself_in_the_browser() {
             .map(|g| (g.shape, g.form))
             .collect::<Vec<_>>()
     };
-    let caps = |identity: &str, software| GpuCaps {
-        blocks_unsupported: None,
-        subgroups: None,
-        identity: identity.into(),
-        software,
-        matrix_units: None,
-    };
+    let caps = GpuCaps::plain;
     let card = caps("a test card (WebGPU, Chrome/1)", false);
     let mut table = Tuning::default();
     let timings = tune(&model, &card, (PASS_ROWS, 1.0), &mut table, true)
