@@ -19,8 +19,9 @@ program the compiling child runs through: the DRM shim's loader).
 Prints one line a module: the loop's ALU (RADV: VALU) and all instructions a weight and row,
 conversions and loads a weight and row, the loads' widths, registers, scratch (spills), the
 whole shader's instruction count; NAK adds its static cycle count of the loop (the issue
-delays it schedules, one warp alone) a weight and row, and the warps an H200 multiprocessor
-could hold at those registers (warps_an_sm).
+delays it schedules, one warp alone) a weight and row, the times a pass of it stops on its own
+loads (load_waits) with the weights a lane takes between stops, and the warps an H200
+multiprocessor could hold at those registers (warps_an_sm).
 """
 
 from __future__ import annotations
@@ -393,6 +394,33 @@ def delay(ins: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def load_waits(path: list[str]) -> int:
+    """The trips to memory a warp makes one after another in one pass of a loop's hot path: a
+    wait (`wt=`, a mask of scoreboards, 0 rightmost) on a scoreboard that a global load set
+    (`wr:N`) is a trip of its own where that load was issued after the warp's last such trip
+    began; loads issued before it were in flight during it and cost no further trip. So a pass
+    of n trips keeps a lane's loads in flight in n rounds, each ~0.5-1 µs on HBM that only
+    other warps hide. Counted on the path's second lap, so that a load issued at the end of one
+    pass and waited on in the next (a prefetch) counts where it is waited on. NAK's schedule,
+    not NVIDIA's compiler's."""
+    pending: dict[int, int] = {}  # scoreboard -> the latest trip count a load on it saw
+    trips = 0
+    counted = 0
+    for lap in (0, 1):
+        for ins in path:
+            m = re.search(r"wt=([01]+)", ins)
+            if m:
+                mask = {k for k, b in enumerate(reversed(m.group(1))) if b == "1"}
+                hit = [pending.pop(k) for k in mask if k in pending]
+                if hit and max(hit) == trips:
+                    trips += 1
+                    counted += lap
+            m = re.search(r"\bwr:(\d)", ins)
+            if m and nak_kind(ins) == "load":
+                pending[int(m.group(1))] = trips
+    return counted
+
+
 # NAK's print of a loop whose latch the compiler placed after the kernel's end (as it does for
 # mars's mat-vec loops): header 0, a uniform branch (1: the hot side, 2: the cold one), a join 3
 # that leaves for the epilogue 4 (outside the loop) or goes on to the latch 5.
@@ -402,9 +430,10 @@ block.u 0 L1 [5] -> {
     @!p0 bra pT L3 // delay=1
 } -> [1, 2]
 block 1 L2 [0] -> {
-    r2 = ld.global.a64.constant.b128 [r4..6+rZ], pT // delay=1
-    r3 = idp4.i8.i8 r2 r3 rZ // delay=4
-    r3 = idp4.i8.i8 r2 r3 rZ // delay=4
+    r2 = ld.global.a64.constant.b128 [r4..6+rZ], pT // delay=1 wr:0
+    r5 = i2f.f32.u32.re r7 // delay=1 wr:1
+    r3 = idp4.i8.i8 r2 r3 rZ // delay=4 wt=000001
+    r3 = idp4.i8.i8 r2 r3 rZ // delay=4 wt=000010
     bra pT L4 // delay=1
 } -> [3]
 block 2 L3 [0] -> {
@@ -460,6 +489,7 @@ def self_test() -> None:
         "iadd3",
         "bra",
         "ld.global.a64.constant.b128",
+        "i2f.f32.u32.re",
         "idp4.i8.i8",
         "idp4.i8.i8",
         "bra",
@@ -467,7 +497,17 @@ def self_test() -> None:
         "bra",
         "bra",
     ], ops
-    assert sum(delay(i) for i in nak[0]) == 28, nak[0]
+    assert sum(delay(i) for i in nak[0]) == 29, nak[0]
+    # One stop on the load a pass; the wait on the conversion's scoreboard is not a load's.
+    assert load_waits(nak[0]) == 1, nak[0]
+    # A prefetch: the load at a pass's end, waited on at the next pass's start (once a pass),
+    # and two loads on one scoreboard waited on together (one stop).
+    prefetch = [
+        "r3 = idp4.i8.i8 r2 r3 rZ // delay=4 wt=000001",
+        "r2 = ld.global.a64.constant.b128 [r4..6+rZ], pT // delay=1 wr:0",
+        "r8 = ld.global.a64.constant.b128 [r4..6+rZ+0x10], pT // delay=1 wr:0",
+    ]
+    assert load_waits(prefetch) == 1, prefetch
     radv = inner_loops(disassembly(SELF_TEST_RADV))
     assert len(radv) == 1, radv
     assert [i.split()[0] for i in radv[0]] == [
@@ -503,10 +543,11 @@ def main() -> None:
     if nak:
         print(
             "| kernel | loop: ALU / weight·row | of them conversions | all / weight·row"
-            " | static cycles / weight·row | loads / weight·row | loads | GPRs"
+            " | static cycles / weight·row | loads / weight·row | loads"
+            " | stops on loads a pass (a lane's weights a stop) | GPRs"
             " | warps an SM (H200) | spills | shader instructions |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     else:
         print(
             "| kernel | loop: VALU / weight·row | of them conversions | all / weight·row"
@@ -557,11 +598,13 @@ def main() -> None:
             )
             gprs = stats.get("Number of GPRs", "?")
             warps = warps_an_sm(int(gprs)) if gprs.isdigit() else "?"
+            stops = load_waits(main_loop)
+            per_stop = f"{int(per_pass) / stops:.0f}" if stops else "-"
             print(
                 f"| {name} | {c['alu'] / w:.2f} | {cvt / w:.2f} | {len(main_loop) / w:.2f}"
                 f" | {cycles / w:.2f} | {c['load'] / w:.3f}"
                 f" | {' '.join(f'{k}×{v}' for k, v in sorted(widths.items()))}"
-                f" | {gprs} | {warps} | {spills}"
+                f" | {stops} ({per_stop}) | {gprs} | {warps} | {spills}"
                 f" | {stats.get('Instruction count', '?')} |"
             )
             continue
