@@ -361,12 +361,31 @@ fn reader(ty: GpuType, b: usize, wide: bool) -> String {
     };
     let mut text = format!("{READER}\n{decoder}{extra}")
         .replace("{{block_at}}", &block_at(ty))
-        .replace("{{word_at}}", word_reads(wide))
-        .replace("w[", &format!("w{b}["));
+        .replace("{{word_at}}", word_reads(wide));
+    text = binding_renamed(&text, b);
     for f in READER_FNS {
         text = text.replace(&format!("{f}("), &format!("{f}_{b}("));
     }
     text
+}
+
+/// `text` with every index into the weight binding `w` (`w[`, not the end of a longer name such
+/// as `raw[`) made an index into binding `w{b}`.
+fn binding_renamed(text: &str, b: usize) -> String {
+    let renamed = format!("w{b}[");
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut rest = text;
+    while let Some(at) = rest.find("w[") {
+        let ident = rest[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_');
+        out.push_str(&rest[..at]);
+        out.push_str(if ident { "w[" } else { &renamed });
+        rest = &rest[at + 2..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// common.wgsl with one reader per weight binding, binding b reading `types[b]` (through vec4
@@ -3035,6 +3054,14 @@ fn u32_bytes(values: &[u32]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_weight_binding_is_renamed() {
+        assert_eq!(
+            binding_renamed("w[i] + raw[i] + f(w[j]) + w_k[0]", 2),
+            "w2[i] + raw[i] + f(w2[j]) + w_k[0]"
+        );
+    }
 
     #[test]
     fn kernels_compile_without_loop_bounding() {
