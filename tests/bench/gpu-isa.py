@@ -19,9 +19,10 @@ program the compiling child runs through: the DRM shim's loader).
 Prints one line a module: the loop's ALU (RADV: VALU) and all instructions a weight and row,
 conversions and loads a weight and row, the loads' widths, registers, scratch (spills), the
 whole shader's instruction count; NAK adds its static cycle count of the loop (the issue
-delays it schedules, one warp alone) a weight and row, the times a pass of it stops on its own
-loads (load_waits) with the weights a lane takes between stops, and the warps an H200
-multiprocessor could hold at those registers (warps_an_sm).
+delays it schedules, one warp alone) a weight and row, a pass's trips to memory one after
+another (memory_trips) with the weights a lane takes a trip, the warps an H200 multiprocessor
+could hold at those registers (warps_an_sm), and the weights those warps keep in flight (warps
+× a lane's weights a trip: memory-level parallelism under NAK's schedule).
 """
 
 from __future__ import annotations
@@ -394,7 +395,7 @@ def delay(ins: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def load_waits(path: list[str]) -> int:
+def memory_trips(path: list[str]) -> int:
     """The trips to memory a warp makes one after another in one pass of a loop's hot path: a
     wait (`wt=`, a mask of scoreboards, 0 rightmost) on a scoreboard that a global load set
     (`wr:N`) is a trip of its own where that load was issued after the warp's last such trip
@@ -498,16 +499,17 @@ def self_test() -> None:
         "bra",
     ], ops
     assert sum(delay(i) for i in nak[0]) == 29, nak[0]
-    # One stop on the load a pass; the wait on the conversion's scoreboard is not a load's.
-    assert load_waits(nak[0]) == 1, nak[0]
-    # A prefetch: the load at a pass's end, waited on at the next pass's start (once a pass),
-    # and two loads on one scoreboard waited on together (one stop).
-    prefetch = [
-        "r3 = idp4.i8.i8 r2 r3 rZ // delay=4 wt=000001",
-        "r2 = ld.global.a64.constant.b128 [r4..6+rZ], pT // delay=1 wr:0",
-        "r8 = ld.global.a64.constant.b128 [r4..6+rZ+0x10], pT // delay=1 wr:0",
-    ]
-    assert load_waits(prefetch) == 1, prefetch
+    # One trip a pass; the wait on the conversion's scoreboard is not a load's.
+    assert memory_trips(nak[0]) == 1, nak[0]
+    # A prefetch: the loads at a pass's end, waited on at the next pass's start (once a pass),
+    # two on one scoreboard waited on together (one trip).
+    ld = "r2 = ld.global.a64.constant.b128 [r4..6+rZ], pT // delay=1 wr:"
+    use = "r3 = idp4.i8.i8 r2 r3 rZ // delay=4 wt="
+    assert memory_trips([use + "000001", ld + "0", ld + "0"]) == 1
+    # Two loads issued together, then waited on one after the other: the second arrived
+    # during the first's wait, one trip; each load issued after the other's wait: two.
+    assert memory_trips([ld + "0", ld + "1", use + "000001", use + "000010"]) == 1
+    assert memory_trips([ld + "0", use + "000001", ld + "1", use + "000010"]) == 2
     radv = inner_loops(disassembly(SELF_TEST_RADV))
     assert len(radv) == 1, radv
     assert [i.split()[0] for i in radv[0]] == [
@@ -544,10 +546,10 @@ def main() -> None:
         print(
             "| kernel | loop: ALU / weight·row | of them conversions | all / weight·row"
             " | static cycles / weight·row | loads / weight·row | loads"
-            " | stops on loads a pass (a lane's weights a stop) | GPRs"
-            " | warps an SM (H200) | spills | shader instructions |"
+            " | trips to memory a pass (a lane's weights a trip) | GPRs"
+            " | warps an SM (H200) | weights in flight an SM | spills | shader instructions |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     else:
         print(
             "| kernel | loop: VALU / weight·row | of them conversions | all / weight·row"
@@ -598,13 +600,14 @@ def main() -> None:
             )
             gprs = stats.get("Number of GPRs", "?")
             warps = warps_an_sm(int(gprs)) if gprs.isdigit() else "?"
-            stops = load_waits(main_loop)
-            per_stop = f"{int(per_pass) / stops:.0f}" if stops else "-"
+            trips = memory_trips(main_loop)
+            per_trip = int(per_pass) / trips if trips else 0.0
+            in_flight = f"{warps * per_trip:.0f}" if trips and warps != "?" else "-"
             print(
                 f"| {name} | {c['alu'] / w:.2f} | {cvt / w:.2f} | {len(main_loop) / w:.2f}"
                 f" | {cycles / w:.2f} | {c['load'] / w:.3f}"
                 f" | {' '.join(f'{k}×{v}' for k, v in sorted(widths.items()))}"
-                f" | {stops} ({per_stop}) | {gprs} | {warps} | {spills}"
+                f" | {trips} ({per_trip:.0f}) | {gprs} | {warps} | {in_flight} | {spills}"
                 f" | {stats.get('Instruction count', '?')} |"
             )
             continue
