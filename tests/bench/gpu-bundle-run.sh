@@ -222,11 +222,14 @@ stage() {
       # attention: two launches a layer fewer); and, second and third, the rule and wide 8-bit
       # teams on a device without the driver's bounds checks (MARS_GPU_ROBUST=off: wgpu's
       # robustBufferAccess2 splits each 16-byte load into four checked ones in Mesa's NVIDIA
-      # compiler, and llama.cpp runs its mat-vec pipelines without robustness)
-      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule unrobust wide-q8-unrobust wide wide-q8 tuned q8 lanes bounded folds-apart no-tiles unsplit units units-unsplit; do
+      # compiler, and llama.cpp runs its mat-vec pipelines without robustness); and, fourth,
+      # target-only decoding reading back every token before its next pass
+      # (MARS_TOKENS_A_READ=1; the rule chains four passes on the device before a read)
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule unrobust wide-q8-unrobust read-each wide wide-q8 tuned q8 lanes bounded folds-apart no-tiles unsplit units units-unsplit; do
         case $t in
           rule) e=MARS_TUNE=off ;; tuned) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
           unrobust) e="MARS_TUNE=off MARS_GPU_ROBUST=off" ;;
+          read-each) e="MARS_TUNE=off MARS_TOKENS_A_READ=1" ;;
           wide-q8-unrobust) e="MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8 MARS_GPU_ROBUST=off" ;;
           wide) e="MARS_TUNE=off MARS_GPU_TEAM=wide" ;;
           wide-q8) e="MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8" ;;

@@ -19,7 +19,8 @@ use std::error::Error;
 use std::sync::Arc;
 
 use mars_engine::{
-    AnyDrafter, Backend, CHAT_PROMPTS, DecodeConfig, Decoder, RunSettings, Target, WeightChoice,
+    AnyDrafter, Backend, CHAT_PROMPTS, DecodeConfig, Decoder, PLAIN_TOKENS_A_READ, RunSettings,
+    Target, WeightChoice,
 };
 use mars_formats::Gguf;
 use mars_model::Llama;
@@ -89,6 +90,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             max_tokens: tokens,
             seed,
             capacity: Some(ids.len() + tokens + 1),
+            tokens_a_read: PLAIN_TOKENS_A_READ,
         };
         let context = pollster::block_on(async {
             let tokenizer = Arc::clone(target.tokenizer());

@@ -34,7 +34,19 @@ pub struct DecodeConfig {
     pub seed: u64,
     /// KV-cache capacity; `None` = the target's context length.
     pub capacity: Option<usize>,
+    /// Target-only decoding where the target keeps row summaries chained on its device (a GPU,
+    /// greedy or sampled without top-k / top-p): passes enqueued, each fed the token the pass
+    /// before drew there, before one read — a wait for the device every this many tokens, not
+    /// every token ([`PLAIN_TOKENS_A_READ`]; 1 reads each token before the next pass).
+    pub tokens_a_read: usize,
 }
+
+/// Target-only decoding's tokens a read on a GPU ([`DecodeConfig::tokens_a_read`]): a read is a
+/// wait for the device and a gap in its queue (the read's round trip, the host's work on the
+/// token, the next pass's first launches recorded before they are submitted), paid once for
+/// four tokens; tokens then reach a stream four at a time, and a stop token wastes at most
+/// three passes.
+pub const PLAIN_TOKENS_A_READ: usize = 4;
 
 /// How a token came to be emitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -83,6 +95,9 @@ pub struct TreeNode {
 pub struct StepRecord {
     /// Draft tokens proposed (a tree's nodes).
     pub drafted: usize,
+    /// Target forward passes (one, but for target-only decoding that chains several passes on
+    /// a GPU before a read: [`DecodeConfig::tokens_a_read`]).
+    pub forwards: usize,
     /// Whether the draft was a branched tree (verified over siblings), not a chain.
     pub tree: bool,
     /// Draft tokens kept by the strict rule.
@@ -264,7 +279,7 @@ impl RunSummary {
     fn of_step(step: &StepRecord) -> Self {
         Self {
             tokens: step.tokens.len(),
-            target_forwards: 1,
+            target_forwards: step.forwards,
             drafted: step.drafted,
             accepted: step.accepted_exact + step.accepted_relaxed,
             relaxed: step.accepted_relaxed,
@@ -344,6 +359,8 @@ pub struct Decoder<D> {
     /// What the target's rows come back as ([`Readback`]: the one rule).
     readback: Readback,
     k: usize,
+    /// Target-only decoding's tokens a read where the target chains summaries (at least 1).
+    tokens_a_read: usize,
     max_tokens: usize,
     vocab: usize,
     rng: ChaCha8Rng,
@@ -407,6 +424,7 @@ impl<D: Drafter> Decoder<D> {
             target: target.clone(),
             cache,
             k: if drafter.is_some() { config.k } else { 0 },
+            tokens_a_read: config.tokens_a_read.max(1),
             totals: RunSummary {
                 prefill_ms,
                 ..RunSummary::empty(drafter.as_ref().map(Drafter::label))
@@ -456,6 +474,29 @@ impl<D: Drafter> Decoder<D> {
 
         let counted = mars_model::gpu_counts();
         let started = Instant::now();
+        let ahead = self.tokens_a_read.min(remaining).min(room);
+        if self.drafter.is_none()
+            && ahead > 1
+            && self.readback.over_chain() == Some(true)
+            && let Some((tokens, ledger)) = self.chained_tokens(ahead).await?
+        {
+            let record = StepRecord {
+                drafted: 0,
+                forwards: ahead,
+                tree: false,
+                accepted_exact: 0,
+                accepted_relaxed: 0,
+                correction: false,
+                tokens,
+                text: String::new(),
+                nodes: Vec::new(),
+                draft_ms: 0.0,
+                verify_ms: started.elapsed().as_secs_f64() * 1e3,
+                ledger,
+                gpu: GpuCost::default(),
+            };
+            return self.close_step(record, remaining, &counted);
+        }
         let mut draft = match (self.drafter.as_mut(), k) {
             (Some(d), 1..) => d.draft(&self.context, k, &mut self.draft_rng).await?,
             _ => Default::default(),
@@ -627,7 +668,34 @@ impl<D: Drafter> Decoder<D> {
         };
         tokens.push(self.record(&target_rows, next_row, next.token, next_kind, next.margin));
 
-        // Cut at a stop token and at the budget.
+        let record = StepRecord {
+            drafted: d,
+            forwards: 1,
+            tree: draft.parents.is_some() && d > 0,
+            accepted_exact: 0,
+            accepted_relaxed: 0,
+            correction: next.kind == NextKind::Correction && d > 0,
+            tokens,
+            text: String::new(),
+            nodes,
+            draft_ms,
+            verify_ms,
+            ledger,
+            gpu: GpuCost::default(),
+        };
+        self.close_step(record, remaining, &counted)
+    }
+
+    /// Closes a step: cuts its tokens at a stop token and at the budget (`remaining`), extends
+    /// the context, trims the caches to it, and sets the record's visible text, kept-draft
+    /// counts and GPU cost (since `counted`) before counting it into the run's totals.
+    fn close_step(
+        &mut self,
+        mut record: StepRecord,
+        remaining: usize,
+        counted: &mars_model::GpuCounts,
+    ) -> Result<Option<StepRecord>> {
+        let mut tokens = std::mem::take(&mut record.tokens);
         let mut stop = None;
         if let Some(i) = tokens.iter().position(|t| self.stop_ids.contains(&t.id)) {
             stop = Some(StopReason::Eos {
@@ -650,39 +718,22 @@ impl<D: Drafter> Decoder<D> {
         }
 
         // The visible text: a stop token ends the run but is not shown.
-        let mut text = String::new();
         for t in tokens.iter().filter(|t| !self.stop_ids.contains(&t.id)) {
             if let Some(piece) = self.text.push(t.id)? {
-                text.push_str(&piece);
+                record.text.push_str(&piece);
             }
         }
-        let accepted_relaxed = tokens
-            .iter()
-            .filter(|t| t.kind == TokenKind::Relaxed)
-            .count();
-        let accepted_exact = tokens.iter().filter(|t| t.kind == TokenKind::Exact).count();
-        let record = StepRecord {
-            drafted: d,
-            tree: draft.parents.is_some() && d > 0,
-            accepted_exact,
-            accepted_relaxed,
-            correction: next.kind == NextKind::Correction && d > 0,
-            tokens,
-            text,
-            nodes,
-            draft_ms,
-            verify_ms,
-            ledger,
-            gpu: GpuCost::between(&counted, &mars_model::gpu_counts()),
-        };
+        let kept = |kind| tokens.iter().filter(|t| t.kind == kind).count();
+        record.accepted_relaxed = kept(TokenKind::Relaxed);
+        record.accepted_exact = kept(TokenKind::Exact);
+        record.tokens = tokens;
+        record.gpu = GpuCost::between(counted, &mars_model::gpu_counts());
         self.totals.merge(&RunSummary::of_step(&record));
         if let Some(reason) = stop {
             self.stop = Some(reason);
             self.totals.stop = Some(reason);
             if let Some(rest) = self.text.finish()? {
-                let mut record = record;
                 record.text.push_str(&rest);
-                return Ok(Some(record));
             }
         }
         Ok(Some(record))
@@ -776,6 +827,65 @@ impl<D: Drafter> Decoder<D> {
             _ => None,
         };
         Ok((tokens, rows))
+    }
+
+    /// Target-only decoding's next `n` tokens with one read: `n` one-row passes enqueued, the
+    /// first fed the context's last token, each later one the token its predecessor's summary
+    /// gives on the device ([`mars_verify::RowSummary::token`]: greedy's argmax, a sampling
+    /// row's draw with the noise of the position it predicts), then the `n` summaries read at
+    /// once. Each row's token is the verifier's from that summary alone, as a step of one pass
+    /// takes it, so the tokens are one-read-a-token's. A row the verifier refuses (a NaN or
+    /// +inf) ends the tokens before it, and fails the run if it is the first: the next step
+    /// then meets the same row (the passes are deterministic and their rows independent of the
+    /// read), as a pass a token would. Returns the tokens (their rows' passes past the cache's
+    /// context − 1 are cut by the caller) and the verifier's ledger; `None` where the target
+    /// keeps no chain.
+    async fn chained_tokens(&mut self, n: usize) -> Result<Option<(Vec<TokenRecord>, Ledger)>> {
+        let Some(chain) = self.target.summary_chain(n)? else {
+            return Ok(None);
+        };
+        let keys = self.sample_keys();
+        let last = [self.context[self.context.len() - 1]];
+        for i in 0..n {
+            let link = ChainLink {
+                chain: &chain,
+                ids_from: i.saturating_sub(1),
+                ids: usize::from(i > 0),
+                summaries_at: i,
+            };
+            let host: &[u32] = if i == 0 { &last } else { &[] };
+            let logits = self.target.forward_linked(host, link, &mut self.cache, 1)?; // [1, vocab]
+            logits.summarize_into(&chain, keys.as_ref())?;
+        }
+        let summaries = chain.read().await?;
+        let mut tokens = Vec::with_capacity(n);
+        let mut ledger = Ledger::default();
+        for (i, s) in summaries.iter().take(n).enumerate() {
+            let verdict = match self.verifier.verify_summaries(
+                std::slice::from_ref(s),
+                self.vocab,
+                &[],
+                &mut self.rng,
+            ) {
+                Ok(v) => v,
+                Err(e) if i == 0 => return Err(e.into()),
+                Err(_) => break,
+            };
+            ledger.absorb(&verdict.ledger);
+            let next = verdict.next;
+            tokens.push(TokenRecord {
+                id: next.token,
+                kind: TokenKind::Target,
+                margin: next.margin,
+                nll: summary_nll(s, next.token),
+            });
+            // The next pass was fed this row's own token: a verifier that took another (never,
+            // where the summary holds the draw) ends the tokens here.
+            if next.token != s.token() {
+                break;
+            }
+        }
+        Ok(Some((tokens, ledger)))
     }
 
     /// What a GPU draws the step's rows with when it samples (`None` when greedy): each row's

@@ -25,8 +25,8 @@ mod settings;
 pub mod tune;
 
 pub use decoder::{
-    DecodeConfig, Decoder, GpuCost, Prefill, RunSummary, StepRecord, StopReason, TokenKind,
-    TokenRecord, TreeNode,
+    DecodeConfig, Decoder, GpuCost, PLAIN_TOKENS_A_READ, Prefill, RunSummary, StepRecord,
+    StopReason, TokenKind, TokenRecord, TreeNode,
 };
 pub use device::{Backend, GpuCaps, OpenDevice, WeightChoice, Weights, auto_choice, cores};
 pub use drafter::{

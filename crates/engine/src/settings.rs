@@ -19,7 +19,7 @@ use mars_formats::{LayerSpec, Message};
 use mars_verify::{Mode, Sampling, VerifyConfig};
 use serde::{Deserialize, Serialize};
 
-use crate::decoder::DecodeConfig;
+use crate::decoder::{DecodeConfig, PLAIN_TOKENS_A_READ};
 use crate::error::{EngineError, Result};
 
 /// The defaults of every front end: the CLI's flags and the page's initial field values both
@@ -630,8 +630,21 @@ impl RunSettings {
             max_tokens: self.max_tokens,
             seed: self.seed,
             capacity: Some(capacity),
+            tokens_a_read: tokens_a_read(),
         }
     }
+}
+
+/// Target-only decoding's tokens a read on a GPU: [`PLAIN_TOKENS_A_READ`], or the whole number
+/// of at least 1 in `MARS_TOKENS_A_READ` where it is set (natively: a measurement's knob, as the
+/// kernels' `MARS_GPU_*`, so the GPU bundle times one read a token beside the chained reads
+/// without a rebuild).
+fn tokens_a_read() -> usize {
+    std::env::var("MARS_TOKENS_A_READ")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(PLAIN_TOKENS_A_READ)
 }
 
 fn check_max_tokens(max_tokens: usize) -> Result<()> {

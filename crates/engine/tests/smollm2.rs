@@ -12,7 +12,10 @@
 
 use std::sync::Arc;
 
-use mars_engine::{AnyDrafter, DecodeConfig, ModelDrafter, NgramDrafter, StopReason, TokenKind};
+use mars_engine::{
+    AnyDrafter, DecodeConfig, ModelDrafter, NgramDrafter, PLAIN_TOKENS_A_READ, StopReason,
+    TokenKind,
+};
 use mars_formats::{ChatTemplate, Gguf, Message, Tokenizer};
 use mars_model::{Device, Llama, LoadOptions, WeightPath};
 use mars_verify::{Mode, Sampling, VerifyConfig};
@@ -57,6 +60,7 @@ fn strict_speculation_equals_target_only_exactly_on_wgpu_blocks() {
         kv: mars_model::KvType::default(),
     });
     check(&device, options, 0.0, true);
+    chained_target_only_equals_a_read_a_token(&device, options);
     one_read_a_step(&device, options);
     sampled_strict_equals_target_only(&device, options);
     top_k_rows_are_read_as_their_top_k(&device, options);
@@ -95,6 +99,7 @@ fn decode(
         max_tokens,
         seed,
         capacity: Some(256),
+        tokens_a_read: PLAIN_TOKENS_A_READ,
     };
     pollster::block_on(async {
         let mut dec = mars_engine::Decoder::new(model, tokenizer.clone(), drafter, &config, prompt)
@@ -132,7 +137,8 @@ fn sampled_strict_equals_target_only(device: &Device, options: LoadOptions) {
     };
     let (reference, steps) = run(None, 0, 3);
     for s in &steps {
-        assert_eq!((s.gpu.reads, s.gpu.read_bytes), (1, 40), "{:?}", s.gpu);
+        let forwards = s.forwards as u64;
+        assert_eq!((s.gpu.reads, s.gpu.read_bytes), (1, 40 * forwards), "{s:?}");
     }
     let (lookup, steps) = run(Some(AnyDrafter::Ngram(NgramDrafter::default())), 4, 3);
     assert_eq!(lookup, reference, "prompt lookup");
@@ -189,6 +195,110 @@ fn sampled_strict_equals_target_only(device: &Device, options: LoadOptions) {
         "{kept} drafts kept: the comparison would be vacuous"
     );
     assert_ne!(run(None, 0, 4).0, reference, "seed 4 drew seed 3's text");
+}
+
+/// Target-only decoding on the GPU chains its passes, each fed the token the pass before drew
+/// there, and reads once every [`PLAIN_TOKENS_A_READ`] tokens (40 bytes a pass): the same
+/// tokens, records and stop as a read a token, greedy and sampled, through a stop token, the
+/// budget and a full cache cut inside a chain, with the cache at the context − 1 after each
+/// step.
+#[cfg(feature = "wgpu")]
+fn chained_target_only_equals_a_read_a_token(device: &Device, options: LoadOptions) {
+    let Some(bytes) = models::bytes(models::SMOLLM2) else {
+        return;
+    };
+    let g = Gguf::parse(&bytes).unwrap();
+    let model = Llama::from_gguf(&g, device, options).unwrap();
+    let tokenizer = Arc::new(Tokenizer::from_gguf(&g).unwrap());
+    let template =
+        ChatTemplate::new(g.get_str("tokenizer.chat_template").unwrap(), "", "").unwrap();
+    let short = template
+        .render(
+            &[Message::new(
+                "user",
+                "Reply with one word: yes or no. Is the sky blue?",
+            )],
+            true,
+        )
+        .unwrap();
+    let short = tokenizer.encode(&short, false).unwrap();
+    let fox = tokenizer
+        .encode(
+            "The quick brown fox jumps over the lazy dog. The quick",
+            false,
+        )
+        .unwrap();
+    let run = |prompt: &[u32], sampling, max_tokens, room: Option<usize>, tokens_a_read| {
+        let config = DecodeConfig {
+            k: 0,
+            verify: VerifyConfig {
+                sampling,
+                mode: Mode::Strict,
+            },
+            max_tokens,
+            seed: 3,
+            capacity: room.map(|r| prompt.len() + r),
+            tokens_a_read,
+        };
+        pollster::block_on(async {
+            let mut dec = mars_engine::Decoder::<AnyDrafter>::new(
+                &model,
+                tokenizer.clone(),
+                None,
+                &config,
+                prompt,
+            )
+            .await
+            .unwrap();
+            let (mut records, mut steps) = (Vec::new(), Vec::new());
+            while let Some(step) = dec.step().await.unwrap() {
+                assert_eq!(dec.target_cache_len(), dec.context().len() - 1, "{step:?}");
+                assert!(step.tokens.len() <= step.forwards, "{step:?}");
+                assert!(step.forwards <= tokens_a_read, "{step:?}");
+                let forwards = step.forwards as u64;
+                assert_eq!((step.gpu.reads, step.gpu.read_bytes), (1, 40 * forwards));
+                records.extend(step.tokens.iter().copied());
+                steps.push(step.forwards);
+            }
+            let stop = dec.stop_reason().unwrap();
+            (dec.generated().to_vec(), stop, records, steps)
+        })
+    };
+    let sampled = Sampling::with_temperature(1.0);
+    // (prompt, sampling, budget, room in the cache past the prompt, the stop expected)
+    let cases = [
+        (&short, Sampling::GREEDY, 20, None, "eos"),
+        (&fox, sampled, 6, None, "budget"),
+        (&fox, Sampling::GREEDY, 64, Some(5), "context"),
+    ];
+    for (prompt, sampling, budget, room, expect) in cases {
+        let (ids, stop, records, steps) = run(prompt, sampling, budget, room, 1);
+        assert!(steps.iter().all(|&f| f == 1), "{steps:?}");
+        match (expect, stop) {
+            ("eos", StopReason::Eos { .. })
+            | ("budget", StopReason::Budget)
+            | ("context", StopReason::ContextLimit { .. }) => {}
+            _ => panic!("{expect}: stopped by {stop:?}"),
+        }
+        let chained = run(prompt, sampling, budget, room, PLAIN_TOKENS_A_READ);
+        assert_eq!(chained.0, ids, "{expect}, {sampling:?}");
+        assert_eq!(chained.1, stop, "{expect}");
+        assert_eq!(chained.2, records, "{expect}");
+        // Chained: a read every four passes, the last cut to the budget or the cache's room;
+        // a stop token's chain ran whole, the passes after it cut from the cache.
+        let passes: usize = chained.3.iter().sum();
+        assert_eq!(
+            chained.3.len(),
+            ids.len().div_ceil(PLAIN_TOKENS_A_READ),
+            "{expect}"
+        );
+        let whole = ids.len().div_ceil(PLAIN_TOKENS_A_READ) * PLAIN_TOKENS_A_READ;
+        assert_eq!(
+            passes,
+            if expect == "eos" { whole } else { ids.len() },
+            "{expect}"
+        );
+    }
 }
 
 /// With top-k, rows come back as their best k (`2k + 3` words a row) and −inf elsewhere: the
@@ -333,6 +443,7 @@ fn one_read_a_step(device: &Device, options: LoadOptions) {
         max_tokens: 12,
         seed: 0,
         capacity: Some(256),
+        tokens_a_read: PLAIN_TOKENS_A_READ,
     };
     pollster::block_on(async {
         let drafter = Some(AnyDrafter::Model(Box::new(drafter)));
@@ -412,6 +523,7 @@ fn check(device: &Device, options: LoadOptions, near_tie: f32, quick: bool) {
         max_tokens,
         seed: 0,
         capacity,
+        tokens_a_read: PLAIN_TOKENS_A_READ,
     };
 
     // (prompt, budget, capacity beyond the prompt, expected stop)

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use mars_engine::{
     AnyDrafter, DecodeConfig, Decoder, Draft, DraftShape, EngineError, Method, ModelDrafter,
-    NgramDrafter, RunSettings, StopReason, Target, TokenKind, check_same_tokenizer,
+    NgramDrafter, PLAIN_TOKENS_A_READ, RunSettings, StopReason, Target, TokenKind,
+    check_same_tokenizer,
 };
 use mars_formats::{Gguf, GgufWriter, Tokenizer, Value};
 use mars_model::tiny::tiny_gguf;
@@ -98,6 +99,7 @@ fn config(k: usize, sampling: Sampling, mode: Mode, max_tokens: usize, seed: u64
         max_tokens,
         seed,
         capacity: None,
+        tokens_a_read: PLAIN_TOKENS_A_READ,
     }
 }
 

@@ -7,7 +7,9 @@
 
 use std::sync::Arc;
 
-use mars_engine::{AnyDrafter, DecodeConfig, Decoder, Drafter, ModelDrafter, NgramDrafter};
+use mars_engine::{
+    AnyDrafter, DecodeConfig, Decoder, Drafter, ModelDrafter, NgramDrafter, PLAIN_TOKENS_A_READ,
+};
 use mars_formats::{Gguf, Tokenizer};
 use mars_model::tiny::{tiny_gguf, tiny_gguf_quantized};
 use mars_model::{KvType, Llama, LoadOptions, WeightPath};
@@ -132,12 +134,14 @@ async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
         max_tokens: 12,
         seed: 0,
         capacity: Some(64),
+        tokens_a_read: PLAIN_TOKENS_A_READ,
     };
     let mut target =
         Decoder::<AnyDrafter>::new(&model, tokenizer.clone(), None, &config(0), &prompt)
             .await
             .unwrap();
     target.run(|_| {}).await.unwrap();
+    a_read_a_token_gives(&target, &model, &tokenizer, &config(0), &prompt).await;
     let layer_skip = || {
         ModelDrafter::new(
             model.with_layers(&[0]).unwrap(),
@@ -203,6 +207,7 @@ async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
                 .await
                 .unwrap();
         target.run(|_| {}).await.unwrap();
+        a_read_a_token_gives(&target, &model, &tokenizer, &sampled(0), &prompt).await;
         let drafter = ModelDrafter::new(
             model.with_layers(&[0]).unwrap(),
             64,
@@ -222,6 +227,36 @@ async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
         }
         assert_eq!(spec.generated(), target.generated(), "a sampled chain");
         log(&format!("sampled chain: {kept} drafts kept"));
+    }
+}
+
+/// Target-only decoding reading back each token before its next pass gives the tokens of
+/// `chained`, the same run's (`config`) where the target chains its passes on the device (on
+/// the GPU blocks path: each pass fed the token the one before drew there, one read every
+/// [`PLAIN_TOKENS_A_READ`] tokens, which the steps' reads show).
+async fn a_read_a_token_gives(
+    chained: &Decoder<AnyDrafter>,
+    model: &Llama,
+    tokenizer: &Arc<Tokenizer>,
+    config: &DecodeConfig,
+    prompt: &[u32],
+) {
+    let each = DecodeConfig {
+        tokens_a_read: 1,
+        ..config.clone()
+    };
+    let mut dec = Decoder::<AnyDrafter>::new(model, tokenizer.clone(), None, &each, prompt)
+        .await
+        .unwrap();
+    dec.run(|_| {}).await.unwrap();
+    assert_eq!(dec.generated(), chained.generated());
+    let (reads, forwards) = (
+        chained.summary().gpu.reads,
+        chained.summary().target_forwards,
+    );
+    if matches!(model.weight_path(), WeightPath::GpuBlocks { .. }) {
+        assert_eq!(dec.summary().gpu.reads, dec.summary().tokens as u64);
+        assert_eq!(reads, forwards.div_ceil(PLAIN_TOKENS_A_READ) as u64);
     }
 }
 

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use mars_engine::{AnyDrafter, DecodeConfig, Decoder, ModelDrafter};
+use mars_engine::{AnyDrafter, DecodeConfig, Decoder, ModelDrafter, PLAIN_TOKENS_A_READ};
 use mars_formats::{Gguf, Tokenizer};
 use mars_model::tiny::tiny_gguf_quantized;
 use mars_model::{Device, KvCache, KvType, Llama, LoadOptions, WeightPath};
@@ -91,6 +91,7 @@ async fn a_cards_kernel_shapes_run_in_the_browser() {
         max_tokens: 12,
         seed: 0,
         capacity: Some(400),
+        tokens_a_read: PLAIN_TOKENS_A_READ,
     };
     let mut target = Decoder::<AnyDrafter>::new(&gpu, tokenizer.clone(), None, &config(0), &prompt)
         .await
