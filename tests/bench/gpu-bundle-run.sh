@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The runner each part of tests/bench/gpu-bundle.sh carries: `add` copies the part it sits in to
 # $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
-#   usage: bash PART/run.sh add | drop | tests | launch | stream | stream-unrobust | tune | peers | price | teams | long | spec | profile | submits | all | lease …
+#   usage: bash PART/run.sh add | drop | tests | launch | stream | stream-unrobust | tune | peers | price | reads | teams | long | spec | profile | submits | all | lease …
 #   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order),
 #          TEAM_MODELS (the teams stage's), PROFILE_MODELS (the profile stage's; all three default to every
 #          model, smallest first),
@@ -105,14 +105,15 @@ named() { # the models whose names hold any of these (e.g. 0.5B 7B), smallest fi
 # tests, launch, stream, stream-unrobust, tune, long, submits (the stages of those names, one
 # round), peers-first
 # (mars beside llama.cpp on the 0.5B and the 7B shape: the principal gap, and the draft and target
-# that price speculation), price, teams (every kernel form on the 7B shape), peers-rest (the
+# that price speculation), price, reads (target-only decoding a read a token against four a read, on the
+# 0.5B), teams (every kernel form on the 7B shape), peers-rest (the
 # 1.5B, 14B, 32B and, where unpacked, 72B shapes), profile (the 7B's per-kernel split beside
 # llama.cpp's per-op log), peers-72b (the 7B, 14B and 32B shapes dropped for good first, so
 # that the 72B's fits the folder: last). A second call takes the rest, e.g.
 # LEASE_STEPS="peers-rest price stream stream-unrobust profile tune long peers-72b".
 lease() {
   local start=$SECONDS budget=${LEASE_S:-480} final=$out step least cap left env s drop
-  local steps=${LEASE_STEPS:-tests launch peers-first price teams peers-rest price stream stream-unrobust profile tune long}
+  local steps=${LEASE_STEPS:-tests launch peers-first price reads teams peers-rest price stream stream-unrobust profile tune long}
   export MARS_TUNE_CACHE=$final/tune.tsv
   mkdir -p "$work/out-lease"
   {
@@ -127,6 +128,7 @@ lease() {
         tune) cap=300 ;;
         long) least=120 ;;
         price) least=5 cap=30 ;;
+        reads) least=20 cap=60 env=(READ_MODELS="$(named 0.5B)") ;;
         peers-first) s=peers least=90 cap=200 env=(PEER_MODELS="$(named 0.5B 7B)") ;;
         peers-rest) s=peers least=90 env=(PEER_MODELS="$(named 1.5B 14B 32B 72B)") ;;
         peers-72b) # after the time check: the 7B, 14B and 32B dropped so that the 72B unpacks
@@ -206,6 +208,19 @@ stage() {
         GGML_VK_PERF_LOGGER=1 tmo 120 "$LLAMA_VK_BIN/llama-bench" -m "$m" -ngl 99 -p 0 -n 8 \
           -r 1 2>&1 >/dev/null | awk '/^Vulkan Timings:/ { b = "" } { b = b $0 "\n" } END { printf "%s", b }'
       done | tee "$out/profile.md" ;;
+    reads) # target-only decoding reading back every token before its next pass against the
+      # rule's chain of four passes a read (MARS_TOKENS_A_READ), alternating, on the 0.5B
+      # (where a read's gap is the largest share of a token)
+      for m in ${READ_MODELS:-$(models)}; do for r in 1 2; do for t in 1 4; do
+        MARS_TOKENS_A_READ=$t tmo 60 "$MARS_BIN" speed --model "$m" --device wgpu \
+          --prompt-tokens 16 --decode-tokens 128 2>/dev/null | python3 -c "
+import json, sys
+try:
+    d = json.load(sys.stdin)
+except ValueError:
+    sys.exit(print('$r', '$(basename "$m")', '$t tokens a read: no result, the run failed or timed out'))
+print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_second'], 1), 'tok/s')"
+      done; done; done | tee "$out/reads.txt" ;;
     teams) # a whole decode, passes of 5 and 16 rows and a 128-token prefill in each matmul form,
       # alternating for ROUNDS rounds: the shapes' rules (no tuning table), the table's forms
       # (tuned: the tune stage's, or timed at this first load), lane teams on every group
