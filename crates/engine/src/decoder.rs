@@ -846,17 +846,8 @@ impl<D: Drafter> Decoder<D> {
         };
         let keys = self.sample_keys();
         let last = [self.context[self.context.len() - 1]];
-        for i in 0..n {
-            let link = ChainLink {
-                chain: &chain,
-                ids_from: i.saturating_sub(1),
-                ids: usize::from(i > 0),
-                summaries_at: i,
-            };
-            let host: &[u32] = if i == 0 { &last } else { &[] };
-            let logits = self.target.forward_linked(host, link, &mut self.cache, 1)?; // [1, vocab]
-            logits.summarize_into(&chain, keys.as_ref())?;
-        }
+        self.target
+            .forward_chained(&last, n, &chain, &mut self.cache, keys.as_ref())?;
         let summaries = chain.read().await?;
         let mut tokens = Vec::with_capacity(n);
         let mut ledger = Ledger::default();

@@ -9,7 +9,7 @@
 //!   current suffix; deterministic (one-hot q), no model at all.
 
 use mars_formats::Tokenizer;
-use mars_model::{ChainLink, KvCache, Llama, Logits, SummaryChain};
+use mars_model::{KvCache, Llama, Logits, SummaryChain};
 use mars_verify::{SampleKeys, Sampler, Sampling};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -274,17 +274,8 @@ impl ModelDrafter {
         chain: SummaryChain,
         sample: Option<SampleKeys>,
     ) -> Result<Draft> {
-        for i in 0..k {
-            let link = ChainLink {
-                chain: &chain,
-                ids_from: i.saturating_sub(1),
-                ids: usize::from(i > 0),
-                summaries_at: i,
-            };
-            let host = if i == 0 { feed } else { &[] };
-            let last = self.model.forward_linked(host, link, &mut self.cache, 1)?; // [1, vocab]
-            last.summarize_into(&chain, sample.as_ref())?;
-        }
+        self.model
+            .forward_chained(feed, k, &chain, &mut self.cache, sample.as_ref())?;
         Ok(Draft {
             chained: Some(ChainedDraft { chain, tokens: k }),
             ..Draft::default()

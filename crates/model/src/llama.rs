@@ -10,7 +10,7 @@ use crate::cpu::CpuModel;
 use crate::error::{ModelError, Result};
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
 use crate::gpu::GpuModel;
-use crate::logits::{ChainLink, Logits, SummaryChain};
+use crate::logits::{ChainLink, Logits, SampleKeys, SummaryChain};
 use crate::path::WeightPath;
 use crate::reference::ReferenceModel;
 use burn::tensor::Device;
@@ -280,6 +280,37 @@ impl Llama {
             Body::Gpu(m) => Ok(Some(SummaryChain::gpu(m.chain(rows)?))),
             _ => Ok(None),
         }
+    }
+
+    /// `passes` one-row forwards chained on the device with nothing read: the first over
+    /// `feed`, each later one over the token ([`RowSummary::token`](crate::RowSummary::token):
+    /// the best id, or the draw with `sample`'s noise for the position it predicts) of the row
+    /// the pass before summarised, the summaries going to chain rows `0..passes`. A draft
+    /// model's chain of drafts and target-only decoding's tokens a read; one
+    /// [`SummaryChain::read`] then returns them. The GPU path only.
+    ///
+    /// # Errors
+    /// As [`Llama::forward_linked`] and [`Logits::summarize_into`].
+    pub fn forward_chained(
+        &self,
+        feed: &[u32],
+        passes: usize,
+        chain: &SummaryChain,
+        cache: &mut KvCache,
+        sample: Option<&SampleKeys>,
+    ) -> Result<()> {
+        for i in 0..passes {
+            let link = ChainLink {
+                chain,
+                ids_from: i.saturating_sub(1),
+                ids: usize::from(i > 0),
+                summaries_at: i,
+            };
+            let host = if i == 0 { feed } else { &[] };
+            let last = self.forward_linked(host, link, cache, 1)?; // [1, vocab]
+            last.summarize_into(chain, sample)?;
+        }
+        Ok(())
     }
 
     /// As [`Llama::forward`] over `tokens` followed by `link.ids` tokens the GPU chose: the
