@@ -934,13 +934,14 @@ function showSummary(stopped) {
   $("#copy-summary").disabled = false;
 }
 
-// What a step cost the GPU, counted by the kernels (the GPU path only): launches, reads back
-// (each a wait for the GPU) and bytes read back, per step.
+// What a target pass cost the GPU, counted by the kernels (the GPU path only): launches, reads
+// back (each a wait for the GPU) and bytes read back, per target pass (a speculative step is one;
+// plain decoding chains four before a read).
 function gpuCost(st) {
   const g = st.gpu;
-  const steps = Math.max(st.target_forwards, 1);
+  const passes = Math.max(st.target_forwards, 1);
   if (!g || !g.launches) return "";
-  return `; per step ${Math.round(g.launches / steps)} GPU launches, ${(g.reads / steps).toFixed(2)} reads of ${Math.round(g.read_bytes / Math.max(g.reads, 1))} B`;
+  return `; per target pass ${Math.round(g.launches / passes)} GPU launches, ${(g.reads / passes).toFixed(2)} reads of ${Math.round(g.read_bytes / Math.max(g.reads, 1))} B`;
 }
 
 async function copy(text, what) {
