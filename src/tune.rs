@@ -66,14 +66,24 @@ pub fn run_tune(args: &TuneArgs) -> Result<()> {
     println!("| group | shape | groups | form | ms, 1 row | ms, {rows} rows | {rows} rows / 1 | |");
     println!("|---|---|---|---|---|---|---|---|");
     for t in &timings {
-        let best = t.best().map(|b| b.form);
+        let one = t.best_one_row().map(|b| b.form);
+        let pass = t.best_pass().map(|b| b.form);
+        let rule = (t.shape.form.one_row(), t.shape.form.pass_form());
         for f in &t.times {
-            let mark = match (Some(f.form) == best, f.form == t.shape.form) {
-                (true, true) => "chosen (the rule's too)",
-                (true, false) => "chosen",
-                (false, true) => "the rule's",
-                (false, false) => "",
-            };
+            // Which the tuning chose, and the rule's, for one-row steps and for passes.
+            let mut marks = Vec::new();
+            for (chosen, rule, what) in [
+                (Some(f.form) == one, f.form.one_row() == rule.0, "one row"),
+                (Some(f.form) == pass, f.form.one_row() == rule.1, "passes"),
+            ] {
+                match (chosen, rule) {
+                    (true, true) => marks.push(format!("chosen for {what} (the rule's too)")),
+                    (true, false) => marks.push(format!("chosen for {what}")),
+                    (false, true) => marks.push(format!("the rule's for {what}")),
+                    (false, false) => {}
+                }
+            }
+            let mark = marks.join("; ");
             if !f.agrees {
                 println!(
                     "| {} | {} | {} | {} | - | - | - | outputs disagree with the rule's: not timed |",
@@ -124,16 +134,25 @@ pub fn run_tune(args: &TuneArgs) -> Result<()> {
     }
     // What a forward's products take in the rule's forms and in the chosen ones (each shape's
     // time by its count of groups; norms, attention and launches between them aside).
-    let sum = |pick: &dyn Fn(&mars_model::GroupTiming) -> Option<mars_model::FormTime>| {
-        timings.iter().fold((0.0, 0.0), |(a, b), t| {
-            pick(t).map_or((a, b), |f| {
+    // Each timing's one-row cost from `one`'s form and pass cost from `pass`'s.
+    let sum =
+        |one: &dyn Fn(&mars_model::GroupTiming) -> Option<mars_model::FormTime>,
+         pass: &dyn Fn(&mars_model::GroupTiming) -> Option<mars_model::FormTime>| {
+            timings.iter().fold((0.0, 0.0), |(a, b), t| {
                 let n = t.shape.groups as f64;
-                (a + n * f.one_row_ms, b + n * f.pass_ms)
+                (
+                    a + one(t).map_or(0.0, |f| n * f.one_row_ms),
+                    b + pass(t).map_or(0.0, |f| n * f.pass_ms),
+                )
             })
-        })
+        };
+    let find = |t: &mars_model::GroupTiming, m: mars_model::MatVec| {
+        t.times.iter().copied().find(|f| f.form.one_row() == m)
     };
-    let rule = sum(&|t| t.times.iter().copied().find(|f| f.form == t.shape.form));
-    let chosen = sum(&|t| t.best());
+    let rule = sum(&|t| find(t, t.shape.form.one_row()), &|t| {
+        find(t, t.shape.form.pass_form())
+    });
+    let chosen = sum(&|t| t.best_one_row(), &|t| t.best_pass());
     println!(
         "products of a forward, ms (1 row / {rows} rows): the rule's forms {:.3} / {:.3}, \
          the chosen {:.3} / {:.3}",

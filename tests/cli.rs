@@ -1083,7 +1083,7 @@ fn tune_times_every_form_and_records_the_fastest() {
         let forms: Vec<&str> = prefill
             .iter()
             .filter(|r| r[0] == format!("| {role}"))
-            .map(|r| r[2].rsplit('/').next().unwrap())
+            .map(|r| r[2].split(';').next().unwrap().rsplit('/').next().unwrap())
             .collect();
         let want: &[&str] = if role == "head" {
             &[]
@@ -1095,21 +1095,27 @@ fn tune_times_every_form_and_records_the_fastest() {
     let recorded = mars_model::Tuning::parse(&std::fs::read_to_string(&table).unwrap()).unwrap();
     assert_eq!(recorded.len(), 5);
     // Each shape's chosen form is the one the table holds: the chosen prefill form (in the
-    // chosen team and fan), the head's chosen team and fan.
+    // chosen mat-vec forms), the head's chosen one-row form with its chosen pass form.
     let adapter = stdout
         .lines()
         .next()
         .unwrap()
         .trim_start_matches("adapter: ");
     for shape in &shapes {
-        let chosen = |rows: &[Vec<&str>], form: usize, mark: usize| {
+        let chosen = |rows: &[Vec<&str>], form: usize, mark: &str| {
             rows.iter()
-                .find(|r| r[1] == *shape && r[mark].starts_with("chosen"))
+                .find(|r| r[1] == *shape && r.last().unwrap().contains(mark))
                 .map(|r| r[form].to_string())
         };
-        let want = chosen(&prefill, 2, 4)
-            .or_else(|| chosen(&rows, 3, 7))
-            .unwrap();
+        let want = chosen(&prefill, 2, "chosen").unwrap_or_else(|| {
+            let form = |mark| mars_model::Form::parse(&chosen(&rows, 3, mark).unwrap()).unwrap();
+            let (one, pass) = (form("chosen for one row"), form("chosen for passes"));
+            mars_model::Form {
+                pass: Some(pass.one_row()),
+                ..one
+            }
+            .name()
+        });
         assert_eq!(
             recorded.get(adapter, shape).unwrap().form.name(),
             want,

@@ -109,11 +109,12 @@ named() { # the models whose names hold any of these (e.g. 0.5B 7B), smallest fi
 # 0.5B), teams (every kernel form on the 7B shape), peers-rest (the
 # 1.5B, 14B, 32B and, where unpacked, 72B shapes), profile (the 7B's per-kernel split beside
 # llama.cpp's per-op log), peers-72b (the 7B, 14B and 32B shapes dropped for good first, so
-# that the 72B's fits the folder: last). A second call takes the rest, e.g.
-# LEASE_STEPS="peers-rest price stream stream-unrobust profile tune long peers-72b".
+# that the 72B's fits the folder: last). The kernel tests go after the figures: on the H200
+# they took 200 s of a 470 s call (2026-12-04). A second call takes the rest, e.g.
+# LEASE_STEPS="peers-rest price tests profile stream tune long peers-72b".
 lease() {
   local start=$SECONDS budget=${LEASE_S:-480} final=$out step least cap left env s drop
-  local steps=${LEASE_STEPS:-tests launch peers-first price reads teams peers-rest price stream stream-unrobust profile tune long}
+  local steps=${LEASE_STEPS:-peers-first price teams peers-rest price tests profile stream tune long launch}
   export MARS_TUNE_CACHE=$final/tune.tsv
   mkdir -p "$work/out-lease"
   {
@@ -129,11 +130,11 @@ lease() {
         long) least=120 ;;
         price) least=5 cap=30 ;;
         reads) least=20 cap=60 env=(READ_MODELS="$(named 0.5B)") ;;
-        peers-first) s=peers least=90 cap=200 env=(PEER_MODELS="$(named 0.5B 7B)") ;;
+        peers-first) s=peers least=90 cap=300 env=(PEER_MODELS="$(named 0.5B 7B)") ;;
         peers-rest) s=peers least=90 env=(PEER_MODELS="$(named 1.5B 14B 32B 72B)") ;;
         peers-72b) # after the time check: the 7B, 14B and 32B dropped so that the 72B unpacks
           s=peers least=120 drop=1 env=(PEER_MODELS="$(compgen -G "$in/*72B*")") ;;
-        teams) least=120 cap=300 env=(TEAM_MODELS="$(named 7B)") ;;
+        teams) least=120 cap=240 env=(TEAM_MODELS="$(named 7B)") ;;
         profile) least=40 cap=150 env=(PROFILE_MODELS="$(named 7B)") ;;
         *) echo "unknown lease step $step"; continue ;;
       esac
@@ -222,10 +223,12 @@ except ValueError:
 print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_second'], 1), 'tok/s')"
       done; done; done | tee "$out/reads.txt" ;;
     teams) # a whole decode, passes of 5 and 16 rows and a 128-token prefill in each matmul form,
-      # alternating for ROUNDS rounds: the shapes' rules (no tuning table), the table's forms
+      # alternating for ROUNDS rounds: the shapes' rules (no tuning table: on a card one-row
+      # steps in wide f32 teams, passes in wide 8-bit ones where the types allow), the same
+      # with passes in the one-row form (MARS_GPU_PASS=same), the table's forms
       # (tuned: the tune stage's, or timed at this first load), lane teams on every group
-      # (MARS_GPU_TEAM=lanes), wide teams (16 bytes a load) on every Q4_K group with f32 and
-      # with 8-bit activations (MARS_GPU_TEAM=wide, MARS_GPU_ACTS=q8), the prefill in the
+      # (MARS_GPU_TEAM=lanes), wide teams on 8-bit activations for every row count
+      # (MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8), the prefill in the
       # mat-vec form instead of tiles
       # (MARS_GPU_TILES=off), its tiles on the matrix units (MARS_GPU_TILES=units), both kinds
       # of tiles unsplit along the inputs (MARS_GPU_TILE_SPLIT=off; the rule splits launches
@@ -234,19 +237,17 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
       # and every loop bounded as wgpu bounds them in CubeCL's checked mode (MARS_GPU_LOOP_BOUND=on)
       # and the norms before q|k|v and gate|up and RoPE in launches of their own
       # (MARS_GPU_NORM=apart MARS_GPU_ROPE=apart; a card folds them into the products and
-      # attention: two launches a layer fewer); and, second and third, the rule and wide 8-bit
-      # teams on a device without the driver's bounds checks (MARS_GPU_ROBUST=off: wgpu's
-      # robustBufferAccess2 splits each 16-byte load into four checked ones in Mesa's NVIDIA
-      # compiler, and llama.cpp runs its mat-vec pipelines without robustness); and, fourth,
-      # target-only decoding reading back every token before its next pass
-      # (MARS_TOKENS_A_READ=1; the rule chains four passes on the device before a read)
-      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule unrobust wide-q8-unrobust read-each wide wide-q8 tuned q8 lanes bounded folds-apart no-tiles unsplit units units-unsplit; do
+      # attention: two launches a layer fewer); and the rule on a device without the driver's
+      # bounds checks (MARS_GPU_ROBUST=off: wgpu's robustBufferAccess2 splits each 16-byte
+      # load into four checked ones in Mesa's NVIDIA compiler, and llama.cpp runs its mat-vec
+      # pipelines without robustness); and target-only decoding reading back every token
+      # before its next pass (MARS_TOKENS_A_READ=1; the rule chains four passes a read)
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule pass-same tuned unrobust wide-q8 read-each lanes q8 units no-tiles unsplit units-unsplit bounded folds-apart; do
         case $t in
           rule) e=MARS_TUNE=off ;; tuned) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
+          pass-same) e="MARS_TUNE=off MARS_GPU_PASS=same" ;;
           unrobust) e="MARS_TUNE=off MARS_GPU_ROBUST=off" ;;
           read-each) e="MARS_TUNE=off MARS_TOKENS_A_READ=1" ;;
-          wide-q8-unrobust) e="MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8 MARS_GPU_ROBUST=off" ;;
-          wide) e="MARS_TUNE=off MARS_GPU_TEAM=wide" ;;
           wide-q8) e="MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8" ;;
           bounded) e="MARS_TUNE=off MARS_GPU_LOOP_BOUND=on" ;;
           folds-apart) e="MARS_TUNE=off MARS_GPU_NORM=apart MARS_GPU_ROPE=apart" ;;

@@ -107,14 +107,14 @@ pub async fn tune(
         if only_missing && table.get(adapter, &t.shape.shape).is_some() {
             continue;
         }
-        if let (Some(best), Some(form)) = (t.best(), t.chosen()) {
+        if let (Some(one), Some(pass), Some(form)) = (t.best_one_row(), t.best_pass(), t.chosen()) {
             table.insert(
                 adapter,
                 &t.shape.shape,
                 Tuned {
                     form,
-                    one_row_ms: best.one_row_ms,
-                    pass_ms: best.pass_ms,
+                    one_row_ms: one.one_row_ms,
+                    pass_ms: pass.pass_ms,
                     prefill_ms: t.best_prefill().map(|p| p.ms),
                 },
             );

@@ -76,6 +76,7 @@ fn a_card_tunes_once_and_later_loads_read_its_choices() {
                     team: Team::Quarter,
                     fan,
                     acts: form.acts,
+                    pass: None,
                     prefill: form.prefill,
                     split: form.split,
                 },

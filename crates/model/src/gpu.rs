@@ -378,15 +378,38 @@ pub struct GroupTiming {
 }
 
 impl GroupTiming {
-    /// The form with the least cost of a decoding step and a verification pass together (the
-    /// two products a speculative step's target and draft take) among those whose outputs
-    /// agreed, ties to the earlier form.
-    pub fn best(&self) -> Option<FormTime> {
+    /// The form with the least cost of a one-row step (decoding, drafting) among those whose
+    /// outputs agreed, ties to the earlier form.
+    pub fn best_one_row(&self) -> Option<FormTime> {
+        self.fastest(|f| f.one_row_ms)
+    }
+
+    /// The form with the least cost of a verification pass's rows among those whose outputs
+    /// agreed, ties to the earlier form: the form of the group's passes of more than one row,
+    /// chosen apart from the one-row form (`Form::pass`).
+    pub fn best_pass(&self) -> Option<FormTime> {
+        self.fastest(|f| f.pass_ms)
+    }
+
+    fn fastest(&self, cost: impl Fn(&FormTime) -> f64) -> Option<FormTime> {
         self.times
             .iter()
             .copied()
             .filter(|f| f.agrees)
-            .min_by(|a, b| (a.one_row_ms + a.pass_ms).total_cmp(&(b.one_row_ms + b.pass_ms)))
+            .min_by(|a, b| cost(a).total_cmp(&cost(b)))
+    }
+
+    /// The fastest one-row form with the fastest pass form as its passes' (no pass form where
+    /// they are the same), with the shape's prefill form.
+    pub fn best(&self) -> Option<Form> {
+        let one = self.best_one_row()?.form;
+        let pass = self.best_pass()?.form;
+        Some(Form {
+            pass: Some(pass.one_row()).filter(|&p| p != one.one_row()),
+            prefill: self.shape.form.prefill,
+            split: self.shape.form.split,
+            ..one
+        })
     }
 
     /// The fastest prefill form among those whose outputs agreed, ties to the earlier (the
@@ -399,10 +422,10 @@ impl GroupTiming {
             .min_by(|a, b| a.ms.total_cmp(&b.ms))
     }
 
-    /// The form to keep: the fastest team and fan with the fastest prefill form.
+    /// The form to keep: [`GroupTiming::best`] with the fastest prefill form (timed in it).
     pub fn chosen(&self) -> Option<Form> {
         let best = self.best()?;
-        Some(self.best_prefill().map_or(best.form, |p| p.form))
+        Some(self.best_prefill().map_or(best, |p| p.form))
     }
 }
 
@@ -617,22 +640,35 @@ impl GpuModel {
                 continue;
             };
             // Operands rounded to f16 on the matrix units (2⁻¹¹ each) or activations to 8 bits
-            // (half a step of max|x| / 127 each), with room for the sums.
-            let tolerance = |form: Form| {
-                if matches!(form.prefill, Some(TileForm::Units(_))) || form.acts == Acts::Q8 {
+            // (half a step of max|x| / 127 each), in the form timed or the one it is checked
+            // against, with room for the sums.
+            let rough = |form: Form| {
+                matches!(form.prefill, Some(TileForm::Units(_))) || form.acts == Acts::Q8
+            };
+            // Checked against the group's one-row form over a pass's rows.
+            let reference = group.with_form(
+                client,
+                Form {
+                    pass: None,
+                    ..group.form()
+                },
+            )?;
+            let tolerance = |form: Form, against: Form| {
+                if rough(form) || rough(against) || against.pass.is_some_and(|p| p.acts == Acts::Q8)
+                {
                     1e-2
                 } else {
                     1e-3
                 }
             };
             let mut times = Vec::new();
-            let want = group_output(client, group, pass_rows, false).await?;
+            let want = group_output(client, &reference, pass_rows, false).await?;
             for form in group.forms() {
                 let g = group.with_form(client, form)?;
                 let agrees = outputs_agree(
                     &group_output(client, &g, pass_rows, false).await?,
                     &want,
-                    tolerance(form),
+                    tolerance(form, reference.form()),
                 );
                 let (one, pass) = if agrees {
                     (
@@ -654,9 +690,9 @@ impl GpuModel {
                 times,
                 prefill: Vec::new(),
             };
-            // The prefill forms in the fastest team and fan (a tile kernel has neither; the
-            // mat-vec form has both).
-            let chosen = timing.best().map_or(group.form(), |b| b.form);
+            // The prefill forms in the fastest mat-vec forms (a tile kernel has neither; a long
+            // prefill in the mat-vec form takes the pass form).
+            let chosen = timing.best().unwrap_or(group.form());
             let base = group.with_form(client, chosen)?;
             if group.rows() == Rows::All {
                 let rows = PREFILL_ROWS_TIMED;
@@ -666,7 +702,7 @@ impl GpuModel {
                     let agrees = outputs_agree(
                         &group_output(client, &g, rows, true).await?,
                         &want,
-                        tolerance(form),
+                        tolerance(form, base.form()),
                     );
                     let ms = if agrees {
                         time_group(client, &g, (rows, true), budget_ms).await?

@@ -679,12 +679,20 @@ fn every_form_a_group_can_take_keeps_the_contract() {
             assert!(t.prefill.iter().all(|p| fastest.ms <= p.ms), "{t:?}");
             assert_eq!(t.chosen(), Some(fastest.form));
         }
-        let cost = |f: &mars_model::FormTime| f.one_row_ms + f.pass_ms;
+        // The one-row form and the pass form each the fastest at their rows.
+        let (one, pass) = (t.best_one_row().unwrap(), t.best_pass().unwrap());
         let best = t.best().unwrap();
+        assert_eq!(
+            (best.one_row(), best.pass_form()),
+            (one.form.one_row(), pass.form.one_row())
+        );
         for f in &t.times {
             // Every form is correct here: all agree, all timed.
             assert!(f.agrees && f.one_row_ms > 0.0 && f.pass_ms > 0.0, "{t:?}");
-            assert!(cost(&best) <= cost(f), "{t:?}");
+            assert!(
+                one.one_row_ms <= f.one_row_ms && pass.pass_ms <= f.pass_ms,
+                "{t:?}"
+            );
             let formed = model
                 .with_forms(&|s| (s == t.shape.shape).then_some(f.form))
                 .unwrap();
@@ -717,11 +725,68 @@ fn every_form_a_group_can_take_keeps_the_contract() {
             }
         }
     }
+    // A form with passes of their own: one-row steps take the one-row form's bits, passes of
+    // more rows the pass form's, every row of them as in that form alone.
+    let one_row = mars_model::MatVec {
+        team: mars_model::Team::Quarter,
+        fan: mars_model::Fan::One,
+        acts: mars_model::Acts::F32,
+    };
+    let passes = mars_model::MatVec {
+        team: mars_model::Team::Quarter,
+        fan: mars_model::Fan::Four,
+        acts: mars_model::Acts::Q8,
+    };
+    let alone = |m: mars_model::MatVec, pass: Option<mars_model::MatVec>| {
+        model
+            .with_forms(&|s| {
+                let form = shapes.iter().find(|g| g.shape == s)?.form;
+                Some(mars_model::Form {
+                    team: m.team,
+                    fan: m.fan,
+                    acts: m.acts,
+                    pass,
+                    ..form
+                })
+            })
+            .unwrap()
+    };
+    let (split, in_one, in_pass) = (
+        alone(one_row, Some(passes)),
+        alone(one_row, None),
+        alone(passes, None),
+    );
+    assert!(
+        split
+            .group_forms()
+            .iter()
+            .all(|g| g.form.pass == Some(passes))
+    );
+    assert!(
+        split.group_forms()[0]
+            .form
+            .name()
+            .ends_with(";quarter/4/q8")
+    );
+    let pass = run(&split, &tokens);
+    assert_eq!(bits(&pass), bits(&run(&in_pass, &tokens)));
+    assert!(max_diff(&pass, &rule) < Q8_TOLERANCE);
+    let (mut cache, mut one_cache) = (split.new_cache(32).unwrap(), in_one.new_cache(32).unwrap());
+    for &id in &tokens {
+        let row = split.forward(&[id], &mut cache).unwrap().read().unwrap();
+        let want = in_one
+            .forward(&[id], &mut one_cache)
+            .unwrap()
+            .read()
+            .unwrap();
+        assert_eq!(bits(&row), bits(&want));
+    }
     let gate_up = shapes.iter().find(|s| s.role == "gate+up").unwrap();
     let whole = mars_model::Form {
         team: mars_model::Team::Whole,
         fan: mars_model::Fan::One,
         acts: mars_model::Acts::F32,
+        pass: None,
         prefill: None,
         split: true,
     };

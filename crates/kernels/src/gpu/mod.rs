@@ -70,7 +70,9 @@ pub use layer::{
 #[cfg(any(windows, target_os = "linux", target_os = "android"))]
 pub use robust::{open_without_robustness, robustness2_enabled, setup_without_robustness};
 pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
-pub use tune::{Form, PREFILL_ROWS_TIMED, Tuned, Tuning, group_output, outputs_agree, time_group};
+pub use tune::{
+    Form, MatVec, PREFILL_ROWS_TIMED, Tuned, Tuning, group_output, outputs_agree, time_group,
+};
 
 use crate::block::{Q6K_RUN, Q6K_RUN_BYTES, WeightType};
 use crate::counts::{Kind, counted_launch, counted_read, counted_upload};
@@ -2380,6 +2382,9 @@ pub struct MatrixGroup {
     quant: Option<Handle>,
     /// The RMSNorm folded into its products ([`MatrixGroup::with_norm`]).
     norm: Option<FoldedNorm>,
+    /// The same group in the mat-vec form of passes of more than one row, where it differs
+    /// from this one's ([`Form::pass`]): the same buffers, its own launches.
+    pass: Option<Box<MatrixGroup>>,
 }
 
 /// A group's folded RMSNorm: its weights (the bias binding holds them after the biases), its
@@ -2407,7 +2412,47 @@ impl MatrixGroup {
         bias: Option<&[f32]>,
         rows: Rows,
     ) -> Result<Self> {
-        Self::build(client, members, epilogue, bias, rows, None)
+        let group = Self::build(client, members, epilogue, bias, rows, None)?;
+        // Natively only: in the browser wide teams have not been through Chrome's WGSL compiler
+        // on a model of their types (the browser tests' tiny model has none), so there the
+        // page's tuning, which checks every form's outputs before timing it, chooses them.
+        if !is_card(client) || cfg!(target_family = "wasm") {
+            return Ok(group);
+        }
+        let form = group.card_form();
+        if form == group.form() {
+            return Ok(group);
+        }
+        group.with_form(client, form)
+    }
+
+    /// The form a GPU card's group takes before any tuning, natively: where its matrices can run in wide
+    /// teams ([`Team::wide_for`]: all Q4_K or all Q6_K), one-row steps in wide teams on f32
+    /// activations and passes of more rows in wide teams on 8-bit ones; otherwise the rules'.
+    /// Measured on an H200 (the 7B shape, 2026-12-04, docs/performance.md): wide f32 teams
+    /// decoded at 132.6 tok/s against the rules' 97.8 and wide 8-bit teams at 94.2, while a 5-row
+    /// pass took 15.7 ms in wide 8-bit teams against 69.3 in wide f32 ones and 27.6 in the
+    /// rules' forms. `MARS_GPU_TEAM` or `MARS_GPU_ACTS` (a form forced on every group, for a
+    /// measurement) leaves the rules' form; `MARS_GPU_PASS=same` keeps passes in the one-row
+    /// form.
+    pub fn card_form(&self) -> Form {
+        let form = self.form();
+        let types: Vec<GpuType> = self.members.iter().map(GpuMatrix::ty).collect();
+        if Team::forced().is_some() || Acts::forced().is_some() || !Team::wide_for(&types) {
+            return form;
+        }
+        let wide = |acts| MatVec {
+            team: Team::Wide,
+            fan: form.fan,
+            acts,
+        };
+        let same = std::env::var("MARS_GPU_PASS").as_deref() == Ok("same");
+        Form {
+            team: Team::Wide,
+            acts: Acts::F32,
+            pass: (!same && Acts::q8_for(&types)).then(|| wide(Acts::Q8)),
+            ..form
+        }
     }
 
     /// The same group with the RMSNorm of its input, weights `g` (`cols` values) and `eps`,
@@ -2447,7 +2492,7 @@ impl MatrixGroup {
                 expected: "a finite value of at least 0",
             });
         }
-        Self::build(
+        let mut group = Self::build(
             client,
             self.members.clone(),
             self.epilogue,
@@ -2458,7 +2503,12 @@ impl MatrixGroup {
                 eps,
                 fold,
             }),
-        )
+        )?;
+        group.pass = match &self.pass {
+            Some(p) => Some(Box::new(p.with_norm_as(client, g, eps, fold)?)),
+            None => None,
+        };
+        Ok(group)
     }
 
     fn build(
@@ -2707,6 +2757,7 @@ impl MatrixGroup {
                 team,
                 fan,
                 acts,
+                pass: None,
                 prefill,
                 split,
             },
@@ -2716,15 +2767,29 @@ impl MatrixGroup {
             }),
             members,
             norm,
+            pass: None,
         })
     }
 
-    /// The team, fan, activations and prefill form its products run in.
+    /// The team, fan, activations and prefill form its products run in, and its passes' form.
     pub fn form(&self) -> Form {
-        self.form
+        Form {
+            pass: self.pass.as_ref().map(|p| p.form.one_row()),
+            ..self.form
+        }
     }
 
-    /// Every form this group can run in: quarter teams, whole teams but for a SwiGLU (whose
+    /// The group a step's products run in: the pass form's for more than one row where the
+    /// group has one, else this one.
+    fn at(&self, step: &StepBuffer) -> &Self {
+        match &self.pass {
+            Some(pass) if self.rows.count(step) > 1 => pass,
+            _ => self,
+        }
+    }
+
+    /// Every mat-vec form this group can run in (each for one-row steps and passes alike: a
+    /// form's pass may be any other of them): quarter teams, whole teams but for a SwiGLU (whose
     /// gate and up meet inside a workgroup), lane teams where every member's type has a lane
     /// decoder ([`Team::lanes_for`]), wide teams where every member is Q4_K or
     /// every one Q6_K ([`Team::wide_for`]), each with one and four outputs a team, each with f32 activations
@@ -2754,6 +2819,7 @@ impl MatrixGroup {
                         team,
                         fan,
                         acts,
+                        pass: None,
                         prefill,
                         split: self.form.split,
                     });
@@ -2770,7 +2836,7 @@ impl MatrixGroup {
     /// alone (the head) only as it is.
     pub fn prefill_forms(&self, units: Option<UnitShape>) -> Vec<Form> {
         if self.rows != Rows::All {
-            return vec![self.form];
+            return vec![self.form()];
         }
         let total = self.members.iter().map(GpuMatrix::rows).sum();
         let swiglu = self.epilogue == Epilogue::SwiGlu;
@@ -2780,7 +2846,7 @@ impl MatrixGroup {
         let mut forms = vec![Form {
             prefill: None,
             split: true,
-            ..self.form
+            ..self.form()
         }];
         for tile in tiles {
             for split in [true, false] {
@@ -2788,7 +2854,7 @@ impl MatrixGroup {
                     forms.push(Form {
                         prefill: Some(tile),
                         split,
-                        ..self.form
+                        ..self.form()
                     });
                 }
             }
@@ -2803,28 +2869,46 @@ impl MatrixGroup {
     /// [`KernelError::Unknown`] for a form the group cannot take ([`MatrixGroup::forms`], with
     /// any prefill form for a group over every row).
     pub fn with_form(&self, client: &Client, form: Form) -> Result<Self> {
-        let as_now = Form {
+        let candidate = |m: MatVec| Form {
+            team: m.team,
+            fan: m.fan,
+            acts: m.acts,
+            pass: None,
             prefill: self.form.prefill,
             split: self.form.split,
-            ..form
         };
+        let forms = self.forms();
         let same_prefill = (form.prefill, form.split) == (self.form.prefill, self.form.split);
         let prefill_ok = same_prefill || self.rows == Rows::All;
-        if !self.forms().contains(&as_now) || !prefill_ok {
+        if !forms.contains(&candidate(form.one_row()))
+            || !forms.contains(&candidate(form.pass_form()))
+            || !prefill_ok
+        {
             return Err(KernelError::Unknown {
                 what: "form of a matrix group",
                 value: form.name(),
                 expected: "one of the group's forms (no whole teams for a SwiGLU, lanes for \
                            Q4_K and Q6_K only, wide teams for Q4_K or Q6_K alone, 8-bit activations for \
-                           block types outside lane teams, the head's prefill form as it is)",
+                           block types outside lane teams, the head's prefill form as it is), \
+                           for one-row steps and for passes",
             });
         }
+        let mut group = self.in_form(client, form.one_row(), form)?;
+        if form.pass_form() != form.one_row() {
+            group.pass = Some(Box::new(self.in_form(client, form.pass_form(), form)?));
+        }
+        Ok(group)
+    }
+
+    /// The group built with `one`'s team, fan and activations and `form`'s prefill, without a
+    /// pass form.
+    fn in_form(&self, client: &Client, one: MatVec, form: Form) -> Result<Self> {
         let mut members = self.members.clone();
         for m in &mut members {
-            m.set_fan(form.fan);
+            m.set_fan(one.fan);
         }
-        members[0].set_team(form.team);
-        members[0].set_acts(form.acts);
+        members[0].set_team(one.team);
+        members[0].set_acts(one.acts);
         members[0].set_prefill(form.prefill);
         // Unsplit, or back to the rule from unsplit (a span a test set stays).
         if !form.split {
@@ -2890,6 +2974,10 @@ impl MatrixGroup {
     /// write ([`Norm::run_q8`]) and [`MatrixGroup::run_from`] to take; `None` where they
     /// multiply f32 rows.
     pub fn quantized_room(&self, client: &Client, step: &StepBuffer) -> Option<Handle> {
+        let at = self.at(step);
+        if !std::ptr::eq(at, self) {
+            return at.quantized_room(client, step);
+        }
         let tiled = step.is_long_prefill() && self.form.prefill.is_some();
         let rows = self.rows.count(step);
         (self.quant.is_some() && !tiled && rows > 0)
@@ -2920,6 +3008,10 @@ impl MatrixGroup {
         y: &Handle,
         step: &StepBuffer,
     ) -> Result<()> {
+        let at = self.at(step);
+        if !std::ptr::eq(at, self) {
+            return at.run_from(client, (x, xq), y, step);
+        }
         let rows = self.rows.count(step);
         check_size("x", x, rows * self.cols * 4)?;
         check_size("y", y, rows * self.outputs * 4)?;
@@ -2980,6 +3072,10 @@ impl MatrixGroup {
     /// where the group folds it, in steps that multiply f32 rows in the mat-vec form (not
     /// 8-bit activations, not a long prefill's tiles).
     pub fn folds_norm(&self, step: &StepBuffer) -> bool {
+        let at = self.at(step);
+        if !std::ptr::eq(at, self) {
+            return at.folds_norm(step);
+        }
         let tiled = step.is_long_prefill() && self.form.prefill.is_some();
         self.norm.as_ref().is_some_and(|n| n.fold) && self.form.acts == Acts::F32 && !tiled
     }
@@ -3000,6 +3096,10 @@ impl MatrixGroup {
         y: &Handle,
         step: &StepBuffer,
     ) -> Result<()> {
+        let at = self.at(step);
+        if !std::ptr::eq(at, self) {
+            return at.run_normed(client, x, y, step);
+        }
         if !self.folds_norm(step) {
             return Err(KernelError::Shape {
                 what: "a folded norm for this step (f32 rows in the mat-vec form: 1; none: 0)",

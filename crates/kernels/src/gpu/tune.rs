@@ -24,8 +24,63 @@ use super::{Client, MatrixGroup, Step, StepBuffer};
 use crate::KernelError;
 use std::collections::BTreeMap;
 
-/// A group's team, fan and activations, and how it multiplies a long prefill: what [`Tuning`]
-/// chooses between.
+/// A mat-vec product's team, fan and activations: what a group's passes of more than one row
+/// take where they differ from its one-row steps ([`Form::pass`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MatVec {
+    /// Threads an output.
+    pub team: Team,
+    /// Outputs a team.
+    pub fan: Fan,
+    /// The activations the products multiply.
+    pub acts: Acts,
+}
+
+impl MatVec {
+    /// `wide/1/q8`: [`Form::name`]'s first three parts.
+    pub fn name(self) -> String {
+        let team = match self.team {
+            Team::Quarter => "quarter",
+            Team::Whole => "whole",
+            Team::Lanes => "lanes",
+            Team::Wide => "wide",
+        };
+        format!("{team}/{}/{}", self.fan.outputs(), self.acts.name())
+    }
+
+    /// The mat-vec form `team/fan/acts` names (acts optional: f32).
+    fn parse(team: &str, fan: &str, acts: &str) -> Option<Self> {
+        let acts = match acts {
+            "f32" => Acts::F32,
+            "q8" => Acts::Q8,
+            _ => return None,
+        };
+        let team = match team {
+            "quarter" => Team::Quarter,
+            "whole" => Team::Whole,
+            "lanes" => Team::Lanes,
+            "wide" => Team::Wide,
+            _ => return None,
+        };
+        let fan = match fan {
+            "1" => Fan::One,
+            "4" => Fan::Four,
+            _ => return None,
+        };
+        Some(Self { team, fan, acts })
+    }
+}
+
+/// A group's team, fan and activations for one-row steps and, where they differ, for passes of
+/// more rows, and how it multiplies a long prefill: what [`Tuning`] chooses between.
+///
+/// Why two mat-vec forms: on an H200 no one form was fastest at both (the 7B shape, 2026-12-04:
+/// wide teams on f32 activations took a one-row pass in 9.2 ms and a 5-row one in 69; the
+/// tuned 8-bit forms 12.5 and 13.5), and a decoding step is one row where a verification pass
+/// is k + 1. The price: a row's bits in a pass of several rows are the pass form's, not a
+/// one-row step's (within the forms' rounding of each other), so greedy strict speculation
+/// equals target-only decoding up to near-ties where the two forms differ; each form keeps the
+/// row contract (a row's result independent of the rows beside it) over its own row counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Form {
     /// Threads an output.
@@ -34,6 +89,9 @@ pub struct Form {
     pub fan: Fan,
     /// The activations the mat-vec products multiply.
     pub acts: Acts,
+    /// Passes of more than one row (verification, a short prompt, a long prefill's mat-vec
+    /// form) in this mat-vec form; `None`: the one-row form's.
+    pub pass: Option<MatVec>,
     /// A long prefill's products in tiles of this form, or (`None`) in the mat-vec form.
     pub prefill: Option<TileForm>,
     /// Whether those tiles split along the inputs where [`super::Splits::rule`] splits the
@@ -46,12 +104,6 @@ impl Form {
     /// subgroups of 32), `wide/1/f32/units-8x8-8` (8 × 8 on 8), `quarter/4/f32/tiles-unsplit`,
     /// …: the table's and `mars tune`'s name.
     pub fn name(self) -> String {
-        let team = match self.team {
-            Team::Quarter => "quarter",
-            Team::Whole => "whole",
-            Team::Lanes => "lanes",
-            Team::Wide => "wide",
-        };
         let prefill = match self.prefill {
             None => "matvec".to_string(),
             Some(TileForm::Vectors) => "tiles".to_string(),
@@ -66,15 +118,41 @@ impl Form {
         } else {
             ""
         };
-        format!(
-            "{team}/{}/{}/{prefill}{unsplit}",
-            self.fan.outputs(),
-            self.acts.name()
-        )
+        let pass = self
+            .pass
+            .filter(|&p| p != self.one_row())
+            .map_or(String::new(), |p| format!(";{}", p.name()));
+        format!("{}/{prefill}{unsplit}{pass}", self.one_row().name())
     }
 
-    /// The form [`Form::name`] wrote, or a name without its activations (`quarter/1/matvec`:
-    /// f32, a table written before they were a choice).
+    /// The one-row steps' mat-vec form.
+    pub fn one_row(self) -> MatVec {
+        MatVec {
+            team: self.team,
+            fan: self.fan,
+            acts: self.acts,
+        }
+    }
+
+    /// The mat-vec form of passes of more than one row.
+    pub fn pass_form(self) -> MatVec {
+        self.pass.unwrap_or(self.one_row())
+    }
+
+    /// The same form with `one` for one-row steps (and for passes where it had no pass form).
+    pub fn with_one_row(self, one: MatVec) -> Self {
+        Self {
+            team: one.team,
+            fan: one.fan,
+            acts: one.acts,
+            pass: Some(self.pass_form()).filter(|&p| p != one),
+            ..self
+        }
+    }
+
+    /// The form [`Form::name`] wrote (`wide/1/f32/units;wide/1/q8`: passes in their own form),
+    /// or a name without its activations (`quarter/1/matvec`: f32, a table written before they
+    /// were a choice).
     ///
     /// # Errors
     /// [`KernelError::Unknown`] for any other text.
@@ -83,7 +161,21 @@ impl Form {
             what: "form",
             value: text.to_string(),
             expected: "quarter, whole, lanes or wide, then /1 or /4, then /f32 or /q8, then /matvec, \
-                       /tiles, /units or /units-NxN-LANES (tiles and units with -unsplit or not)",
+                       /tiles, /units or /units-NxN-LANES (tiles and units with -unsplit or not), \
+                       then, for passes in a form of their own, ;TEAM/FAN/ACTS",
+        };
+        let (text, pass) = match text.split_once(';') {
+            Some((form, pass)) => {
+                let parts: Vec<&str> = pass.split('/').collect();
+                let [team, fan, acts] = parts[..] else {
+                    return Err(unknown());
+                };
+                (
+                    form,
+                    Some(MatVec::parse(team, fan, acts).ok_or_else(unknown)?),
+                )
+            }
+            None => (text, None),
         };
         let parts: Vec<&str> = text.split('/').collect();
         let (team, fan, acts, prefill) = match parts[..] {
@@ -91,23 +183,7 @@ impl Form {
             [team, fan, acts, prefill] => (team, fan, acts, prefill),
             _ => return Err(unknown()),
         };
-        let acts = match acts {
-            "f32" => Acts::F32,
-            "q8" => Acts::Q8,
-            _ => return Err(unknown()),
-        };
-        let team = match team {
-            "quarter" => Team::Quarter,
-            "whole" => Team::Whole,
-            "lanes" => Team::Lanes,
-            "wide" => Team::Wide,
-            _ => return Err(unknown()),
-        };
-        let fan = match fan {
-            "1" => Fan::One,
-            "4" => Fan::Four,
-            _ => return Err(unknown()),
-        };
+        let MatVec { team, fan, acts } = MatVec::parse(team, fan, acts).ok_or_else(unknown)?;
         let (prefill, split) = match prefill.strip_suffix("-unsplit") {
             Some(tiles) if tiles != "matvec" => (tiles, false),
             Some(_) => return Err(unknown()),
@@ -130,10 +206,12 @@ impl Form {
                 Some(TileForm::Units(shape))
             }
         };
+        let one = MatVec { team, fan, acts };
         Ok(Self {
             team,
             fan,
             acts,
+            pass: pass.filter(|&p| p != one),
             prefill,
             split,
         })
@@ -398,16 +476,32 @@ mod tests {
                         Some(TileForm::Units(UnitShape::new(8, 8).unwrap())),
                         Some(TileForm::Units(UnitShape::new(16, 64).unwrap())),
                     ] {
-                        // Unsplit only with tiles.
-                        for split in [true, false] {
+                        // Unsplit only with tiles; a pass form of its own or not.
+                        for (split, pass) in [true, false].into_iter().zip([
+                            None,
+                            Some(MatVec {
+                                team: Team::Wide,
+                                fan: Fan::One,
+                                acts: Acts::Q8,
+                            }),
+                        ]) {
                             let form = Form {
                                 team,
                                 fan,
                                 acts,
+                                pass: None,
                                 prefill,
                                 split: split || prefill.is_none(),
                             };
+                            let form = match pass {
+                                Some(p) => Form {
+                                    pass: Some(p).filter(|&p| p != form.one_row()),
+                                    ..form
+                                },
+                                None => form,
+                            };
                             assert_eq!(Form::parse(&form.name()).unwrap(), form);
+                            assert_eq!(form.with_one_row(form.one_row()), form);
                         }
                     }
                 }
@@ -420,9 +514,31 @@ mod tests {
                 team: Team::Whole,
                 fan: Fan::Four,
                 acts: Acts::F32,
+                pass: None,
                 prefill: Some(TileForm::Vectors),
                 split: true,
             }
+        );
+        // Passes in a form of their own; one equal to the one-row form is no pass form.
+        let form = Form::parse("wide/1/f32/units;wide/4/q8").unwrap();
+        assert_eq!(
+            (form.one_row().name(), form.pass_form().name()),
+            ("wide/1/f32".to_string(), "wide/4/q8".to_string())
+        );
+        assert_eq!(
+            Form::parse("wide/1/f32/units;wide/1/f32").unwrap().pass,
+            None
+        );
+        // A new one-row form keeps the passes' where they had their own.
+        let quarter = MatVec {
+            team: Team::Quarter,
+            fan: Fan::One,
+            acts: Acts::F32,
+        };
+        let moved = form.with_one_row(quarter);
+        assert_eq!(
+            (moved.one_row(), moved.pass_form(), moved.prefill),
+            (quarter, form.pass_form(), form.prefill)
         );
         assert!(
             !Form::parse("wide/1/q8/units-unsplit").unwrap().split
@@ -447,6 +563,11 @@ mod tests {
             "whole/1/f32/units-xx-",
             "whole/1/f32/matvec-unsplit",
             "whole/1/f32/tiles-unsplit-unsplit",
+            "wide/1/f32/units;wide/1",
+            "wide/1/f32/units;half/1/q8",
+            "wide/1/f32/units;wide/1/q8;wide/1/q8",
+            "wide/1/f32/units;wide/1/q8/units",
+            ";wide/1/q8",
         ] {
             assert!(Form::parse(bad).is_err(), "{bad}");
         }
@@ -460,6 +581,11 @@ mod tests {
                 team: Team::Lanes,
                 fan: Fan::Four,
                 acts: Acts::F32,
+                pass: Some(MatVec {
+                    team: Team::Wide,
+                    fan: Fan::One,
+                    acts: Acts::Q8,
+                }),
                 prefill: Some(TileForm::Units(UnitShape::CARD)),
                 split: false,
             },
