@@ -226,7 +226,10 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
       # alternating for ROUNDS rounds: the shapes' rules (no tuning table: on a card one-row
       # steps in wide f32 teams, passes in wide 8-bit ones where the types allow), the same
       # with passes in the one-row form (MARS_GPU_PASS=same), the table's forms
-      # (tuned: the tune stage's, or timed at this first load), lane teams on every group
+      # (tuned: the tune stage's, or timed at this first load), the forms a tuning chooses
+      # timing each product back to back, its weights in the GPU's cache (tuned-warm:
+      # MARS_TUNE_EVICT=off, its own table; a tuning empties the cache before each product
+      # since 2026-12-05), lane teams on every group
       # (MARS_GPU_TEAM=lanes), wide teams on 8-bit activations for every row count
       # (MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8), the prefill in the
       # mat-vec form instead of tiles
@@ -242,9 +245,10 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
       # load into four checked ones in Mesa's NVIDIA compiler, and llama.cpp runs its mat-vec
       # pipelines without robustness); and target-only decoding reading back every token
       # before its next pass (MARS_TOKENS_A_READ=1; the rule chains four passes a read)
-      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule pass-same tuned unrobust wide-q8 read-each lanes q8 units no-tiles unsplit units-unsplit bounded folds-apart; do
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule pass-same tuned tuned-warm unrobust wide-q8 read-each lanes q8 units no-tiles unsplit units-unsplit bounded folds-apart; do
         case $t in
           rule) e=MARS_TUNE=off ;; tuned) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
+          tuned-warm) e="MARS_TUNE_EVICT=off MARS_TUNE_CACHE=$work/tune-warm.tsv" ;;
           pass-same) e="MARS_TUNE=off MARS_GPU_PASS=same" ;;
           unrobust) e="MARS_TUNE=off MARS_GPU_ROBUST=off" ;;
           read-each) e="MARS_TUNE=off MARS_TOKENS_A_READ=1" ;;

@@ -55,12 +55,16 @@ pub struct GpuCaps {
     /// The matrix units a long prefill's tiles can run on, in the shape the adapter offers,
     /// where it has them (`mars_model::adapter_matrix_units`).
     pub matrix_units: Option<mars_model::UnitShape>,
+    /// Bytes a tuning reads before each timed product to empty the GPU's cache
+    /// (`mars_model::EVICT_BYTES` on a card, 0 on a CPU adapter, whose cache is the CPU's).
+    pub evict_bytes: usize,
 }
 
 impl GpuCaps {
     /// An adapter known by its identity alone: block kernels supported, no subgroups, no
-    /// matrix units (the rules' plainest forms): the adapters the tuning tests key their
-    /// tables by, where no such adapter is at hand.
+    /// matrix units (the rules' plainest forms), products timed back to back (a CPU adapter
+    /// stands in for it): the adapters the tuning tests key their tables by, where no such
+    /// adapter is at hand.
     pub fn plain(identity: &str, software: bool) -> Self {
         Self {
             blocks_unsupported: None,
@@ -68,6 +72,7 @@ impl GpuCaps {
             identity: identity.into(),
             software,
             matrix_units: None,
+            evict_bytes: 0,
         }
     }
 }
@@ -355,6 +360,11 @@ async fn open_wgpu(seen: Option<AdapterFacts>) -> Result<OpenDevice> {
             identity: mars_model::adapter_identity(&setup.adapter),
             software: mars_model::adapter_software(&setup.adapter),
             matrix_units: mars_model::adapter_matrix_units(&setup.adapter),
+            evict_bytes: if mars_model::adapter_software(&setup.adapter) {
+                0
+            } else {
+                mars_model::EVICT_BYTES
+            },
         }),
     })
 }
@@ -432,6 +442,7 @@ mod tests {
                 identity: "test adapter".into(),
                 software: true,
                 matrix_units: None,
+                evict_bytes: 0,
             }),
         };
         let gpu = open(Some(None));

@@ -9,7 +9,8 @@
 //! page keeps the same text in its storage and hands it to the worker with each load
 //! ([`with_table`], the one tuning both front ends run). `MARS_TUNE=off` skips it, as does a
 //! form forced with `MARS_GPU_TEAM`, `MARS_GPU_TILES` or `MARS_GPU_ACTS`: the rules' (or the
-//! forced) forms, nothing timed or read.
+//! forced) forms, nothing timed or read. A card times each product after a read that empties
+//! its cache (`GpuCaps::evict_bytes`): `MARS_TUNE_EVICT=off` times them back to back.
 
 #[cfg(not(target_family = "wasm"))]
 use std::path::{Path, PathBuf};
@@ -100,8 +101,13 @@ pub async fn tune(
     if only_missing && missing(model, adapter, table) == 0 {
         return Ok(Vec::new());
     }
+    // A card's products timed with their weights out of its cache, as a forward meets them
+    // (`GpuCaps::evict_bytes`). `MARS_TUNE_EVICT=off` times them back to back, weights in the
+    // cache: a measurement knob (the GPU bundle's `teams` stage tunes both ways).
+    let warm = std::env::var("MARS_TUNE_EVICT").as_deref() == Ok("off");
+    let evict = if warm { 0 } else { gpu.evict_bytes };
     let timings = model
-        .time_forms(pass_rows, budget_ms, gpu.matrix_units)
+        .time_forms(pass_rows, budget_ms, gpu.matrix_units, evict)
         .await?;
     for t in &timings {
         if only_missing && table.get(adapter, &t.shape.shape).is_some() {

@@ -16,7 +16,9 @@
 //! 40 calls enqueued back to back and read once, so neither a launch's host time nor a read
 //! sits between them, for 1, 5 and 16 rows, each team and fan (lane teams for Q4_K and Q6_K),
 //! each with f32 and 8-bit activations (`Acts`; not in lane teams): milliseconds a call, the
-//! weights' GB/s, and m rows against one; and first, for each matrix, a plain read of its bytes
+//! weights' GB/s, and m rows against one, then the same with a read of 128 MiB before each call
+//! (the tuning's `Evict`: the weights out of the GPU's cache, as a forward meets them, where
+//! back to back a matrix that fits the cache is read from it); and first, for each matrix, a plain read of its bytes
 //! (`read_through`: coalesced, every word once), the ceiling a kernel reading them reaches on
 //! this device through this runtime. Last, the rows reduced over the Qwen vocabulary (151,936
 //! logits): the verifier's summary (greedy and drawn) and a top-40 sampler's rows, for 1 and 5
@@ -45,8 +47,9 @@ use std::time::Instant;
 
 use cubecl::wgpu::WgpuDevice;
 use mars_kernels::gpu::{
-    Acts, Attention, Draw, Epilogue, Fan, GpuMatrix, MatrixGroup, ReadThrough, Reduce, Rope, Rows,
-    SUMMARY_WORDS, Step, StepBuffer, Summary, Team, TopRows, read_through, time_group, upload_f32,
+    Acts, Attention, Draw, EVICT_BYTES, Epilogue, Evict, Fan, GpuMatrix, MatrixGroup, ReadThrough,
+    Reduce, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, Team, TopRows, read_through,
+    time_group, upload_f32,
 };
 use mars_kernels::{Heads, KvType, QMatrix, WeightType};
 
@@ -216,10 +219,14 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
         client.read_one(y.clone()).unwrap();
     }
     launches(client, max);
+    // The same products each after a read of 128 MiB (the tuning's eviction): weights out of
+    // the cache, as a forward meets them, where back to back a matrix that fits the cache
+    // (a 7B's q: 7 MB) is read from it.
+    let evict = Evict::new(client, EVICT_BYTES).unwrap();
     println!(
-        "| matrix | team, activations | fan | rows | ms a call | GB/s of weights | vs 1 row |"
+        "| matrix | team, activations | fan | rows | ms a call | GB/s of weights | vs 1 row | ms, weights cold | GB/s cold |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for (name, ty, out, cols) in shapes.into_iter().take(shapes_run) {
         let w = matrix(ty, out, cols);
         let bytes = w.blocks().len() as f64;
@@ -266,17 +273,27 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
                         .unwrap();
                 for m in [1usize, 5, 16] {
                     // CALLS back to back, read once, the median of three batches.
-                    let ms =
-                        pollster::block_on(time_group(client, &group, (m, false), f64::INFINITY))
-                            .unwrap();
+                    let time = |evict| {
+                        pollster::block_on(time_group(
+                            client,
+                            &group,
+                            (m, false),
+                            f64::INFINITY,
+                            evict,
+                        ))
+                        .unwrap()
+                    };
+                    let ms = time(None);
+                    let cold = time(Some(&evict));
                     if m == 1 {
                         one = ms;
                     }
                     println!(
-                        "| {name} [{out} x {cols}] | {team:?}, {} | {fan:?} | {m} | {ms:.3} | {:.1} | {:.2}x |",
+                        "| {name} [{out} x {cols}] | {team:?}, {} | {fan:?} | {m} | {ms:.3} | {:.1} | {:.2}x | {cold:.3} | {:.1} |",
                         acts.name(),
                         bytes / ms / 1e6,
-                        ms / one
+                        ms / one,
+                        bytes / cold.max(1e-6) / 1e6
                     );
                 }
             }

@@ -18,8 +18,8 @@ use cubecl::client::Client;
 use cubecl::server::Handle;
 use mars_kernels::gpu::{
     Attention, CopyRows, Draw, Epilogue, Fan, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm,
-    Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, TopRows, clone_buffer, link_ids,
-    read_through, upload_f32,
+    ReadThrough, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, TopRows, clone_buffer,
+    link_ids, read_through, upload_f32,
 };
 use mars_kernels::{KernelError, KvType, WeightType};
 use mars_verify::noise::{gumbel_max, row_key, seed_key};
@@ -1112,6 +1112,39 @@ fn a_read_through_sees_every_word_once() {
     assert!(read_through(&client, &h, 0).is_err());
     assert!(read_through(&client, &h, 20).is_err());
     assert!(read_through(&client, &h, 128).is_err());
+}
+
+/// An eviction (a tuning's read before each timed product) leaves the output it is bound to as
+/// it was, unless a thread's words fold to the mark, which it then writes at the output's first
+/// word: so its reads count (the write depends on them) and cannot touch more than that word.
+#[test]
+fn an_eviction_leaves_its_output_but_where_the_data_meet_the_mark() {
+    let client = client();
+    // 2,048 vec4s: 2 workgroups of 256 threads, 4 vec4s a thread (vec4s t, t + 512, …).
+    let vec4s = 2048;
+    let evict = ReadThrough::evicting(&client, vec4s * 16).unwrap();
+    let y0: Vec<u32> = (0..8).map(|i| 1000 + i).collect();
+    for marked in [None, Some(0usize), Some(3 * 512 + 7)] {
+        let mut words = vec![0u32; vec4s * 4];
+        if let Some(v) = marked {
+            // Thread (v mod 512)'s fold: the mark in one lane of one of its vec4s.
+            words[v * 4 + 2] = ReadThrough::MARK;
+        }
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let src = client.create_from_slice(&bytes);
+        let y =
+            client.create_from_slice(&y0.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>());
+        evict.run_into(&client, &src, &y).unwrap();
+        let mut want = y0.clone();
+        if marked.is_some() {
+            want[0] = ReadThrough::MARK;
+        }
+        assert_eq!(read_u32(&client, y), want, "mark at {marked:?}");
+    }
+    // A source shorter than the read is refused.
+    let short = client.create_from_slice(&[0u8; 64]);
+    let y = client.create_from_slice(&[0u8; 4]);
+    assert!(evict.run_into(&client, &short, &y).is_err());
 }
 
 /// q | k | v in one launch (three types, with biases) equals each matrix alone plus its bias;

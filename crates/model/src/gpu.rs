@@ -617,19 +617,26 @@ impl GpuModel {
     /// Times one group of each distinct shape in every form it can take, at one row and at
     /// `pass_rows` rows, then, in the fastest of those, a long prefill's product in every
     /// prefill form (the matrix units' in the adapter's shape where `units`); each timing
-    /// within about `budget_ms`
-    /// (`mars_kernels::gpu::time_group`). A form whose outputs disagree with the current form's
-    /// (a driver's miscompile) is reported and never timed or chosen.
+    /// within about `budget_ms`, each product after a read of `evict_bytes` where that is not 0
+    /// (its weights out of the cache, as in a forward: `mars_kernels::gpu::time_group`). A form
+    /// whose outputs disagree with the current form's (a driver's miscompile) is reported and
+    /// never timed or chosen.
     pub(crate) async fn time_forms(
         &self,
         pass_rows: usize,
         budget_ms: f64,
         units: Option<mars_kernels::UnitShape>,
+        evict_bytes: usize,
     ) -> Result<Vec<GroupTiming>> {
         use mars_kernels::gpu::{
-            Acts, PREFILL_ROWS_TIMED, group_output, outputs_agree, time_group,
+            Acts, Evict, PREFILL_ROWS_TIMED, group_output, outputs_agree, time_group,
         };
         let client = &self.client;
+        let evict = match evict_bytes {
+            0 => None,
+            bytes => Some(Evict::new(client, bytes)?),
+        };
+        let evict = evict.as_ref();
         let mut timings = Vec::new();
         for shape in self.group_forms() {
             let Some((_, group)) = self
@@ -672,8 +679,8 @@ impl GpuModel {
                 );
                 let (one, pass) = if agrees {
                     (
-                        time_group(client, &g, (1, false), budget_ms).await?,
-                        time_group(client, &g, (pass_rows, false), budget_ms).await?,
+                        time_group(client, &g, (1, false), budget_ms, evict).await?,
+                        time_group(client, &g, (pass_rows, false), budget_ms, evict).await?,
                     )
                 } else {
                     (f64::NAN, f64::NAN)
@@ -705,7 +712,7 @@ impl GpuModel {
                         tolerance(form, base.form()),
                     );
                     let ms = if agrees {
-                        time_group(client, &g, (rows, true), budget_ms).await?
+                        time_group(client, &g, (rows, true), budget_ms, evict).await?
                     } else {
                         f64::NAN
                     };

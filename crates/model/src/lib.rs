@@ -60,7 +60,8 @@ pub use mars_kernels::gpu::adapter_matrix_units;
 /// A matrix group's form and the tuning table (`Llama::time_forms`, `Llama::with_forms`).
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
 pub use mars_kernels::gpu::{
-    Acts, Fan, Form, MatVec, PREFILL_ROWS_TIMED, Team, TileForm, Tuned, Tuning, tiles_forced,
+    Acts, EVICT_BYTES, Fan, Form, MatVec, PREFILL_ROWS_TIMED, Team, TileForm, Tuned, Tuning,
+    tiles_forced,
 };
 /// What the GPU path's kernels have asked of the device so far (zeros without it).
 pub use mars_kernels::{GpuCounts, GpuKernelKind, gpu_counts};

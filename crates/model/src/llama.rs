@@ -176,17 +176,20 @@ impl Llama {
     /// verification pass: k + 1), then a long prefill's product in each prefill form (tiles on
     /// the matrix units in the adapter's shape where `units`: `adapter_matrix_units`), each
     /// timing within about
-    /// `budget_ms`: what `mars tune` prints and the tuning table keeps the best of.
+    /// `budget_ms`, each product after a read of `evict_bytes` where that is not 0 (a card's
+    /// cache emptied of its weights, as a forward meets them: `mars_kernels::gpu::EVICT_BYTES`):
+    /// what `mars tune` prints and the tuning table keeps the best of.
     ///
     /// # Errors
     /// [`ModelError::Unsupported`] off the GPU path; the kernels' error for a group that cannot
-    /// run or a failed read.
+    /// run, an eviction that is not whole vec4s, or a failed read.
     #[cfg(any(feature = "wgpu", feature = "webgpu"))]
     pub async fn time_forms(
         &self,
         pass_rows: usize,
         budget_ms: f64,
         units: Option<crate::UnitShape>,
+        evict_bytes: usize,
     ) -> Result<Vec<crate::GroupTiming>> {
         if !budget_ms.is_finite() || budget_ms <= 0.0 {
             return Err(ModelError::Config(format!(
@@ -199,6 +202,7 @@ impl Llama {
                     pass_rows.clamp(1, crate::gpu::MAX_PASS_ROWS),
                     budget_ms,
                     units,
+                    evict_bytes,
                 )
                 .await
             }

@@ -4,7 +4,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use mars_formats::{Gguf, Tokenizer};
-use mars_model::tiny::{tiny_config, tiny_gguf, tiny_gguf_quantized};
+use mars_model::tiny::{
+    tiny_config, tiny_gguf, tiny_gguf_k_quants, tiny_gguf_quantized, tiny_k_config,
+};
 use mars_model::{Device, DeviceLimits, KvType, Llama, LoadOptions, TILES_ABOVE, WeightPath};
 
 #[path = "support/diff.rs"]
@@ -32,7 +34,11 @@ fn logits_with(device: &Device, bytes: &[u8], tokens: &[u32], options: LoadOptio
     let g = Gguf::parse(bytes).unwrap();
     let model = Llama::from_gguf(&g, device, options).unwrap();
     assert_eq!(model.weight_path(), options.weights);
-    assert_eq!(model.config(), &tiny_config());
+    assert!(
+        [tiny_config(), tiny_k_config()].contains(model.config()),
+        "{:?}",
+        model.config()
+    );
     let mut cache = model.new_cache(32).unwrap();
     // A prompt, then two single-token steps: batched and incremental paths both compared.
     let mut out = model
@@ -167,6 +173,14 @@ fn wgpu_blocks_agree_with_flex_over_the_dequantized_weights() {
     // The same file on the f32 path of wgpu agrees too (the blocks are the file's values).
     let f32_gpu = logits(&wgpu(), &bytes, &tokens);
     assert!(max_diff(&cpu, &f32_gpu) < TOLERANCE);
+    // A model in Q4_K_M's types (Q4_K and Q6_K, a super-block a row): the same bound.
+    let k = tiny_gguf_k_quants(7).unwrap();
+    let worst_k = max_diff(
+        &logits(&Device::flex(), &k, &tokens),
+        &logits_with(&wgpu(), &k, &tokens, blocks(KvType::F32)),
+    );
+    eprintln!("K-quants, flex f32 vs wgpu blocks: max |Δ logit| = {worst_k:.2e}");
+    assert!(worst_k < TOLERANCE, "{worst_k}");
 }
 
 /// A device whose bindings are small splits every matrix into parts of a few rows (q | k | v
@@ -656,7 +670,7 @@ fn every_form_a_group_can_take_keeps_the_contract() {
         4 * layers + 1,
         "{shapes:?}"
     );
-    let timings = pollster::block_on(model.time_forms(5, 1.0, None)).unwrap();
+    let timings = pollster::block_on(model.time_forms(5, 1.0, None, 0)).unwrap();
     assert_eq!(timings.len(), shapes.len());
     let tokens: Vec<u32> = (0..5).map(|i| (i * 41 + 17) % 257).collect();
     let rule = run(&model, &tokens);
@@ -794,5 +808,29 @@ fn every_form_a_group_can_take_keeps_the_contract() {
         .with_forms(&|s| (s == gate_up.shape).then_some(whole))
         .unwrap_err();
     assert!(err.to_string().contains("whole/1/f32/matvec"), "{err}");
-    assert!(pollster::block_on(model.time_forms(5, f64::NAN, None)).is_err());
+    assert!(pollster::block_on(model.time_forms(5, f64::NAN, None, 0)).is_err());
+    // Each product after a read of 64 KiB, as a card's tuning reads 128 MiB to empty its cache:
+    // the same forms agree, each time the least batch less the least of the reads alone (here,
+    // beside a read's round trip of milliseconds, a short product's can be 0), the least kept.
+    let evicted = pollster::block_on(model.time_forms(5, 1.0, None, 64 << 10)).unwrap();
+    assert_eq!(evicted.len(), timings.len());
+    for (t, before) in evicted.iter().zip(&timings) {
+        let forms =
+            |t: &mars_model::GroupTiming| t.times.iter().map(|f| f.form).collect::<Vec<_>>();
+        assert_eq!(forms(t), forms(before));
+        let (one, pass) = (t.best_one_row().unwrap(), t.best_pass().unwrap());
+        for f in &t.times {
+            assert!(f.agrees, "{t:?}");
+            for ms in [f.one_row_ms, f.pass_ms] {
+                assert!(ms.is_finite() && ms >= 0.0, "{t:?}");
+            }
+            assert!(
+                one.one_row_ms <= f.one_row_ms && pass.pass_ms <= f.pass_ms,
+                "{t:?}"
+            );
+        }
+    }
+    // An eviction that is not whole vec4s is refused by name.
+    let err = pollster::block_on(model.time_forms(5, 1.0, None, 10)).unwrap_err();
+    assert!(err.to_string().contains("vec4s"), "{err}");
 }

@@ -473,6 +473,9 @@ fn page_caps(open: &mars_engine::OpenDevice, page: &PageTuning) -> Option<GpuCap
     let mut caps = open.gpu.clone()?;
     caps.identity = page.adapter.clone();
     caps.software |= page.software;
+    if caps.software {
+        caps.evict_bytes = 0;
+    }
     Some(caps)
 }
 

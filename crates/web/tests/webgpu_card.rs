@@ -5,7 +5,9 @@
 //! makes every shape a card's (`mars_kernels::gpu::use_card_shapes`), so that Chrome's WGSL
 //! compiler — whose uniformity analysis naga, the native check, lacks — builds each of them, and
 //! their logits are held to flex's f32 forward and their greedy strict speculation to
-//! target-only.
+//! target-only. And a model in Q4_K_M's types, whose groups a card runs in wide teams (f32
+//! activations for one row, 8-bit ones for a pass) and whose every form the page's tuning
+//! checks in the browser.
 #![cfg(target_arch = "wasm32")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -13,7 +15,7 @@ use std::sync::Arc;
 
 use mars_engine::{AnyDrafter, DecodeConfig, Decoder, ModelDrafter, PLAIN_TOKENS_A_READ};
 use mars_formats::{Gguf, Tokenizer};
-use mars_model::tiny::tiny_gguf_quantized;
+use mars_model::tiny::{tiny_gguf_k_quants, tiny_gguf_quantized};
 use mars_model::{Device, KvCache, KvType, Llama, LoadOptions, WeightPath};
 use mars_verify::{Mode, Sampling, VerifyConfig};
 use wasm_bindgen_test::*;
@@ -116,4 +118,84 @@ async fn a_cards_kernel_shapes_run_in_the_browser() {
     .unwrap();
     spec.run(|_| {}).await.unwrap();
     assert_eq!(spec.generated(), target.generated());
+}
+
+/// Largest |Δ logit| against flex's f32 forward for a pass on 8-bit activations, as a share of
+/// the largest |logit|: each 32 values rounded to max|x| / 127 (natively on lavapipe, the same
+/// forms forced: 0.55 % over this model's passes).
+const Q8_SHARE: f32 = 1e-2;
+
+/// A model in Q4_K_M's types ([`tiny_gguf_k_quants`]) in a card's forms: its Q4_K-only and
+/// Q6_K-only groups decode a row in wide teams on f32 activations, the norm folded in, and
+/// take a pass of several rows in wide teams on 8-bit ones (`MatrixGroup::card_form`); the
+/// mixed q | k | v of the second layer keeps the rules' form. Chrome's compiler builds each,
+/// with one output a team (the rule for this model's small matrices) and with four (the rule
+/// for a 7B's), one-row logits within f32 rounding of flex's forward and a pass's within the
+/// 8-bit rounding. (The tuning's other forms: a form Chrome refused would give outputs that
+/// disagree with the group's, and a tuning never chooses those.)
+#[wasm_bindgen_test]
+async fn a_k_quant_models_card_forms_run_in_the_browser() {
+    mars_kernels::gpu::use_card_shapes();
+    let bytes = tiny_gguf_k_quants(7).unwrap();
+    let g = Gguf::parse(&bytes).unwrap();
+    let device = device().await;
+    let gpu = Llama::from_gguf(
+        &g,
+        &device,
+        LoadOptions::with_weights(WeightPath::GpuBlocks {
+            subgroups: None,
+            kv: KvType::F16,
+        }),
+    )
+    .unwrap();
+    // Every wide group in wide f32 teams for one row, wide 8-bit ones for passes.
+    let forms = gpu.group_forms();
+    let wide: Vec<_> = forms
+        .iter()
+        .filter(|f| f.form.team == mars_model::Team::Wide)
+        .collect();
+    assert!(
+        wide.len() >= 4
+            && wide.iter().all(|f| f.form.acts == mars_model::Acts::F32
+                && f.form.pass.is_some_and(|p| p.acts == mars_model::Acts::Q8)),
+        "{forms:?}"
+    );
+    let cpu = Llama::from_gguf(&g, &Device::flex(), LoadOptions::default()).unwrap();
+    // The same model with four outputs a team in both of every wide group's forms.
+    let four = gpu
+        .with_forms(&|shape| {
+            let f = forms.iter().find(|f| f.shape == shape)?.form;
+            let fan = mars_model::Fan::Four;
+            (f.team == mars_model::Team::Wide).then_some(mars_model::Form {
+                fan,
+                pass: f.pass.map(|p| mars_model::MatVec { fan, ..p }),
+                ..f
+            })
+        })
+        .unwrap();
+    for (model, outputs) in [(&gpu, 1), (&four, 4)] {
+        let (mut gc, mut cc) = (model.new_cache(64).unwrap(), cpu.new_cache(64).unwrap());
+        let worst = |a: &[f32], b: &[f32]| {
+            assert_eq!(a.len(), b.len());
+            a.iter().zip(b).fold(0f32, |w, (x, y)| w.max((x - y).abs()))
+        };
+        // A prompt a row at a time: one-row steps alone.
+        let mut one_row = 0f32;
+        for i in 0..16u32 {
+            let t = [(i * 37 + 11) % 257];
+            one_row = one_row.max(worst(
+                &read(model, &t, &mut gc).await,
+                &read(&cpu, &t, &mut cc).await,
+            ));
+        }
+        let pass = [1u32, 2, 3, 4, 5];
+        let want = read(&cpu, &pass, &mut cc).await;
+        let largest = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let q8 = worst(&read(model, &pass, &mut gc).await, &want);
+        log(&format!(
+            "K-quant card forms, {outputs} output(s) a team, on WebGPU vs flex: {one_row:.2e} (one-row steps), {q8:.2e} of {largest:.1} (an 8-bit pass)"
+        ));
+        assert!(one_row < TOLERANCE, "{outputs}: {one_row}");
+        assert!(q8 < Q8_SHARE * largest, "{outputs}: {q8} of {largest}");
+    }
 }

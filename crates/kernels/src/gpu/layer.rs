@@ -1113,11 +1113,30 @@ pub struct ReadThrough {
 }
 
 impl ReadThrough {
+    /// The word whose fold makes an eviction's thread write it ([`ReadThrough::evicting`]): the
+    /// golden ratio's; any value serves, one a buffer's words rarely fold to.
+    pub const MARK: u32 = 0x9e37_79b9;
+
     /// The launch for `bytes` (a multiple of 16, at least 16).
     ///
     /// # Errors
     /// [`KernelError::Shape`] for a size that is not whole vec4s.
     pub fn new(client: &Client, bytes: usize) -> Result<Self> {
+        Self::with_outs(client, bytes, true)
+    }
+
+    /// The launch for `bytes` as an eviction ([`super::Evict`]): the threads write nothing
+    /// (but where a thread's word meets the mark, a 2⁻³² chance), so that it can be bound to a
+    /// timed product's output ([`ReadThrough::run_into`]) without changing it, only ordering
+    /// the two launches.
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for a size that is not whole vec4s.
+    pub fn evicting(client: &Client, bytes: usize) -> Result<Self> {
+        Self::with_outs(client, bytes, false)
+    }
+
+    fn with_outs(client: &Client, bytes: usize, outs: bool) -> Result<Self> {
         if !bytes.is_multiple_of(16) || bytes == 0 {
             return Err(KernelError::Shape {
                 what: "bytes of a read buffer (whole vec4s, at least one)",
@@ -1131,18 +1150,21 @@ impl ReadThrough {
         let groups = n.div_ceil(4 * 256).clamp(1, 65_535);
         let threads = groups * 256;
         let (gx, gy) = super::grid(groups);
+        let outs = if outs { threads } else { 0 };
         let params = upload_words(
             client,
             &[
                 word("vec4s", n)?,
                 word("threads", threads)?,
                 word("groups", gx)?,
+                word("outs", outs)?,
+                Self::MARK,
             ],
         );
         Ok(Self {
             bytes,
             groups: (word("groups", gx)?, word("groups", gy)?),
-            out: client.empty(threads * 4),
+            out: client.empty(outs.max(1) * 4),
             params,
         })
     }
@@ -1152,14 +1174,24 @@ impl ReadThrough {
     /// # Errors
     /// [`KernelError::Shape`] for a source shorter than the bytes read.
     pub fn run(&self, client: &Client, src: &Handle) -> Result<()> {
+        self.run_into(client, src, &self.out)
+    }
+
+    /// [`ReadThrough::run`] writing into `out` (at least the threads' words, or one word for
+    /// an eviction).
+    ///
+    /// # Errors
+    /// [`KernelError::Shape`] for a source shorter than the bytes read.
+    pub fn run_into(&self, client: &Client, src: &Handle, out: &Handle) -> Result<()> {
         check_size("read buffer", src, self.bytes)?;
+        check_size("read output", out, bound_bytes(&self.out))?;
         launch(
             client,
             Shader::Read,
             CubeCount::Static(self.groups.0, self.groups.1, 1),
             KernelArguments::new()
                 .with_buffer(src.clone().binding())
-                .with_buffer(self.out.clone().binding())
+                .with_buffer(out.clone().binding())
                 .with_buffer(self.params.clone().binding()),
         );
         Ok(())

@@ -71,7 +71,8 @@ pub use layer::{
 pub use robust::{open_without_robustness, robustness2_enabled, setup_without_robustness};
 pub use step::{IDS, LINKED, Link, MAX_TREE_ROWS, Step};
 pub use tune::{
-    Form, MatVec, PREFILL_ROWS_TIMED, Tuned, Tuning, group_output, outputs_agree, time_group,
+    EVICT_BYTES, Evict, Form, MatVec, PREFILL_ROWS_TIMED, Tuned, Tuning, group_output,
+    outputs_agree, time_group,
 };
 
 use crate::block::{Q6K_RUN, Q6K_RUN_BYTES, WeightType};
@@ -2413,10 +2414,9 @@ impl MatrixGroup {
         rows: Rows,
     ) -> Result<Self> {
         let group = Self::build(client, members, epilogue, bias, rows, None)?;
-        // Natively only: in the browser wide teams have not been through Chrome's WGSL compiler
-        // on a model of their types (the browser tests' tiny model has none), so there the
-        // page's tuning, which checks every form's outputs before timing it, chooses them.
-        if !is_card(client) || cfg!(target_family = "wasm") {
+        // In the browser too: Chrome's WGSL compiler builds a card's wide forms on a model of
+        // Q4_K_M's types in the browser tests (webgpu_card.rs).
+        if !is_card(client) {
             return Ok(group);
         }
         let form = group.card_form();
@@ -2426,7 +2426,7 @@ impl MatrixGroup {
         group.with_form(client, form)
     }
 
-    /// The form a GPU card's group takes before any tuning, natively: where its matrices can run in wide
+    /// The form a GPU card's group takes before any tuning: where its matrices can run in wide
     /// teams ([`Team::wide_for`]: all Q4_K or all Q6_K), one-row steps in wide teams on f32
     /// activations and passes of more rows in wide teams on 8-bit ones; otherwise the rules'.
     /// Measured on an H200 (the 7B shape, 2026-12-04, docs/performance.md): wide f32 teams
