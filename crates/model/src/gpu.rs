@@ -377,26 +377,39 @@ pub struct GroupTiming {
     pub prefill: Vec<PrefillTime>,
 }
 
+/// How much faster than a group's own form (the rules', a card's wide forms) a timed form must
+/// be to replace it: more than a timing's spread between rounds, so that noise never moves a
+/// group off the form it had (on an H200 the 2026-12-04 lease's rounds of one form agreed
+/// within ~1–3 %).
+pub const KEEP_MARGIN: f64 = 0.05;
+
 impl GroupTiming {
     /// The form with the least cost of a one-row step (decoding, drafting) among those whose
-    /// outputs agreed, ties to the earlier form.
+    /// outputs agreed, ties to the earlier form; the group's own one-row form where it is
+    /// within [`KEEP_MARGIN`] of that least.
     pub fn best_one_row(&self) -> Option<FormTime> {
-        self.fastest(|f| f.one_row_ms)
+        self.fastest_or_own(|f| f.one_row_ms, self.shape.form.one_row())
     }
 
     /// The form with the least cost of a verification pass's rows among those whose outputs
-    /// agreed, ties to the earlier form: the form of the group's passes of more than one row,
-    /// chosen apart from the one-row form (`Form::pass`).
+    /// agreed, ties to the earlier form, or the group's own pass form within [`KEEP_MARGIN`]
+    /// of it: the form of the group's passes of more than one row, chosen apart from the
+    /// one-row form (`Form::pass`).
     pub fn best_pass(&self) -> Option<FormTime> {
-        self.fastest(|f| f.pass_ms)
+        self.fastest_or_own(|f| f.pass_ms, self.shape.form.pass_form())
     }
 
-    fn fastest(&self, cost: impl Fn(&FormTime) -> f64) -> Option<FormTime> {
-        self.times
-            .iter()
-            .copied()
-            .filter(|f| f.agrees)
-            .min_by(|a, b| cost(a).total_cmp(&cost(b)))
+    fn fastest_or_own(
+        &self,
+        cost: impl Fn(&FormTime) -> f64,
+        own: mars_kernels::gpu::MatVec,
+    ) -> Option<FormTime> {
+        let agreeing = || self.times.iter().copied().filter(|f| f.agrees);
+        let fastest = agreeing().min_by(|a, b| cost(a).total_cmp(&cost(b)))?;
+        match agreeing().find(|f| f.form.one_row() == own) {
+            Some(kept) if cost(&fastest) >= cost(&kept) * (1.0 - KEEP_MARGIN) => Some(kept),
+            _ => Some(fastest),
+        }
     }
 
     /// The fastest one-row form with the fastest pass form as its passes' (no pass form where

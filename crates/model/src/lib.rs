@@ -45,7 +45,7 @@ pub use error::{ModelError, Result};
 pub use gpu::noop_card;
 #[cfg(any(feature = "wgpu", feature = "webgpu"))]
 pub use gpu::{
-    FormTime, GroupForm, GroupTiming, PrefillTime, SUBMIT_EVERY_CPU, SUBMIT_EVERY_GPU,
+    FormTime, GroupForm, GroupTiming, KEEP_MARGIN, PrefillTime, SUBMIT_EVERY_CPU, SUBMIT_EVERY_GPU,
     adapter_identity, adapter_software, blocks_unsupported, first_adapter, open_wgpu,
     subgroup_lanes, submit_every, submit_every_on,
 };

@@ -650,11 +650,32 @@ fn a_header_alone_is_checked_as_the_load_checks_it() {
     }
 }
 
+/// A tuning's choice at each row count: the form of least cost, or the group's own form where
+/// that least is within `KEEP_MARGIN` of its cost (and only then).
+fn assert_choice(t: &mars_model::GroupTiming) {
+    type Cost = fn(&mars_model::FormTime) -> f64;
+    let (one, pass): (Cost, Cost) = (|f| f.one_row_ms, |f| f.pass_ms);
+    for (chosen, own, cost) in [
+        (t.best_one_row().unwrap(), t.shape.form.one_row(), one),
+        (t.best_pass().unwrap(), t.shape.form.pass_form(), pass),
+    ] {
+        let agreeing = || t.times.iter().filter(|f| f.agrees);
+        let least = agreeing().map(cost).fold(f64::INFINITY, f64::min);
+        match agreeing().find(|f| f.form.one_row() == own).map(cost) {
+            Some(o) if least >= o * (1.0 - mars_model::KEEP_MARGIN) => {
+                assert_eq!(chosen.form.one_row(), own, "{t:?}");
+            }
+            _ => assert_eq!(cost(&chosen), least, "{t:?}"),
+        }
+    }
+}
+
 /// Every form a matrix group can take on wgpu's blocks (what `mars tune` times and chooses
 /// between) keeps the forward's contract: the logits within f32 rounding of the rules' forms,
 /// and each row's bits the same in a pass of five rows as in a pass of its own (decoding and
 /// verification agree). Timing covers each shape once, in each of its forms, and the choice is
-/// the least cost; a form a group cannot take is refused by name.
+/// the least cost unless the group's own form is within `KEEP_MARGIN` of it; a form a group
+/// cannot take is refused by name.
 #[test]
 fn every_form_a_group_can_take_keeps_the_contract() {
     let bytes = tiny_gguf_quantized(7).unwrap();
@@ -693,7 +714,8 @@ fn every_form_a_group_can_take_keeps_the_contract() {
             assert!(t.prefill.iter().all(|p| fastest.ms <= p.ms), "{t:?}");
             assert_eq!(t.chosen(), Some(fastest.form));
         }
-        // The one-row form and the pass form each the fastest at their rows.
+        // The one-row form and the pass form each the fastest at their rows (or the group's own).
+        assert_choice(t);
         let (one, pass) = (t.best_one_row().unwrap(), t.best_pass().unwrap());
         let best = t.best().unwrap();
         assert_eq!(
@@ -703,10 +725,6 @@ fn every_form_a_group_can_take_keeps_the_contract() {
         for f in &t.times {
             // Every form is correct here: all agree, all timed.
             assert!(f.agrees && f.one_row_ms > 0.0 && f.pass_ms > 0.0, "{t:?}");
-            assert!(
-                one.one_row_ms <= f.one_row_ms && pass.pass_ms <= f.pass_ms,
-                "{t:?}"
-            );
             let formed = model
                 .with_forms(&|s| (s == t.shape.shape).then_some(f.form))
                 .unwrap();
@@ -818,19 +836,79 @@ fn every_form_a_group_can_take_keeps_the_contract() {
         let forms =
             |t: &mars_model::GroupTiming| t.times.iter().map(|f| f.form).collect::<Vec<_>>();
         assert_eq!(forms(t), forms(before));
-        let (one, pass) = (t.best_one_row().unwrap(), t.best_pass().unwrap());
         for f in &t.times {
             assert!(f.agrees, "{t:?}");
             for ms in [f.one_row_ms, f.pass_ms] {
                 assert!(ms.is_finite() && ms >= 0.0, "{t:?}");
             }
-            assert!(
-                one.one_row_ms <= f.one_row_ms && pass.pass_ms <= f.pass_ms,
-                "{t:?}"
-            );
         }
+        assert_choice(t);
     }
     // An eviction that is not whole vec4s is refused by name.
     let err = pollster::block_on(model.time_forms(5, 1.0, None, 10)).unwrap_err();
     assert!(err.to_string().contains("vec4s"), "{err}");
+}
+
+/// The choice at hand: the group's own form stays where the fastest is within `KEEP_MARGIN` of
+/// it, the fastest takes over where it is faster by more, and a form whose outputs disagreed is
+/// never chosen, however fast it timed.
+#[test]
+fn a_tuning_keeps_the_own_form_unless_another_is_clearly_faster() {
+    use mars_model::{Acts, Fan, Form, FormTime, GroupForm, GroupTiming, Team};
+    let form = |team, acts| Form {
+        team,
+        fan: Fan::One,
+        acts,
+        pass: None,
+        prefill: None,
+        split: true,
+    };
+    let (own, wide, q8) = (
+        form(Team::Quarter, Acts::F32),
+        form(Team::Wide, Acts::F32),
+        form(Team::Wide, Acts::Q8),
+    );
+    let timing = |times: [(Form, bool, f64, f64); 3]| GroupTiming {
+        shape: GroupForm {
+            role: "o",
+            shape: "a shape".into(),
+            groups: 1,
+            form: own,
+        },
+        times: times
+            .map(|(form, agrees, one_row_ms, pass_ms)| FormTime {
+                form,
+                agrees,
+                one_row_ms,
+                pass_ms,
+            })
+            .to_vec(),
+        prefill: Vec::new(),
+    };
+    // Within 5 %: the own form at both row counts.
+    let t = timing([
+        (own, true, 1.00, 2.00),
+        (wide, true, 0.97, 1.99),
+        (q8, true, 0.99, 1.96),
+    ]);
+    assert_eq!(t.best_one_row().unwrap().form, own);
+    assert_eq!(t.best_pass().unwrap().form, own);
+    assert_eq!(t.best(), Some(own));
+    // Faster by more: the fastest at each, apart.
+    let t = timing([
+        (own, true, 1.00, 2.00),
+        (wide, true, 0.90, 1.99),
+        (q8, true, 0.99, 1.50),
+    ]);
+    assert_eq!(t.best_one_row().unwrap().form, wide);
+    assert_eq!(t.best_pass().unwrap().form, q8);
+    assert_eq!(t.best().unwrap().pass, Some(q8.one_row()));
+    // A form that disagreed is never chosen.
+    let t = timing([
+        (own, true, 1.00, 2.00),
+        (wide, false, 0.10, 0.10),
+        (q8, true, 0.99, 1.50),
+    ]);
+    assert_eq!(t.best_one_row().unwrap().form, own);
+    assert_eq!(t.best_pass().unwrap().form, q8);
 }

@@ -6,8 +6,9 @@
 //! memory system) may rank the forms otherwise, and each form gives the same row-independent
 //! contract. So a GPU's groups are timed once in every form they can take, at one row (a
 //! decoding step) and at a verification pass's rows, the fastest at one row and the fastest at
-//! a pass kept apart ([`Form::pass`]), keyed by the adapter (name, back-end, driver) and the
-//! group's shape ([`MatrixGroup::shape_key`]). On a card each product is timed with its weights
+//! a pass kept apart ([`Form::pass`]) — the group's own form kept where it is within a few
+//! percent of the fastest (`mars_model::KEEP_MARGIN`), so that noise does not move it — keyed by
+//! the adapter (name, back-end, driver) and the group's shape ([`MatrixGroup::shape_key`]). On a card each product is timed with its weights
 //! out of the cache ([`Evict`]), as a forward meets them.
 //!
 //! The same for a long prefill: with its team and fan chosen, a group over every row is timed
