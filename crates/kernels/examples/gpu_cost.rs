@@ -241,7 +241,7 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
             read_through(client, &raw, read_bytes).unwrap()
         });
         println!(
-            "| {name} [{out} x {cols}] | read alone | - | - | {ms:.3} | {:.1} | - |",
+            "| {name} [{out} x {cols}] | read alone | - | - | {ms:.3} | {:.1} | - | - | - |",
             read_bytes as f64 / ms / 1e6
         );
         // Lane teams where the type has them (Q4_K, Q6_K), wide teams for Q4_K.
@@ -288,12 +288,17 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
                     if m == 1 {
                         one = ms;
                     }
+                    // A product shorter than the reads' spread can time at 0: no rate then.
+                    let cold_rate = if cold > 0.0 {
+                        format!("{:.1}", bytes / cold / 1e6)
+                    } else {
+                        "-".into()
+                    };
                     println!(
-                        "| {name} [{out} x {cols}] | {team:?}, {} | {fan:?} | {m} | {ms:.3} | {:.1} | {:.2}x | {cold:.3} | {:.1} |",
+                        "| {name} [{out} x {cols}] | {team:?}, {} | {fan:?} | {m} | {ms:.3} | {:.1} | {:.2}x | {cold:.3} | {cold_rate} |",
                         acts.name(),
                         bytes / ms / 1e6,
                         ms / one,
-                        bytes / cold.max(1e-6) / 1e6
                     );
                 }
             }
