@@ -386,7 +386,7 @@ pub const KEEP_MARGIN: f64 = 0.05;
 impl GroupTiming {
     /// The form with the least cost of a one-row step (decoding, drafting) among those whose
     /// outputs agreed, ties to the earlier form; the group's own one-row form where it is
-    /// within [`KEEP_MARGIN`] of that least.
+    /// within [`KEEP_MARGIN`] of that least, or where the least is 0 (nothing measured).
     pub fn best_one_row(&self) -> Option<FormTime> {
         self.fastest_or_own(|f| f.one_row_ms, self.shape.form.one_row())
     }
@@ -406,8 +406,14 @@ impl GroupTiming {
     ) -> Option<FormTime> {
         let agreeing = || self.times.iter().copied().filter(|f| f.agrees);
         let fastest = agreeing().min_by(|a, b| cost(a).total_cmp(&cost(b)))?;
+        // A product timed at 0 (shorter than the evictions' spread, `time_group`) measured
+        // nothing: it moves no group off its own form.
         match agreeing().find(|f| f.form.one_row() == own) {
-            Some(kept) if cost(&fastest) >= cost(&kept) * (1.0 - KEEP_MARGIN) => Some(kept),
+            Some(kept)
+                if cost(&fastest) <= 0.0 || cost(&fastest) >= cost(&kept) * (1.0 - KEEP_MARGIN) =>
+            {
+                Some(kept)
+            }
             _ => Some(fastest),
         }
     }

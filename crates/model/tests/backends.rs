@@ -651,7 +651,7 @@ fn a_header_alone_is_checked_as_the_load_checks_it() {
 }
 
 /// A tuning's choice at each row count: the form of least cost, or the group's own form where
-/// that least is within `KEEP_MARGIN` of its cost (and only then).
+/// that least is within `KEEP_MARGIN` of its cost or 0 (and only then).
 fn assert_choice(t: &mars_model::GroupTiming) {
     type Cost = fn(&mars_model::FormTime) -> f64;
     let (one, pass): (Cost, Cost) = (|f| f.one_row_ms, |f| f.pass_ms);
@@ -662,7 +662,7 @@ fn assert_choice(t: &mars_model::GroupTiming) {
         let agreeing = || t.times.iter().filter(|f| f.agrees);
         let least = agreeing().map(cost).fold(f64::INFINITY, f64::min);
         match agreeing().find(|f| f.form.one_row() == own).map(cost) {
-            Some(o) if least >= o * (1.0 - mars_model::KEEP_MARGIN) => {
+            Some(o) if least <= 0.0 || least >= o * (1.0 - mars_model::KEEP_MARGIN) => {
                 assert_eq!(chosen.form.one_row(), own, "{t:?}");
             }
             _ => assert_eq!(cost(&chosen), least, "{t:?}"),
@@ -850,8 +850,8 @@ fn every_form_a_group_can_take_keeps_the_contract() {
 }
 
 /// The choice at hand: the group's own form stays where the fastest is within `KEEP_MARGIN` of
-/// it, the fastest takes over where it is faster by more, and a form whose outputs disagreed is
-/// never chosen, however fast it timed.
+/// it or timed at 0, the fastest takes over where it is faster by more, and a form whose
+/// outputs disagreed is never chosen, however fast it timed.
 #[test]
 fn a_tuning_keeps_the_own_form_unless_another_is_clearly_faster() {
     use mars_model::{Acts, Fan, Form, FormTime, GroupForm, GroupTiming, Team};
@@ -911,4 +911,12 @@ fn a_tuning_keeps_the_own_form_unless_another_is_clearly_faster() {
     ]);
     assert_eq!(t.best_one_row().unwrap().form, own);
     assert_eq!(t.best_pass().unwrap().form, q8);
+    // A form timed at 0 (shorter than the evictions' spread) measured nothing.
+    let t = timing([
+        (own, true, 1.00, 2.00),
+        (wide, true, 0.0, 1.99),
+        (q8, true, 0.99, 0.0),
+    ]);
+    assert_eq!(t.best_one_row().unwrap().form, own);
+    assert_eq!(t.best_pass().unwrap().form, own);
 }
