@@ -229,7 +229,7 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
       # (tuned: the tune stage's, or timed at this first load), the forms a tuning chooses
       # timing each product back to back, its weights in the GPU's cache (tuned-warm:
       # MARS_TUNE_EVICT=off, its own table; a tuning empties the cache before each product
-      # since 2026-12-05), lane teams on every group
+      # since 2026-12-04), lane teams on every group
       # (MARS_GPU_TEAM=lanes), wide teams on 8-bit activations for every row count
       # (MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8), the prefill in the
       # mat-vec form instead of tiles
