@@ -19,7 +19,9 @@
 //! ([`outputs_agree`]).
 //!
 //! The table is text, a line an entry, so that a user can read and delete what their GPU chose:
-//! `adapter<TAB>shape<TAB>form<TAB>ms for one row<TAB>ms for a pass<TAB>ms for a prefill`.
+//! `adapter<TAB>shape<TAB>form<TAB>ms for one row<TAB>ms for a pass<TAB>ms for a prefill`, under
+//! a first line naming the timing method ([`TABLE_HEADER`]): a table an earlier method wrote is
+//! read as empty, so its shapes are timed anew.
 
 use super::{Acts, Fan, Result, Team, TileForm, UnitShape};
 use super::{Client, MatrixGroup, Step, StepBuffer};
@@ -237,6 +239,15 @@ pub struct Tuned {
 /// Rows of the long prefill a tuning times (a pass of a 128-token prompt).
 pub const PREFILL_ROWS_TIMED: usize = 128;
 
+/// The first line of a table this build writes, naming how its times were taken. A table whose
+/// first line differs was timed another way (before 2026-12-04's evening, each product back to
+/// back with its weights in the GPU's cache and one form chosen by the sum of a row's cost and
+/// a pass's, which on an H200 chose forms that decoded a 7B 0.69× as fast as the wide teams it
+/// passed over): its lines are checked and set aside, so that a load times its shapes anew.
+pub const TABLE_HEADER: &str = "# mars tune 2 (each product timed after its weights left the \
+                                GPU's cache): adapter, group shape, chosen form, ms for one row, \
+                                for a pass, for a prefill";
+
 /// Chosen forms by adapter and group shape (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tuning {
@@ -245,11 +256,13 @@ pub struct Tuning {
 
 impl Tuning {
     /// The table `text` holds ([`Tuning::to_text`]'s form); blank lines and lines starting with
-    /// `#` are skipped.
+    /// `#` are skipped. Empty where its first line is not [`TABLE_HEADER`] (a table timed by an
+    /// earlier method: every line still checked).
     ///
     /// # Errors
     /// [`KernelError::Tuning`] naming the line and field of anything else that does not parse.
     pub fn parse(text: &str) -> Result<Self> {
+        let current = text.lines().next().map(|l| l.trim_end_matches('\r')) == Some(TABLE_HEADER);
         let mut tuning = Self::default();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim_end_matches('\r');
@@ -283,16 +296,14 @@ impl Tuning {
                 },
             );
         }
-        Ok(tuning)
+        Ok(if current { tuning } else { Self::default() })
     }
 
-    /// The table as text, one line an entry (tabs in names replaced by spaces).
+    /// The table as text, [`TABLE_HEADER`] then one line an entry (tabs in names replaced by
+    /// spaces).
     pub fn to_text(&self) -> String {
         let clean = |s: &str| s.replace(['\t', '\n', '\r'], " ");
-        let mut text = String::from(
-            "# mars tune: adapter, group shape, fastest form, ms for one row, for a pass, for a \
-             prefill\n",
-        );
+        let mut text = format!("{TABLE_HEADER}\n");
         for ((adapter, shape), t) in &self.entries {
             let prefill = t
                 .prefill_ms
@@ -668,6 +679,11 @@ mod tests {
         assert_eq!(back, t);
         assert_eq!(back.get("NVIDIA H200 (Vulkan) driver", shape), Some(tuned));
         assert_eq!(back.get("another adapter", shape), None);
+        // A table an earlier method timed: checked, then set aside.
+        let old = "# mars tune: adapter, group shape, fastest form, ms for one row, for a pass, \
+                   for a prefill\na\tb\tquarter/4/matvec\t0.1\t0.2\t-\n";
+        assert_eq!(Tuning::parse(old).unwrap(), Tuning::default());
+        assert!(Tuning::parse(&old.replace("quarter/4", "eighth/4")).is_err());
         let err = Tuning::parse("# comment\n\na\tb\tquarter/1/tiles\t0.1\t0.2\n").unwrap_err();
         let text = err.to_string();
         assert!(
@@ -680,7 +696,10 @@ mod tests {
         let err = Tuning::parse("a\tb\teighth/1/tiles\t0.1\t0.2\t3\n").unwrap_err();
         assert!(err.to_string().contains("eighth"), "{err}");
         // The head has no prefill: `-`, which round-trips; NaN is no count.
-        let head = Tuning::parse("a\tb\tquarter/4/matvec\t0.1\t0.2\t-\n").unwrap();
+        let head = Tuning::parse(&format!(
+            "{TABLE_HEADER}\na\tb\tquarter/4/matvec\t0.1\t0.2\t-\n"
+        ))
+        .unwrap();
         assert_eq!(head.get("a", "b").unwrap().prefill_ms, None);
         assert_eq!(Tuning::parse(&head.to_text()).unwrap(), head);
         assert!(Tuning::parse("a\tb\tquarter/4/matvec\t0.1\t0.2\tNaN\n").is_err());
