@@ -5,13 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each step with the time it starts (UTC), so that a run's log says where its minutes went.
+step() { printf '\n== %s (%s)\n' "$*" "$(date -u +%T)"; }
+
+step "setup (tests/setup.sh)"
 bash tests/setup.sh
 # Khronos's SPIR-V validator for the shader test (every kernel's SPIR-V as wgpu writes it for a
 # Vulkan 1.3 card, the matrix-unit tiles that no adapter here runs among them).
 spirv_val=$(bash tests/fetch-spirv-val.sh)
 if [ -n "$spirv_val" ]; then export MARS_SPIRV_VAL="${MARS_SPIRV_VAL:-$spirv_val}"; fi
 
-step() { printf '\n== %s\n' "$*"; }
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

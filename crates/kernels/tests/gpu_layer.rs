@@ -17,8 +17,8 @@ use common::{bits, cols_for, dequantized, random_matrix};
 use cubecl::client::Client;
 use cubecl::server::Handle;
 use mars_kernels::gpu::{
-    Attention, CopyRows, Draw, Epilogue, Fan, GpuMatrix, GpuType, Heads, Link, MatrixGroup, Norm,
-    ReadThrough, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, TopRows, clone_buffer,
+    Attention, CopyRows, Draw, Epilogue, Evict, Fan, GpuMatrix, GpuType, Heads, Link, MatrixGroup,
+    Norm, ReadThrough, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, TopRows, clone_buffer,
     link_ids, read_through, upload_f32,
 };
 use mars_kernels::{KernelError, KvType, WeightType};
@@ -1145,6 +1145,33 @@ fn an_eviction_leaves_its_output_but_where_the_data_meet_the_mark() {
     let short = client.create_from_slice(&[0u8; 64]);
     let y = client.create_from_slice(&[0u8; 4]);
     assert!(evict.run_into(&client, &short, &y).is_err());
+
+    // A product timed after evictions: a time (at least 0: the least batch less the least of
+    // the reads alone), and the group's outputs as before.
+    let max = client.properties().memory.max_page_size;
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let cols = cols_for(WeightType::Q4K, 256);
+    let w = random_matrix(WeightType::Q4K, 16, cols, &mut rng);
+    let g = GpuMatrix::upload(&client, w.ty(), w.rows(), w.cols(), w.blocks(), max).unwrap();
+    let group = MatrixGroup::new(&client, vec![g], Epilogue::Store, None, Rows::All).unwrap();
+    let before =
+        pollster::block_on(mars_kernels::gpu::group_output(&client, &group, 5, false)).unwrap();
+    let evict = Evict::new(&client, 64 << 10).unwrap();
+    for rows in [1, 5] {
+        let ms = pollster::block_on(mars_kernels::gpu::time_group(
+            &client,
+            &group,
+            (rows, false),
+            1.0,
+            Some(&evict),
+        ))
+        .unwrap();
+        assert!(ms.is_finite() && ms >= 0.0, "{rows} rows: {ms}");
+    }
+    let after =
+        pollster::block_on(mars_kernels::gpu::group_output(&client, &group, 5, false)).unwrap();
+    assert_eq!(bits(&before), bits(&after));
+    assert!(Evict::new(&client, 10).is_err());
 }
 
 /// q | k | v in one launch (three types, with biases) equals each matrix alone plus its bias;

@@ -325,12 +325,25 @@ fn check_units(what: &str, source: &str, shape: UnitShape) {
     }
 }
 
-#[test]
-fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
+/// Row bounds every matmul form is checked at.
+const BOUNDS: [usize; 5] = [1, 2, 4, 8, 16];
+
+/// The K-quant types of lane and wide teams.
+fn k_quants() -> (GpuType, GpuType) {
+    (
+        GpuType::from(WeightType::Q4K),
+        GpuType::from(WeightType::Q6K),
+    )
+}
+
+/// Each of `types`: its embedding, its matmul in every row bound, fan, epilogue and quarter or
+/// whole team with both reductions (8-bit activations where it takes them), its groups (gate |
+/// up beside a Q6_K up, q | k | v of three types, the norm folded in), its tiles (on the matrix
+/// units too). Returns the kernels checked.
+fn types_translate(types: &[GpuType]) -> usize {
     let mut checked = 0;
-    let bounds = [1, 2, 4, 8, 16];
-    assert!(bounds.iter().all(|&r| row_bound(r) == r) && row_bound(MAX_ROWS) == 16);
-    for ty in GpuType::all() {
+    let bounds = BOUNDS;
+    for &ty in types {
         check(&format!("embed {ty:?}"), &embed_source(ty), false);
         checked += 1;
         for (rows, fan) in bounds.into_iter().flat_map(|r| FANS.map(|f| (r, f))) {
@@ -444,12 +457,46 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
             }
         }
     }
+    checked
+}
+
+/// The block types in two halves, one a test (the test harness runs them side by side).
+fn half_of_the_types(second: bool) -> Vec<GpuType> {
+    GpuType::all()
+        .enumerate()
+        .filter(|(i, _)| (i % 2 == 1) == second)
+        .map(|(_, ty)| ty)
+        .collect()
+}
+
+/// The per-type kernels' count for `types` (see [`types_translate`]).
+fn types_count(types: &[GpuType]) -> usize {
+    let blocks = types.iter().filter(|&&ty| Acts::q8_for(&[ty])).count();
+    types.len() * (1 + 2 * (5 * 3 * 5 + 2 + 4) + 5 * 4) + blocks * 2 * (5 * 3 * 2 + 2)
+}
+
+#[test]
+fn every_kernel_of_half_the_types_translates_for_vulkan_metal_and_d3d12() {
+    assert!(BOUNDS.iter().all(|&r| row_bound(r) == r) && row_bound(MAX_ROWS) == 16);
+    let types = half_of_the_types(false);
+    assert_eq!(types_translate(&types), types_count(&types));
+    khronos_verdicts().unwrap();
+}
+
+#[test]
+fn every_kernel_of_the_other_types_translates_for_vulkan_metal_and_d3d12() {
+    let types = half_of_the_types(true);
+    assert_eq!(types_translate(&types), types_count(&types));
+    khronos_verdicts().unwrap();
+}
+
+#[test]
+fn every_team_of_k_quants_translates_for_vulkan_metal_and_d3d12() {
+    let mut checked = 0;
+    let bounds = BOUNDS;
+    let (k4, k6) = k_quants();
     // Lane teams (Q4_K and Q6_K groups only): every row bound and epilogue, both reductions,
     // a Q4_K_M q | k | v (v in Q6_K) among them.
-    let (k4, k6) = (
-        GpuType::from(WeightType::Q4K),
-        GpuType::from(WeightType::Q6K),
-    );
     for (rows, fan) in bounds.into_iter().flat_map(|r| FANS.map(|f| (r, f))) {
         for (types, epilogue) in [
             (&[k4][..], Epilogue::Store),
@@ -504,6 +551,13 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
             }
         }
     }
+    assert_eq!(checked, 5 * 2 * 5 * 2 * 2 + 5 * 2 * 7 * 2 * 3);
+    khronos_verdicts().unwrap();
+}
+
+#[test]
+fn every_other_kernel_translates_for_vulkan_metal_and_d3d12() {
+    let mut checked = 0;
     for shader in [
         Shader::Norm { q8: false },
         Shader::Norm { q8: true },
@@ -566,15 +620,7 @@ fn every_kernel_translates_for_vulkan_metal_and_d3d12() {
         check(&format!("{shader:?}"), &shader.source(), false);
         checked += 1;
     }
-    let blocks = GpuType::all().filter(|&ty| Acts::q8_for(&[ty])).count();
-    assert_eq!(
-        checked,
-        GpuType::all().count() * (1 + 2 * (5 * 3 * 5 + 2 + 4) + 5 * 4)
-            + blocks * 2 * (5 * 3 * 2 + 2)
-            + 5 * 2 * 5 * 2 * 2
-            + 5 * 2 * 7 * 2 * 3
-            + 37
-    );
+    assert_eq!(checked, 37);
     khronos_verdicts().unwrap();
 }
 

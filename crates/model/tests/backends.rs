@@ -827,24 +827,8 @@ fn every_form_a_group_can_take_keeps_the_contract() {
         .unwrap_err();
     assert!(err.to_string().contains("whole/1/f32/matvec"), "{err}");
     assert!(pollster::block_on(model.time_forms(5, f64::NAN, None, 0)).is_err());
-    // Each product after a read of 64 KiB, as a card's tuning reads 128 MiB to empty its cache:
-    // the same forms agree, each time the least batch less the least of the reads alone (here,
-    // beside a read's round trip of milliseconds, a short product's can be 0), the least kept.
-    let evicted = pollster::block_on(model.time_forms(5, 1.0, None, 64 << 10)).unwrap();
-    assert_eq!(evicted.len(), timings.len());
-    for (t, before) in evicted.iter().zip(&timings) {
-        let forms =
-            |t: &mars_model::GroupTiming| t.times.iter().map(|f| f.form).collect::<Vec<_>>();
-        assert_eq!(forms(t), forms(before));
-        for f in &t.times {
-            assert!(f.agrees, "{t:?}");
-            for ms in [f.one_row_ms, f.pass_ms] {
-                assert!(ms.is_finite() && ms >= 0.0, "{t:?}");
-            }
-        }
-        assert_choice(t);
-    }
-    // An eviction that is not whole vec4s is refused by name.
+    // The eviction reaches the timing (timed with it: gpu_layer.rs); one that is not whole
+    // vec4s is refused by name, before anything is timed.
     let err = pollster::block_on(model.time_forms(5, 1.0, None, 10)).unwrap_err();
     assert!(err.to_string().contains("vec4s"), "{err}");
 }
