@@ -38,24 +38,29 @@ async fn read(model: &Llama, tokens: &[u32], cache: &mut KvCache) -> Vec<f32> {
         .unwrap()
 }
 
-#[wasm_bindgen_test]
-async fn a_cards_kernel_shapes_run_in_the_browser() {
+/// The model in `bytes` on WebGPU in a card's shapes (GGUF blocks, an f16 cache), and the
+/// reference: every weight dequantized to f32 on flex (the packed CPU path would add its 8-bit
+/// activations' error).
+async fn on_a_card_and_on_flex(bytes: &[u8]) -> (Llama, Llama) {
     mars_kernels::gpu::use_card_shapes();
-    let bytes = tiny_gguf_quantized(7).unwrap();
-    let g = Gguf::parse(&bytes).unwrap();
-    let device = device().await;
+    let g = Gguf::parse(bytes).unwrap();
     let gpu = Llama::from_gguf(
         &g,
-        &device,
+        &device().await,
         LoadOptions::with_weights(WeightPath::GpuBlocks {
             subgroups: None,
             kv: KvType::F16,
         }),
     )
     .unwrap();
-    // The reference: every weight dequantized to f32 on flex (the packed CPU path would add its
-    // 8-bit activations' error).
     let cpu = Llama::from_gguf(&g, &Device::flex(), LoadOptions::default()).unwrap();
+    (gpu, cpu)
+}
+
+#[wasm_bindgen_test]
+async fn a_cards_kernel_shapes_run_in_the_browser() {
+    let bytes = tiny_gguf_quantized(7).unwrap();
+    let (gpu, cpu) = on_a_card_and_on_flex(&bytes).await;
     // A 300-token prompt (a prefill in tiles: more than TILES_ABOVE rows), then one-row and
     // five-row passes over more than 256 keys (attention split by key blocks, RoPE folded).
     let prompt: Vec<u32> = (0..300).map(|i| (i * 37 + 11) % 257).collect();
@@ -83,7 +88,7 @@ async fn a_cards_kernel_shapes_run_in_the_browser() {
 
     // Greedy strict speculation equals target-only through the card's summaries (over chunks)
     // and the draft's chain on the device, after the long prompt.
-    let tokenizer = Arc::new(Tokenizer::from_gguf(&g).unwrap());
+    let tokenizer = Arc::new(Tokenizer::from_gguf(&Gguf::parse(&bytes).unwrap()).unwrap());
     let config = |k| DecodeConfig {
         k,
         verify: VerifyConfig {
@@ -135,19 +140,7 @@ const Q8_SHARE: f32 = 1e-2;
 /// disagree with the group's, and a tuning never chooses those.)
 #[wasm_bindgen_test]
 async fn a_k_quant_models_card_forms_run_in_the_browser() {
-    mars_kernels::gpu::use_card_shapes();
-    let bytes = tiny_gguf_k_quants(7).unwrap();
-    let g = Gguf::parse(&bytes).unwrap();
-    let device = device().await;
-    let gpu = Llama::from_gguf(
-        &g,
-        &device,
-        LoadOptions::with_weights(WeightPath::GpuBlocks {
-            subgroups: None,
-            kv: KvType::F16,
-        }),
-    )
-    .unwrap();
+    let (gpu, cpu) = on_a_card_and_on_flex(&tiny_gguf_k_quants(7).unwrap()).await;
     // Every wide group in wide f32 teams for one row, wide 8-bit ones for passes.
     let forms = gpu.group_forms();
     let wide: Vec<_> = forms
@@ -160,7 +153,6 @@ async fn a_k_quant_models_card_forms_run_in_the_browser() {
                 && f.form.pass.is_some_and(|p| p.acts == mars_model::Acts::Q8)),
         "{forms:?}"
     );
-    let cpu = Llama::from_gguf(&g, &Device::flex(), LoadOptions::default()).unwrap();
     // The same model with four outputs a team in both of every wide group's forms.
     let four = gpu
         .with_forms(&|shape| {
