@@ -54,10 +54,11 @@ def delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def exported(want_accepted: int | None = None, wait_s: float = 10.0) -> dict[str, float]:
+def exported(want: dict[str, int] | None = None, wait_s: float = 10.0) -> dict[str, float]:
     """The plugin's counters as this process's Prometheus registry serves them (what vLLM's
-    `/metrics` shows), waiting up to `wait_s` for the workers' exporters to reach
-    `want_accepted` accepted tokens."""
+    `/metrics` shows), waiting up to `wait_s` for the workers' exporters to reach every count
+    in `want` (a last step that accepted nothing leaves the accepted count where it was while
+    its drafts are still on their way, so one count alone cannot say the export is done)."""
     from prometheus_client import REGISTRY
 
     deadline = time.monotonic() + wait_s
@@ -67,7 +68,7 @@ def exported(want_accepted: int | None = None, wait_s: float = 10.0) -> dict[str
             for family in REGISTRY.collect()
             if family.name.startswith("mars_vllm:")
         }
-        if want_accepted is None or out.get("accepted_tokens") == want_accepted:
+        if want is None or all(out.get(k) == v for k, v in want.items()):
             return out
         if time.monotonic() > deadline:
             return out
@@ -140,7 +141,11 @@ def main(spec_path: str, out_path: str) -> int:
             outputs = llm.generate(prompts[: len(params)], params, use_tqdm=False)
         seconds = time.perf_counter() - start
         spec_delta = delta(spec_counters(llm), before)
-        want = int(exported_before.get("accepted_tokens", 0)) + spec_delta["accepted"]
+        want = {
+            "accepted_tokens": int(exported_before.get("accepted_tokens", 0))
+            + spec_delta["accepted"],
+            "draft_tokens": int(exported_before.get("draft_tokens", 0)) + spec_delta["drafts"],
+        }
         results.append(
             {
                 "name": run["name"],
