@@ -328,6 +328,7 @@ async fn open_wgpu(seen: Option<AdapterFacts>) -> Result<OpenDevice> {
         .await
         .map_err(EngineError::Device)?;
     let limits = setup.adapter.limits();
+    let software = mars_model::adapter_software(&setup.adapter);
     let info = setup.adapter.get_info();
     // The adapter's free memory where its driver reports it (natively: NVML, amdgpu's sysfs).
     let free = crate::memory::free_memory(info.vendor, &info.device_pci_bus_id);
@@ -358,13 +359,9 @@ async fn open_wgpu(seen: Option<AdapterFacts>) -> Result<OpenDevice> {
             blocks_unsupported: mars_model::blocks_unsupported(&setup.adapter).map(str::to_string),
             subgroups: mars_model::subgroup_lanes(&setup.adapter),
             identity: mars_model::adapter_identity(&setup.adapter),
-            software: mars_model::adapter_software(&setup.adapter),
+            software,
             matrix_units: mars_model::adapter_matrix_units(&setup.adapter),
-            evict_bytes: if mars_model::adapter_software(&setup.adapter) {
-                0
-            } else {
-                mars_model::EVICT_BYTES
-            },
+            evict_bytes: if software { 0 } else { mars_model::EVICT_BYTES },
         }),
     })
 }

@@ -18,8 +18,8 @@
 //! each with f32 and 8-bit activations (`Acts`; not in lane teams): milliseconds a call, the
 //! weights' GB/s, and m rows against one, then the same with a read of 128 MiB before each call
 //! (the tuning's `Evict`: the weights out of the GPU's cache, as a forward meets them, where
-//! back to back a matrix that fits the cache is read from it); and first, for each matrix, a plain read of its bytes
-//! (`read_through`: coalesced, every word once), the ceiling a kernel reading them reaches on
+//! back to back a matrix that fits the cache is read from it); and first, for each matrix, a
+//! plain read of its bytes (`read_through`: coalesced, every word once), the ceiling a kernel reading them reaches on
 //! this device through this runtime. Last, the rows reduced over the Qwen vocabulary (151,936
 //! logits): the verifier's summary (greedy and drawn) and a top-40 sampler's rows, for 1 and 5
 //! rows, in the adapter's chunks against one chunk a row (one workgroup a row, as before the

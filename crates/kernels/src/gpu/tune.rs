@@ -8,8 +8,9 @@
 //! decoding step) and at a verification pass's rows, the fastest at one row and the fastest at
 //! a pass kept apart ([`Form::pass`]) — the group's own form kept where it is within a few
 //! percent of the fastest (`mars_model::KEEP_MARGIN`), so that noise does not move it — keyed by
-//! the adapter (name, back-end, driver) and the group's shape ([`MatrixGroup::shape_key`]). On a card each product is timed with its weights
-//! out of the cache ([`Evict`]), as a forward meets them.
+//! the adapter (name, back-end, driver) and the group's shape ([`MatrixGroup::shape_key`]). On
+//! a card each product is timed with its weights out of the cache ([`Evict`]), as a forward
+//! meets them.
 //!
 //! The same for a long prefill: with its team and fan chosen, a group over every row is timed
 //! over [`PREFILL_ROWS_TIMED`] rows in the mat-vec form, in f32 tiles, and in tiles on the matrix
@@ -466,9 +467,9 @@ pub const EVICT_BYTES: usize = 128 << 20;
 
 /// A buffer read at full width before each timed product, so that the product meets its
 /// weights as a forward does: out of the GPU's cache. Timed back to back, a group whose weights
-/// fit the cache (a 0.5B's every group, a 7B's q | k | v and o at 9 and 7 MB) is read from it at
-/// several times the memory's rate, which favours the forms that compute least over those that
-/// read best: in a forward each group's weights were pushed out by the layers between.
+/// fit the cache (a 0.5B's every group, a 7B's q | k | v and o at 9 and 7 MB) is read from the
+/// cache, not from memory, which can favour the forms that compute least over those that read
+/// memory best: in a forward each group's weights were pushed out by the layers between.
 #[derive(Debug)]
 pub struct Evict {
     buffer: super::Handle,
@@ -501,8 +502,8 @@ impl Evict {
 /// products as fit `budget_ms` after one timed call (at least 2, at most 40). With `evict`,
 /// each product follows an eviction ([`Evict`]) and each batch is followed by a batch of the
 /// evictions alone, the least of the first kind less the least of the second (at least 0): the
-/// product with its weights out of the cache. (The eviction also keeps the device the bound: a product shorter than its launch's
-/// host time is otherwise timed as the host's.)
+/// product with its weights out of the cache. (The eviction also keeps the device the bound: a
+/// product shorter than its launch's host time is otherwise timed as the host's.)
 ///
 /// # Errors
 /// The kernels' error for a group that cannot run ([`MatrixGroup::run`]), or a failed read.
