@@ -107,14 +107,16 @@ named() { # the models whose names hold any of these (e.g. 0.5B 7B), smallest fi
 # (mars beside llama.cpp on the 0.5B and the 7B shape: the principal gap, and the draft and target
 # that price speculation), price, reads (target-only decoding a read a token against four a read, on the
 # 0.5B), teams (every kernel form on the 7B shape), peers-rest (the
-# 1.5B, 14B, 32B and, where unpacked, 72B shapes), profile (the 7B's per-kernel split beside
-# llama.cpp's per-op log), peers-72b (the 7B, 14B and 32B shapes dropped for good first, so
+# 1.5B, 14B, 32B and, where unpacked, 72B shapes), profile (the 0.5B's and the 7B's per-kernel
+# split beside llama.cpp's per-op log: after teams, since no lease has reached it yet and it
+# says where a token's time goes; the 0.5B's against its decode time says whether the draft is
+# bound by its kernels or by the host's launches, which `launch` times next), peers-72b (the 7B, 14B and 32B shapes dropped for good first, so
 # that the 72B's fits the folder: last). The kernel tests go after the figures: on the H200
 # they took 200 s of a 470 s call (2026-12-04). A second call takes the rest, e.g.
 # LEASE_STEPS="peers-rest price tests profile stream tune long peers-72b".
 lease() {
   local start=$SECONDS budget=${LEASE_S:-480} final=$out step least cap left env s drop
-  local steps=${LEASE_STEPS:-peers-first price teams peers-rest price tests profile stream tune long launch}
+  local steps=${LEASE_STEPS:-peers-first price teams profile launch peers-rest price tests stream tune long}
   export MARS_TUNE_CACHE=$final/tune.tsv
   mkdir -p "$work/out-lease"
   {
@@ -135,7 +137,7 @@ lease() {
         peers-72b) # after the time check: the 7B, 14B and 32B dropped so that the 72B unpacks
           s=peers least=120 drop=1 env=(PEER_MODELS="$(compgen -G "$in/*72B*")") ;;
         teams) least=120 cap=240 env=(TEAM_MODELS="$(named 7B)") ;;
-        profile) least=40 cap=150 env=(PROFILE_MODELS="$(named 7B)") ;;
+        profile) least=40 cap=180 env=(PROFILE_MODELS="$(named 0.5B 7B)") ;;
         *) echo "unknown lease step $step"; continue ;;
       esac
       if [[ ${env[*]:-} == *_MODELS= ]]; then

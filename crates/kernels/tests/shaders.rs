@@ -555,10 +555,9 @@ fn every_team_of_k_quants_translates_for_vulkan_metal_and_d3d12() {
     khronos_verdicts().unwrap();
 }
 
-#[test]
-fn every_other_kernel_translates_for_vulkan_metal_and_d3d12() {
-    let mut checked = 0;
-    for shader in [
+/// Every kernel but the products and the embedding, each form of it.
+fn other_kernels() -> Vec<Shader> {
+    [
         Shader::Norm { q8: false },
         Shader::Norm { q8: true },
         Shader::Rope {
@@ -616,12 +615,100 @@ fn every_other_kernel_translates_for_vulkan_metal_and_d3d12() {
     .into_iter()
     .chain([1, 4, 8, 16, 32, 64].into_iter().flat_map(|c| {
         [RowPass::Rank, RowPass::Sum, RowPass::End].map(|pass| Shader::Top { c, pass })
-    })) {
+    }))
+    .collect()
+}
+
+#[test]
+fn every_other_kernel_translates_for_vulkan_metal_and_d3d12() {
+    let mut checked = 0;
+    for shader in other_kernels() {
         check(&format!("{shader:?}"), &shader.source(), false);
         checked += 1;
     }
     assert_eq!(checked, 37);
     khronos_verdicts().unwrap();
+}
+
+/// The bindings `source`'s entry point writes, by naga's analysis: bit i for binding i.
+fn written_by(what: &str, source: &str) -> u32 {
+    let (module, info) = validate(what, source, Capabilities::all()).unwrap();
+    let main = info.get_entry_point(0);
+    module
+        .global_variables
+        .iter()
+        .filter_map(|(h, var)| {
+            let at = var.binding.as_ref()?.binding;
+            main[h]
+                .contains(naga::valid::GlobalUse::WRITE)
+                .then_some(1u32 << at)
+        })
+        .fold(0, |all, b| all | b)
+}
+
+/// What CubeCL is told a launch writes (`Shader::writes`; every other binding declared read
+/// only, so its runtime skips its written-buffer bookkeeping for them) is what the kernel's
+/// WGSL writes: a binding written but declared read only would leave a failed launch's output
+/// unclaimed, one declared but never written wastes the saving.
+#[test]
+fn every_kernel_declares_the_bindings_it_writes() {
+    let (k4, k6) = k_quants();
+    let q8_0 = GpuType::from(WeightType::Q8_0);
+    let mut shaders = other_kernels();
+    for (types, epilogue) in [
+        (&[k4][..], Epilogue::Store),
+        (&[k6], Epilogue::Add),
+        (&[k4, k6], Epilogue::SwiGlu),
+        (&[k4, k4, q8_0], Epilogue::Store),
+    ] {
+        for (team, acts, normed) in [
+            (Team::Quarter, Acts::F32, false),
+            (Team::Quarter, Acts::F32, true),
+            (Team::Quarter, Acts::Q8, false),
+            (Team::Wide, Acts::F32, true),
+        ] {
+            if team == Team::Wide && types.contains(&q8_0) {
+                continue;
+            }
+            shaders.push(Shader::Matmul {
+                types: types.to_vec(),
+                rows: 4,
+                reduce: Reduce::Workgroup,
+                epilogue,
+                team,
+                fan: Fan::Four,
+                acts,
+                normed,
+            });
+        }
+        for phase in [TilePhase::Whole, TilePhase::Part, TilePhase::Sum] {
+            shaders.push(Shader::Tile {
+                types: types.to_vec(),
+                epilogue,
+                form: TileForm::Vectors,
+                phase,
+            });
+        }
+        shaders.push(Shader::Tile {
+            types: types.to_vec(),
+            epilogue,
+            form: TileForm::Units(unit_shapes()[0]),
+            phase: TilePhase::Whole,
+        });
+    }
+    shaders.push(Shader::Embed(k4));
+    let mut wrong = Vec::new();
+    for shader in &shaders {
+        let found = written_by(&format!("{shader:?}"), &shader.source());
+        if found != shader.writes() {
+            wrong.push(format!(
+                "{shader:?}: declares {:#b}, writes {found:#b}",
+                shader.writes()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert_eq!(shaders.len(), 37 + 4 * 4 - 1 + 4 * 4 + 1);
 }
 
 #[test]

@@ -3,27 +3,28 @@
 
 // Every binding is read_write: the runtime sub-allocates buffers from shared pages, and WebGPU
 // refuses one buffer bound read-only and read-write in the same dispatch (and one bound twice
-// for writing: unused bindings get small buffers of their own).
+// for writing: an unused bias gets a small buffer of its own).
 // The weights as words, or in wide teams (matmul.wgsl's WIDE) as vec4s of words, so that a
-// lane's 16 bytes are one load (every row of those types starts at a multiple of 16 bytes).
-@group(0) @binding(0) var<storage, read_write> w0: array<{{wtype}}>;      // blocks, [rows_0, rb_0] + pad
-@group(0) @binding(1) var<storage, read_write> w1: array<{{wtype}}>;      // blocks, [rows_1, rb_1] + pad
-@group(0) @binding(2) var<storage, read_write> w2: array<{{wtype}}>;      // blocks, [rows_2, rb_2] + pad
+// lane's 16 bytes are one load (every row of those types starts at a multiple of 16 bytes):
+// matrix i in binding i, as many bindings as the group has matrices (a binding costs the host
+// time at every launch: a one-matrix product binds one), each
+// @group(0) @binding(i) var<storage, read_write> wi: array<{{wtype}}>;  // blocks, [rows_i, rb_i] + pad
+{{weights}}
 // [rows, n_in / 4] as vec4<f32>; in matmul.wgsl's 8-bit form quant.wgsl's blocks, as vec4<u32>
-@group(0) @binding(3) var<storage, read_write> x: array<{{x}}>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;       // [rows, y_stride]
+@group(0) @binding({{b_x}}) var<storage, read_write> x: array<{{x}}>;
+@group(0) @binding({{b_y}}) var<storage, read_write> y: array<f32>;       // [rows, y_stride]
 // [group outputs] where has_bias, then where a norm is folded in (matmul.wgsl's NORMED) its
 // weights g, [n_in] from p[17]
-@group(0) @binding(5) var<storage, read_write> bias: array<f32>;
+@group(0) @binding({{b_bias}}) var<storage, read_write> bias: array<f32>;
 // Fixed at upload: [n_in, y_stride, y_offset, outputs, groups_x, rows_at, has_bias, first_1,
 // first_2, rb_0, rb_1, rb_2, the bits of −inf (a WGSL constant cannot be infinite), the
 // byte where each matrix's first row starts in its binding: base_0, base_1, base_2 (0 but for a
 // SwiGLU whose gate and up are split at different rows), limited (1: the output head, whose
 // outputs at or past the step's logit limit are −inf; 0: any other product), where a norm is
 // folded in the first of its weights in `bias` and its epsilon's bits (else 0, 0)]
-@group(0) @binding(6) var<storage, read_write> p: array<u32>;
+@group(0) @binding({{b_p}}) var<storage, read_write> p: array<u32>;
 // The forward's step buffer (step.rs): [rows, tail rows, logit limit, …].
-@group(0) @binding(7) var<storage, read_write> s: array<u32>;
+@group(0) @binding({{b_s}}) var<storage, read_write> s: array<u32>;
 
 // Decodes group `g` of the row at byte `rb` of matrix `sub`.
 fn load(sub: u32, rb: u32, g: u32) {

@@ -58,6 +58,7 @@ use cubecl::bytes::Bytes;
 use cubecl::client::Client;
 use cubecl::ir::settings::Dim3;
 use cubecl::ir::{ElemType, UIntKind};
+use cubecl::prelude::BufferIOAttr;
 use cubecl::prelude::KernelId;
 use cubecl::prelude::{AddressType, CubeCount, ExecutionMode, KernelSettings, Scope};
 use cubecl::server::{Handle, KernelArguments};
@@ -291,17 +292,24 @@ fn wide_i8(v: vec4<u32>) -> vec4<u32> {
     }
 }
 
-/// group.wgsl with its weight bindings declared as words, or (`wide`) as vec4s of them, and the
-/// expression that reads all three (matmul.wgsl and tile.wgsl bind every one).
-fn group_parts(wide: bool) -> (String, &'static str) {
-    if wide {
-        (
-            GROUP.replace("{{wtype}}", "vec4<u32>"),
-            "w0[0].x ^ w1[0].x ^ w2[0].x",
-        )
-    } else {
-        (GROUP.replace("{{wtype}}", "u32"), "w0[0] ^ w1[0] ^ w2[0]")
-    }
+/// group.wgsl for a group of `matrices` (1 to 3) with its weight bindings declared as words, or
+/// (`wide`) as vec4s of them, one a matrix and the others after them, and the expression that
+/// reads every weight binding (matmul.wgsl and tile.wgsl bind each one).
+fn group_parts(wide: bool, matrices: usize) -> (String, String) {
+    let wtype = if wide { "vec4<u32>" } else { "u32" };
+    let weights: Vec<String> = (0..matrices)
+        .map(|i| format!("@group(0) @binding({i}) var<storage, read_write> w{i}: array<{wtype}>;"))
+        .collect();
+    let word = if wide { "[0].x" } else { "[0]" };
+    let any: Vec<String> = (0..matrices).map(|i| format!("w{i}{word}")).collect();
+    let text = GROUP
+        .replace("{{weights}}", &weights.join("\n"))
+        .replace("{{b_x}}", &matrices.to_string())
+        .replace("{{b_y}}", &(matrices + 1).to_string())
+        .replace("{{b_bias}}", &(matrices + 2).to_string())
+        .replace("{{b_p}}", &(matrices + 3).to_string())
+        .replace("{{b_s}}", &(matrices + 4).to_string());
+    (text, any.join(" ^ "))
 }
 
 /// `load_group` for a decoder that writes 8-bit integers (`load_i8`: every block type): each
@@ -838,7 +846,7 @@ pub fn matmul_source_with(
     } else {
         String::new()
     };
-    let (group, w_any) = group_parts(wide);
+    let (group, w_any) = group_parts(wide, types.len());
     let q8 = acts == Acts::Q8;
     let (x, products, q8_dispatch) = if q8 {
         ("vec4<u32>", MATVEC_Q8, dispatch(types, "load_i8", "rb, g"))
@@ -848,7 +856,7 @@ pub fn matmul_source_with(
     let text = MATMUL
         .replace("{{products}}", products)
         .replace("{{group}}", &group)
-        .replace("{{w_any}}", w_any)
+        .replace("{{w_any}}", &w_any)
         .replace("{{x}}", x)
         .replace("{{common}}", &common(types, wide))
         .replace("{{wide_geometry}}", wide_geometry(types))
@@ -1077,9 +1085,10 @@ pub fn tile_source(
     phase: TilePhase,
 ) -> String {
     let [enables, shared, blocks, multiply, gather] = tile_parts(form);
+    let (group, w_any) = group_parts(false, types.len());
     let text = TILE
-        .replace("{{group}}", &group_parts(false).0)
-        .replace("{{w_any}}", group_parts(false).1)
+        .replace("{{group}}", &group)
+        .replace("{{w_any}}", &w_any)
         .replace("{{x}}", "vec4<f32>")
         .replace("{{enables}}", &enables)
         .replace("{{shared}}", &shared)
@@ -1408,6 +1417,48 @@ impl Shader {
         }
     }
 
+    /// The bindings the kernel writes, a bit each (bit i: binding i; every other binding it
+    /// only reads). A launch declares them to CubeCL (`launch`), whose runtime then does the
+    /// work it does for a written buffer (claiming it for a failure, then releasing the claim)
+    /// for these alone: it cannot see into a hand-written kernel, and takes every binding it
+    /// is not told about as written, about a third of its time a launch (a one-row forward's
+    /// 7.7 bindings a launch, counted under callgrind on wgpu's no-op backend). The
+    /// shaders test holds each kernel's mask to what naga finds its WGSL writes.
+    pub fn writes(&self) -> u32 {
+        match self {
+            // y, after x, after a weight binding a matrix (group.wgsl).
+            Self::Matmul { types, .. } | Self::Tile { types, .. } => 1 << (types.len() + 1),
+            // xq.
+            Self::Quant => 1 << 1,
+            // out.
+            Self::Embed(_) => 1 << 2,
+            // y, and xq where it quantizes.
+            Self::Norm { q8 } => (1 << 2) | if *q8 { 1 << 5 } else { 0 },
+            // qo, kv.
+            Self::Rope { .. } => (1 << 1) | (1 << 2),
+            // out, and the cache where it ropes the pass's keys into it.
+            Self::Attention { roped, .. } => (1 << 2) | if *roped { 1 << 1 } else { 0 },
+            // out.
+            Self::AttentionMerge => 1 << 1,
+            // part; the summary rows.
+            Self::Summary(RowPass::Rank | RowPass::Sum) => 1 << 2,
+            Self::Summary(RowPass::End) => 1 << 1,
+            Self::Top {
+                pass: RowPass::Rank | RowPass::Sum,
+                ..
+            } => 1 << 2,
+            Self::Top {
+                pass: RowPass::End, ..
+            } => 1 << 1,
+            // kv (rows moved within it).
+            Self::Copy => 1,
+            // dst, out.
+            Self::Clone | Self::Read => 1 << 1,
+            // the step's ids.
+            Self::Link => 1,
+        }
+    }
+
     /// Its kind, as the counters name it.
     pub fn kind(&self) -> Kind {
         match self {
@@ -1659,8 +1710,15 @@ impl CubeKernel for Shader {
 }
 
 /// Launches `shader` (counted).
-fn launch(client: &Client, shader: Shader, count: CubeCount, args: KernelArguments) {
+fn launch(client: &Client, shader: Shader, count: CubeCount, mut args: KernelArguments) {
     counted_launch(shader.kind(), shader.key());
+    let writes = shader.writes();
+    args.declared_io = (0..args.resources.len())
+        .map(|i| match writes >> i & 1 {
+            1 => BufferIOAttr::ReadWrite,
+            _ => BufferIOAttr::ReadOnly,
+        })
+        .collect();
     client.launch(Box::new(shader), count, args);
 }
 
@@ -1883,9 +1941,9 @@ struct MatmulLaunch {
     acts: Acts,
     /// How it multiplies a long prefill: in tiles of this form, or (`None`) as any other step.
     prefill: Option<TileForm>,
-    /// Stand-ins for the bindings this launch does not use (weights 1 and 2, the bias): each
-    /// its own small buffer, since WebGPU refuses one buffer bound twice for writing.
-    spare: [Handle; 3],
+    /// The stand-in for a bias this launch does not have: a small buffer of its own, since
+    /// WebGPU refuses one buffer bound twice for writing.
+    spare: Handle,
 }
 
 /// A launch's long-prefill form (tile.wgsl): its parameters with the tiles' workgroups (and the
@@ -1898,10 +1956,9 @@ struct Tiled {
     splits: Splits,
 }
 
-/// Stand-ins for a matmul's unused bindings (see [`MatmulLaunch::spare`]).
-fn spare_bindings(client: &Client) -> [Handle; 3] {
-    // 16 bytes: a wide team's weight bindings are vec4s.
-    [(); 3].map(|()| upload(client, &[0; 16]))
+/// The stand-in for a matmul's missing bias (see [`MatmulLaunch::spare`]).
+fn spare_binding(client: &Client) -> Handle {
+    upload(client, &[0; 16])
 }
 
 /// What the matmul reads from its parameter buffer (matmul.wgsl): the matrices' output ranges
@@ -1980,19 +2037,15 @@ impl MatmulLaunch {
         step: &StepBuffer,
     ) -> Result<()> {
         let rows = self.rows.count(step);
-        let w = |b: usize| {
-            let spare = &self.spare[b.saturating_sub(1).min(1)];
-            self.weights.get(b).unwrap_or(spare).clone().binding()
-        };
         let tiles = self.prefill.filter(|_| step.is_long_prefill());
+        // A binding a matrix (group.wgsl), then the rest.
         let bind = |x: &Handle, y: &Handle, params: &Handle| {
+            let weights = self.weights.iter().map(|w| w.clone().binding());
             KernelArguments::new()
-                .with_buffer(w(0))
-                .with_buffer(w(1))
-                .with_buffer(w(2))
+                .with_buffers(weights.collect())
                 .with_buffer(x.clone().binding())
                 .with_buffer(y.clone().binding())
-                .with_buffer(bias.unwrap_or(&self.spare[2]).clone().binding())
+                .with_buffer(bias.unwrap_or(&self.spare).clone().binding())
                 .with_buffer(params.clone().binding())
                 .with_buffer(step.handle().clone().binding())
         };
@@ -2637,7 +2690,7 @@ impl MatrixGroup {
                 fan,
                 acts,
                 prefill,
-                spare: spare_bindings(client),
+                spare: spare_binding(client),
             })
         };
         let mut launches = Vec::new();
