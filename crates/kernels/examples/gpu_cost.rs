@@ -32,7 +32,7 @@
 //!
 //! With the argument `launch` (and first in `stream`, after its warm-up) it times a launch
 //! itself: 2,000 launches of a one-workgroup kernel (a 16-byte read: 3 bindings) and of the
-//! 512 × 512 Q4_K product for one row (the matrix kernel's 8 bindings), enqueued back to back
+//! 512 × 512 Q4_K product for one row (a one-matrix product's 5 bindings), enqueued back to back
 //! and read once — the wall time a launch, the time the caller spends enqueueing one (CubeCL's
 //! channel takes 32 tasks a batch and makes the caller wait while its runtime thread is behind),
 //! the CPU time a launch of CubeCL's runtime thread (`DS*`, where wgpu records and submits; on
@@ -413,7 +413,7 @@ fn launches(client: &cubecl::client::Client, max: u64) {
             read.run(client, &src).unwrap();
             read.out.clone()
         }),
-        ("512 x 512 Q4_K product, 1 row, 8 bindings", &|| {
+        ("512 x 512 Q4_K product, 1 row, 5 bindings", &|| {
             group.run(client, &x, &y, &step).unwrap();
             y.clone()
         }),

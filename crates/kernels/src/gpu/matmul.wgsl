@@ -96,7 +96,7 @@ var<workgroup> partial: array<f32, 64u * ACC>;
 // Where NORMED: the folded norm's weights for vec4 `i` of a row (4 i .. 4 i + 3).
 fn norm_weights(i: u32) -> vec4<f32> {
     let at = p[17] + 4u * i;
-    return vec4<f32>(bias[at], bias[at + 1u], bias[at + 2u], bias[at + 3u]);
+    return vec4<f32>(value(at), value(at + 1u), value(at + 2u), value(at + 3u));
 }
 
 // Lane `i`'s 16 values of super-block `b` of the row at byte `rb` of matrix `sub` (lane teams;
@@ -144,8 +144,8 @@ fn load_q8(sub: u32, rb: u32, g: u32) {
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let n_in = p[0];
-    // Every binding read, whatever the group's size: a pipeline layout derived from the shader
-    // keeps only the bindings it uses, and the launch always binds eight (n_in is never 0).
+    // Every weight binding read, whatever the form: a pipeline layout derived from the shader
+    // keeps only the bindings it uses, and the launch binds each (n_in is never 0).
     if n_in == 0u {
         y[0] = f32({{w_any}});
     }
@@ -212,7 +212,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                         if is_live {
                             v = acc[u * ROWS + r];
                             if p[6] != 0u {
-                                v += bias[at];
+                                v += value(at);
                             }
                         }
                         y[(row0 + r) * y_stride + at] = v;

@@ -306,9 +306,8 @@ fn group_parts(wide: bool, matrices: usize) -> (String, String) {
         .replace("{{weights}}", &weights.join("\n"))
         .replace("{{b_x}}", &matrices.to_string())
         .replace("{{b_y}}", &(matrices + 1).to_string())
-        .replace("{{b_bias}}", &(matrices + 2).to_string())
-        .replace("{{b_p}}", &(matrices + 3).to_string())
-        .replace("{{b_s}}", &(matrices + 4).to_string());
+        .replace("{{b_p}}", &(matrices + 2).to_string())
+        .replace("{{b_s}}", &(matrices + 3).to_string());
     (text, any.join(" ^ "))
 }
 
@@ -1941,9 +1940,6 @@ struct MatmulLaunch {
     acts: Acts,
     /// How it multiplies a long prefill: in tiles of this form, or (`None`) as any other step.
     prefill: Option<TileForm>,
-    /// The stand-in for a bias this launch does not have: a small buffer of its own, since
-    /// WebGPU refuses one buffer bound twice for writing.
-    spare: Handle,
 }
 
 /// A launch's long-prefill form (tile.wgsl): its parameters with the tiles' workgroups (and the
@@ -1956,9 +1952,16 @@ struct Tiled {
     splits: Splits,
 }
 
-/// The stand-in for a matmul's missing bias (see [`MatmulLaunch::spare`]).
-fn spare_binding(client: &Client) -> Handle {
-    upload(client, &[0; 16])
+/// Words of parameters before the values in a matmul's constants (group.wgsl's `p`).
+const PARAM_WORDS: usize = 20;
+
+/// A matmul launch's constants (group.wgsl's `p`): its parameter `words` (at most
+/// [`PARAM_WORDS`]) padded with zeros to [`PARAM_WORDS`], then the group's `values` (biases,
+/// then a folded norm's weights) as f32 bits.
+fn constants(mut words: Vec<u32>, values: Option<&[f32]>) -> Vec<u32> {
+    words.resize(PARAM_WORDS, 0);
+    words.extend(values.unwrap_or_default().iter().map(|v| v.to_bits()));
+    words
 }
 
 /// What the matmul reads from its parameter buffer (matmul.wgsl): the matrices' output ranges
@@ -1976,7 +1979,7 @@ struct MatmulParams {
     row_bytes: [usize; 3],
     /// The byte where each matrix's first row starts in its binding.
     bases: [usize; 3],
-    /// Where a folded norm's weights start in the bias binding, and its epsilon's bits.
+    /// Where a folded norm's weights start among the constants' values, and its epsilon's bits.
     norm: (usize, u32),
 }
 
@@ -2021,7 +2024,7 @@ impl MatmulParams {
 }
 
 impl MatmulLaunch {
-    /// Enqueues the product of the step's rows of `x` into `y` (and `bias`, or a stand-in):
+    /// Enqueues the product of the step's rows of `x` into `y` (and the group's biases):
     /// `x` is f32 rows (`.0`), or the same rows quantized (`.1`, for [`Acts::Q8`] outside a
     /// long prefill's tiles: [`MatrixGroup::run`] made them).
     /// `normed`: `x` holds the rows before the group's folded norm ([`MatrixGroup::run_normed`]
@@ -2033,7 +2036,6 @@ impl MatmulLaunch {
         (reduce, epilogue, normed): (Reduce, Epilogue, bool),
         x: (&Handle, Option<&Handle>),
         y: &Handle,
-        bias: Option<&Handle>,
         step: &StepBuffer,
     ) -> Result<()> {
         let rows = self.rows.count(step);
@@ -2045,7 +2047,6 @@ impl MatmulLaunch {
                 .with_buffers(weights.collect())
                 .with_buffer(x.clone().binding())
                 .with_buffer(y.clone().binding())
-                .with_buffer(bias.unwrap_or(&self.spare).clone().binding())
                 .with_buffer(params.clone().binding())
                 .with_buffer(step.handle().clone().binding())
         };
@@ -2422,7 +2423,6 @@ pub struct MatrixGroup {
     launches: Vec<MatmulLaunch>,
     epilogue: Epilogue,
     reduce: Reduce,
-    bias: Option<Handle>,
     cols: usize,
     outputs: usize,
     bytes: u64,
@@ -2441,7 +2441,7 @@ pub struct MatrixGroup {
     pass: Option<Box<MatrixGroup>>,
 }
 
-/// A group's folded RMSNorm: its weights (the bias binding holds them after the biases), its
+/// A group's folded RMSNorm: its weights (each launch's constants hold them after the biases), its
 /// epsilon, and whether the group's products take it ([`MatrixGroup::with_norm`]'s rule).
 #[derive(Debug, Clone)]
 struct FoldedNorm {
@@ -2632,7 +2632,7 @@ impl MatrixGroup {
         };
         // Only products over every row meet a prefill; the head's (the last rows) never does.
         let prefill = first.prefill.filter(|_| rows == Rows::All);
-        // A folded norm's weights follow the biases in the bias binding.
+        // A folded norm's weights follow the biases among the constants' values.
         let norm_at = norm
             .as_ref()
             .map_or((0, 0), |n| (bias.map_or(0, <[f32]>::len), n.eps.to_bits()));
@@ -2671,7 +2671,7 @@ impl MatrixGroup {
                     })?,
                 );
                 Some(Tiled {
-                    params: upload_words(client, &words),
+                    params: upload_words(client, &constants(words, vectors.as_deref())),
                     groups,
                     outputs,
                     splits,
@@ -2682,7 +2682,7 @@ impl MatrixGroup {
             Ok::<_, KernelError>(MatmulLaunch {
                 weights,
                 types,
-                params: upload_words(client, &params.words()?),
+                params: upload_words(client, &constants(params.words()?, vectors.as_deref())),
                 tiled,
                 groups: params.groups,
                 rows,
@@ -2690,7 +2690,6 @@ impl MatrixGroup {
                 fan,
                 acts,
                 prefill,
-                spare: spare_binding(client),
             })
         };
         let mut launches = Vec::new();
@@ -2800,7 +2799,6 @@ impl MatrixGroup {
             launches,
             epilogue,
             reduce: first.reduce,
-            bias: vectors.map(|v| upload_f32(client, &v)),
             cols,
             outputs,
             bytes: members.iter().map(GpuMatrix::bytes).sum(),
@@ -3109,14 +3107,7 @@ impl MatrixGroup {
         step: &StepBuffer,
     ) -> Result<()> {
         for l in &self.launches {
-            l.run(
-                client,
-                (self.reduce, self.epilogue, normed),
-                x,
-                y,
-                self.bias.as_ref(),
-                step,
-            )?;
+            l.run(client, (self.reduce, self.epilogue, normed), x, y, step)?;
         }
         Ok(())
     }

@@ -200,7 +200,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                         if live(o, o, outputs, y_offset, limit, first_1) {
                             v = acc[4u * a + i];
                             if p[6] != 0u {
-                                v += bias[y_offset + o];
+                                v += value(y_offset + o);
                             }
                         }
                         y[yr + o] = v;
