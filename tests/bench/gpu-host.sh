@@ -6,7 +6,11 @@
 # so a pass's time is what the host spends on its launches (no driver: a card's driver adds its
 # own). After a short prompt and after a long one (split attention's extra launches). A card is
 # host-bound where this time reaches its decode time; `gpu_cost launch` on the card says the
-# same from the other side. With PERF=1 a perf profile follows.
+# same from the other side. With PERF=1 a perf profile follows. With COUNT=1 the instructions a
+# launch instead, which do not move with the machine's load: callgrind over 40 and over 120
+# one-row passes after 64 tokens, the difference's instructions on CubeCL's runtime thread (the
+# one the caller waits on) divided by the launches, in all and in its tasks' work alone (the
+# rest is its wait for them, which spins).
 #   usage: bash tests/bench/bench.sh gpu-host MODEL.gguf [REPS] [LONG_PROMPT]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,6 +20,37 @@ long=${3:-1024}
 target=${CARGO_TARGET_DIR:-target}
 cargo build --release -q -p mars-model --features wgpu --example step_cost
 bin=$target/release/examples/step_cost
+if [ "${COUNT:-0}" = 1 ]; then
+  dir=$(mktemp -d)
+  trap 'rm -rf "$dir"' EXIT
+  for n in 40 120; do
+    STEP_DEVICE=wgpu WGPU_NOOP_BACKEND=1 STEP_PROMPT=64 STEP_REPS=$n valgrind -q --tool=callgrind \
+      --separate-threads=yes --callgrind-out-file="$dir/$n.%p" "$bin" "$model" 1 >"$dir/$n.txt" 2>&1 &
+  done
+  wait
+  # Thread 2 is the runtime's (the first the process starts; thread 1 is the caller's).
+  python3 - "$dir" <<'PY'
+import glob, re, subprocess, sys
+d = sys.argv[1]
+def inclusive(n):
+    f = glob.glob(f"{d}/{n}.*-02")[0]
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", f],
+                         capture_output=True, text=True, check=True).stdout
+    cost = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+) \([^)]*\)\s+(.*?)(?: \[.*)?$", line)
+        if m:
+            cost.setdefault(m.group(2), int(m.group(1).replace(",", "")))
+    return cost
+launches = int(re.search(r"(\d+) launches a pass", open(f"{d}/40.txt").read()).group(1))
+a, b = inclusive(40), inclusive(120)
+per = lambda k: (b[k] - a[k]) / 80 / launches
+print(f"{launches} launches a one-row pass; instructions a launch on CubeCL's runtime thread: "
+      f"{per('PROGRAM TOTALS') / 1e3:.1f}k in all, "
+      f"{per('???:cubecl_environment::stream::id::StreamId::executes') / 1e3:.1f}k its tasks' work")
+PY
+  exit 0
+fi
 for depth in 64 "$long"; do
   echo "after $depth tokens (host only: wgpu's no-op backend as a card, $reps passes each):"
   STEP_DEVICE=wgpu WGPU_NOOP_BACKEND=1 STEP_PROMPT=$depth STEP_REPS=$reps "$bin" "$model" 1 5 16
