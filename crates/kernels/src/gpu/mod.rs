@@ -1420,9 +1420,9 @@ impl Shader {
     /// only reads). A launch declares them to CubeCL (`launch`), whose runtime then does the
     /// work it does for a written buffer (claiming it for a failure, then releasing the claim)
     /// for these alone: it cannot see into a hand-written kernel, and takes every binding it
-    /// is not told about as written, about a third of its time a launch (a one-row forward's
-    /// 7.7 bindings a launch, counted under callgrind on wgpu's no-op backend). The
-    /// shaders test holds each kernel's mask to what naga finds its WGSL writes.
+    /// is not told about as written (~1.5k instructions a binding; 14 % of a launch's work in a
+    /// one-row forward, counted under callgrind on wgpu's no-op backend: `bench.sh gpu-host`).
+    /// The shaders test holds each kernel's mask to what naga finds its WGSL writes.
     pub fn writes(&self) -> u32 {
         match self {
             // y, after x, after a weight binding a matrix (group.wgsl).
@@ -1955,13 +1955,23 @@ struct Tiled {
 /// Words of parameters before the values in a matmul's constants (group.wgsl's `p`).
 const PARAM_WORDS: usize = 20;
 
-/// A matmul launch's constants (group.wgsl's `p`): its parameter `words` (at most
-/// [`PARAM_WORDS`]) padded with zeros to [`PARAM_WORDS`], then the group's `values` (biases,
-/// then a folded norm's weights) as f32 bits.
-fn constants(mut words: Vec<u32>, values: Option<&[f32]>) -> Vec<u32> {
+/// A matmul launch's constants (group.wgsl's `p`): its parameter `words` padded with zeros to
+/// [`PARAM_WORDS`], then the group's `values` (biases, then a folded norm's weights) as f32
+/// bits.
+///
+/// # Errors
+/// [`KernelError::Shape`] for more than [`PARAM_WORDS`] words.
+fn constants(mut words: Vec<u32>, values: Option<&[f32]>) -> Result<Vec<u32>> {
+    if words.len() > PARAM_WORDS {
+        return Err(KernelError::Shape {
+            what: "a matmul's parameter words",
+            expected: PARAM_WORDS,
+            found: words.len(),
+        });
+    }
     words.resize(PARAM_WORDS, 0);
     words.extend(values.unwrap_or_default().iter().map(|v| v.to_bits()));
-    words
+    Ok(words)
 }
 
 /// What the matmul reads from its parameter buffer (matmul.wgsl): the matrices' output ranges
@@ -2671,7 +2681,7 @@ impl MatrixGroup {
                     })?,
                 );
                 Some(Tiled {
-                    params: upload_words(client, &constants(words, vectors.as_deref())),
+                    params: upload_words(client, &constants(words, vectors.as_deref())?),
                     groups,
                     outputs,
                     splits,
@@ -2682,7 +2692,7 @@ impl MatrixGroup {
             Ok::<_, KernelError>(MatmulLaunch {
                 weights,
                 types,
-                params: upload_words(client, &constants(params.words()?, vectors.as_deref())),
+                params: upload_words(client, &constants(params.words()?, vectors.as_deref())?),
                 tiled,
                 groups: params.groups,
                 rows,
@@ -3198,6 +3208,24 @@ fn u32_bytes(values: &[u32]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_products_constants_are_its_parameters_padded_then_its_values_bits() {
+        let words = constants(vec![7, 8], Some(&[1.5, -0.0])).unwrap();
+        assert_eq!(words.len(), PARAM_WORDS + 2);
+        assert_eq!(&words[..2], &[7, 8]);
+        assert!(words[2..PARAM_WORDS].iter().all(|&w| w == 0));
+        assert_eq!(words[PARAM_WORDS], 1.5f32.to_bits());
+        assert_eq!(words[PARAM_WORDS + 1], 0x8000_0000);
+        assert_eq!(
+            constants(vec![1; PARAM_WORDS], None).unwrap().len(),
+            PARAM_WORDS
+        );
+        assert!(matches!(
+            constants(vec![1; PARAM_WORDS + 1], None),
+            Err(KernelError::Shape { found: 21, .. })
+        ));
+    }
 
     #[test]
     fn only_the_weight_binding_is_renamed() {
