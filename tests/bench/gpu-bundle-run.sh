@@ -120,7 +120,7 @@ lease() {
   export MARS_TUNE_CACHE=$final/tune.tsv
   mkdir -p "$work/out-lease"
   {
-    echo "# lease: $steps (${budget} s), $(date -u '+%F %T') UTC"
+    echo "# lease: $steps (${budget} s), $(date -u '+%F %T') UTC, the build of $(cat "$in/build.txt" 2>/dev/null || echo '(unnamed)')"
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv 2>/dev/null
     for step in $steps; do
       env=() s=$step least=60 cap=300 drop=

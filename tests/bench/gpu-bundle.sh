@@ -171,6 +171,9 @@ with open(os.path.join(dest, "part-1", "pieces.txt"), "w") as m:
     m.writelines(f"{name} {n}\n" for name, n in pieces.items())
 PY
 cp tests/bench/gpu-bundle-run.sh "$dest/part-1/run.sh"
+# The build the bundle carries, which the lease's log names: the commit, "+changes" where the
+# tree differed from it.
+{ git rev-parse --short HEAD && git diff --quiet HEAD || echo +changes; } 2>/dev/null | paste -sd ' ' >"$dest/part-1/build.txt"
 for p in "$dest"/part-*; do [ -f "$p/run.sh" ] || cp "$dest/part-1/run.sh" "$p/run.sh"; done
 du -sh "$dest"/part-* >&2
 echo "$dest"
