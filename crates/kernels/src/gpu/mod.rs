@@ -307,7 +307,8 @@ fn group_parts(wide: bool, matrices: usize) -> (String, String) {
         .replace("{{b_x}}", &matrices.to_string())
         .replace("{{b_y}}", &(matrices + 1).to_string())
         .replace("{{b_p}}", &(matrices + 2).to_string())
-        .replace("{{b_s}}", &(matrices + 3).to_string());
+        .replace("{{b_s}}", &(matrices + 3).to_string())
+        .replace("{{param_words}}", &PARAM_WORDS.to_string());
     (text, any.join(" ^ "))
 }
 
@@ -1952,7 +1953,8 @@ struct Tiled {
     splits: Splits,
 }
 
-/// Words of parameters before the values in a matmul's constants (group.wgsl's `p`).
+/// Words of parameters before the values in a matmul's constants (group.wgsl's `p`, which
+/// takes it as its `PARAM_WORDS`).
 const PARAM_WORDS: usize = 20;
 
 /// A matmul launch's constants (group.wgsl's `p`): its parameter `words` padded with zeros to
