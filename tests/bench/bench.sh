@@ -16,7 +16,7 @@
 #   bash tests/bench/bench.sh gpu-peers MODEL.gguf [PROMPT] [DECODE]         one model on wgpu beside llama.cpp's Vulkan backend
 #   bash tests/bench/bench.sh gpu-bundle DIR [MAX_MB]                        the GPU benchmark packed for a machine without a toolchain
 #   bash tests/bench/bench.sh gpu-speed | gpu-profile | gpu-submits MODEL.gguf [..]  block kernels vs f32; per-kernel time; submits a token
-#   bash tests/bench/bench.sh gpu-host MODEL.gguf [REPS] [LONG_PROMPT]       a card's passes on the host alone (wgpu's no-op backend)
+#   bash tests/bench/bench.sh gpu-host MODEL.gguf [REPS] [LONG_PROMPT]       a card's passes on the host alone (wgpu's no-op backend; COUNT=1: instructions a launch)
 #   bash tests/bench/bench.sh gpu-instructions [SHAPES] [ROWS] [N]           the WGSL matmul's instruction count on lavapipe (callgrind)
 #   bash tests/bench/bench.sh gpu-isa [FILTER]                               each mat-vec form's machine code on a GPU compiler (RADV, no GPU) beside llama.cpp's
 #   bash tests/bench/bench.sh gpu-price DIR DRAFT_NAME [K] [TAU…]             speculation priced from measured pass costs
