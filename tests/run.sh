@@ -15,7 +15,6 @@ bash tests/setup.sh
 spirv_val=$(bash tests/fetch-spirv-val.sh)
 if [ -n "$spirv_val" ]; then export MARS_SPIRV_VAL="${MARS_SPIRV_VAL:-$spirv_val}"; fi
 
-
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

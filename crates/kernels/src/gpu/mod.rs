@@ -1421,7 +1421,7 @@ impl Shader {
     /// only reads). A launch declares them to CubeCL (`launch`), whose runtime then does the
     /// work it does for a written buffer (claiming it for a failure, then releasing the claim)
     /// for these alone: it cannot see into a hand-written kernel, and takes every binding it
-    /// is not told about as written (~1.5k instructions a binding; 14 % of a launch's work in a
+    /// is not told about as written (~0.8k instructions a binding; 14 % of a launch's work in a
     /// one-row forward, counted under callgrind on wgpu's no-op backend: `bench.sh gpu-host`).
     /// The shaders test holds each kernel's mask to what naga finds its WGSL writes.
     pub fn writes(&self) -> u32 {
