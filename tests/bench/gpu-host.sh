@@ -8,9 +8,10 @@
 # host-bound where this time reaches its decode time; `gpu_cost launch` on the card says the
 # same from the other side. With PERF=1 a perf profile follows. With COUNT=1 the instructions a
 # launch instead, which do not move with the machine's load: callgrind over 40 and over 120
-# one-row passes after 64 tokens, the difference's instructions on CubeCL's runtime thread (the
-# one the caller waits on) divided by the launches, in all and in its tasks' work alone (the
-# rest is its wait for them, which spins).
+# one-row passes after 64 tokens, the difference's instructions divided by the launches, on the
+# caller's thread (where direct launches are recorded, `gpu::direct`) and on CubeCL's runtime
+# thread (where its launches are: in all, and its tasks' work alone; the rest is its wait for
+# them, which spins). MARS_GPU_LAUNCH=cubecl counts CubeCL's launches.
 #   usage: bash tests/bench/bench.sh gpu-host MODEL.gguf [REPS] [LONG_PROMPT]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,8 +33,8 @@ if [ "${COUNT:-0}" = 1 ]; then
   python3 - "$dir" <<'PY'
 import glob, re, subprocess, sys
 d = sys.argv[1]
-def inclusive(n):
-    f = glob.glob(f"{d}/{n}.*-02")[0]
+def inclusive(n, thread):
+    f = glob.glob(f"{d}/{n}.*-{thread}")[0]
     out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", f],
                          capture_output=True, text=True, check=True).stdout
     cost = {}
@@ -43,11 +44,14 @@ def inclusive(n):
             cost.setdefault(m.group(2), int(m.group(1).replace(",", "")))
     return cost
 launches = int(re.search(r"(\d+) launches a pass", open(f"{d}/40.txt").read()).group(1))
-a, b = inclusive(40), inclusive(120)
-per = lambda k: (b[k] - a[k]) / 80 / launches
-print(f"{launches} launches a one-row pass; instructions a launch on CubeCL's runtime thread: "
-      f"{per('PROGRAM TOTALS') / 1e3:.1f}k in all, "
-      f"{per('???:cubecl_environment::stream::id::StreamId::executes') / 1e3:.1f}k its tasks' work")
+a, b = inclusive(40, "01"), inclusive(120, "01")
+ra, rb = inclusive(40, "02"), inclusive(120, "02")
+per = lambda x, y, k: (y.get(k, 0) - x.get(k, 0)) / 80 / launches / 1e3
+tasks = "???:cubecl_environment::stream::id::StreamId::executes"
+print(f"{launches} launches a one-row pass; instructions a launch: "
+      f"{per(a, b, 'PROGRAM TOTALS'):.1f}k on the caller's thread, "
+      f"{per(ra, rb, 'PROGRAM TOTALS'):.1f}k on CubeCL's runtime thread "
+      f"({per(ra, rb, tasks):.1f}k its tasks' work)")
 PY
   exit 0
 fi

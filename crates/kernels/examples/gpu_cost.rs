@@ -48,8 +48,8 @@ use std::time::Instant;
 use cubecl::wgpu::WgpuDevice;
 use mars_kernels::gpu::{
     Acts, Attention, Draw, EVICT_BYTES, Epilogue, Evict, Fan, GpuMatrix, MatrixGroup, ReadThrough,
-    Reduce, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, Team, TopRows, read_through,
-    time_group, upload_f32,
+    Reduce, Rope, Rows, SUMMARY_WORDS, Step, StepBuffer, Summary, Team, TopRows, direct,
+    read_blocking, read_through, time_group, upload_f32,
 };
 use mars_kernels::{Heads, KvType, QMatrix, WeightType};
 
@@ -69,11 +69,34 @@ fn main() {
         "wgpu's"
     };
     println!("device robustness: {robustness}");
-    let device = match setup {
-        Some(setup) => cubecl::wgpu::try_init_device(setup, Default::default()).unwrap(),
-        None => WgpuDevice::default(),
+    let (device, setup) = match setup {
+        Some(setup) => (
+            cubecl::wgpu::try_init_device(setup.clone(), Default::default()).unwrap(),
+            setup,
+        ),
+        None => {
+            let device = WgpuDevice::default();
+            let setup = cubecl::wgpu::init_setup::<cubecl::wgpu::AutoGraphicsApi>(
+                &device,
+                Default::default(),
+            );
+            (device, setup)
+        }
     };
     let client = cubecl::Device::Wgpu(device).client();
+    // Launches as the engine makes them: direct unless MARS_GPU_LAUNCH=cubecl, submitted every
+    // 32 (the engine's on a card).
+    if direct::wanted().unwrap() {
+        direct::register(&client, setup.device.clone(), setup.queue.clone(), 32);
+    }
+    println!(
+        "launches: {}",
+        if direct::is_direct(&client) {
+            "direct (gpu::direct)"
+        } else {
+            "CubeCL's"
+        }
+    );
     let max = client.properties().memory.max_page_size;
     let lanes = client.properties().hardware.plane_size_min.min(16);
     println!(
@@ -87,13 +110,13 @@ fn main() {
         return;
     }
     if std::env::args().nth(1).as_deref() == Some("launch") {
-        launches(&client, max);
+        launches(&client, max, &setup);
         return;
     }
     if std::env::args().nth(1).as_deref() == Some("stream") {
         // `stream N`: the first N shapes only (a rehearsal on lavapipe takes the small one).
         let n = std::env::args().nth(2).and_then(|n| n.parse().ok());
-        stream(&client, max, n.unwrap_or(usize::MAX));
+        stream(&client, max, n.unwrap_or(usize::MAX), &setup);
         return;
     }
     let args: Vec<usize> = match std::env::args().skip(1).map(|a| a.parse()).collect() {
@@ -143,7 +166,7 @@ fn main() {
             let y = client.empty(m * out * 4);
             for _ in 0..=calls {
                 gw.matmul(&client, &xh, &y, m).unwrap();
-                client.read_one(y.clone()).unwrap();
+                read_blocking(&client, y.clone()).unwrap();
             }
             println!("{name}: {calls} calls of {m} rows after a warm-up");
             continue;
@@ -160,12 +183,12 @@ fn main() {
                 let y = client.empty(m * out * 4);
                 // Warm-up (compiles the shader), then the median of 9 timed calls.
                 gw.matmul(&client, &xh, &y, m).unwrap();
-                client.read_one(y.clone()).unwrap();
+                read_blocking(&client, y.clone()).unwrap();
                 let mut times: Vec<f64> = (0..9)
                     .map(|_| {
                         let t = Instant::now();
                         gw.matmul(&client, &xh, &y, m).unwrap();
-                        client.read_one(y.clone()).unwrap();
+                        read_blocking(&client, y.clone()).unwrap();
                         t.elapsed().as_secs_f64() * 1e3
                     })
                     .collect();
@@ -191,7 +214,12 @@ fn matrix(ty: WeightType, out: usize, cols: usize) -> QMatrix {
 }
 
 /// The `stream` table (see the header).
-fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
+fn stream(
+    client: &cubecl::client::Client,
+    max: u64,
+    shapes_run: usize,
+    setup: &cubecl::wgpu::WgpuSetup,
+) {
     const CALLS: usize = 40;
     let shapes = [
         ("small (launch cost), Q4_K", WeightType::Q4K, 512, 512),
@@ -216,9 +244,9 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
         for _ in 0..CALLS {
             warm.matmul(client, &xh, &y, 1).unwrap();
         }
-        client.read_one(y.clone()).unwrap();
+        read_blocking(client, y.clone()).unwrap();
     }
-    launches(client, max);
+    launches(client, max, setup);
     // The same products each after a read of 128 MiB (the tuning's eviction): weights out of
     // the cache, as a forward meets them, where back to back a matrix that fits the cache
     // (a 7B's q: 7 MB) is read from it.
@@ -234,9 +262,7 @@ fn stream(client: &cubecl::client::Client, max: u64, shapes_run: usize) {
         // parameters, as no matmul call does: a read's time is, if anything, high).
         let read_bytes = w.blocks().len() / 16 * 16;
         let raw = client.create_from_slice(&w.blocks()[..read_bytes]);
-        client
-            .read_one(read_through(client, &raw, read_bytes).unwrap())
-            .unwrap();
+        read_blocking(client, read_through(client, &raw, read_bytes).unwrap()).unwrap();
         let ms = median_of_batches(client, CALLS, || {
             read_through(client, &raw, read_bytes).unwrap()
         });
@@ -393,7 +419,7 @@ fn attention(client: &cubecl::client::Client, calls: usize) {
 
 /// The cost of a launch (see the header): a one-workgroup read and a small matrix product,
 /// 2,000 launches a batch, the median batch by wall time.
-fn launches(client: &cubecl::client::Client, max: u64) {
+fn launches(client: &cubecl::client::Client, max: u64, setup: &cubecl::wgpu::WgpuSetup) {
     const LAUNCHES: usize = 2000;
     let src = client.create_from_slice(&[0u8; 16]);
     let read = ReadThrough::new(client, 16).unwrap();
@@ -418,12 +444,38 @@ fn launches(client: &cubecl::client::Client, max: u64) {
             y.clone()
         }),
     ];
-    for (name, run) in kinds {
+    // Direct launches (where the client makes them), then the same through CubeCL's launch.
+    let ways = if direct::is_direct(client) {
+        vec!["direct", "CubeCL"]
+    } else {
+        vec!["CubeCL"]
+    };
+    for way in ways {
+        if way == "CubeCL" {
+            direct::unregister(client);
+        }
+        for (name, run) in &kinds {
+            launch_rows(client, &format!("{name}, {way}"), run);
+        }
+    }
+    if direct::wanted().unwrap() {
+        direct::register(client, setup.device.clone(), setup.queue.clone(), 32);
+    }
+}
+
+/// [`launches`]'s row for `run`.
+fn launch_rows(
+    client: &cubecl::client::Client,
+    name: &str,
+    run: &dyn Fn() -> cubecl::server::Handle,
+) {
+    const LAUNCHES: usize = 2000;
+    {
         // Warm: the pipelines compiled, the memory pools grown.
         for _ in 0..100 {
             run();
         }
-        client.read_one(run()).unwrap();
+        read_blocking(client, run()).unwrap();
         let mut batches: Vec<[f64; 4]> = (0..3)
             .map(|_| {
                 let cpu0 = thread_cpu_ns();
@@ -433,7 +485,7 @@ fn launches(client: &cubecl::client::Client, max: u64) {
                     last = Some(run());
                 }
                 let enqueued = t.elapsed().as_secs_f64();
-                client.read_one(last.unwrap()).unwrap();
+                read_blocking(client, last.unwrap()).unwrap();
                 let wall = t.elapsed().as_secs_f64();
                 let cpu1 = thread_cpu_ns();
                 let (all, runtime) = cpu_delta(&cpu0, &cpu1);
@@ -501,7 +553,7 @@ fn median_of_batches(
             for _ in 0..calls {
                 last = Some(run());
             }
-            client.read_one(last.unwrap()).unwrap();
+            read_blocking(client, last.unwrap()).unwrap();
             t.elapsed().as_secs_f64() * 1e3 / calls as f64
         })
         .collect();

@@ -83,12 +83,19 @@ fn main() {
     // What a card's subgroups give (`Reduce::for_subgroups`: at most the 16-thread team).
     let reduce = Reduce::Subgroup { lanes: 16 };
     let caps = Capabilities::SHADER_FLOAT16_IN_FLOAT32 | Capabilities::SUBGROUP;
-    let options = spv::Options {
+    // ISA_CHECKED=1: as wgpu's safe `create_shader_module` writes them for a Vulkan device with
+    // robust buffer access (the direct launches' pipelines, `gpu::direct`): every loop's bound
+    // emulated, indices into arrays clamped.
+    let checked = std::env::var("ISA_CHECKED").as_deref() == Ok("1");
+    let mut options = spv::Options {
         lang_version: (1, 6),
         // The kernels compile unchecked (`gpu::compile_mode`): no emulated loop counter.
-        force_loop_bounding: false,
+        force_loop_bounding: checked,
         ..spv::Options::default()
     };
+    if checked {
+        options.bounds_check_policies.index = naga::proc::BoundsCheckPolicy::Restrict;
+    }
     let pipeline = spv::PipelineOptions {
         shader_stage: naga::ShaderStage::Compute,
         entry_point: "main".to_string(),

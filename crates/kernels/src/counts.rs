@@ -79,6 +79,14 @@ pub struct GpuCounts {
     pub reads: u64,
     /// Bytes read back.
     pub read_bytes: u64,
+    /// Bind groups made by direct launches (`gpu::direct`; a launch meeting the kernel and the
+    /// buffers of an earlier one makes none; CubeCL's launches make one each, not counted).
+    pub bind_groups: u64,
+    /// Buffers resolved to their wgpu buffers by direct launches (a round trip to CubeCL's
+    /// runtime each, once a buffer's life).
+    pub resolved: u64,
+    /// Buffers direct launches let go of after their owners dropped them.
+    pub released: u64,
 }
 
 impl GpuCounts {
@@ -96,6 +104,9 @@ impl GpuCounts {
             upload_bytes: self.upload_bytes.saturating_sub(earlier.upload_bytes),
             reads: self.reads.saturating_sub(earlier.reads),
             read_bytes: self.read_bytes.saturating_sub(earlier.read_bytes),
+            bind_groups: self.bind_groups.saturating_sub(earlier.bind_groups),
+            resolved: self.resolved.saturating_sub(earlier.resolved),
+            released: self.released.saturating_sub(earlier.released),
         }
     }
 }
@@ -107,6 +118,9 @@ struct Counters {
     upload_bytes: AtomicU64,
     reads: AtomicU64,
     read_bytes: AtomicU64,
+    bind_groups: AtomicU64,
+    resolved: AtomicU64,
+    released: AtomicU64,
     seen: Mutex<Option<HashSet<(u8, u64)>>>,
 }
 
@@ -117,6 +131,9 @@ static COUNTERS: Counters = Counters {
     upload_bytes: AtomicU64::new(0),
     reads: AtomicU64::new(0),
     read_bytes: AtomicU64::new(0),
+    bind_groups: AtomicU64::new(0),
+    resolved: AtomicU64::new(0),
+    released: AtomicU64::new(0),
     seen: Mutex::new(None),
 };
 
@@ -139,6 +156,9 @@ pub fn gpu_counts() -> GpuCounts {
         upload_bytes: c.upload_bytes.load(Ordering::Relaxed),
         reads: c.reads.load(Ordering::Relaxed),
         read_bytes: c.read_bytes.load(Ordering::Relaxed),
+        bind_groups: c.bind_groups.load(Ordering::Relaxed),
+        resolved: c.resolved.load(Ordering::Relaxed),
+        released: c.released.load(Ordering::Relaxed),
     }
 }
 
@@ -166,4 +186,27 @@ pub(crate) fn counted_read(bytes: usize) {
     COUNTERS
         .read_bytes
         .fetch_add(bytes as u64, Ordering::Relaxed);
+}
+
+/// What a direct launch did beside launching (`gpu::direct`).
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(any(not(feature = "gpu"), target_family = "wasm"), allow(dead_code))]
+pub(crate) enum DirectWork {
+    /// A bind group made.
+    BindGroup,
+    /// A buffer resolved to its wgpu buffer.
+    Resolved,
+    /// Buffers let go of.
+    Released(u64),
+}
+
+#[cfg_attr(any(not(feature = "gpu"), target_family = "wasm"), allow(dead_code))]
+pub(crate) fn counted_direct(work: DirectWork) {
+    let c = &COUNTERS;
+    let (counter, n) = match work {
+        DirectWork::BindGroup => (&c.bind_groups, 1),
+        DirectWork::Resolved => (&c.resolved, 1),
+        DirectWork::Released(n) => (&c.released, n),
+    };
+    counter.fetch_add(n, Ordering::Relaxed);
 }

@@ -27,7 +27,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
 fn read_u32(client: &Client, h: Handle) -> Vec<u32> {
-    let bytes = client.read_one(h).unwrap();
+    let bytes = mars_kernels::gpu::read_blocking(client, h).unwrap();
     bytes
         .chunks_exact(4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -126,7 +126,7 @@ impl Reference {
 /// A cache buffer's values as f64, in its layout's order (`[2, kv_heads, capacity, head_dim]`):
 /// f16 pairs are packed low half first (WGSL's `pack2x16float`).
 fn read_cache(client: &Client, kv: &Handle, ty: KvType) -> Vec<f64> {
-    let bytes = client.read_one(kv.clone()).unwrap();
+    let bytes = mars_kernels::gpu::read_blocking(client, kv.clone()).unwrap();
     match ty {
         KvType::F32 => bytes
             .chunks_exact(4)

@@ -76,11 +76,16 @@ fn main() {
             cache.truncate(depth).unwrap();
         }
         let ms = total / f64::from(reps);
-        let launches = gpu_counts().since(&before).launches as f64 / f64::from(reps);
+        let counts = gpu_counts().since(&before);
+        let per_pass = |n: u64| n as f64 / f64::from(reps);
+        let launches = per_pass(counts.launches);
         let per_launch = if launches > 0.0 {
             format!(
-                "; {launches:.0} launches a pass, {:.1} µs a launch",
-                ms * 1e3 / launches
+                "; {launches:.0} launches a pass, {:.1} µs a launch; a pass made {:.1} bind \
+                 groups, resolved {:.1} buffers (direct launches)",
+                ms * 1e3 / launches,
+                per_pass(counts.bind_groups),
+                per_pass(counts.resolved),
             )
         } else {
             String::new()

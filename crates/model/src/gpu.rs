@@ -123,10 +123,13 @@ pub async fn first_adapter() -> Option<AdapterFacts> {
 /// where set, still decides. Natively, where `WGPU_NOOP_BACKEND=1`, the device is wgpu's no-op
 /// backend dressed as a card ([`noop_card`]); where `MARS_GPU_ROBUST=off` on Vulkan, a device
 /// without the driver's bounds checks
-/// ([`mars_kernels::gpu::setup_without_robustness`]).
+/// ([`mars_kernels::gpu::setup_without_robustness`]). Natively the kernels then launch straight
+/// into wgpu, their bind groups kept ([`mars_kernels::gpu::direct`]; `MARS_GPU_LAUNCH=cubecl`
+/// launches through CubeCL), submitted as often as CubeCL would.
 ///
 /// # Errors
-/// What wgpu or CubeCL refused, in words (no adapter, no device, a setup refused).
+/// What wgpu or CubeCL refused, in words (no adapter, no device, a setup refused, a
+/// `MARS_GPU_LAUNCH` it does not know).
 pub async fn open_wgpu(
     seen: Option<&AdapterFacts>,
 ) -> std::result::Result<(Device, burn::backend::wgpu::WgpuSetup), String> {
@@ -148,19 +151,37 @@ pub async fn open_wgpu(
     )))]
     let unrobust: Option<burn::backend::wgpu::WgpuSetup> = None;
     let mut options = Device::wgpu_options();
-    if std::env::var_os("CUBECL_WGPU_MAX_TASKS").is_none() {
-        let tasks = match seen {
-            _ if noop.is_some() => SUBMIT_EVERY_GPU,
-            Some(adapter) => submit_every_on(Some(adapter)),
-            None => submit_every().await,
-        };
-        options = options.tasks_max(tasks);
-    }
+    let tasks = match seen {
+        _ if noop.is_some() => SUBMIT_EVERY_GPU,
+        Some(adapter) => submit_every_on(Some(adapter)),
+        None => submit_every().await,
+    };
+    // CubeCL reads the variable itself where it is set; the direct launches submit as often.
+    let submit_every = match std::env::var("CUBECL_WGPU_MAX_TASKS") {
+        Ok(v) => v.parse().unwrap_or(tasks),
+        Err(_) => {
+            options = options.tasks_max(tasks);
+            tasks
+        }
+    };
     let opened = match noop.or(unrobust) {
         Some(setup) => options.setup(setup.clone()).init().map(|d| (d, setup)),
         None => options.init_with_setup_async().await,
     };
-    opened.map_err(|e| e.to_string())
+    let (device, setup) = opened.map_err(|e| e.to_string())?;
+    #[cfg(not(target_family = "wasm"))]
+    if mars_kernels::gpu::direct::wanted()? {
+        let client = client_of(&device).map_err(|e| e.to_string())?;
+        mars_kernels::gpu::direct::register(
+            &client,
+            setup.device.clone(),
+            setup.queue.clone(),
+            submit_every,
+        );
+    }
+    #[cfg(target_family = "wasm")]
+    let _ = submit_every;
+    Ok((device, setup))
 }
 
 /// wgpu's no-op backend dressed as a GPU card, where `WGPU_NOOP_BACKEND=1` (wgpu's own switch):

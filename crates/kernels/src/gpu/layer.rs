@@ -4,10 +4,10 @@
 
 use cubecl::client::Client;
 use cubecl::prelude::CubeCount;
-use cubecl::server::{Handle, KernelArguments};
+use cubecl::server::Handle;
 
 use super::{
-    NEG_INF_BITS, Shader, Slot, StepBuffer, bound_bytes, check_size, launch, quant_bytes,
+    Bindings, NEG_INF_BITS, Shader, Slot, StepBuffer, bound_bytes, check_size, launch, quant_bytes,
     upload_f32, upload_words,
 };
 use crate::error::{KernelError, Result};
@@ -126,12 +126,12 @@ impl Norm {
         } else {
             &self.every_row
         };
-        let mut args = KernelArguments::new()
-            .with_buffer(x.clone().binding())
-            .with_buffer(self.weight.clone().binding())
-            .with_buffer(y.clone().binding())
-            .with_buffer(params.clone().binding())
-            .with_buffer(step.handle().clone().binding());
+        let mut args = Bindings::new()
+            .with(x)
+            .with(&self.weight)
+            .with(y)
+            .with(params)
+            .with(step.handle());
         if let Some(xq) = xq {
             if !self.d.is_multiple_of(32) {
                 return Err(KernelError::Shape {
@@ -141,7 +141,7 @@ impl Norm {
                 });
             }
             check_size("norm's 8-bit output", xq, quant_bytes(out_rows, self.d))?;
-            args = args.with_buffer(xq.clone().binding());
+            args = args.with(xq);
         }
         launch(
             client,
@@ -322,14 +322,14 @@ impl Rope {
                 kv: self.kv,
             },
             CubeCount::Static(word("heads", s.heads + s.kv_heads)?, word("rows", rows)?, 1),
-            KernelArguments::new()
-                .with_buffer(qkv.clone().binding())
-                .with_buffer(q.clone().binding())
-                .with_buffer(kv.clone().binding())
-                .with_buffer(self.table.clone().binding())
-                .with_buffer(self.norms.clone().binding())
-                .with_buffer(self.params.clone().binding())
-                .with_buffer(step.handle().clone().binding()),
+            Bindings::new()
+                .with(qkv)
+                .with(q)
+                .with(kv)
+                .with(&self.table)
+                .with(&self.norms)
+                .with(&self.params)
+                .with(step.handle()),
         );
         Ok(())
     }
@@ -582,16 +582,14 @@ impl Attention {
         };
         let params = rope.map_or(&self.params, |r| &r.params);
         let args = |target: &Handle| {
-            let args = KernelArguments::new()
-                .with_buffer(q.clone().binding())
-                .with_buffer(kv.clone().binding())
-                .with_buffer(target.clone().binding())
-                .with_buffer(params.clone().binding())
-                .with_buffer(step.handle().clone().binding());
+            let args = Bindings::new()
+                .with(q)
+                .with(kv)
+                .with(target)
+                .with(params)
+                .with(step.handle());
             match rope {
-                Some(r) => args
-                    .with_buffer(r.table.clone().binding())
-                    .with_buffer(r.norms.clone().binding()),
+                Some(r) => args.with(&r.table).with(&r.norms),
                 None => args,
             }
         };
@@ -609,11 +607,11 @@ impl Attention {
             client,
             Shader::AttentionMerge,
             CubeCount::Static(heads, n, 1),
-            KernelArguments::new()
-                .with_buffer(part.clone().binding())
-                .with_buffer(out.clone().binding())
-                .with_buffer(self.params.clone().binding())
-                .with_buffer(step.handle().clone().binding()),
+            Bindings::new()
+                .with(&part)
+                .with(out)
+                .with(&self.params)
+                .with(step.handle()),
         );
         self.partials.put(part);
         Ok(())
@@ -797,32 +795,29 @@ impl Summary {
             client,
             Shader::Summary(RowPass::Rank),
             CubeCount::Static(chunks, n, 1),
-            KernelArguments::new()
-                .with_buffer(logits.clone().binding())
-                .with_buffer(self.params.clone().binding())
-                .with_buffer(part.clone().binding()),
+            Bindings::new().with(logits).with(&self.params).with(&part),
         );
         launch(
             client,
             Shader::Summary(RowPass::Sum),
             CubeCount::Static(chunks, n, 1),
-            KernelArguments::new()
-                .with_buffer(logits.clone().binding())
-                .with_buffer(self.params.clone().binding())
-                .with_buffer(part.clone().binding())
-                .with_buffer(step.handle().clone().binding())
-                .with_buffer(draw.clone().binding()),
+            Bindings::new()
+                .with(logits)
+                .with(&self.params)
+                .with(&part)
+                .with(step.handle())
+                .with(draw),
         );
         launch(
             client,
             Shader::Summary(RowPass::End),
             CubeCount::Static(n, 1, 1),
-            KernelArguments::new()
-                .with_buffer(logits.clone().binding())
-                .with_buffer(out.clone().binding())
-                .with_buffer(self.params.clone().binding())
-                .with_buffer(step.handle().clone().binding())
-                .with_buffer(part.clone().binding()),
+            Bindings::new()
+                .with(logits)
+                .with(out)
+                .with(&self.params)
+                .with(step.handle())
+                .with(&part),
         );
         self.partials.put(part);
         Ok(())
@@ -975,10 +970,7 @@ impl TopRows {
                 client,
                 Shader::Top { c, pass },
                 CubeCount::Static(chunks, n, 1),
-                KernelArguments::new()
-                    .with_buffer(logits.clone().binding())
-                    .with_buffer(self.params.clone().binding())
-                    .with_buffer(part.clone().binding()),
+                Bindings::new().with(logits).with(&self.params).with(&part),
             );
         }
         launch(
@@ -988,11 +980,11 @@ impl TopRows {
                 pass: RowPass::End,
             },
             CubeCount::Static(n, 1, 1),
-            KernelArguments::new()
-                .with_buffer(logits.clone().binding())
-                .with_buffer(out.clone().binding())
-                .with_buffer(self.params.clone().binding())
-                .with_buffer(part.clone().binding()),
+            Bindings::new()
+                .with(logits)
+                .with(out)
+                .with(&self.params)
+                .with(&part),
         );
         self.partials.put(part);
         Ok(())
@@ -1018,9 +1010,7 @@ pub fn link_ids(client: &Client, step: &StepBuffer, chain: &Handle) -> Result<()
         client,
         Shader::Link,
         CubeCount::Static(1, 1, 1),
-        KernelArguments::new()
-            .with_buffer(step.handle().clone().binding())
-            .with_buffer(chain.clone().binding()),
+        Bindings::new().with(step.handle()).with(chain),
     );
     Ok(())
 }
@@ -1079,10 +1069,7 @@ impl CopyRows {
             client,
             Shader::Copy,
             CubeCount::Static(word("heads", 2 * self.heads.kv_heads)?, 1, 1),
-            KernelArguments::new()
-                .with_buffer(kv.clone().binding())
-                .with_buffer(moves.clone().binding())
-                .with_buffer(self.params.clone().binding()),
+            Bindings::new().with(kv).with(moves).with(&self.params),
         );
         Ok(())
     }
@@ -1189,10 +1176,7 @@ impl ReadThrough {
             client,
             Shader::Read,
             CubeCount::Static(self.groups.0, self.groups.1, 1),
-            KernelArguments::new()
-                .with_buffer(src.clone().binding())
-                .with_buffer(out.clone().binding())
-                .with_buffer(self.params.clone().binding()),
+            Bindings::new().with(src).with(out).with(&self.params),
         );
         Ok(())
     }
@@ -1219,10 +1203,7 @@ pub fn clone_buffer(client: &Client, src: &Handle, bytes: usize) -> Result<Handl
         client,
         Shader::Clone,
         CubeCount::Static(word("groups", gx)?, word("groups", gy)?, 1),
-        KernelArguments::new()
-            .with_buffer(src.clone().binding())
-            .with_buffer(dst.clone().binding())
-            .with_buffer(params.binding()),
+        Bindings::new().with(src).with(&dst).with(&params),
     );
     Ok(dst)
 }

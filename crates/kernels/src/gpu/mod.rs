@@ -42,6 +42,9 @@
 //! the dequantized weights the only error is f32 rounding of products and sums: at most
 //! ~`(n_in / 16 + 24) · 2⁻²⁴ · Σ|W·x|` per output, which the tests hold with a margin.
 
+// Launches straight into wgpu, their bind groups kept (natively).
+#[cfg(not(target_family = "wasm"))]
+pub mod direct;
 mod layer;
 // A Vulkan device without the driver's bounds checks (`MARS_GPU_ROBUST=off`): where wgpu runs
 // on Vulkan natively.
@@ -1709,16 +1712,49 @@ impl CubeKernel for Shader {
     }
 }
 
-/// Launches `shader` (counted).
-fn launch(client: &Client, shader: Shader, count: CubeCount, mut args: KernelArguments) {
+/// A launch's buffers, binding 0 first.
+#[derive(Debug, Default)]
+pub(crate) struct Bindings(Vec<Handle>);
+
+impl Bindings {
+    pub(crate) fn new() -> Self {
+        Self(Vec::with_capacity(8))
+    }
+
+    /// `handle` as the next binding.
+    pub(crate) fn with(mut self, handle: &Handle) -> Self {
+        self.0.push(handle.clone());
+        self
+    }
+
+    /// `handles` as the next bindings, in order.
+    pub(crate) fn with_all<'a>(mut self, handles: impl IntoIterator<Item = &'a Handle>) -> Self {
+        self.0.extend(handles.into_iter().cloned());
+        self
+    }
+}
+
+/// Launches `shader` (counted): recorded straight into wgpu where the client launches
+/// directly ([`direct`]), else through CubeCL, telling it which bindings the kernel writes.
+fn launch(client: &Client, shader: Shader, count: CubeCount, bindings: Bindings) {
     counted_launch(shader.kind(), shader.key());
+    #[cfg(not(target_family = "wasm"))]
+    if direct::launch(client, &shader, &count, &bindings.0) {
+        return;
+    }
     let writes = shader.writes();
-    args.declared_io = (0..args.resources.len())
-        .map(|i| match writes >> i & 1 {
-            1 => BufferIOAttr::ReadWrite,
-            _ => BufferIOAttr::ReadOnly,
-        })
-        .collect();
+    let args =
+        bindings
+            .0
+            .into_iter()
+            .enumerate()
+            .fold(KernelArguments::new(), |args, (i, handle)| {
+                let io = match writes >> i & 1 {
+                    1 => BufferIOAttr::ReadWrite,
+                    _ => BufferIOAttr::ReadOnly,
+                };
+                args.with_buffer_io(handle.binding(), io)
+            });
     client.launch(Box::new(shader), count, args);
 }
 
@@ -1744,6 +1780,8 @@ pub fn upload_f32(client: &Client, values: &[f32]) -> Handle {
 /// # Errors
 /// [`KernelError::Device`] when the device cannot return the data.
 pub async fn read(client: &Client, handle: Handle) -> Result<Vec<u8>> {
+    #[cfg(not(target_family = "wasm"))]
+    direct::settle(client);
     let bytes = client
         .read_async(vec![handle])
         .await
@@ -1764,6 +1802,7 @@ pub async fn read(client: &Client, handle: Handle) -> Result<Vec<u8>> {
 /// [`KernelError::Device`] when the device cannot return the data.
 #[cfg(not(target_family = "wasm"))]
 pub fn read_blocking(client: &Client, handle: Handle) -> Result<Vec<u8>> {
+    direct::settle(client);
     let bytes = client
         .read_one(handle)
         .map_err(|e| KernelError::Device(format!("{e:?}")))?
@@ -1775,7 +1814,9 @@ pub fn read_blocking(client: &Client, handle: Handle) -> Result<Vec<u8>> {
 /// The step's words on the GPU (one upload), with its row counts.
 #[derive(Debug, Clone)]
 pub struct StepBuffer {
-    handle: Handle,
+    /// The step's words: a kept buffer where the client launches directly
+    /// ([`direct::kept_step`]), so a pass's bind groups are the last pass's.
+    handle: std::sync::Arc<Handle>,
     rows: usize,
     most_visible: usize,
     tail: usize,
@@ -1787,8 +1828,20 @@ pub struct StepBuffer {
 impl StepBuffer {
     /// Uploads `step`.
     pub fn new(client: &Client, step: &Step) -> Self {
+        let bytes = u32_bytes(step.words());
+        #[cfg(not(target_family = "wasm"))]
+        let kept = direct::kept_step(client, &bytes);
+        #[cfg(target_family = "wasm")]
+        let kept = None;
+        let handle = match kept {
+            Some(kept) => {
+                counted_upload(bytes.len());
+                kept
+            }
+            None => std::sync::Arc::new(upload(client, &bytes)),
+        };
         Self {
-            handle: upload_words(client, step.words()),
+            handle,
             rows: step.rows(),
             most_visible: step.most_visible(),
             tail: step.tail(),
@@ -2054,13 +2107,12 @@ impl MatmulLaunch {
         let tiles = self.prefill.filter(|_| step.is_long_prefill());
         // A binding a matrix (group.wgsl), then the rest.
         let bind = |x: &Handle, y: &Handle, params: &Handle| {
-            let weights = self.weights.iter().map(|w| w.clone().binding());
-            KernelArguments::new()
-                .with_buffers(weights.collect())
-                .with_buffer(x.clone().binding())
-                .with_buffer(y.clone().binding())
-                .with_buffer(params.clone().binding())
-                .with_buffer(step.handle().clone().binding())
+            Bindings::new()
+                .with_all(&self.weights)
+                .with(x)
+                .with(y)
+                .with(params)
+                .with(step.handle())
         };
         if let (Some(t), Some(form)) = (&self.tiled, tiles)
             && t.splits.count > 1
@@ -2415,11 +2467,11 @@ impl GpuMatrix {
                 client,
                 Shader::Embed(self.ty),
                 CubeCount::Static(gx as u32, n_ids as u32, 1),
-                KernelArguments::new()
-                    .with_buffer(part.weights.clone().binding())
-                    .with_buffer(step.handle().clone().binding())
-                    .with_buffer(out.clone().binding())
-                    .with_buffer(part.embed_params.clone().binding()),
+                Bindings::new()
+                    .with(&part.weights)
+                    .with(step.handle())
+                    .with(out)
+                    .with(&part.embed_params),
             );
         }
         Ok(())
@@ -2446,6 +2498,9 @@ pub struct MatrixGroup {
     form: Form,
     /// quant.wgsl's parameters where the form's activations are 8-bit.
     quant: Option<Handle>,
+    /// The room for its 8-bit activations ([`MatrixGroup::quantized_room`]), kept: one buffer
+    /// every pass, so the launches binding it find their bind groups made ([`direct`]).
+    room: Slot<Handle>,
     /// The RMSNorm folded into its products ([`MatrixGroup::with_norm`]).
     norm: Option<FoldedNorm>,
     /// The same group in the mat-vec form of passes of more than one row, where it differs
@@ -2831,6 +2886,7 @@ impl MatrixGroup {
             members,
             norm,
             pass: None,
+            room: Slot::default(),
         })
     }
 
@@ -3043,8 +3099,18 @@ impl MatrixGroup {
         }
         let tiled = step.is_long_prefill() && self.form.prefill.is_some();
         let rows = self.rows.count(step);
-        (self.quant.is_some() && !tiled && rows > 0)
-            .then(|| client.empty(quant_bytes(rows, self.cols)))
+        if self.quant.is_none() || tiled || rows == 0 {
+            return None;
+        }
+        // The kept room where it holds the rows, else a new one (the next pass's too): written
+        // and read in queue order, pass after pass, as the scratch buffers are.
+        let bytes = quant_bytes(rows, self.cols);
+        let room = match self.room.take() {
+            Some(room) if room.size() >= bytes as u64 => room,
+            _ => client.empty(bytes),
+        };
+        self.room.put(room.clone());
+        Some(room)
     }
 
     /// Enqueues the product over the step's rows: `x` holds them (`cols` values each), `y`
@@ -3094,11 +3160,11 @@ impl MatrixGroup {
                         client,
                         Shader::Quant,
                         CubeCount::Static(gx as u32, gy as u32, 1),
-                        KernelArguments::new()
-                            .with_buffer(x.clone().binding())
-                            .with_buffer(xq.clone().binding())
-                            .with_buffer(params.clone().binding())
-                            .with_buffer(step.handle().clone().binding()),
+                        Bindings::new()
+                            .with(x)
+                            .with(xq)
+                            .with(params)
+                            .with(step.handle()),
                     );
                 }
                 made.as_ref()

@@ -1,0 +1,403 @@
+//! Launches recorded straight into wgpu, each launch's bind group kept for the next time the
+//! same kernel meets the same buffers.
+//!
+//! Why: through CubeCL's `launch` every launch costs its runtime thread a bind group made anew
+//! and its bookkeeping a binding (~28k instructions a launch, counted on the no-op card;
+//! 10–15 µs of host a launch on an H200): a 0.5B model's token is 128 launches, 1.3–1.9 ms of
+//! host where llama.cpp's whole token takes 1.95 ms. A forward meets the same buffers every
+//! token (weights, kept activations, the KV cache, the step's words in a kept slot), so here a
+//! launch is a lookup, `set_pipeline`, `set_bind_group` and `dispatch` on the caller's thread.
+//!
+//! What it shares with CubeCL: the memory (CubeCL allocates every buffer; a launch resolves
+//! each handle to its wgpu buffer once, with `get_resource`) and the queue. Order across the
+//! two is kept by two rules: before anything of CubeCL's touches a buffer the recorded
+//! launches may use (a read, a write, a CubeCL launch: [`settle`]) the recording is submitted;
+//! before a submit of ours CubeCL submits what it recorded. A handle resolved here is held
+//! (which keeps CubeCL from moving or reusing its memory) until its owner drops it: after each
+//! submit, entries whose handle no one else holds are let go, with their bind groups.
+//!
+//! The pipelines are made with wgpu's safe `create_shader_module`, so with wgpu's shader
+//! checks (every loop's bound emulated, indices into arrays clamped: CubeCL makes its own
+//! with them off, an `unsafe` call the project does not make). What that costs a kernel:
+//! `ISA_CHECKED=1 bench.sh gpu-isa` counts it. A pipeline wgpu refuses leaves that kernel to
+//! CubeCL's launch, which reports the failure as before.
+//!
+//! Natively only: in the browser a pipeline's errors arrive asynchronously, and launches keep
+//! going through CubeCL there.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::ThreadId;
+
+use cubecl::client::Client;
+use cubecl::prelude::CubeCount;
+use cubecl::server::Handle;
+use cubecl::wgpu::{AutoCompiler, WgpuResource, WgpuServer, wgpu};
+use cubecl_runtime::storage::ManagedResource;
+
+use super::Shader;
+use crate::counts::{DirectWork, counted_direct};
+
+/// A buffer as a bind group sees it: CubeCL's memory id and the handle's offsets.
+type Key = (usize, Option<u64>, Option<u64>);
+
+/// The direct launches of one CubeCL client.
+struct Direct {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    /// Launches recorded before a submit (CubeCL's `tasks_max` for the adapter).
+    submit_every: usize,
+    state: Mutex<State>,
+}
+
+/// A handle resolved to its wgpu buffer, held: CubeCL neither moves nor reuses memory bound
+/// this way, and our clone of the handle says when its owner let go of it.
+struct Held {
+    handle: Handle,
+    resource: ManagedResource<WgpuResource>,
+}
+
+/// What a pipeline is: made, or refused by wgpu (the kernel then goes through CubeCL).
+enum Pipeline {
+    Made(Arc<wgpu::ComputePipeline>, u32),
+    Refused,
+}
+
+#[derive(Default)]
+struct State {
+    pipelines: HashMap<(u8, u64), Pipeline>,
+    held: HashMap<Key, Held>,
+    /// Bind groups by pipeline number and buffers, binding 0 first.
+    groups: HashMap<(u32, Vec<Key>), wgpu::BindGroup>,
+    /// Each thread's launches not yet submitted. A thread's own: CubeCL gives each thread a
+    /// stream of its own, and a submit flushes the submitting thread's stream only, so a
+    /// thread's launches go after its own CubeCL work (threads share no buffer being written).
+    recordings: HashMap<ThreadId, Recording>,
+    /// Kept buffers for steps' words ([`kept_step`]), a thread's own (a slot is written when
+    /// its thread's launches that read it were submitted): free where no step holds the `Arc`.
+    steps: Vec<(ThreadId, Arc<Handle>)>,
+}
+
+struct Recording {
+    // Declared before the encoder: a pass ends when dropped, before the encoder finishes.
+    pass: wgpu::ComputePass<'static>,
+    encoder: wgpu::CommandEncoder,
+    launches: usize,
+}
+
+/// Whether launches should go straight into wgpu: `MARS_GPU_LAUNCH` is `direct` (the default)
+/// or `cubecl` (CubeCL's launch, each launch's bind group made anew: what a lease compares).
+///
+/// # Errors
+/// Another value, named.
+pub fn wanted() -> Result<bool, String> {
+    match std::env::var("MARS_GPU_LAUNCH").as_deref() {
+        Err(_) | Ok("direct") => Ok(true),
+        Ok("cubecl") => Ok(false),
+        Ok(other) => Err(format!(
+            "MARS_GPU_LAUNCH is `direct` or `cubecl`, not `{other}`"
+        )),
+    }
+}
+
+/// A client's service (CubeCL's `ServiceId`, which no crate the project uses re-exports).
+type ClientId = (cubecl::device::DeviceId, std::any::TypeId);
+
+fn client_id(client: &Client) -> ClientId {
+    let id = client.service_id();
+    (id.device, id.service)
+}
+
+static CLIENTS: Mutex<Vec<(ClientId, Arc<Direct>)>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while recording leaves nothing half-written that the next launch could trip on
+    // (a recording is submitted whole or dropped), so a poisoned lock is taken as it is.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Launches on `client` from now on go straight into wgpu (`device` and `queue` must be the
+/// ones CubeCL opened `client` on), submitted every `submit_every` launches (at least 1).
+/// A client registered before stays as it is.
+pub fn register(client: &Client, device: wgpu::Device, queue: wgpu::Queue, submit_every: usize) {
+    let id = client_id(client);
+    let mut clients = lock(&CLIENTS);
+    if clients.iter().any(|(s, _)| *s == id) {
+        return;
+    }
+    let direct = Arc::new(Direct {
+        device,
+        queue,
+        submit_every: submit_every.max(1),
+        state: Mutex::new(State::default()),
+    });
+    clients.push((id, direct));
+}
+
+/// Launches on `client` go through CubeCL again (what was recorded is submitted first, what
+/// was held let go).
+pub fn unregister(client: &Client) {
+    let id = client_id(client);
+    let removed: Vec<Arc<Direct>> = {
+        let mut clients = lock(&CLIENTS);
+        let (gone, kept) = clients.drain(..).partition(|(s, _)| *s == id);
+        *clients = kept;
+        gone.into_iter().map(|(_, d)| d).collect()
+    };
+    for direct in removed {
+        let mut state = lock(&direct.state);
+        // Every thread's launches, this thread's CubeCL work first (another thread's launching
+        // at this moment has its launches submitted here, after its last CubeCL flush).
+        let _ = client.flush();
+        let recordings: Vec<Recording> = state.recordings.drain().map(|(_, r)| r).collect();
+        for Recording { pass, encoder, .. } in recordings {
+            drop(pass);
+            direct.queue.submit([encoder.finish()]);
+        }
+        state.groups.clear();
+        state.held.clear();
+    }
+}
+
+/// Whether `client` launches directly.
+pub fn is_direct(client: &Client) -> bool {
+    of(client).is_some()
+}
+
+fn of(client: &Client) -> Option<Arc<Direct>> {
+    let id = client_id(client);
+    let clients = lock(&CLIENTS);
+    clients
+        .iter()
+        .find(|(s, _)| *s == id)
+        .map(|(_, d)| d.clone())
+}
+
+/// Records `shader` over `bindings` (binding 0 first) where `client` launches directly;
+/// `false` where the launch is CubeCL's to make (not registered, a pipeline wgpu refused, an
+/// indirect count, a binding CubeCL cannot resolve).
+pub(crate) fn launch(
+    client: &Client,
+    shader: &Shader,
+    count: &CubeCount,
+    bindings: &[Handle],
+) -> bool {
+    let Some(direct) = of(client) else {
+        return false;
+    };
+    let CubeCount::Static(x, y, z) = *count else {
+        settle(client);
+        return false;
+    };
+    let mut state = lock(&direct.state);
+    if x == 0 || y == 0 || z == 0 {
+        // Nothing to run: CubeCL records nothing for it either.
+        return true;
+    }
+    let Some((pipeline, number)) = direct.pipeline(&mut state, shader) else {
+        drop(state);
+        settle(client);
+        return false;
+    };
+    let keys: Vec<Key> = bindings.iter().map(key).collect();
+    let group_key = (number, keys);
+    if !state.groups.contains_key(&group_key) {
+        let Some(group) = direct.bind_group(client, &mut state, &pipeline, bindings) else {
+            drop(state);
+            settle(client);
+            return false;
+        };
+        state.groups.insert(group_key.clone(), group);
+    }
+    let full = {
+        let State {
+            recordings, groups, ..
+        } = &mut *state;
+        let thread = std::thread::current().id();
+        let recording = recordings.entry(thread).or_insert_with(|| {
+            let mut encoder = direct.device.create_command_encoder(&Default::default());
+            let pass = encoder
+                .begin_compute_pass(&Default::default())
+                .forget_lifetime();
+            Recording {
+                pass,
+                encoder,
+                launches: 0,
+            }
+        });
+        recording.pass.set_pipeline(&pipeline);
+        recording.pass.set_bind_group(0, &groups[&group_key], &[]);
+        recording.pass.dispatch_workgroups(x, y, z);
+        recording.launches += 1;
+        recording.launches >= direct.submit_every
+    };
+    if full {
+        direct.submit(client, &mut state);
+    }
+    true
+}
+
+/// Submits what was recorded for `client` (CubeCL's own recording first): before CubeCL reads
+/// or writes a buffer, or launches, after direct launches.
+pub(crate) fn settle(client: &Client) {
+    if let Some(direct) = of(client) {
+        let mut state = lock(&direct.state);
+        direct.submit(client, &mut state);
+    }
+}
+
+/// A kept buffer of at least `bytes.len()` bytes holding `bytes`, for a step's words, where
+/// `client` launches directly: a slot no other step holds, written in queue order (after
+/// everything recorded before), so every launch of every pass binds the same few buffers and
+/// finds its bind group made. `None` where `client` launches through CubeCL.
+pub(crate) fn kept_step(client: &Client, bytes: &[u8]) -> Option<Arc<Handle>> {
+    let direct = of(client)?;
+    // Everything recorded so far, and CubeCL's, goes before the write.
+    settle(client);
+    let mut state = lock(&direct.state);
+    let size = bytes.len().max(4) as u64;
+    let thread = std::thread::current().id();
+    let free = state
+        .steps
+        .iter()
+        .position(|(t, s)| *t == thread && Arc::strong_count(s) == 1 && s.size() >= size);
+    let slot = match free {
+        Some(i) => state.steps[i].1.clone(),
+        None => {
+            // Sizes kept to powers of two (at least 1 KiB) so that a few slots serve every
+            // step a model takes.
+            let slot = Arc::new(client.empty(size.next_power_of_two().max(1024) as usize));
+            state.steps.push((thread, slot.clone()));
+            slot
+        }
+    };
+    let resource = direct.resolve(client, &mut state, &slot)?;
+    direct
+        .queue
+        .write_buffer(&resource.buffer, resource.offset, bytes);
+    Some(slot)
+}
+
+fn key(handle: &Handle) -> Key {
+    // CubeCL's id of the memory, fixed for the memory's life (its location may change; the
+    // wgpu buffer is resolved from the handle when a bind group is made).
+    (
+        handle.memory.descriptor().id.value,
+        handle.offset_start,
+        handle.offset_end,
+    )
+}
+
+impl Direct {
+    /// The pipeline of `shader` and its number, made on first use; `None` where wgpu refused it.
+    fn pipeline(
+        &self,
+        state: &mut State,
+        shader: &Shader,
+    ) -> Option<(Arc<wgpu::ComputePipeline>, u32)> {
+        let next = u32::try_from(state.pipelines.len()).unwrap_or(u32::MAX);
+        let made = state.pipelines.entry(shader.key()).or_insert_with(|| {
+            let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let module = self
+                .device
+                .create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: None,
+                    source: wgpu::ShaderSource::Wgsl(shader.source().into()),
+                });
+            let pipeline = self
+                .device
+                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: None,
+                    layout: None,
+                    module: &module,
+                    entry_point: Some("main"),
+                    compilation_options: Default::default(),
+                    cache: None,
+                });
+            // Natively wgpu answers an error scope at once.
+            match pollster::block_on(scope.pop()) {
+                None => Pipeline::Made(Arc::new(pipeline), next),
+                Some(_) => Pipeline::Refused,
+            }
+        });
+        match made {
+            Pipeline::Made(p, n) => Some((p.clone(), *n)),
+            Pipeline::Refused => None,
+        }
+    }
+
+    /// The wgpu buffer behind `handle`, resolved once and held.
+    fn resolve(&self, client: &Client, state: &mut State, handle: &Handle) -> Option<WgpuResource> {
+        let k = key(handle);
+        if let Some(held) = state.held.get(&k) {
+            return Some(held.resource.resource().clone());
+        }
+        let resource = client
+            .get_resource::<WgpuServer<AutoCompiler>>(handle.clone())
+            .ok()?;
+        let out = resource.resource().clone();
+        counted_direct(DirectWork::Resolved);
+        state.held.insert(
+            k,
+            Held {
+                handle: handle.clone(),
+                resource,
+            },
+        );
+        Some(out)
+    }
+
+    fn bind_group(
+        &self,
+        client: &Client,
+        state: &mut State,
+        pipeline: &wgpu::ComputePipeline,
+        bindings: &[Handle],
+    ) -> Option<wgpu::BindGroup> {
+        let resources: Vec<WgpuResource> = bindings
+            .iter()
+            .map(|h| self.resolve(client, state, h))
+            .collect::<Option<_>>()?;
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = resources
+            .iter()
+            .zip(0u32..)
+            .map(|(r, binding)| wgpu::BindGroupEntry {
+                binding,
+                resource: r.as_wgpu_bind_resource(),
+            })
+            .collect();
+        counted_direct(DirectWork::BindGroup);
+        Some(self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        }))
+    }
+
+    /// This thread's CubeCL recording, then its direct one; then, where no thread has launches
+    /// waiting, lets go of what only this holds (a handle dropped by its owner while a
+    /// thread's launches that bind it wait must outlive their submit).
+    fn submit(&self, client: &Client, state: &mut State) {
+        let thread = std::thread::current().id();
+        if let Some(Recording { pass, encoder, .. }) = state.recordings.remove(&thread) {
+            // A flush fails only on a device CubeCL has found lost, which the next read reports.
+            let _ = client.flush();
+            drop(pass);
+            self.queue.submit([encoder.finish()]);
+        }
+        if !state.recordings.is_empty() {
+            return;
+        }
+        // Our clone is the last but CubeCL's own: the owner dropped the handle.
+        let before = state.held.len();
+        state.held.retain(|_, h| !h.handle.memory.can_mut());
+        let released = before - state.held.len();
+        if released > 0 {
+            counted_direct(DirectWork::Released(released as u64));
+            let held = &state.held;
+            state
+                .groups
+                .retain(|(_, keys), _| keys.iter().all(|k| held.contains_key(k)));
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The direct launches (`gpu::direct`) on wgpu (lavapipe where there is no GPU): a product
+//! launched directly gives CubeCL's launch's bits; a launch meeting the kernel and the buffers
+//! of an earlier one makes no bind group; a step's words go to a kept buffer that the next
+//! step takes once the last is dropped; a buffer its owner dropped is let go after a submit,
+//! its bind groups with it. One test in a process of its own: it switches the client between
+//! the two ways of launching, which no other test may see.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "common/gpu.rs"]
+mod gpu_common;
+use gpu_common::{client, read_f32};
+
+use common::{random_matrix, random_x};
+use mars_kernels::gpu::{
+    Epilogue, GpuMatrix, MatrixGroup, Rows, Step, StepBuffer, direct, upload_f32,
+};
+use mars_kernels::{WeightType, gpu_counts};
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
+
+#[test]
+fn direct_launches_keep_their_bind_groups_and_give_cubecls_bits() {
+    let client = client();
+    if !direct::is_direct(&client) {
+        return eprintln!("MARS_GPU_LAUNCH=cubecl: nothing direct to check");
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let (out, cols, rows) = (96, 512, 3);
+    let w = random_matrix(WeightType::Q4K, out, cols, &mut rng);
+    let max = client.properties().memory.max_page_size;
+    let w = GpuMatrix::upload(&client, w.ty(), out, cols, w.blocks(), max).unwrap();
+    let group = MatrixGroup::new(&client, vec![w], Epilogue::Store, None, Rows::All).unwrap();
+    let x = upload_f32(&client, &random_x(rows, cols, &mut rng));
+    let y = client.empty(rows * out * 4);
+    let step = |client: &cubecl::client::Client| {
+        StepBuffer::new(client, &Step::chain(&[1, 2, 3], 0, rows, out).unwrap())
+    };
+
+    // The first run makes its bind groups; the same run again makes none.
+    let s = step(&client);
+    group.run(&client, &x, &y, &s).unwrap();
+    let first = read_f32(&client, y.clone());
+    let before = gpu_counts();
+    group.run(&client, &x, &y, &s).unwrap();
+    let again = read_f32(&client, y.clone());
+    let after = gpu_counts();
+    assert!(after.launches > before.launches, "{before:?} -> {after:?}");
+    assert_eq!(
+        after.bind_groups, before.bind_groups,
+        "{before:?} -> {after:?}"
+    );
+    assert_eq!(first, again);
+
+    // A new step of the same size, the last one dropped: the same kept buffer, so the same
+    // bind groups. While a step lives, the next one takes another buffer.
+    drop(s);
+    let s2 = step(&client);
+    let s3 = step(&client);
+    group.run(&client, &x, &y, &s2).unwrap();
+    assert_eq!(read_f32(&client, y.clone()), first);
+    assert_eq!(
+        gpu_counts().bind_groups,
+        after.bind_groups,
+        "the kept step buffer came back"
+    );
+    group.run(&client, &x, &y, &s3).unwrap();
+    assert_eq!(read_f32(&client, y.clone()), first);
+    assert!(
+        gpu_counts().bind_groups > after.bind_groups,
+        "a live step's buffer was given to another"
+    );
+
+    // An output dropped by its owner is let go after the next submit, with its bind groups.
+    let y2 = client.empty(rows * out * 4);
+    group.run(&client, &x, &y2, &s2).unwrap();
+    let kept = read_f32(&client, y2.clone());
+    assert_eq!(kept, first);
+    let held = gpu_counts();
+    drop(y2);
+    group.run(&client, &x, &y, &s2).unwrap();
+    read_f32(&client, y.clone());
+    let released = gpu_counts();
+    assert!(
+        released.released > held.released,
+        "{held:?} -> {released:?}"
+    );
+
+    // The same product through CubeCL's launch: the same bits.
+    direct::unregister(&client);
+    assert!(!direct::is_direct(&client));
+    let y3 = client.empty(rows * out * 4);
+    group.run(&client, &x, &y3, &step(&client)).unwrap();
+    assert_eq!(
+        read_f32(&client, y3),
+        first,
+        "CubeCL's launch against the direct one"
+    );
+    // And directly again, registered anew, after CubeCL's launch.
+    let client = gpu_common::client();
+    assert!(direct::is_direct(&client));
+    let y4 = client.empty(rows * out * 4);
+    group.run(&client, &x, &y4, &step(&client)).unwrap();
+    assert_eq!(read_f32(&client, y4), first);
+}
