@@ -25,7 +25,6 @@
 //! Natively only: in the browser a pipeline's errors arrive asynchronously, and launches keep
 //! going through CubeCL there.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::ThreadId;
 
@@ -34,6 +33,7 @@ use cubecl::prelude::CubeCount;
 use cubecl::server::Handle;
 use cubecl::wgpu::{AutoCompiler, WgpuResource, WgpuServer, wgpu};
 use cubecl_runtime::storage::ManagedResource;
+use rustc_hash::FxHashMap as HashMap;
 
 use super::Shader;
 use crate::counts::{DirectWork, counted_direct};
@@ -199,20 +199,21 @@ pub(crate) fn launch(
         settle(client);
         return false;
     };
-    let keys: Vec<Key> = bindings.iter().map(key).collect();
-    let group_key = (number, keys);
-    if !state.groups.contains_key(&group_key) {
-        let Some(group) = direct.bind_group(client, &mut state, &pipeline, bindings) else {
-            drop(state);
-            settle(client);
-            return false;
-        };
-        state.groups.insert(group_key.clone(), group);
-    }
+    let group_key = (number, bindings.iter().map(key).collect::<Vec<Key>>());
+    let group = match state.groups.get(&group_key) {
+        Some(group) => group.clone(),
+        None => {
+            let Some(group) = direct.bind_group(client, &mut state, &pipeline, bindings) else {
+                drop(state);
+                settle(client);
+                return false;
+            };
+            state.groups.insert(group_key, group.clone());
+            group
+        }
+    };
     let full = {
-        let State {
-            recordings, groups, ..
-        } = &mut *state;
+        let recordings = &mut state.recordings;
         let thread = std::thread::current().id();
         let recording = recordings.entry(thread).or_insert_with(|| {
             let mut encoder = direct.device.create_command_encoder(&Default::default());
@@ -226,13 +227,14 @@ pub(crate) fn launch(
             }
         });
         recording.pass.set_pipeline(&pipeline);
-        recording.pass.set_bind_group(0, &groups[&group_key], &[]);
+        recording.pass.set_bind_group(0, &group, &[]);
         recording.pass.dispatch_workgroups(x, y, z);
         recording.launches += 1;
         recording.launches >= direct.submit_every
     };
     if full {
-        direct.submit(client, &mut state);
+        // Mid-pass: what owners dropped is let go at the next settle, once a pass.
+        direct.submit(client, &mut state, false);
     }
     true
 }
@@ -242,7 +244,7 @@ pub(crate) fn launch(
 pub(crate) fn settle(client: &Client) {
     if let Some(direct) = of(client) {
         let mut state = lock(&direct.state);
-        direct.submit(client, &mut state);
+        direct.submit(client, &mut state, true);
     }
 }
 
@@ -374,10 +376,10 @@ impl Direct {
         }))
     }
 
-    /// This thread's CubeCL recording, then its direct one; then, where no thread has launches
-    /// waiting, lets go of what only this holds (a handle dropped by its owner while a
-    /// thread's launches that bind it wait must outlive their submit).
-    fn submit(&self, client: &Client, state: &mut State) {
+    /// This thread's CubeCL recording, then its direct one; then, where `release` and no
+    /// thread has launches waiting, lets go of what only this holds (a handle dropped by its
+    /// owner while a thread's launches that bind it wait must outlive their submit).
+    fn submit(&self, client: &Client, state: &mut State, release: bool) {
         let thread = std::thread::current().id();
         if let Some(Recording { pass, encoder, .. }) = state.recordings.remove(&thread) {
             // A flush fails only on a device CubeCL has found lost, which the next read reports.
@@ -385,7 +387,7 @@ impl Direct {
             drop(pass);
             self.queue.submit([encoder.finish()]);
         }
-        if !state.recordings.is_empty() {
+        if !release || !state.recordings.is_empty() {
             return;
         }
         // Our clone is the last but CubeCL's own: the owner dropped the handle.
