@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The runner each part of tests/bench/gpu-bundle.sh carries: `add` copies the part it sits in to
 # $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
-#   usage: bash PART/run.sh add | drop | tests | launch | stream | stream-unrobust | tune | peers | price | reads | teams | long | spec | profile | submits | all | lease …
+#   usage: bash PART/run.sh add | drop | tests | launch | stream | stream-unrobust | tune | peers | price | reads | ways | teams | long | spec | profile | submits | all | lease …
 #   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order),
 #          TEAM_MODELS (the teams stage's), PROFILE_MODELS (the profile stage's; all three default to every
 #          model, smallest first),
@@ -106,7 +106,8 @@ named() { # the models whose names hold any of these (e.g. 0.5B 7B), smallest fi
 # round), peers-first
 # (mars beside llama.cpp on the 0.5B and the 7B shape: the principal gap, and the draft and target
 # that price speculation), price, reads (target-only decoding a read a token against four a read, on the
-# 0.5B), teams (every kernel form on the 7B shape), peers-rest (the
+# 0.5B), ways (direct launches against CubeCL's on the 0.5B and the 7B: after peers-first), teams
+# (every kernel form on the 7B shape), peers-rest (the
 # 1.5B, 14B, 32B and, where unpacked, 72B shapes), profile (the 0.5B's and the 7B's per-kernel
 # split beside llama.cpp's per-op log: after teams, since no lease has reached it yet and it
 # says where a token's time goes; the 0.5B's against its decode time says whether the draft is
@@ -116,7 +117,7 @@ named() { # the models whose names hold any of these (e.g. 0.5B 7B), smallest fi
 # LEASE_STEPS="peers-rest price tests profile stream tune long peers-72b".
 lease() {
   local start=$SECONDS budget=${LEASE_S:-480} final=$out step least cap left env s drop
-  local steps=${LEASE_STEPS:-peers-first price teams profile launch peers-rest price tests stream tune long}
+  local steps=${LEASE_STEPS:-peers-first ways price teams profile launch peers-rest price tests stream tune long}
   export MARS_TUNE_CACHE=$final/tune.tsv
   mkdir -p "$work/out-lease"
   {
@@ -132,6 +133,7 @@ lease() {
         long) least=120 ;;
         price) least=5 cap=30 ;;
         reads) least=20 cap=60 env=(READ_MODELS="$(named 0.5B)") ;;
+        ways) least=60 cap=180 env=(WAYS_MODELS="$(named 0.5B 7B)") ;;
         peers-first) s=peers least=90 cap=300 env=(PEER_MODELS="$(named 0.5B 7B)") ;;
         peers-rest) s=peers least=90 env=(PEER_MODELS="$(named 1.5B 14B 32B 72B)") ;;
         peers-72b) # after the time check: the 7B, 14B and 32B dropped so that the 72B unpacks
@@ -211,6 +213,28 @@ stage() {
         GGML_VK_PERF_LOGGER=1 tmo 120 "$LLAMA_VK_BIN/llama-bench" -m "$m" -ngl 99 -p 0 -n 8 \
           -r 1 2>&1 >/dev/null | awk '/^Vulkan Timings:/ { b = "" } { b = b $0 "\n" } END { printf "%s", b }'
       done | tee "$out/profile.md" ;;
+    ways) # the ways of launching, alternating for 2 rounds, on the rule's forms: direct
+      # (the default: each launch's bind group kept, its pipeline with wgpu's shader checks,
+      # every loop's bound emulated), through CubeCL (MARS_GPU_LAUNCH=cubecl: a bind group made
+      # each launch, the loops unbounded) and through CubeCL with the loops bounded as the
+      # direct pipelines bound them (cubecl-bounded): direct against cubecl-bounded is the host's
+      # share alone, cubecl against cubecl-bounded the kernels' loop bound alone
+      for m in ${WAYS_MODELS:-$(models)}; do for r in 1 2; do for t in direct cubecl cubecl-bounded; do
+        case $t in
+          direct) e="MARS_GPU_LAUNCH=direct" ;; cubecl) e="MARS_GPU_LAUNCH=cubecl" ;;
+          cubecl-bounded) e="MARS_GPU_LAUNCH=cubecl MARS_GPU_LOOP_BOUND=on" ;;
+        esac
+        tmo 90 env MARS_TUNE=off $e "$MARS_BIN" speed --model "$m" --device wgpu \
+          --prompt-tokens 16 --decode-tokens 64 2>/dev/null | python3 -c "
+import json, sys
+try:
+    d = json.load(sys.stdin)
+except ValueError:
+    sys.exit(print('$r', '$(basename "$m")', '$t: no result, the run failed or timed out'))
+ms = d['forward_ms_by_rows']
+print('$r', '$(basename "$m")', '$t', round(d['decode_tokens_per_second'], 1), 'tok/s;',
+      'ms 1/5/16 rows', ' / '.join(str(round(ms[k], 2)) for k in ('1', '5', '16') if k in ms))"
+      done; done; done | tee "$out/ways.txt" ;;
     reads) # target-only decoding reading back every token before its next pass against the
       # rule's chain of four passes a read (MARS_TOKENS_A_READ), alternating, on the 0.5B
       # (where a read's gap is the largest share of a token)
@@ -239,7 +263,6 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
       # of tiles unsplit along the inputs (MARS_GPU_TILE_SPLIT=off; the rule splits launches
       # of few output workgroups: a 7B's q|k|v, o and down) and 8-bit
       # activations on every group that takes them (MARS_GPU_ACTS=q8)
-      # and every loop bounded as wgpu bounds them in CubeCL's checked mode (MARS_GPU_LOOP_BOUND=on)
       # and the norms before q|k|v and gate|up and RoPE in launches of their own
       # (MARS_GPU_NORM=apart MARS_GPU_ROPE=apart; a card folds them into the products and
       # attention: two launches a layer fewer); and the rule on a device without the driver's
@@ -247,7 +270,7 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
       # load into four checked ones in Mesa's NVIDIA compiler, and llama.cpp runs its mat-vec
       # pipelines without robustness); and target-only decoding reading back every token
       # before its next pass (MARS_TOKENS_A_READ=1; the rule chains four passes a read)
-      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule pass-same tuned tuned-warm unrobust wide-q8 read-each lanes q8 units no-tiles unsplit units-unsplit bounded folds-apart; do
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule pass-same tuned tuned-warm unrobust wide-q8 read-each lanes q8 units no-tiles unsplit units-unsplit folds-apart; do
         case $t in
           rule) e=MARS_TUNE=off ;; tuned) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
           tuned-warm) e="MARS_TUNE_EVICT=off MARS_TUNE_CACHE=$work/tune-warm.tsv" ;;
@@ -255,7 +278,6 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
           unrobust) e="MARS_TUNE=off MARS_GPU_ROBUST=off" ;;
           read-each) e="MARS_TUNE=off MARS_TOKENS_A_READ=1" ;;
           wide-q8) e="MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8" ;;
-          bounded) e="MARS_TUNE=off MARS_GPU_LOOP_BOUND=on" ;;
           folds-apart) e="MARS_TUNE=off MARS_GPU_NORM=apart MARS_GPU_ROPE=apart" ;;
           q8) e="MARS_TUNE=off MARS_GPU_ACTS=q8" ;;
           no-tiles) e="MARS_TUNE=off MARS_GPU_TILES=off" ;; units) e="MARS_TUNE=off MARS_GPU_TILES=units" ;;
@@ -298,7 +320,7 @@ import json, sys
 d = json.load(sys.stdin)
 print('$r', '$(basename "$m")', 'tasks $t', round(d['decode_tokens_per_second'], 1), 'tok/s')"
       done; done; done | tee "$out/submits.txt" ;;
-    all) for s in tests stream stream-unrobust tune peers price teams long spec profile submits; do stage "$s"; done ;;
+    all) for s in tests stream stream-unrobust tune peers price ways teams long spec profile submits; do stage "$s"; done ;;
     lease) lease ;;
     *) echo "unknown stage $1" >&2; return 2 ;;
   esac

@@ -6,6 +6,8 @@
 # the time per kernel summed for the prompt's pass and per decoded token, in the configuration
 # the adapter's rules choose (on a card the norms folded into the products and RoPE into
 # attention: their rows read 0 there; MARS_GPU_NORM=apart MARS_GPU_ROPE=apart shows them).
+# Launched through CubeCL (MARS_GPU_LAUNCH=cubecl), whose profiling sees only its own launches:
+# the kernels as CubeCL compiles them (their loops unbounded), each launch's bind group made.
 #   usage: bash tests/bench/bench.sh gpu-profile MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +24,7 @@ json=$(mktemp)
 trap 'rm -f "$log" "$json"' EXIT
 prompt=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 64))")
 # PROMPT_TOKENS words of an ordinary sentence (about as many tokens; the count is printed).
-CUBECL_DEBUG_LOG="$log" CUBECL_DEBUG_OPTION=profile "$MARS_BIN" \
+MARS_GPU_LAUNCH=cubecl CUBECL_DEBUG_LOG="$log" CUBECL_DEBUG_OPTION=profile "$MARS_BIN" \
   generate --model "$model" --device wgpu --prompt "$(echo "$prompt" | cut -d' ' -f1-"$pp")" \
   --max-tokens "$tg" --json >"$json" 2>/dev/null
 python3 - "$log" "$model" "$json" <<'PY'
