@@ -190,7 +190,7 @@ pub(crate) fn counted_read(bytes: usize) {
 
 /// What a direct launch did beside launching (`gpu::direct`).
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(any(not(feature = "gpu"), target_family = "wasm"), allow(dead_code))]
+#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
 pub(crate) enum DirectWork {
     /// A bind group made.
     BindGroup,
@@ -200,7 +200,7 @@ pub(crate) enum DirectWork {
     Released(u64),
 }
 
-#[cfg_attr(any(not(feature = "gpu"), target_family = "wasm"), allow(dead_code))]
+#[cfg_attr(not(feature = "gpu"), allow(dead_code))]
 pub(crate) fn counted_direct(work: DirectWork) {
     let c = &COUNTERS;
     let (counter, n) = match work {

@@ -123,8 +123,8 @@ pub async fn first_adapter() -> Option<AdapterFacts> {
 /// where set, still decides. Natively, where `WGPU_NOOP_BACKEND=1`, the device is wgpu's no-op
 /// backend dressed as a card ([`noop_card`]); where `MARS_GPU_ROBUST=off` on Vulkan, a device
 /// without the driver's bounds checks
-/// ([`mars_kernels::gpu::setup_without_robustness`]). Natively the kernels then launch straight
-/// into wgpu, their bind groups kept ([`mars_kernels::gpu::direct`]; `MARS_GPU_LAUNCH=cubecl`
+/// ([`mars_kernels::gpu::setup_without_robustness`]). The kernels then launch straight into
+/// wgpu, their bind groups kept ([`mars_kernels::gpu::direct`]; natively `MARS_GPU_LAUNCH=cubecl`
 /// launches through CubeCL), submitted as often as CubeCL would.
 ///
 /// # Errors
@@ -169,7 +169,6 @@ pub async fn open_wgpu(
         None => options.init_with_setup_async().await,
     };
     let (device, setup) = opened.map_err(|e| e.to_string())?;
-    #[cfg(not(target_family = "wasm"))]
     if mars_kernels::gpu::direct::wanted()? {
         let client = client_of(&device).map_err(|e| e.to_string())?;
         mars_kernels::gpu::direct::register(
@@ -179,8 +178,6 @@ pub async fn open_wgpu(
             submit_every,
         );
     }
-    #[cfg(target_family = "wasm")]
-    let _ = submit_every;
     Ok((device, setup))
 }
 

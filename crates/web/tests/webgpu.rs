@@ -12,7 +12,7 @@ use mars_engine::{
 };
 use mars_formats::{Gguf, Tokenizer};
 use mars_model::tiny::{tiny_gguf, tiny_gguf_quantized};
-use mars_model::{KvType, Llama, LoadOptions, WeightPath};
+use mars_model::{KvType, Llama, LoadOptions, WeightPath, gpu_counts};
 use mars_verify::{Mode, Sampling, VerifyConfig};
 use wasm_bindgen_test::*;
 
@@ -142,6 +142,9 @@ async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
             .unwrap();
     target.run(|_| {}).await.unwrap();
     a_read_a_token_gives(&target, &model, &tokenizer, &config(0), &prompt).await;
+    if matches!(model.weight_path(), WeightPath::GpuBlocks { .. }) {
+        launches_go_direct(&model, &tokenizer, &config(0), &prompt).await;
+    }
     let layer_skip = || {
         ModelDrafter::new(
             model.with_layers(&[0]).unwrap(),
@@ -228,6 +231,39 @@ async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
         assert_eq!(spec.generated(), target.generated(), "a sampled chain");
         log(&format!("sampled chain: {kept} drafts kept"));
     }
+}
+
+/// The kernels launch straight into WebGPU with their bind groups kept (`gpu::direct`), once
+/// the browser has accepted their pipelines (which the runs before this one gave it time to
+/// answer): a second target-only run makes bind groups (it goes direct; CubeCL's launches make
+/// none that count) for few of its launches (a pass meets the last one's buffers), and gives
+/// the same tokens.
+async fn launches_go_direct(
+    model: &Llama,
+    tokenizer: &Arc<Tokenizer>,
+    config: &DecodeConfig,
+    prompt: &[u32],
+) {
+    let mut first = Decoder::<AnyDrafter>::new(model, tokenizer.clone(), None, config, prompt)
+        .await
+        .unwrap();
+    first.run(|_| {}).await.unwrap();
+    let before = gpu_counts();
+    let mut again = Decoder::<AnyDrafter>::new(model, tokenizer.clone(), None, config, prompt)
+        .await
+        .unwrap();
+    again.run(|_| {}).await.unwrap();
+    let d = gpu_counts().since(&before);
+    assert_eq!(again.generated(), first.generated());
+    assert!(d.bind_groups > 0, "no direct launch in the browser: {d:?}");
+    assert!(
+        d.bind_groups * 4 < d.launches,
+        "bind groups not kept: {d:?}"
+    );
+    log(&format!(
+        "direct launches: {} launches, {} bind groups made",
+        d.launches, d.bind_groups
+    ));
 }
 
 /// Target-only decoding reading back each token before its next pass gives the tokens of

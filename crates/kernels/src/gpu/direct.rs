@@ -22,9 +22,11 @@
 //! `ISA_CHECKED=1 bench.sh gpu-isa` counts it. A pipeline wgpu refuses leaves that kernel to
 //! CubeCL's launch, which reports the failure as before.
 //!
-//! Natively only: in the browser a pipeline's errors arrive asynchronously, and launches keep
-//! going through CubeCL there.
+//! In the browser wgpu's answer on a pipeline arrives later: until it has, that kernel goes
+//! through CubeCL (the page's WGSL is checked by the browser either way, so there the direct
+//! pipelines are the same kernels as CubeCL's).
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::ThreadId;
 
@@ -57,11 +59,21 @@ struct Held {
     resource: ManagedResource<WgpuResource>,
 }
 
-/// What a pipeline is: made, or refused by wgpu (the kernel then goes through CubeCL).
+/// What a pipeline is: made, refused by wgpu (the kernel then goes through CubeCL), or (in the
+/// browser, where wgpu's answer arrives later) made and awaiting that answer, its kernel going
+/// through CubeCL until it comes.
+#[cfg_attr(not(target_family = "wasm"), allow(dead_code))]
 enum Pipeline {
     Made(Arc<wgpu::ComputePipeline>, u32),
     Refused,
+    Pending(Arc<wgpu::ComputePipeline>, u32, Arc<AtomicU8>),
 }
+
+/// A pending pipeline's answer ([`Pipeline::Pending`]).
+#[cfg_attr(not(target_family = "wasm"), allow(dead_code))]
+const PENDING: u8 = 0;
+const ACCEPTED: u8 = 1;
+const REFUSED: u8 = 2;
 
 #[derive(Default)]
 struct State {
@@ -291,40 +303,71 @@ fn key(handle: &Handle) -> Key {
 }
 
 impl Direct {
-    /// The pipeline of `shader` and its number, made on first use; `None` where wgpu refused it.
+    /// The pipeline of `shader` and its number, made on first use; `None` where wgpu refused it
+    /// or (in the browser) has not answered yet.
     fn pipeline(
         &self,
         state: &mut State,
         shader: &Shader,
     ) -> Option<(Arc<wgpu::ComputePipeline>, u32)> {
         let next = u32::try_from(state.pipelines.len()).unwrap_or(u32::MAX);
-        let made = state.pipelines.entry(shader.key()).or_insert_with(|| {
-            let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-            let module = self
-                .device
-                .create_shader_module(wgpu::ShaderModuleDescriptor {
-                    label: None,
-                    source: wgpu::ShaderSource::Wgsl(shader.source().into()),
-                });
-            let pipeline = self
-                .device
-                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: None,
-                    layout: None,
-                    module: &module,
-                    entry_point: Some("main"),
-                    compilation_options: Default::default(),
-                    cache: None,
-                });
-            // Natively wgpu answers an error scope at once.
-            match pollster::block_on(scope.pop()) {
-                None => Pipeline::Made(Arc::new(pipeline), next),
-                Some(_) => Pipeline::Refused,
+        let entry = state
+            .pipelines
+            .entry(shader.key())
+            .or_insert_with(|| self.make_pipeline(shader, next));
+        if let Pipeline::Pending(pipeline, number, answer) = entry {
+            match answer.load(Ordering::Acquire) {
+                ACCEPTED => *entry = Pipeline::Made(pipeline.clone(), *number),
+                REFUSED => *entry = Pipeline::Refused,
+                _ => return None,
             }
-        });
-        match made {
+        }
+        match entry {
             Pipeline::Made(p, n) => Some((p.clone(), *n)),
-            Pipeline::Refused => None,
+            Pipeline::Refused | Pipeline::Pending(..) => None,
+        }
+    }
+
+    /// `shader`'s pipeline, made inside an error scope whose answer says whether wgpu took it.
+    fn make_pipeline(&self, shader: &Shader, number: u32) -> Pipeline {
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: None,
+                source: wgpu::ShaderSource::Wgsl(shader.source().into()),
+            });
+        let pipeline = Arc::new(self.device.create_compute_pipeline(
+            &wgpu::ComputePipelineDescriptor {
+                label: None,
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            },
+        ));
+        let answer = scope.pop();
+        // Natively wgpu answers an error scope at once.
+        #[cfg(not(target_family = "wasm"))]
+        return match pollster::block_on(answer) {
+            None => Pipeline::Made(pipeline, number),
+            Some(_) => Pipeline::Refused,
+        };
+        // In the browser the answer is a promise: the page's event loop settles it while the
+        // kernel goes through CubeCL (which reports a refusal its own way).
+        #[cfg(target_family = "wasm")]
+        {
+            let flag = Arc::new(AtomicU8::new(PENDING));
+            let set = flag.clone();
+            wasm_bindgen_futures::spawn_local(async move {
+                let to = match answer.await {
+                    None => ACCEPTED,
+                    Some(_) => REFUSED,
+                };
+                set.store(to, Ordering::Release);
+            });
+            Pipeline::Pending(pipeline, number, flag)
         }
     }
 

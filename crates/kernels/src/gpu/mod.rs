@@ -42,8 +42,7 @@
 //! the dequantized weights the only error is f32 rounding of products and sums: at most
 //! ~`(n_in / 16 + 24) · 2⁻²⁴ · Σ|W·x|` per output, which the tests hold with a margin.
 
-// Launches straight into wgpu, their bind groups kept (natively).
-#[cfg(not(target_family = "wasm"))]
+// Launches straight into wgpu, their bind groups kept.
 pub mod direct;
 mod layer;
 // A Vulkan device without the driver's bounds checks (`MARS_GPU_ROBUST=off`): where wgpu runs
@@ -1738,7 +1737,6 @@ impl Bindings {
 /// directly ([`direct`]), else through CubeCL, telling it which bindings the kernel writes.
 fn launch(client: &Client, shader: Shader, count: CubeCount, bindings: Bindings) {
     counted_launch(shader.kind(), shader.key());
-    #[cfg(not(target_family = "wasm"))]
     if direct::launch(client, &shader, &count, &bindings.0) {
         return;
     }
@@ -1780,7 +1778,6 @@ pub fn upload_f32(client: &Client, values: &[f32]) -> Handle {
 /// # Errors
 /// [`KernelError::Device`] when the device cannot return the data.
 pub async fn read(client: &Client, handle: Handle) -> Result<Vec<u8>> {
-    #[cfg(not(target_family = "wasm"))]
     direct::settle(client);
     let bytes = client
         .read_async(vec![handle])
@@ -1829,11 +1826,7 @@ impl StepBuffer {
     /// Uploads `step`.
     pub fn new(client: &Client, step: &Step) -> Self {
         let bytes = u32_bytes(step.words());
-        #[cfg(not(target_family = "wasm"))]
-        let kept = direct::kept_step(client, &bytes);
-        #[cfg(target_family = "wasm")]
-        let kept = None;
-        let handle = match kept {
+        let handle = match direct::kept_step(client, &bytes) {
             Some(kept) => {
                 counted_upload(bytes.len());
                 kept

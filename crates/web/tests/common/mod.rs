@@ -8,7 +8,9 @@ use mars_model::Device;
 /// order, two layers).
 pub const TOLERANCE: f32 = 1e-3;
 
-/// burn's WebGPU runtime can be initialised once per page; the tests share it.
+/// burn's WebGPU runtime can be initialised once per page; the tests share it, opened as the
+/// page opens it (`mars_model::open_wgpu`: CubeCL's submit interval for the adapter, the
+/// kernels' direct launches registered).
 pub async fn device() -> Device {
     thread_local! {
         static DEVICE: std::cell::RefCell<Option<Device>> = const { std::cell::RefCell::new(None) };
@@ -16,8 +18,7 @@ pub async fn device() -> Device {
     if let Some(d) = DEVICE.with(|d| d.borrow().clone()) {
         return d;
     }
-    let d = Device::wgpu_options()
-        .init_async()
+    let (d, _) = mars_model::open_wgpu(None)
         .await
         .expect("WebGPU adapter (Chromium flags in webdriver.json)");
     DEVICE.with(|slot| *slot.borrow_mut() = Some(d.clone()));
