@@ -1,7 +1,7 @@
 //! The direct launches (`gpu::direct`) on wgpu (lavapipe where there is no GPU): a product
 //! launched directly gives CubeCL's launch's bits; a launch meeting the kernel and the buffers
 //! of an earlier one makes no bind group; a step's words go to a kept buffer that the next
-//! step takes once the last is dropped; a buffer its owner dropped is let go after a submit,
+//! step takes once the last is dropped, a pass's outputs likewise; a buffer its owner dropped is let go after a submit,
 //! its bind groups with it. One test in a process of its own: it switches the client between
 //! the two ways of launching, which no other test may see.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -13,7 +13,7 @@ use gpu_common::{client, read_f32};
 
 use common::{random_matrix, random_x};
 use mars_kernels::gpu::{
-    Epilogue, GpuMatrix, MatrixGroup, Rows, Step, StepBuffer, direct, upload_f32,
+    Epilogue, GpuMatrix, MatrixGroup, Rows, Step, StepBuffer, direct, output_buffer, upload_f32,
 };
 use mars_kernels::{WeightType, gpu_counts};
 use rand_chacha::ChaCha8Rng;
@@ -84,6 +84,27 @@ fn direct_launches_keep_their_bind_groups_and_give_cubecls_bits() {
     assert!(
         released.released > held.released,
         "{held:?} -> {released:?}"
+    );
+
+    // A pass's outputs in kept buffers of their exact sizes: one dropped comes back, so the
+    // launches writing it find their bind groups again; one held is not handed out twice.
+    let bytes = rows * out * 4;
+    let o1 = output_buffer(&client, bytes);
+    assert_eq!(o1.size_in_used(), bytes as u64);
+    group.run(&client, &x, &o1, &s2).unwrap();
+    assert_eq!(read_f32(&client, (*o1).clone()), first);
+    let made = gpu_counts().bind_groups;
+    drop(o1);
+    let o2 = output_buffer(&client, bytes);
+    group.run(&client, &x, &o2, &s2).unwrap();
+    assert_eq!(read_f32(&client, (*o2).clone()), first);
+    assert_eq!(gpu_counts().bind_groups, made, "the kept output came back");
+    let o3 = output_buffer(&client, bytes);
+    group.run(&client, &x, &o3, &s2).unwrap();
+    assert_eq!(read_f32(&client, (*o3).clone()), first);
+    assert!(
+        gpu_counts().bind_groups > made,
+        "a held output was handed out again"
     );
 
     // The same product through CubeCL's launch: the same bits.

@@ -20,7 +20,7 @@ use cubecl::server::Handle;
 use mars_kernels::gpu::{
     Attention, CopyRows, Draw, Epilogue, Form, GpuMatrix, GpuType, Heads, KvType, Link, MAX_TOP,
     MatrixGroup, Norm, PART_PAD, Reduce, Rope, Rows, SUMMARY_WORDS, Slot, Step, StepBuffer,
-    Summary, TileForm, TopRows, clone_buffer, link_ids,
+    Summary, TileForm, TopRows, clone_buffer, link_ids, output_buffer,
 };
 
 use crate::backend::{Backend, LayerCache, Pass, Reads, rope_tables};
@@ -809,7 +809,7 @@ impl GpuModel {
                 })?;
         Ok(GpuChain {
             client: self.client.clone(),
-            handle: self.client.empty(bytes.max(4)),
+            handle: output_buffer(&self.client, bytes),
             rows,
         })
     }
@@ -899,8 +899,9 @@ impl GpuModel {
             normed(&layer.ffn_norm, &layer.gate_up, (x, h, ff))?;
             layer.down.run(client, ff, x, &step)?;
         }
-        // [tail, vocab]: its own buffer, as it leaves with the logits.
-        let logits = client.empty((tail * c.vocab_size * 4).max(4));
+        // [tail, vocab]: its own buffer, as it leaves with the logits (a kept one where the
+        // launches go direct, so the head's and the summaries' bind groups are found again).
+        let logits = output_buffer(client, tail * c.vocab_size * 4);
         normed(&self.out_norm, &self.lm_head, (x, last, &logits))?;
         self.scratch.put(scratch);
         Ok(GpuLogits {
@@ -1053,7 +1054,7 @@ impl LayerCache for GpuCache {
 #[derive(Debug, Clone)]
 pub(crate) struct GpuChain {
     client: Client,
-    handle: Handle,
+    handle: Arc<Handle>,
     rows: usize,
 }
 
@@ -1064,7 +1065,7 @@ impl GpuChain {
 
     /// Every row's summary: one read of `rows × 40` bytes.
     pub(crate) async fn read(&self) -> Result<Vec<RowSummary>> {
-        let bytes = mars_kernels::gpu::read(&self.client, self.handle.clone()).await?;
+        let bytes = mars_kernels::gpu::read(&self.client, (*self.handle).clone()).await?;
         Ok(summaries(&bytes, self.rows))
     }
 }
@@ -1099,7 +1100,8 @@ fn summaries(bytes: &[u8], rows: usize) -> Vec<RowSummary> {
 #[derive(Debug, Clone)]
 pub(crate) struct GpuLogits {
     client: Client,
-    handle: Handle,
+    /// `[rows, vocab]` f32.
+    handle: Arc<Handle>,
     rows: usize,
     vocab: usize,
     summary: Summary,
@@ -1235,7 +1237,7 @@ impl GpuLogits {
 
     /// Every value, read back without blocking.
     pub(crate) async fn read_async(self) -> Result<Vec<f32>> {
-        let bytes = mars_kernels::gpu::read(&self.client, self.handle).await?;
+        let bytes = mars_kernels::gpu::read(&self.client, (*self.handle).clone()).await?;
         let mut v = Self::values(&bytes);
         v.truncate(self.rows * self.vocab);
         Ok(v)
@@ -1249,7 +1251,7 @@ impl GpuLogits {
     ) -> Result<Vec<RowSummary>> {
         let draw = self.draw(sample)?;
         let own = self.step.link().summaries_at + self.rows;
-        let out = self.client.empty(own * SUMMARY_WORDS * 4);
+        let out = output_buffer(&self.client, own * SUMMARY_WORDS * 4);
         self.summary.run(
             &self.client,
             &self.handle,
@@ -1258,7 +1260,7 @@ impl GpuLogits {
             &self.step,
             draw.as_ref(),
         )?;
-        let bytes = mars_kernels::gpu::read(&self.client, out).await?;
+        let bytes = mars_kernels::gpu::read(&self.client, (*out).clone()).await?;
         let at = self.step.link().summaries_at * SUMMARY_WORDS * 4;
         Ok(summaries(&bytes[at.min(bytes.len())..], self.rows))
     }
@@ -1299,9 +1301,9 @@ impl GpuLogits {
                 temperature,
             )?)
         })?;
-        let out = self.client.empty(self.rows * top.words() * 4);
+        let out = output_buffer(&self.client, self.rows * top.words() * 4);
         top.run(&self.client, &self.handle, &out, self.rows)?;
-        let bytes = mars_kernels::gpu::read(&self.client, out).await?;
+        let bytes = mars_kernels::gpu::read(&self.client, (*out).clone()).await?;
         let words: Vec<u32> = bytes
             .chunks_exact(4)
             .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -1346,7 +1348,7 @@ impl GpuLogits {
     /// Every value, blocking until the GPU is done (native code only).
     #[cfg(not(target_family = "wasm"))]
     pub(crate) fn read(self) -> Result<Vec<f32>> {
-        let bytes = mars_kernels::gpu::read_blocking(&self.client, self.handle)?;
+        let bytes = mars_kernels::gpu::read_blocking(&self.client, (*self.handle).clone())?;
         let mut v = Self::values(&bytes);
         v.truncate(self.rows * self.vocab);
         Ok(v)

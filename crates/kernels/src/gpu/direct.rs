@@ -88,6 +88,9 @@ struct State {
     /// Kept buffers for steps' words ([`kept_step`]), a thread's own (a slot is written when
     /// its thread's launches that read it were submitted): free where no step holds the `Arc`.
     steps: Vec<(ThreadId, Arc<Handle>)>,
+    /// Kept buffers for passes' outputs ([`kept_output`]), a thread's own likewise (a slot is
+    /// written by its thread's launches, queued after that thread's reads of it).
+    outputs: Vec<(ThreadId, Arc<Handle>)>,
 }
 
 struct Recording {
@@ -274,7 +277,7 @@ pub(crate) fn kept_step(client: &Client, bytes: &[u8]) -> Option<Arc<Handle>> {
     let free = state
         .steps
         .iter()
-        .position(|(t, s)| *t == thread && Arc::strong_count(s) == 1 && s.size() >= size);
+        .position(|(t, s)| *t == thread && Arc::strong_count(s) == 1 && s.size_in_used() >= size);
     let slot = match free {
         Some(i) => state.steps[i].1.clone(),
         None => {
@@ -289,6 +292,38 @@ pub(crate) fn kept_step(client: &Client, bytes: &[u8]) -> Option<Arc<Handle>> {
     direct
         .queue
         .write_buffer(&resource.buffer, resource.offset, bytes);
+    Some(slot)
+}
+
+/// What a thread keeps at most in output slots ([`kept_output`]); a pass asking for more gets
+/// a buffer of its own (a 16-row pass's logits over a 152k vocabulary are 9.7 MB).
+const OUTPUTS_KEPT_BYTES: u64 = 256 << 20;
+
+/// A kept buffer of exactly `bytes` bytes (at least 4), its contents whatever its last user
+/// left, for a pass's outputs (its logits, their summaries) where `client` launches directly:
+/// a slot no other output holds, so the launches writing and reading a pass's outputs find
+/// the bind groups the same launches of the last such pass made. Exact sizes, as a buffer's
+/// bound range is its size and a read reads all of it. `None` where `client` launches through
+/// CubeCL, or where this thread keeps [`OUTPUTS_KEPT_BYTES`] already.
+pub(crate) fn kept_output(client: &Client, bytes: usize) -> Option<Arc<Handle>> {
+    let direct = of(client)?;
+    let mut state = lock(&direct.state);
+    let size = bytes.max(4) as u64;
+    let thread = std::thread::current().id();
+    let mine = || state.outputs.iter().filter(|(t, _)| *t == thread);
+    // By the bound range: `Handle::size` is the allocation, rounded up to the device's
+    // alignment (`super::bound_bytes`).
+    let free = |s: &Arc<Handle>| Arc::strong_count(s) == 1 && s.size_in_used() == size;
+    if let Some((_, slot)) = mine().find(|(_, s)| free(s)) {
+        // Its last user's launches are recorded on this thread's queue before the next ones.
+        return Some(slot.clone());
+    }
+    let kept: u64 = mine().map(|(_, s)| s.size()).sum();
+    if kept.saturating_add(size) > OUTPUTS_KEPT_BYTES {
+        return None;
+    }
+    let slot = Arc::new(client.empty(usize::try_from(size).ok()?));
+    state.outputs.push((thread, slot.clone()));
     Some(slot)
 }
 

@@ -1773,6 +1773,15 @@ pub fn upload_f32(client: &Client, values: &[f32]) -> Handle {
     upload(client, &bytes)
 }
 
+/// A buffer of `bytes` bytes (at least 4) for outputs that leave with a pass (its logits,
+/// their summaries), its contents undefined: a kept one where the client launches directly
+/// ([`direct::kept_output`]; free again once the `Arc` is dropped), so that a pass's launches
+/// find the bind groups of the last pass's, else a new one.
+pub fn output_buffer(client: &Client, bytes: usize) -> std::sync::Arc<Handle> {
+    direct::kept_output(client, bytes)
+        .unwrap_or_else(|| std::sync::Arc::new(client.empty(bytes.max(4))))
+}
+
 /// Reads `handle` back (counted), without blocking: what the browser needs.
 ///
 /// # Errors
