@@ -1,8 +1,8 @@
 //! The direct launches (`gpu::direct`) on wgpu (lavapipe where there is no GPU): a product
 //! launched directly gives CubeCL's launch's bits; a launch meeting the kernel and the buffers
 //! of an earlier one makes no bind group; a step's words go to a kept buffer that the next
-//! step takes once the last is dropped, a pass's outputs likewise; a buffer its owner dropped is let go after a submit,
-//! its bind groups with it. One test in a process of its own: it switches the client between
+//! step takes once the last is dropped, a pass's outputs likewise; a buffer its owner dropped
+//! is let go after a submit, its bind groups with it. One test in a process of its own: it switches the client between
 //! the two ways of launching, which no other test may see.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

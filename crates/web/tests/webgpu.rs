@@ -235,9 +235,9 @@ async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
 
 /// The kernels launch straight into WebGPU with their bind groups kept (`gpu::direct`), once
 /// the browser has accepted their pipelines (which the runs before this one gave it time to
-/// answer): a second target-only run makes bind groups (it goes direct; CubeCL's launches make
-/// none that count) for few of its launches (a pass meets the last one's buffers), and gives
-/// the same tokens.
+/// answer): a second target-only run makes bind groups (for its new KV cache: it goes direct,
+/// and CubeCL's launches make none that count) for few of its launches (its step words, scratch
+/// and outputs are the kept buffers of the first run's), and gives the same tokens.
 async fn launches_go_direct(
     model: &Llama,
     tokenizer: &Arc<Tokenizer>,
