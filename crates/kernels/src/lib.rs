@@ -37,6 +37,13 @@ mod wasm;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+/// What one thread keeps at most in a GPU pass's output buffers between passes (logits, their
+/// summaries, top rows: one slot for each size a run asks for, so a run with passes of 1 to
+/// 32 rows over a 152k vocabulary would keep 321 MB without it); a pass asking for more gets
+/// a buffer of its own. Here, not in `gpu`, because a load's memory check counts it on every
+/// build.
+pub const OUTPUTS_KEPT_BYTES: u64 = 256 << 20;
+
 pub use attention::{Heads, KvType};
 pub use block::{BLOCK, WeightType};
 pub use counts::{GpuCounts, Kind as GpuKernelKind, gpu_counts};

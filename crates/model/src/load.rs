@@ -172,8 +172,9 @@ pub struct MemoryNeeds {
     pub kv_cache: u64,
     /// Activations of one pass over [`PREFILL_ROWS`] rows or `context`, whichever is fewer
     /// (hidden, q / k / v, attention, gate / up, their product, the output), f32, a
-    /// verification pass's logits, and on the GPU a split attention's partials and a split
-    /// tile launch's.
+    /// verification pass's logits, and on the GPU a split attention's partials, a split
+    /// tile launch's and the passes' outputs kept between passes (logits of every row count a
+    /// run takes up to the verification's, within [`mars_kernels::OUTPUTS_KEPT_BYTES`]).
     pub steps: u64,
     /// Positions the cache and the steps are sized for.
     pub context: usize,
@@ -223,6 +224,11 @@ impl MemoryNeeds {
         } else {
             0
         };
+        let kept_outputs = if matches!(options.weights, WeightPath::GpuBlocks { .. }) {
+            Self::kept_outputs(v) / 4
+        } else {
+            0
+        };
         Ok(Self {
             what,
             weights,
@@ -233,9 +239,18 @@ impl MemoryNeeds {
                 .saturating_add(v.saturating_mul(Self::LOGIT_ROWS))
                 .saturating_add(partials)
                 .saturating_add(split_partials)
+                .saturating_add(kept_outputs)
                 .saturating_mul(4),
             context: c.context_length,
         })
+    }
+
+    /// Bytes of the outputs one thread keeps between GPU passes over a vocabulary of `vocab`
+    /// (`mars_kernels::gpu::direct`): a slot a size, so logits `[rows, vocab]` f32 for each row
+    /// count from 1 to [`Self::LOGIT_ROWS`], within [`mars_kernels::OUTPUTS_KEPT_BYTES`].
+    fn kept_outputs(vocab: u64) -> u64 {
+        let rows = Self::LOGIT_ROWS * (Self::LOGIT_ROWS + 1) / 2;
+        (vocab.saturating_mul(rows).saturating_mul(4)).min(mars_kernels::OUTPUTS_KEPT_BYTES)
     }
 
     /// All of it.
@@ -452,5 +467,15 @@ mod tests {
         assert_eq!(split_partials(&shape(896, 14, 2, 4864)), 9 * 896);
         assert_eq!(split_partials(&shape(3584, 28, 4, 18944)), 4 * 4608);
         assert_eq!(split_partials(&shape(5120, 40, 8, 13824)), 3 * 7168);
+    }
+
+    /// The kept outputs the memory check counts: every row count's logits for a small
+    /// vocabulary (1 + 2 + … + 32 = 528 rows), the kept bound for Qwen2.5's 151,936 tokens
+    /// (528 rows would be 321 MB).
+    #[test]
+    fn kept_outputs_are_every_row_counts_logits_within_the_bound() {
+        assert_eq!(MemoryNeeds::kept_outputs(257), 257 * 528 * 4);
+        assert_eq!(MemoryNeeds::kept_outputs(151_936), 256 << 20);
+        assert_eq!(MemoryNeeds::kept_outputs(u64::MAX), 256 << 20);
     }
 }

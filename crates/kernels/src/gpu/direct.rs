@@ -38,6 +38,7 @@ use cubecl_runtime::storage::ManagedResource;
 use rustc_hash::FxHashMap as HashMap;
 
 use super::Shader;
+use crate::OUTPUTS_KEPT_BYTES;
 use crate::counts::{DirectWork, counted_direct};
 
 /// A buffer as a bind group sees it: CubeCL's memory id and the handle's offsets.
@@ -274,12 +275,8 @@ pub(crate) fn kept_step(client: &Client, bytes: &[u8]) -> Option<Arc<Handle>> {
     let mut state = lock(&direct.state);
     let size = bytes.len().max(4) as u64;
     let thread = std::thread::current().id();
-    let free = state
-        .steps
-        .iter()
-        .position(|(t, s)| *t == thread && Arc::strong_count(s) == 1 && s.size_in_used() >= size);
-    let slot = match free {
-        Some(i) => state.steps[i].1.clone(),
+    let slot = match free_slot(&state.steps, thread, |bound| bound >= size) {
+        Some(slot) => slot,
         None => {
             // Sizes kept to powers of two (at least 1 KiB) so that a few slots serve every
             // step a model takes.
@@ -295,10 +292,6 @@ pub(crate) fn kept_step(client: &Client, bytes: &[u8]) -> Option<Arc<Handle>> {
     Some(slot)
 }
 
-/// What a thread keeps at most in output slots ([`kept_output`]); a pass asking for more gets
-/// a buffer of its own (a 16-row pass's logits over a 152k vocabulary are 9.7 MB).
-const OUTPUTS_KEPT_BYTES: u64 = 256 << 20;
-
 /// A kept buffer of exactly `bytes` bytes (at least 4), its contents whatever its last user
 /// left, for a pass's outputs (its logits, their summaries) where `client` launches directly:
 /// a slot no other output holds, so the launches writing and reading a pass's outputs find
@@ -310,21 +303,34 @@ pub(crate) fn kept_output(client: &Client, bytes: usize) -> Option<Arc<Handle>> 
     let mut state = lock(&direct.state);
     let size = bytes.max(4) as u64;
     let thread = std::thread::current().id();
-    let mine = || state.outputs.iter().filter(|(t, _)| *t == thread);
-    // By the bound range: `Handle::size` is the allocation, rounded up to the device's
-    // alignment (`super::bound_bytes`).
-    let free = |s: &Arc<Handle>| Arc::strong_count(s) == 1 && s.size_in_used() == size;
-    if let Some((_, slot)) = mine().find(|(_, s)| free(s)) {
+    if let Some(slot) = free_slot(&state.outputs, thread, |bound| bound == size) {
         // Its last user's launches are recorded on this thread's queue before the next ones.
-        return Some(slot.clone());
+        return Some(slot);
     }
-    let kept: u64 = mine().map(|(_, s)| s.size()).sum();
+    let kept: u64 = (state.outputs.iter())
+        .filter(|(t, _)| *t == thread)
+        .map(|(_, s)| s.size())
+        .sum();
     if kept.saturating_add(size) > OUTPUTS_KEPT_BYTES {
         return None;
     }
     let slot = Arc::new(client.empty(usize::try_from(size).ok()?));
     state.outputs.push((thread, slot.clone()));
     Some(slot)
+}
+
+/// The first of `thread`'s slots that no one else holds and whose bound range `fits`. By the
+/// bound range (`size_in_used`), not `Handle::size`: that is the allocation, rounded up to the
+/// device's alignment (`super::bound_bytes`), and a binding covers the bound range alone.
+fn free_slot(
+    slots: &[(ThreadId, Arc<Handle>)],
+    thread: ThreadId,
+    fits: impl Fn(u64) -> bool,
+) -> Option<Arc<Handle>> {
+    slots
+        .iter()
+        .find(|(t, s)| *t == thread && Arc::strong_count(s) == 1 && fits(s.size_in_used()))
+        .map(|(_, s)| s.clone())
 }
 
 fn key(handle: &Handle) -> Key {
