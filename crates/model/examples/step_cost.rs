@@ -81,8 +81,8 @@ fn main() {
         let launches = per_pass(counts.launches);
         let per_launch = if launches > 0.0 {
             format!(
-                "; {launches:.0} launches a pass, {:.1} µs a launch; a pass made {:.1} bind \
-                 groups, resolved {:.1} buffers (direct launches)",
+                "; {launches:.0} launches a pass, {:.1} µs a launch; its direct launches made \
+                 {:.1} bind groups, resolved {:.1} buffers",
                 ms * 1e3 / launches,
                 per_pass(counts.bind_groups),
                 per_pass(counts.resolved),
