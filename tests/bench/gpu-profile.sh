@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Where a token's time goes on the GPU path: `mars generate --device wgpu` with CubeCL's
-# profiling log on (each kernel waited for and timed: slower than a normal run, so read the
-# shares, not the sum), every kernel read by its label (what it computes, a product by its
+# Where a token's time goes on the GPU path: `mars generate --device wgpu` with each launch's time
+# on the device logged, every kernel read by its label (what it computes, a product by its
 # epilogue: `Shader::name` in mars-kernels), each forward pass cut at its embedding lookup, and
 # the time per kernel summed for the prompt's pass and per decoded token, in the configuration
 # the adapter's rules choose (on a card the norms folded into the products and RoPE into
 # attention: their rows read 0 there; MARS_GPU_NORM=apart MARS_GPU_ROPE=apart shows them).
-# Launched through CubeCL (MARS_GPU_LAUNCH=cubecl), whose profiling sees only its own launches:
-# the kernels as CubeCL compiles them (their loops unbounded), each launch's bind group made.
+# PROFILE_WAY=direct (the default): the launches as a run makes them (`gpu::direct`, their
+# pipelines wgpu's safe ones), timed by timestamps after each launch in the recorded passes
+# (`MARS_GPU_PROFILE`; the host waits at each submit, so a launch's time is the device's, from
+# the end of the launch before). PROFILE_WAY=cubecl: launched through CubeCL with its profiling
+# log on (each kernel waited for and timed: slower than a normal run, so read the shares, not
+# the sum), the kernels as CubeCL compiles them (their loops unbounded).
 #   usage: bash tests/bench/bench.sh gpu-profile MODEL.gguf [PROMPT_TOKENS] [DECODE_TOKENS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,10 +27,16 @@ json=$(mktemp)
 trap 'rm -f "$log" "$json"' EXIT
 prompt=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 64))")
 # PROMPT_TOKENS words of an ordinary sentence (about as many tokens; the count is printed).
-MARS_GPU_LAUNCH=cubecl CUBECL_DEBUG_LOG="$log" CUBECL_DEBUG_OPTION=profile "$MARS_BIN" \
+way=${PROFILE_WAY:-direct}
+case "$way" in
+  direct) env=(MARS_GPU_PROFILE="$log") ;;
+  cubecl) env=(MARS_GPU_LAUNCH=cubecl CUBECL_DEBUG_LOG="$log" CUBECL_DEBUG_OPTION=profile) ;;
+  *) echo "gpu-profile: PROFILE_WAY is direct or cubecl, not $way" >&2; exit 2 ;;
+esac
+env "${env[@]}" "$MARS_BIN" \
   generate --model "$model" --device wgpu --prompt "$(echo "$prompt" | cut -d' ' -f1-"$pp")" \
   --max-tokens "$tg" --json >"$json" 2>/dev/null
-python3 - "$log" "$model" "$json" <<'PY'
+python3 - "$log" "$model" "$json" "$way" <<'PY'
 import json, sys
 lines = [l for l in open(sys.argv[1]) if l.startswith("| ")]
 def ms(t):
@@ -96,7 +105,8 @@ keys = ["embedding", "norm", "quantize (8-bit activations)", "q|k|v", "rope", "a
 prompt = json.load(open(sys.argv[3]))["prompt_tokens"]
 launches = sum(len(f) for f in forwards[1:]) / max(len(forwards) - 1, 1)
 print(f"{sys.argv[2].split('/')[-1]}: {layers} layers, a prompt of {prompt} tokens (its pass runs "
-      f"{prompt - 1}), CubeCL's per-kernel timings (profiling on), {launches:.0f} launches a "
+      f"{prompt - 1}), " + ("timestamps after each direct launch" if sys.argv[4] == "direct"
+      else "CubeCL's per-kernel timings (profiling on)") + f", {launches:.0f} launches a "
       f"decoded token")
 print("| kernel | prompt pass (ms) | share | per decoded token (ms) | share |")
 print("|---|---|---|---|---|")

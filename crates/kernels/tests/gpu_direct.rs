@@ -2,7 +2,8 @@
 //! launched directly gives CubeCL's launch's bits; a launch meeting the kernel and the buffers
 //! of an earlier one makes no bind group; a step's words go to a kept buffer that the next
 //! step takes once the last is dropped, a pass's outputs likewise; a buffer its owner dropped
-//! is let go after a submit, its bind groups with it. One test in a process of its own: it switches the client between
+//! is let go after a submit, its bind groups with it; a profiled launch writes its device time.
+//! One test in a process of its own: it switches the client between
 //! the two ways of launching, which no other test may see.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -123,4 +124,29 @@ fn direct_launches_keep_their_bind_groups_and_give_cubecls_bits() {
     let y4 = client.empty(rows * out * 4);
     group.run(&client, &x, &y4, &step(&client)).unwrap();
     assert_eq!(read_f32(&client, y4), first);
+
+    // Profiled: a line a launch with its kernel's name and a device time, the same bits.
+    let path = std::env::temp_dir().join(format!("mars-direct-{}.log", std::process::id()));
+    match direct::profile(&client, &path) {
+        Err(e) if e.contains("no timestamps") => {
+            return eprintln!("no profile to check: {e}");
+        }
+        other => other.unwrap(),
+    }
+    let before = gpu_counts();
+    let y5 = client.empty(rows * out * 4);
+    group.run(&client, &x, &y5, &step(&client)).unwrap();
+    group.run(&client, &x, &y5, &step(&client)).unwrap();
+    assert_eq!(read_f32(&client, y5), first);
+    let launches = gpu_counts().launches - before.launches;
+    let log = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len() as u64, launches, "{log}");
+    for line in lines {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        assert_eq!(cells[2], "matmul_store_direct", "{line}");
+        let ns: f64 = cells[1].strip_suffix("ns").unwrap().parse().unwrap();
+        assert!(ns.is_finite() && ns >= 0.0, "{line}");
+    }
 }

@@ -125,11 +125,13 @@ pub async fn first_adapter() -> Option<AdapterFacts> {
 /// without the driver's bounds checks
 /// ([`mars_kernels::gpu::setup_without_robustness`]). The kernels then launch straight into
 /// wgpu, their bind groups kept ([`mars_kernels::gpu::direct`]; natively `MARS_GPU_LAUNCH=cubecl`
-/// launches through CubeCL), submitted as often as CubeCL would.
+/// launches through CubeCL), submitted as often as CubeCL would; natively, where
+/// `MARS_GPU_PROFILE=FILE`, each direct launch's device time goes to FILE
+/// ([`mars_kernels::gpu::direct::profile`]).
 ///
 /// # Errors
 /// What wgpu or CubeCL refused, in words (no adapter, no device, a setup refused, a
-/// `MARS_GPU_LAUNCH` it does not know).
+/// `MARS_GPU_LAUNCH` it does not know, a profile the device cannot take).
 pub async fn open_wgpu(
     seen: Option<&AdapterFacts>,
 ) -> std::result::Result<(Device, burn::backend::wgpu::WgpuSetup), String> {
@@ -177,6 +179,12 @@ pub async fn open_wgpu(
             setup.queue.clone(),
             submit_every,
         );
+        // A per-launch profile of the device's time (tests/bench/gpu-profile.sh).
+        #[cfg(not(target_family = "wasm"))]
+        if let Some(path) = std::env::var_os("MARS_GPU_PROFILE") {
+            mars_kernels::gpu::direct::profile(&client, std::path::Path::new(&path))
+                .map_err(|e| format!("MARS_GPU_PROFILE: {e}"))?;
+        }
     }
     Ok((device, setup))
 }

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::ThreadId;
 
 use cubecl::client::Client;
-use cubecl::prelude::CubeCount;
+use cubecl::prelude::{CubeCount, KernelMetadata};
 use cubecl::server::Handle;
 use cubecl::wgpu::{AutoCompiler, WgpuResource, WgpuServer, wgpu};
 use cubecl_runtime::storage::ManagedResource;
@@ -92,6 +92,9 @@ struct State {
     /// Kept buffers for passes' outputs ([`kept_output`]), a thread's own likewise (a slot is
     /// written by its thread's launches, queued after that thread's reads of it).
     outputs: Vec<(ThreadId, Arc<Handle>)>,
+    /// Where each launch's device time goes, where profiling ([`profile`]).
+    #[cfg(not(target_family = "wasm"))]
+    profile: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 struct Recording {
@@ -99,6 +102,9 @@ struct Recording {
     pass: wgpu::ComputePass<'static>,
     encoder: wgpu::CommandEncoder,
     launches: usize,
+    /// Where profiling: a timestamp at the pass's start and after each launch, and each
+    /// launch's kernel name.
+    stamps: Option<(wgpu::QuerySet, Vec<&'static str>)>,
 }
 
 /// Whether launches should go straight into wgpu: `MARS_GPU_LAUNCH` is `direct` (the default)
@@ -166,13 +172,35 @@ pub fn unregister(client: &Client) {
         // at this moment has its launches submitted here, after its last CubeCL flush).
         let _ = client.flush();
         let recordings: Vec<Recording> = state.recordings.drain().map(|(_, r)| r).collect();
-        for Recording { pass, encoder, .. } in recordings {
-            drop(pass);
-            direct.queue.submit([encoder.finish()]);
+        for recording in recordings {
+            direct.finish(&mut state, recording);
         }
         state.groups.clear();
         state.held.clear();
     }
+}
+
+/// From now on, where `client` launches directly, appends each launch's time on the device to
+/// the file at `path` (`| 12345ns | matmul_store_direct |`, the lines of CubeCL's profile log,
+/// which tests/bench/gpu-profile.sh reads): timestamps at the start of each recorded pass and
+/// after each launch, each launch's time from the end of the launch before it, the host
+/// waiting for each submit (so a profiled run is slower; its kernels' times are the device's).
+/// What the profile shows is the launches as they run (direct, in their own pipelines, the
+/// kernels back to back in a pass), where CubeCL's profile waits for each of its launches.
+///
+/// # Errors
+/// Where the device has no timestamps inside passes, or the file cannot be created.
+#[cfg(not(target_family = "wasm"))]
+pub fn profile(client: &Client, path: &std::path::Path) -> Result<(), String> {
+    let direct = of(client).ok_or("the client does not launch directly (MARS_GPU_LAUNCH)")?;
+    let needs = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+    if !direct.device.features().contains(needs) {
+        return Err("the device has no timestamps inside compute passes".into());
+    }
+    let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    settle(client);
+    lock(&direct.state).profile = Some(std::io::BufWriter::new(file));
+    Ok(())
 }
 
 /// Whether `client` launches directly.
@@ -228,24 +256,45 @@ pub(crate) fn launch(
             group
         }
     };
+    #[cfg(not(target_family = "wasm"))]
+    let profiling = state.profile.is_some();
+    #[cfg(target_family = "wasm")]
+    let profiling = false;
     let full = {
         let recordings = &mut state.recordings;
         let thread = std::thread::current().id();
         let recording = recordings.entry(thread).or_insert_with(|| {
             let mut encoder = direct.device.create_command_encoder(&Default::default());
-            let pass = encoder
+            let mut pass = encoder
                 .begin_compute_pass(&Default::default())
                 .forget_lifetime();
+            let stamps = profiling.then(|| {
+                let set = direct.device.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: None,
+                    ty: wgpu::QueryType::Timestamp,
+                    // The start, and one after each launch (at most `submit_every`).
+                    count: u32::try_from(direct.submit_every + 1).unwrap_or(u32::MAX),
+                });
+                pass.write_timestamp(&set, 0);
+                (set, Vec::new())
+            });
             Recording {
                 pass,
                 encoder,
                 launches: 0,
+                stamps,
             }
         });
         recording.pass.set_pipeline(&pipeline);
         recording.pass.set_bind_group(0, &group, &[]);
         recording.pass.dispatch_workgroups(x, y, z);
         recording.launches += 1;
+        if let Some((set, names)) = &mut recording.stamps {
+            recording
+                .pass
+                .write_timestamp(set, u32::try_from(recording.launches).unwrap_or(u32::MAX));
+            names.push(shader.name());
+        }
         recording.launches >= direct.submit_every
     };
     if full {
@@ -460,16 +509,87 @@ impl Direct {
         }))
     }
 
+    /// Ends `recording`'s pass and submits it; where profiling, waits for it and writes each
+    /// launch's device time.
+    fn finish(&self, state: &mut State, recording: Recording) {
+        let Recording {
+            pass,
+            mut encoder,
+            launches,
+            stamps,
+        } = recording;
+        drop(pass);
+        let Some((set, names)) = stamps else {
+            self.queue.submit([encoder.finish()]);
+            return;
+        };
+        // [launches + 1] u64 timestamps, resolved, then copied where the host can map them.
+        let bytes = 8 * (launches as u64 + 1);
+        let buffer = |usage| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size: bytes,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let resolved = buffer(wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC);
+        let read = buffer(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        let queries = u32::try_from(launches + 1).unwrap_or(u32::MAX);
+        encoder.resolve_query_set(&set, 0..queries, &resolved, 0);
+        encoder.copy_buffer_to_buffer(&resolved, 0, &read, 0, bytes);
+        self.queue.submit([encoder.finish()]);
+        #[cfg(not(target_family = "wasm"))]
+        self.write_times(state, &read, &names);
+        #[cfg(target_family = "wasm")]
+        let _ = (state, read, names);
+    }
+
+    /// Waits for `read`'s timestamps and appends a line a launch to the profile: `| time |
+    /// kernel_direct |`, the time from the end of the launch before (or the pass's start) to
+    /// the end of this one, as CubeCL's profile log writes a kernel's.
+    #[cfg(not(target_family = "wasm"))]
+    fn write_times(&self, state: &mut State, read: &wgpu::Buffer, names: &[&'static str]) {
+        use std::io::Write;
+        let slice = read.slice(..);
+        slice.map_async(wgpu::MapMode::Read, |_| ());
+        let Some(out) = state.profile.as_mut() else {
+            return;
+        };
+        if self
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .is_err()
+        {
+            // A lost device: the next read reports it.
+            return;
+        }
+        let period = f64::from(self.queue.get_timestamp_period());
+        let Ok(view) = slice.get_mapped_range() else {
+            return;
+        };
+        let stamps: Vec<u64> = view
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+            .collect();
+        drop(view);
+        for (name, pair) in names.iter().zip(stamps.windows(2)) {
+            let ns = pair[1].saturating_sub(pair[0]) as f64 * period;
+            // A failed write loses the profile, never the run.
+            let _ = writeln!(out, "| {ns:.0}ns | {name}_direct |");
+        }
+        let _ = out.flush();
+    }
+
     /// This thread's CubeCL recording, then its direct one; then, where `release` and no
     /// thread has launches waiting, lets go of what only this holds (a handle dropped by its
     /// owner while a thread's launches that bind it wait must outlive their submit).
     fn submit(&self, client: &Client, state: &mut State, release: bool) {
         let thread = std::thread::current().id();
-        if let Some(Recording { pass, encoder, .. }) = state.recordings.remove(&thread) {
+        if let Some(recording) = state.recordings.remove(&thread) {
             // A flush fails only on a device CubeCL has found lost, which the next read reports.
             let _ = client.flush();
-            drop(pass);
-            self.queue.submit([encoder.finish()]);
+            self.finish(state, recording);
         }
         if !release || !state.recordings.is_empty() {
             return;
