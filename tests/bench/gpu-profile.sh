@@ -37,7 +37,23 @@ env "${env[@]}" "$MARS_BIN" \
   generate --model "$model" --device wgpu --prompt "$(echo "$prompt" | cut -d' ' -f1-"$pp")" \
   --max-tokens "$tg" --json >"$json" 2>/dev/null
 python3 - "$log" "$model" "$json" "$way" <<'PY'
-import json, sys
+import importlib.util, json, sys
+# Each product's weight bytes from the file's tensor table (gguf-skeleton.py's reader), so that a
+# decoded token's time a product is also a rate: its weights read once a token.
+spec = importlib.util.spec_from_file_location("skeleton", "tests/bench/gguf-skeleton.py")
+skeleton = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(skeleton)
+with open(sys.argv[2], "rb") as f:
+    tensors = {name: size for name, _, size, _ in skeleton.layout(f)[1]}
+def weights(*parts):
+    return sum(b for n, b in tensors.items() if n.startswith("blk.") and n.split(".")[2] in parts)
+matrix_bytes = {
+    "q|k|v": weights("attn_q", "attn_k", "attn_v"),
+    "o + residual": weights("attn_output"),
+    "gate|up + SiLU": weights("ffn_gate", "ffn_up"),
+    "down + residual": weights("ffn_down"),
+    "head": tensors.get("output.weight", tensors.get("token_embd.weight", 0)),
+}
 lines = [l for l in open(sys.argv[1]) if l.startswith("| ")]
 def ms(t):
     t = t.strip()
@@ -108,8 +124,8 @@ print(f"{sys.argv[2].split('/')[-1]}: {layers} layers, a prompt of {prompt} toke
       f"{prompt - 1}), " + ("timestamps after each direct launch" if sys.argv[4] == "direct"
       else "CubeCL's per-kernel timings (profiling on)") + f", {launches:.0f} launches a "
       f"decoded token")
-print("| kernel | prompt pass (ms) | share | per decoded token (ms) | share |")
-print("|---|---|---|---|---|")
+print("| kernel | prompt pass (ms) | share | per decoded token (ms) | share | weights read a token (GB/s) |")
+print("|---|---|---|---|---|---|")
 tp = sum(prefill.values())
 td = [sum(d.values()) for d in decode]
 n = max(len(decode), 1)
@@ -119,6 +135,8 @@ for k in keys:
     d = sum(x.get(k, 0.0) for x in decode) / n
     if p == 0.0 and d == 0.0:
         continue
-    print(f"| {k} | {p:.1f} | {100 * p / tp:.0f} % | {d:.1f} | {100 * d / max(tdm, 1e-9):.0f} % |")
-print(f"| all | {tp:.1f} | | {tdm:.1f} | |")
+    rate = f"{matrix_bytes[k] / 1e6 / d:.3g}" if k in matrix_bytes and d > 0 else ""
+    print(f"| {k} | {p:.1f} | {100 * p / tp:.0f} % | {d:.1f} | {100 * d / max(tdm, 1e-9):.0f} % | {rate} |")
+every = sum(matrix_bytes.values())
+print(f"| all | {tp:.1f} | | {tdm:.1f} | | {every / 1e6 / max(tdm, 1e-9):.3g} (the products' weights over the token) |")
 PY
