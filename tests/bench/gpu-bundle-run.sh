@@ -210,7 +210,10 @@ stage() {
       for m in ${PROFILE_MODELS:-$(models)}; do
         tmo 120 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 128 16
         echo "llama.cpp's per-op log, one decoded token of $(basename "$m") (llama-bench -n 8):"
-        GGML_VK_PERF_LOGGER=1 tmo 120 "$LLAMA_VK_BIN/llama-bench" -m "$m" -ngl 99 -p 0 -n 8 \
+        # The first Vulkan device, as the peers stage takes it (llama.cpp skips a CPU adapter,
+        # lavapipe's in a rehearsal, unless named).
+        GGML_VK_VISIBLE_DEVICES=${GGML_VK_VISIBLE_DEVICES:-0} LD_LIBRARY_PATH="$LLAMA_VK_BIN" \
+          GGML_VK_PERF_LOGGER=1 tmo 120 "$LLAMA_VK_BIN/llama-bench" -m "$m" -ngl 99 -p 0 -n 8 \
           -r 1 2>&1 >/dev/null | awk '/^Vulkan Timings:/ { b = "" } { b = b $0 "\n" } END { printf "%s", b }'
       done | tee "$out/profile.md" ;;
     ways) # the ways of launching, alternating for 2 rounds, on the rule's forms: direct
