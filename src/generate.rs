@@ -135,6 +135,8 @@ fn gpu_forward(target: &Target, ids: &[u32]) -> Result<Option<serde_json::Value>
         "launches_per_layer": d.launches.saturating_sub(outside) as f64 / layers.max(1) as f64,
         "uploads": d.uploads,
         "upload_bytes": d.upload_bytes,
+        // Launches CubeCL made where the launches go direct (a pipeline wgpu refused).
+        "left_to_cubecl": d.fallbacks,
     })))
 }
 

@@ -76,7 +76,8 @@ if g:
     f, t = g["forward_of_one_row"], g["per_token"]
     kinds = ", ".join(f"{k} {v}" for k, v in f["by_kind"].items() if v)
     print(f"\nmars, counted: one forward of one row = {f['launches']} launches ({kinds}); "
-          f"{f['launches_per_layer']:.1f} per layer; {f['uploads']} upload ({f['upload_bytes']} B)")
+          f"{f['launches_per_layer']:.1f} per layer; {f['uploads']} upload ({f['upload_bytes']} B); "
+          f"{f.get('left_to_cubecl', 0)} left to CubeCL (a pipeline wgpu refused)")
     print(f"mars, counted per decoded token: {t['launches']:.1f} launches, {t['uploads']:.2f} uploads "
           f"({t['upload_bytes']:.0f} B), {t['reads']:.2f} reads ({t['read_bytes']:.0f} B); "
           f"pipelines compiled after warm-up: {g['pipelines_compiled_after_warm_up']}")

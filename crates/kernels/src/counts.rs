@@ -87,6 +87,10 @@ pub struct GpuCounts {
     pub resolved: u64,
     /// Buffers direct launches let go of after their owners dropped them.
     pub released: u64,
+    /// Launches that went through CubeCL on a client launching directly: a pipeline wgpu
+    /// refused (or, in the browser, has not accepted yet), an indirect count, a binding CubeCL
+    /// could not resolve.
+    pub fallbacks: u64,
 }
 
 impl GpuCounts {
@@ -107,6 +111,7 @@ impl GpuCounts {
             bind_groups: self.bind_groups.saturating_sub(earlier.bind_groups),
             resolved: self.resolved.saturating_sub(earlier.resolved),
             released: self.released.saturating_sub(earlier.released),
+            fallbacks: self.fallbacks.saturating_sub(earlier.fallbacks),
         }
     }
 }
@@ -121,6 +126,7 @@ struct Counters {
     bind_groups: AtomicU64,
     resolved: AtomicU64,
     released: AtomicU64,
+    fallbacks: AtomicU64,
     seen: Mutex<Option<HashSet<(u8, u64)>>>,
 }
 
@@ -134,6 +140,7 @@ static COUNTERS: Counters = Counters {
     bind_groups: AtomicU64::new(0),
     resolved: AtomicU64::new(0),
     released: AtomicU64::new(0),
+    fallbacks: AtomicU64::new(0),
     seen: Mutex::new(None),
 };
 
@@ -159,6 +166,7 @@ pub fn gpu_counts() -> GpuCounts {
         bind_groups: c.bind_groups.load(Ordering::Relaxed),
         resolved: c.resolved.load(Ordering::Relaxed),
         released: c.released.load(Ordering::Relaxed),
+        fallbacks: c.fallbacks.load(Ordering::Relaxed),
     }
 }
 
@@ -198,6 +206,8 @@ pub(crate) enum DirectWork {
     Resolved,
     /// Buffers let go of.
     Released(u64),
+    /// A launch left to CubeCL.
+    Fallback,
 }
 
 #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
@@ -207,6 +217,7 @@ pub(crate) fn counted_direct(work: DirectWork) {
         DirectWork::BindGroup => (&c.bind_groups, 1),
         DirectWork::Resolved => (&c.resolved, 1),
         DirectWork::Released(n) => (&c.released, n),
+        DirectWork::Fallback => (&c.fallbacks, 1),
     };
     counter.fetch_add(n, Ordering::Relaxed);
 }

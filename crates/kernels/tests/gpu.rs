@@ -754,6 +754,7 @@ fn tiles_on_matrix_units_are_within_the_f16_bound_where_the_adapter_has_them() {
     let max = max_binding(&client);
     let mut rng = ChaCha8Rng::seed_from_u64(16);
     let units = TileForm::Units(shape);
+    let before = mars_kernels::gpu_counts();
     for ty in WeightType::ALL {
         let (out, cols) = (70, cols_for(ty, 512));
         let w = random_matrix(ty, out, cols, &mut rng);
@@ -831,5 +832,12 @@ fn tiles_on_matrix_units_are_within_the_f16_bound_where_the_adapter_has_them() {
             "units swiglu [{i}]: {} vs {want}",
             y[i]
         );
+    }
+    // Where the launches go direct, the matrix units' kernels went too: wgpu's safe pipelines
+    // (natively with their loops bounded) took them, as a card's prefill needs.
+    if mars_kernels::gpu::direct::is_direct(&client) {
+        let counts = mars_kernels::gpu_counts().since(&before);
+        assert!(counts.launches > 0);
+        assert_eq!(counts.fallbacks, 0, "{counts:?}");
     }
 }

@@ -51,6 +51,7 @@ fn direct_launches_keep_their_bind_groups_and_give_cubecls_bits() {
         after.bind_groups, before.bind_groups,
         "{before:?} -> {after:?}"
     );
+    assert_eq!(after.fallbacks, 0, "a launch left to CubeCL: {after:?}");
     assert_eq!(first, again);
 
     // A new step of the same size, the last one dropped: the same kept buffer, so the same

@@ -82,10 +82,11 @@ fn main() {
         let per_launch = if launches > 0.0 {
             format!(
                 "; {launches:.0} launches a pass, {:.1} µs a launch; its direct launches made \
-                 {:.1} bind groups, resolved {:.1} buffers",
+                 {:.1} bind groups, resolved {:.1} buffers, left {:.1} to CubeCL",
                 ms * 1e3 / launches,
                 per_pass(counts.bind_groups),
                 per_pass(counts.resolved),
+                per_pass(counts.fallbacks),
             )
         } else {
             String::new()

@@ -230,6 +230,7 @@ pub(crate) fn launch(
         return false;
     };
     let CubeCount::Static(x, y, z) = *count else {
+        counted_direct(DirectWork::Fallback);
         settle(client);
         return false;
     };
@@ -240,6 +241,7 @@ pub(crate) fn launch(
     }
     let Some((pipeline, number)) = direct.pipeline(&mut state, shader) else {
         drop(state);
+        counted_direct(DirectWork::Fallback);
         settle(client);
         return false;
     };
@@ -249,6 +251,7 @@ pub(crate) fn launch(
         None => {
             let Some(group) = direct.bind_group(client, &mut state, &pipeline, bindings) else {
                 drop(state);
+                counted_direct(DirectWork::Fallback);
                 settle(client);
                 return false;
             };
