@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The runner each part of tests/bench/gpu-bundle.sh carries: `add` copies the part it sits in to
 # $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
-#   usage: bash PART/run.sh add | drop | tests | launch | stream | stream-unrobust | tune | peers | price | reads | ways | teams | long | spec | profile | submits | all | lease …
+#   usage: bash PART/run.sh add | drop | tests | launch | stream | stream-unrobust | tune | peers | price | reads | ways | teams | long | spec | profile | submits | registers | all | lease …
 #   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order),
 #          TEAM_MODELS (the teams stage's), PROFILE_MODELS (the profile stage's; all three default to every
 #          model, smallest first),
@@ -28,6 +28,7 @@ setup() { # unpacks what has arrived and is not unpacked yet
   [ -d "$work/llama" ] || { [ -f "$in/llama.tar.xz" ] && tar -C "$work" -xJf "$in/llama.tar.xz"; }
   [ -f "$work/spec_bench.jsonl" ] || { [ -f "$in/spec_bench.jsonl.xz" ] && unxz "$in/spec_bench.jsonl.xz" "$work/spec_bench.jsonl"; }
   [ -x /usr/bin/time ] || { [ -f "$in/time" ] && cp "$in/time" /usr/bin/time && chmod +x /usr/bin/time; }
+  [ -d "$work/isa" ] || { [ -f "$in/isa.tar.xz" ] && tar -C "$work" -xJf "$in/isa.tar.xz"; }
   for t in "$in"/test-*.xz; do
     [ -e "$t" ] || continue
     b="$work/bin/$(basename "$t" .xz)"
@@ -106,7 +107,9 @@ named() { # the models whose names hold any of these (e.g. 0.5B 7B), smallest fi
 # round), peers-first
 # (mars beside llama.cpp on the 0.5B and the 7B shape: the principal gap, and the draft and target
 # that price speculation), price, reads (target-only decoding a read a token against four a read, on the
-# 0.5B), ways (direct launches against CubeCL's on the 0.5B and the 7B: after peers-first), teams
+# 0.5B), ways (direct launches against CubeCL's on the 0.5B and the 7B: after peers-first),
+# registers (the driver's own statistics of every kernel form beside llama.cpp's: seconds, and
+# the registers of NVIDIA's own compiler, which nothing else here runs), teams
 # (every kernel form on the 7B shape), peers-rest (the
 # 1.5B, 14B, 32B and, where unpacked, 72B shapes), profile (the 0.5B's and the 7B's per-kernel
 # split beside llama.cpp's per-op log: after teams, since no lease has reached it yet and it
@@ -117,7 +120,7 @@ named() { # the models whose names hold any of these (e.g. 0.5B 7B), smallest fi
 # LEASE_STEPS="peers-rest price tests profile stream tune long peers-72b".
 lease() {
   local start=$SECONDS budget=${LEASE_S:-480} final=$out step least cap left env s drop
-  local steps=${LEASE_STEPS:-peers-first ways price teams profile launch peers-rest price tests stream tune long}
+  local steps=${LEASE_STEPS:-peers-first ways registers price teams profile launch peers-rest price tests stream tune long}
   export MARS_TUNE_CACHE=$final/tune.tsv
   mkdir -p "$work/out-lease"
   {
@@ -139,7 +142,8 @@ lease() {
         peers-72b) # after the time check: the 7B, 14B and 32B dropped so that the 72B unpacks
           s=peers least=120 drop=1 env=(PEER_MODELS="$(compgen -G "$in/*72B*")") ;;
         teams) least=120 cap=240 env=(TEAM_MODELS="$(named 7B)") ;;
-        profile) least=40 cap=180 env=(PROFILE_MODELS="$(named 0.5B 7B)") ;;
+        profile) least=40 cap=240 env=(PROFILE_MODELS="$(named 0.5B 7B)") ;;
+        registers) least=20 cap=90 ;;
         *) echo "unknown lease step $step"; continue ;;
       esac
       if [[ ${env[*]:-} == *_MODELS= ]]; then
@@ -171,6 +175,8 @@ lease() {
   # The peers' speed JSONs as one file, so that figures from two calls (two machines) can be
   # priced together here: gpu-price.py DIR 0.5B over both unpacked.
   if [ -d "$work/speed" ]; then tar -C "$work" -cf "$final/speed.tar" speed; fi
+  # The registers stage's SASS (or the pipeline caches it found none in).
+  if [ -d "$work/out-lease/sass" ]; then tar -C "$work/out-lease" -cJf "$final/sass.tar.xz" sass; fi
 }
 stage() {
   case "$1" in
@@ -182,8 +188,47 @@ stage() {
         rm -fv "$work"/models/*"$p"*.gguf "$in"/*"$p"*.skel "$in"/*"$p"*.skel.xz
       done
       setup ;;
-    tests)
-      for t in "$work"/bin/test-*; do echo "== $(basename "$t")"; tmo 300 "$t" 2>&1 | tail -15; done ;;
+    tests) # the binaries side by side (their pipelines compile on the host's cores: on the
+      # H200 one after another took 200 s and more, 2026-12-04), each one's tail in turn
+      for t in "$work"/bin/test-*; do tmo 300 "$t" >"$work/out-$(basename "$t").log" 2>&1 & done
+      wait
+      for t in "$work"/bin/test-*; do echo "== $(basename "$t")"; tail -15 "$work/out-$(basename "$t").log"; done ;;
+    registers) # the GPU driver's own statistics of each kernel form and of llama.cpp's
+      # mat-vec shaders (gpu-isa.py --stats: on NVIDIA its register counts, which say the warps
+      # a multiprocessor holds, where NAK's counts stood in for them), through the `vulkan`
+      # package and the cffi wheel of this machine's python3
+      local py
+      py=$(python3 -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+      if [ ! -d "$work/isa/py-$py" ]; then
+        mkdir -p "$work/isa/py-$py"
+        for w in "$work"/isa/wheels/vulkan-*.whl "$work"/isa/wheels/pycparser-*.whl "$work"/isa/wheels/cffi-*-"$py"-*.whl; do
+          [ -e "$w" ] && python3 -m zipfile -e "$w" "$work/isa/py-$py"
+        done
+      fi
+      # Each pipeline's cache data too, and the CUDA ELFs inside it where NVIDIA's driver keeps
+      # its machine code so: their SASS (cuobjdump, CUDA's, on that machine) comes back in
+      # sass.tar.xz, the kernels as NVIDIA's compiler made them. Without any, the caches come
+      # back instead, to read their container here.
+      local sass=$out/sass c
+      rm -rf "$sass"
+      ISA_CACHE_DIR=$sass PYTHONPATH="$work/isa/py-$py" tmo 120 python3 "$work/isa/gpu-isa.py" \
+        --stats "$work/isa/modules/table.tsv" 2>&1 | tee "$out/registers.md"
+      [ -d "$sass" ] || return 0
+      python3 "$work/isa/gpu-isa.py" --carve "$sass" | tail -3
+      local cuobjdump
+      cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+      if compgen -G "$sass/*.cubin" >/dev/null; then
+        rm -f "$sass"/*.cache
+        if [ -x "$cuobjdump" ]; then
+          echo "| kernel (NVIDIA's compiler, its cubin) | SASS instructions | cuobjdump -res-usage |"
+          echo "|---|---|---|"
+          for c in "$sass"/*.cubin; do
+            "$cuobjdump" -sass "$c" >"${c%.cubin}.sass" 2>&1
+            echo "| $(basename "$c" .cubin) | $(grep -cE '/\*[0-9a-f]{4}\*/' "${c%.cubin}.sass") |" \
+              "$("$cuobjdump" -res-usage "$c" 2>&1 | grep -m1 -o 'REG:.*' | tr -s ' ')) |"
+          done
+        fi
+      fi ;;
     stream) tmo 240 "$work/bin/gpu_cost" stream 2>&1 | grep -v XDG | tee "$out/stream.md" ;;
     stream-unrobust) # the same on a device without the driver's bounds checks
       MARS_GPU_ROBUST=off tmo 240 "$work/bin/gpu_cost" stream 2>&1 | grep -v XDG | tee "$out/stream-unrobust.md" ;;
@@ -209,6 +254,14 @@ stage() {
       # decoded token on the same model (GGML_VK_PERF_LOGGER: its last graph of 8 tokens)
       for m in ${PROFILE_MODELS:-$(models)}; do
         tmo 120 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 128 16
+        if [[ $(basename "$m") == *7B* ]]; then
+          # The same steps with 8-bit activations in one-row steps too (untuned: the card's
+          # wide teams): whether their products read faster than the f32 ones while the
+          # norms' and quantizations' own launches (folded into the f32 products) cost the
+          # difference, the 2026-12-04 lease's wide-q8 decode at 0.71x wide f32's.
+          echo "The same, one-row steps on 8-bit activations (MARS_TUNE=off MARS_GPU_ACTS=q8):"
+          MARS_TUNE=off MARS_GPU_ACTS=q8 tmo 90 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 32 8
+        fi
         echo "llama.cpp's per-op log, one decoded token of $(basename "$m") (llama-bench -n 8):"
         # The first Vulkan device, as the peers stage takes it (llama.cpp skips a CPU adapter,
         # lavapipe's in a rehearsal, unless named).

@@ -20,7 +20,9 @@
 # on every model; teams: a decode, passes and a prefill in each kernel form and knob; long: decode
 # after a long prompt beside llama.cpp at that depth, split attention on and off; spec: gpu.sh part 2
 # on SmolLM2, and on the pair where the real pair has arrived; profile: the per-kernel split of
-# a token (gpu-profile.sh) and llama.cpp's per-op log of one; submits: decode by CubeCL's launches a submit. Results go to $OUT
+# a token (gpu-profile.sh) and llama.cpp's per-op log of one; submits: decode by CubeCL's launches a submit;
+# registers: the GPU driver's own statistics of each kernel form and of llama.cpp's mat-vec
+# shaders (NVIDIA's register counts: the warps a multiprocessor holds). Results go to $OUT
 # (default $WORK/out).
 #   usage: bash tests/bench/bench.sh gpu-bundle DIR [MAX_MB (50: the repository's tracked files, ~12
 #          MB, travel beside each part within a call's 64 MiB)]
@@ -88,6 +90,23 @@ if [ -z "$debs" ]; then
 fi
 if [ "$debs" != off ]; then tar -C "$debs" -cf "$stage/f/debs.tar" .; fi
 cp /usr/bin/time "$stage/f/time" # GNU time, for peak memory (gpu-peers.sh)
+# The registers stage: the mat-vec and tile forms' SPIR-V (also as the direct launches compile
+# them) and llama.cpp's mat-vec shaders, for the GPU's own driver to compile there and report
+# its statistics (gpu-isa.sh's ISA_WRITE; gpu-isa.py --stats), with the `vulkan` package it
+# asks through and cffi for the CPythons such a machine may have (3.12 on the lent GPU machines,
+# docs of the device tool; 3.11 here, where the bundle is rehearsed; 3.13): a call carries
+# 64 MiB in all, so the checked forms at one row alone.
+mkdir -p "$stage/isa/wheels"
+ISA_WRITE="$stage/isa/modules" bash tests/bench/gpu-isa.sh \
+  'llama.*|^mars:(q4k|q6k)-.*-r[18]$|^mars-checked:(q4k|q6k)-.*-r1$|tiles' >&2
+cp tests/bench/gpu-isa.py "$stage/isa/"
+python3 -m pip download -q --no-deps --only-binary=:all: -d "$stage/isa/wheels" \
+  "vulkan==1.3.275.1" "pycparser==2.22"
+for v in 3.11 3.12 3.13; do
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$v" \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d "$stage/isa/wheels" "cffi>=1.17"
+done
+tar -C "$stage" -cf - isa | xz -9e >"$stage/f/isa.tar.xz"
 for m in Qwen2.5-Coder-0.5B-Instruct-Q4_K_M Qwen2.5-Coder-1.5B-Instruct-Q4_K_M; do
   if [ "$pair" = real ]; then
     ln "$models/$m.gguf" "$stage/f/" 2>/dev/null || cp "$models/$m.gguf" "$stage/f/"
@@ -130,7 +149,7 @@ rm -rf "$dest"
 python3 - "$stage/f" "$dest" "$max" <<'PY'
 import os, sys
 src, dest, cap = sys.argv[1], sys.argv[2], int(sys.argv[3])
-order = ["mars.xz", "gpu_cost.xz", "scripts.tar.xz", "llama.tar.xz", "spec_bench.jsonl.xz", "debs.tar", "time"]
+order = ["mars.xz", "gpu_cost.xz", "scripts.tar.xz", "llama.tar.xz", "spec_bench.jsonl.xz", "debs.tar", "time", "isa.tar.xz"]
 names = sorted(
     os.listdir(src),
     # The listed files, the kernel tests, SmolLM2, then the pair (skeletons or whole).

@@ -8,7 +8,7 @@ and its disassembly (RADV_DEBUG=shaders; NAK_DEBUG=print, its last pass), finds 
 innermost loop (the blocks a branch goes back over) and divides its instructions by the weights
 a thread takes each pass of it and by the rows. Counts, not times: the same on every run.
 
-    usage: gpu-isa.py TABLE.tsv
+    usage: gpu-isa.py TABLE.tsv | --stats TABLE.tsv | --carve FOLDER
 TABLE.tsv: name, SPIR-V path, specialization ("ID=VALUE,..." or "-"), weights a pass, rows,
 robustness: `wgpu` (the device's robustBufferAccess and VK_EXT_robustness2's
 robustBufferAccess2 on, as wgpu opens every Vulkan device that has them: mars's kernels) or
@@ -23,6 +23,11 @@ delays it schedules, one warp alone) a weight and row, a pass's trips to memory 
 another (memory_trips) with the weights a lane takes a trip, the warps an H200 multiprocessor
 could hold at those registers (warps_an_sm), and the weights those warps keep in flight (warps
 × a lane's weights a trip: memory-level parallelism under NAK's schedule).
+--stats: the driver's own statistics alone, every module on this machine's GPU in one process
+(paths relative to the table; `gpu-isa.sh` with ISA_WRITE writes such a table and its modules):
+where the compiler is a real GPU's, which runs nowhere else (NVIDIA's), its register counts;
+with ISA_CACHE_DIR each pipeline's cache data (the driver's container of its compiled code) to
+that folder. --carve: the CUDA ELFs inside such caches, for cuobjdump / nvdisasm.
 """
 
 from __future__ import annotations
@@ -77,8 +82,9 @@ def reflect(words: tuple[int, ...]) -> tuple[dict[tuple[int, int], bool], bool]:
     return binds, push
 
 
-def compile_one(path: str, spec: str, robust: str) -> None:
-    """Creates the pipeline (the driver dumps its code to stderr) and prints its statistics."""
+def open_device(robust: str):  # noqa: ANN201 (the `vulkan` package's handle)
+    """A device on the first Vulkan GPU (else the first device) with every feature it has,
+    the pipeline statistics, and `robust` (see the module's TABLE)."""
     import vulkan as vk  # the `vulkan` package: cffi over the system's loader
 
     inst = vk.vkCreateInstance(
@@ -89,7 +95,16 @@ def compile_one(path: str, spec: str, robust: str) -> None:
         ),
         None,
     )
-    pd = vk.vkEnumeratePhysicalDevices(inst)[0]
+    devices = vk.vkEnumeratePhysicalDevices(inst)
+    pd = next(
+        (
+            d
+            for d in devices
+            if vk.vkGetPhysicalDeviceProperties(d).deviceType
+            != vk.VK_PHYSICAL_DEVICE_TYPE_CPU
+        ),
+        devices[0],
+    )
     extensions = ["VK_KHR_pipeline_executable_properties"]
     has = {e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(pd, None)}
     # The matrix-unit tiles' SPIR-V needs cooperative matrices where the device has them.
@@ -124,6 +139,18 @@ def compile_one(path: str, spec: str, robust: str) -> None:
         ),
         None,
     )
+    return dev
+
+
+def pipeline_stats(  # noqa: ANN001
+    dev, path: str, spec: str, cache_to: str | None = None
+) -> list[tuple[str, object]]:
+    """Creates the pipeline of the module at `path` (the driver may dump its code to stderr)
+    and returns the driver's statistics of it, by name, in its order; with `cache_to`, the
+    pipeline made into a cache of its own whose data (the driver's compiled code, in its own
+    container) goes to that file."""
+    import vulkan as vk
+
     with open(path, "rb") as f:
         data = f.read()
     binds, push = reflect(struct.unpack(f"<{len(data) // 4}I", data))
@@ -188,9 +215,23 @@ def compile_one(path: str, spec: str, robust: str) -> None:
         stage=stage,
         layout=layout,
     )
-    pipe = vk.vkCreateComputePipelines(dev, None, 1, [info], None)[0]
+    cache = None
+    if cache_to:
+        cache = vk.vkCreatePipelineCache(dev, vk.VkPipelineCacheCreateInfo(), None)
+    pipe = vk.vkCreateComputePipelines(dev, cache, 1, [info], None)[0]
+    if cache is not None:
+        # The package wraps no vkGetPipelineCacheData (its data is untyped): the loader's
+        # own entry point, asked for the size and then the data.
+        size = vk.ffi.new("size_t *")
+        vk.lib.vkGetPipelineCacheData(dev, cache, size, vk.ffi.NULL)
+        data = vk.ffi.new("char[]", size[0])
+        vk.lib.vkGetPipelineCacheData(dev, cache, size, data)
+        with open(cache_to, "wb") as f:
+            f.write(vk.ffi.buffer(data, size[0]))
+        vk.vkDestroyPipelineCache(dev, cache, None)
     props = vk.vkGetDeviceProcAddr(dev, "vkGetPipelineExecutablePropertiesKHR")
     stats = vk.vkGetDeviceProcAddr(dev, "vkGetPipelineExecutableStatisticsKHR")
+    out: list[tuple[str, object]] = []
     for n in range(len(list(props(dev, vk.VkPipelineInfoKHR(pipeline=pipe))))):
         for st in stats(
             dev, vk.VkPipelineExecutableInfoKHR(pipeline=pipe, executableIndex=n)
@@ -203,7 +244,61 @@ def compile_one(path: str, spec: str, robust: str) -> None:
                 vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: st.value.i64,
                 vk.VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR: st.value.f64,
             }.get(st.format, st.value.b32)
-            print(f"stat\t{name}\t{value}", file=sys.stderr, flush=True)
+            out.append((name, value))
+    vk.vkDestroyPipeline(dev, pipe, None)
+    return out
+
+
+def compile_one(path: str, spec: str, robust: str) -> None:
+    """Creates the pipeline (the driver dumps its code to stderr) and prints its statistics."""
+    for name, value in pipeline_stats(open_device(robust), path, spec):
+        print(f"stat\t{name}\t{value}", file=sys.stderr, flush=True)
+
+
+# The statistic that counts a thread's registers, as each driver names it: NVIDIA's own,
+# NAK's, RADV's (its vector registers: a lane's).
+REGISTERS = re.compile(r"(?i)regist|^number of gprs$|^vgprs$")
+
+
+def stats_table(table: str) -> None:
+    """The driver's own statistics of every module of `table` (paths relative to it), compiled
+    on this machine's GPU: a line a module, a column a statistic, and the warps an NVIDIA
+    Hopper multiprocessor holds at the registers it reports (warps_an_sm). On a GPU whose
+    compiler cannot be run elsewhere (NVIDIA's) its register counts stand beside NAK's."""
+    base = os.path.dirname(os.path.abspath(table))
+    devices: dict[str, object] = {}
+    rows: list[tuple[str, dict[str, object], str]] = []
+    names: list[str] = []
+    with open(table) as f:
+        lines = f.read().splitlines()
+    cache_dir = os.environ.get("ISA_CACHE_DIR")
+    for line in lines:
+        name, path, spec, _per_pass, _rows, robust = line.split("\t")
+        cache_to = None
+        if cache_dir:
+            os.makedirs(cache_dir, exist_ok=True)
+            cache_to = os.path.join(cache_dir, name.replace(":", "-") + ".cache")
+        try:
+            dev = devices.get(robust) or devices.setdefault(robust, open_device(robust))
+            got = pipeline_stats(dev, os.path.join(base, path), spec, cache_to)
+        except Exception as e:  # noqa: BLE001 (a module the driver refuses is a row)
+            rows.append((name, {}, f"failed: {type(e).__name__} {e}".strip()))
+            continue
+        for k, _ in got:
+            if k not in names:
+                names.append(k)
+        rows.append((name, dict(got), ""))
+    reg = next((n for n in names if REGISTERS.search(n)), None)
+    print(f"| kernel | {' | '.join(names)} | warps an SM (H200, at {reg or 'no register count'}) |")
+    print("|---" * (len(names) + 2) + "|")
+    for name, got, why in rows:
+        if why:
+            print(f"| {name} | {why} |")
+            continue
+        regs = got.get(reg) if reg else None
+        warps = warps_an_sm(int(regs)) if isinstance(regs, int) else "-"
+        cells = " | ".join(str(got.get(n, "")) for n in names)
+        print(f"| {name} | {cells} | {warps} |")
 
 
 def kind(ins: str) -> str:
@@ -523,7 +618,60 @@ def self_test() -> None:
     # CUDA's occupancy calculator at compute capability 9.0, by registers alone.
     warps = [warps_an_sm(g) for g in (32, 40, 56, 88, 168, 255)]
     assert warps == [64, 51, 36, 23, 12, 8], warps
+    # Each driver's name for a thread's registers, and not AMD's scalar ones.
+    names = ["Register Count", "Number of GPRs", "VGPRs", "SGPRs", "Spills to memory"]
+    assert [bool(REGISTERS.search(n)) for n in names] == [True, True, True, False, False]
+    # A CUDA ELF inside a cache's bytes comes out whole (its end: the section headers'); an
+    # ELF for another machine, and a header cut short, do not.
+    def elf(machine: int, body: int) -> bytes:
+        head = bytearray(64)
+        head[0:6] = b"\x7fELF\x02\x01"
+        struct.pack_into("<H", head, 18, machine)
+        struct.pack_into("<QQ", head, 32, 0, 64 + body)  # no program headers; sections after
+        struct.pack_into("<HHHH", head, 54, 56, 0, 64, 2)
+        return bytes(head) + bytes(range(body)) + b"\xee" * 128
+    cuda = elf(EM_CUDA, 40)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "k.cache"), "wb") as f:
+            f.write(b"head" + elf(62, 8) + b"pad" + cuda + b"tail" + cuda[:30])
+        carve(d)
+        got = sorted(n for n in os.listdir(d) if n.endswith(".cubin"))
+        assert got == ["k-0.cubin"], got
+        with open(os.path.join(d, "k-0.cubin"), "rb") as f:
+            assert f.read() == cuda
     print("gpu-isa.py: the loop finder counts the hot path of the loop alone")
+
+
+EM_CUDA = 190
+
+
+def carve(folder: str) -> None:
+    """Every CUDA ELF (e_machine EM_CUDA, 64-bit, little-endian) inside the pipeline caches of
+    `folder` (stats_table's ISA_CACHE_DIR), written beside each as NAME-N.cubin, for
+    cuobjdump and nvdisasm: where a driver keeps its machine code in its cache as such
+    (NVIDIA's, if it does), what it compiled can be read. Prints a line a cache."""
+    for file in sorted(os.listdir(folder)):
+        if not file.endswith(".cache"):
+            continue
+        with open(os.path.join(folder, file), "rb") as f:
+            blob = f.read()
+        found, at = 0, blob.find(b"\x7fELF")
+        while at >= 0:
+            head = blob[at : at + 64]
+            if len(head) == 64 and head[4] == 2 and head[5] == 1:
+                machine = struct.unpack_from("<H", head, 18)[0]
+                phoff, shoff = struct.unpack_from("<QQ", head, 32)
+                phsize, phnum, shsize, shnum = struct.unpack_from("<HHHH", head, 54)
+                end = max(shoff + shsize * shnum, phoff + phsize * phnum)
+                if machine == EM_CUDA and 64 <= end <= len(blob) - at:
+                    out = os.path.join(folder, f"{file[: -len('.cache')]}-{found}.cubin")
+                    with open(out, "wb") as o:
+                        o.write(blob[at : at + end])
+                    found += 1
+            at = blob.find(b"\x7fELF", at + 1)
+        print(f"{file}: {len(blob)} bytes, {found} CUDA ELF")
 
 
 def main() -> None:
@@ -532,6 +680,12 @@ def main() -> None:
         return
     if len(sys.argv) == 5 and sys.argv[1] == "--one":
         compile_one(sys.argv[2], sys.argv[3], sys.argv[4])
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "--stats":
+        stats_table(sys.argv[2])
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "--carve":
+        carve(sys.argv[2])
         return
     nak = os.environ.get("ISA_DRIVER", "radv") == "nak"
     runner = os.environ["ISA_RUNNER"].split() if os.environ.get("ISA_RUNNER") else []

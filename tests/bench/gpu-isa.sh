@@ -16,6 +16,10 @@
 # peer's mat-vec pipelines without (llama.cpp creates them with robustness disabled). Counts,
 # not times: what they compare is the work each kernel asks of a GPU for a weight, beside the
 # peer's, on one compiler. A benchmark command, not a CI step (a few minutes).
+# ISA_WRITE=DIR: compile nothing here; write the chosen modules (mars's forms also as the
+# direct launches compile them, wgpu's safe pipelines: "mars-checked:…") and their table to
+# DIR, for a GPU machine whose own driver `gpu-isa.py --stats DIR/table.tsv` asks there (the
+# GPU bundle's registers stage: NVIDIA's own register counts beside NAK's).
 #   usage: bash tests/bench/bench.sh gpu-isa [FILTER]   (FILTER: an awk regex on the names, e.g.
 #   'llama|q4k-wide-1-.*-r1$')
 set -euo pipefail
@@ -76,13 +80,35 @@ for r in 1 8; do
   peer "q4_k-q8-r$r" mul_mat_vecq.comp "-DDATA_A_Q4_K=1 $q8b" 1 "$r" 64
   peer "q6_k-q8-r$r" mul_mat_vecq.comp "-DDATA_A_Q6_K=1 $q8b" 1 "$r" 64
 done
-while IFS=$'\t' read -r name _ _ outs _ rows per_pass; do
-  [ "$name" = name ] && continue
-  printf 'mars %s\t%s\t-\t%s\t%s\t%s\n' "$name" "$work/mars/$name.spv" "$per_pass" "$rows" "$mars_robust" >>"$table"
-  : "$outs"
-done <"$work/mars/forms.tsv"
-# The filter on the names alone ("llama.cpp:…", "mars:…").
-sed 's/^\(llama.cpp\|mars\) /\1:/' "$table" | awk -F'\t' -v re="$filter" '$1 ~ re' >"$work/chosen.tsv"
+forms() { # the table's rows for the forms the spirv example wrote to $2, named "$1 …"
+  while IFS=$'\t' read -r name _ _ outs _ rows per_pass; do
+    [ "$name" = name ] && continue
+    printf '%s %s\t%s\t-\t%s\t%s\t%s\n' "$1" "$name" "$2/$name.spv" "$per_pass" "$rows" "$mars_robust" >>"$table"
+    : "$outs"
+  done <"$2/forms.tsv"
+}
+forms mars "$work/mars"
+if [ -n "${ISA_WRITE:-}" ]; then
+  # Also as the direct launches compile them (wgpu's safe pipelines: every loop's bound
+  # emulated, indices clamped).
+  ISA_CHECKED=1 cargo run --release -q -p mars-kernels --features gpu --example spirv -- "$work/mars-checked"
+  forms mars-checked "$work/mars-checked"
+fi
+# The filter on the names alone ("llama.cpp:…", "mars:…", "mars-checked:…").
+sed 's/^\(llama.cpp\|mars\|mars-checked\) /\1:/' "$table" | awk -F'\t' -v re="$filter" '$1 ~ re' >"$work/chosen.tsv"
+if [ -n "${ISA_WRITE:-}" ]; then
+  # The chosen modules and their table (paths relative to it) for a GPU machine, whose own
+  # driver's statistics `gpu-isa.py --stats` reads there (the GPU bundle's registers stage).
+  mkdir -p "$ISA_WRITE"
+  : >"$ISA_WRITE/table.tsv"
+  while IFS=$'\t' read -r name path rest; do
+    file="$(echo "$name" | tr ':' '-').spv"
+    cp "$path" "$ISA_WRITE/$file"
+    printf '%s\t%s\t%s\n' "$name" "$file" "$rest" >>"$ISA_WRITE/table.tsv"
+  done <"$work/chosen.tsv"
+  echo "wrote $(wc -l <"$ISA_WRITE/table.tsv") modules to $ISA_WRITE"
+  exit 0
+fi
 if [ "$driver" = nak ]; then
   chip=${NOUVEAU_CHIPSET:-194}
   root="$(dirname "$(bash tests/fetch-mesa.sh)")/root"
