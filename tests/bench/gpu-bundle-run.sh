@@ -209,20 +209,24 @@ stage() {
       # its machine code so: their SASS (cuobjdump, CUDA's, on that machine) comes back in
       # sass.tar.xz, the kernels as NVIDIA's compiler made them. Without any, the caches come
       # back instead, to read their container here.
-      local sass=$out/sass c
+      local sass=$out/sass
       rm -rf "$sass"
-      ISA_CACHE_DIR=$sass PYTHONPATH="$work/isa/py-$py" tmo 120 python3 "$work/isa/gpu-isa.py" \
+      # NVIDIA's driver writes its own disk cache of compiled shaders where told (kept, not
+      # pruned): searched too.
+      ISA_CACHE_DIR=$sass __GL_SHADER_DISK_CACHE_PATH=$sass/driver-cache __GL_SHADER_DISK_CACHE_SKIP_CLEANUP=1 \
+        PYTHONPATH="$work/isa/py-$py" tmo 120 python3 "$work/isa/gpu-isa.py" \
         --stats "$work/isa/modules/table.tsv" 2>&1 | tee "$out/registers.md"
       [ -d "$sass" ] || return 0
-      python3 "$work/isa/gpu-isa.py" --carve "$sass" | tail -3
+      python3 "$work/isa/gpu-isa.py" --carve "$sass" \
+        | awk '{ n += $(NF - 2) } END { print NR " files searched, " n " CUDA ELF in them" }'
       local cuobjdump
       cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
-      if compgen -G "$sass/*.cubin" >/dev/null; then
+      if [ -n "$(find "$sass" -name '*.cubin' -print -quit)" ]; then
         rm -f "$sass"/*.cache
         if [ -x "$cuobjdump" ]; then
           echo "| kernel (NVIDIA's compiler, its cubin) | SASS instructions | cuobjdump -res-usage |"
           echo "|---|---|---|"
-          for c in "$sass"/*.cubin; do
+          find "$sass" -name '*.cubin' | sort | while read -r c; do
             "$cuobjdump" -sass "$c" >"${c%.cubin}.sass" 2>&1
             echo "| $(basename "$c" .cubin) | $(grep -cE '/\*[0-9a-f]{4}\*/' "${c%.cubin}.sass") |" \
               "$("$cuobjdump" -res-usage "$c" 2>&1 | grep -m1 -o 'REG:.*' | tr -s ' ')) |"

@@ -648,14 +648,20 @@ EM_CUDA = 190
 
 
 def carve(folder: str) -> None:
-    """Every CUDA ELF (e_machine EM_CUDA, 64-bit, little-endian) inside the pipeline caches of
-    `folder` (stats_table's ISA_CACHE_DIR), written beside each as NAME-N.cubin, for
-    cuobjdump and nvdisasm: where a driver keeps its machine code in its cache as such
-    (NVIDIA's, if it does), what it compiled can be read. Prints a line a cache."""
-    for file in sorted(os.listdir(folder)):
-        if not file.endswith(".cache"):
-            continue
-        with open(os.path.join(folder, file), "rb") as f:
+    """Every CUDA ELF (e_machine EM_CUDA, 64-bit, little-endian) inside the files under
+    `folder` (stats_table's ISA_CACHE_DIR: each pipeline's cache data, and the driver's own
+    disk cache where it was pointed there), written beside each as NAME-N.cubin, for
+    cuobjdump and nvdisasm: where a driver keeps its machine code so (NVIDIA's, if it does),
+    what it compiled can be read. Prints a line a file."""
+    files = sorted(
+        os.path.join(root, n)
+        for root, _, names in os.walk(folder)
+        for n in names
+        if not n.endswith(".cubin")
+    )
+    for path in files:
+        file = os.path.relpath(path, folder)
+        with open(path, "rb") as f:
             blob = f.read()
         found, at = 0, blob.find(b"\x7fELF")
         while at >= 0:
@@ -666,7 +672,7 @@ def carve(folder: str) -> None:
                 phsize, phnum, shsize, shnum = struct.unpack_from("<HHHH", head, 54)
                 end = max(shoff + shsize * shnum, phoff + phsize * phnum)
                 if machine == EM_CUDA and 64 <= end <= len(blob) - at:
-                    out = os.path.join(folder, f"{file[: -len('.cache')]}-{found}.cubin")
+                    out = f"{path.removesuffix('.cache')}-{found}.cubin"
                     with open(out, "wb") as o:
                         o.write(blob[at : at + end])
                     found += 1
