@@ -380,7 +380,7 @@ import json, sys
 d = json.load(sys.stdin)
 print('$r', '$(basename "$m")', 'tasks $t', round(d['decode_tokens_per_second'], 1), 'tok/s')"
       done; done; done | tee "$out/submits.txt" ;;
-    all) for s in tests stream stream-unrobust tune peers price ways teams long spec profile submits; do stage "$s"; done ;;
+    all) for s in tests registers stream stream-unrobust tune peers price ways teams long spec profile submits; do stage "$s"; done ;;
     lease) lease ;;
     *) echo "unknown stage $1" >&2; return 2 ;;
   esac
