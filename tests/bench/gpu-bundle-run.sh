@@ -259,12 +259,13 @@ stage() {
       for m in ${PROFILE_MODELS:-$(models)}; do
         tmo 120 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 128 16
         if [[ $(basename "$m") == *7B* ]]; then
-          # The same steps with 8-bit activations in one-row steps too (untuned: the card's
-          # wide teams): whether their products read faster than the f32 ones while the
-          # norms' and quantizations' own launches (folded into the f32 products) cost the
-          # difference, the 2026-12-04 lease's wide-q8 decode at 0.71x wide f32's.
-          echo "The same, one-row steps on 8-bit activations (MARS_TUNE=off MARS_GPU_ACTS=q8):"
-          MARS_TUNE=off MARS_GPU_ACTS=q8 tmo 90 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 32 8
+          # The same steps in wide teams on 8-bit activations in one-row steps too (untuned;
+          # a forced form leaves the card's rule, so both are named): whether their products
+          # read faster than the f32 ones while the norms' and quantizations' own launches
+          # (folded into the f32 products) cost the difference, the 2026-12-04 lease's wide-q8
+          # decode at 0.71x wide f32's.
+          echo "The same, wide teams on 8-bit activations (MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8):"
+          MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8 tmo 90 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 32 8
         fi
         echo "llama.cpp's per-op log, one decoded token of $(basename "$m") (llama-bench -n 8):"
         # The first Vulkan device, as the peers stage takes it (llama.cpp skips a CPU adapter,
