@@ -168,8 +168,12 @@ lease() {
       echo "== $step (at $((SECONDS - start)) s, at most ${cap} s)"
       # The GPU's clocks, temperature and power as each stage starts: whether a figure was
       # taken at the clocks the peer's was (an idle H200 sat at 345 MHz, 1980 under load).
-      nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_throttle_reasons.active \
-        --format=csv,noheader 2>/dev/null | sed 's/^/   GPU: /'
+      # (The reasons' field was renamed in newer drivers: whichever this one knows.)
+      nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader 2>/dev/null \
+        | sed 's/^/   GPU: /'
+      { nvidia-smi --query-gpu=clocks_event_reasons.active --format=csv,noheader 2>/dev/null \
+        || nvidia-smi --query-gpu=clocks_throttle_reasons.active --format=csv,noheader 2>/dev/null; } \
+        | sed 's/^/   GPU clocks held back by (bit mask): /'
       # Every command a stage times out (tmo) stops by LEASE_END, nested scripts included.
       env "${env[@]}" ROUNDS=1 OUT="$work/out-lease" LEASE_END=$(($(date +%s) + cap)) \
         bash "$here/run.sh" "$s" 2>&1 | grep -v XDG_RUNTIME_DIR
