@@ -26,8 +26,9 @@ could hold at those registers (warps_an_sm), and the weights those warps keep in
 --stats: the driver's own statistics alone, every module on this machine's GPU in one process
 (paths relative to the table; `gpu-isa.sh` with ISA_WRITE writes such a table and its modules):
 where the compiler is a real GPU's, which runs nowhere else (NVIDIA's), its register counts;
-with ISA_CACHE_DIR each pipeline's cache data (the driver's container of its compiled code) to
-that folder. --carve: the CUDA ELFs inside such caches, for cuobjdump / nvdisasm.
+with ISA_CACHE_DIR each pipeline's cache data (the driver's container of its compiled code) and
+the internal representations the driver gives (Mesa's: NIR and machine code) to that folder.
+--carve: the CUDA ELFs inside such files, for cuobjdump / nvdisasm.
 """
 
 from __future__ import annotations
@@ -210,11 +211,10 @@ def pipeline_stats(  # noqa: ANN001
         pName="main",
         pSpecializationInfo=spec_info,
     )
-    info = vk.VkComputePipelineCreateInfo(
-        flags=vk.VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR,
-        stage=stage,
-        layout=layout,
-    )
+    flags = vk.VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR
+    if cache_to:
+        flags |= vk.VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR
+    info = vk.VkComputePipelineCreateInfo(flags=flags, stage=stage, layout=layout)
     cache = None
     if cache_to:
         cache = vk.vkCreatePipelineCache(dev, vk.VkPipelineCacheCreateInfo(), None)
@@ -232,7 +232,10 @@ def pipeline_stats(  # noqa: ANN001
     props = vk.vkGetDeviceProcAddr(dev, "vkGetPipelineExecutablePropertiesKHR")
     stats = vk.vkGetDeviceProcAddr(dev, "vkGetPipelineExecutableStatisticsKHR")
     out: list[tuple[str, object]] = []
-    for n in range(len(list(props(dev, vk.VkPipelineInfoKHR(pipeline=pipe))))):
+    executables = len(list(props(dev, vk.VkPipelineInfoKHR(pipeline=pipe))))
+    if cache_to:
+        internal_representations(dev, pipe, executables, cache_to.removesuffix(".cache"))
+    for n in range(executables):
         for st in stats(
             dev, vk.VkPipelineExecutableInfoKHR(pipeline=pipe, executableIndex=n)
         ):
@@ -247,6 +250,42 @@ def pipeline_stats(  # noqa: ANN001
             out.append((name, value))
     vk.vkDestroyPipeline(dev, pipe, None)
     return out
+
+
+def internal_representations(dev, pipe, executables: int, stem: str) -> None:  # noqa: ANN001
+    """Each text the driver gives of the pipeline's executables (its intermediate forms and
+    machine code, where it gives any: Mesa's drivers do) to STEM.N.NAME.txt. The package's
+    wrapper asks the sizes alone, so the data are asked through the entry point itself."""
+    import vulkan as vk
+
+    fn = vk.ffi.cast(
+        "PFN_vkGetPipelineExecutableInternalRepresentationsKHR",
+        vk.lib.vkGetDeviceProcAddr(dev, b"vkGetPipelineExecutableInternalRepresentationsKHR"),
+    )
+    for n in range(executables):
+        exe = vk.ffi.new(
+            "VkPipelineExecutableInfoKHR *",
+            {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, "pipeline": pipe,
+             "executableIndex": n},
+        )
+        count = vk.ffi.new("uint32_t *")
+        if fn(dev, exe, count, vk.ffi.NULL) != vk.VK_SUCCESS or count[0] == 0:
+            continue
+        reps = vk.ffi.new("VkPipelineExecutableInternalRepresentationKHR[]", count[0])
+        for r in reps:
+            r.sType = vk.VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INTERNAL_REPRESENTATION_KHR
+        fn(dev, exe, count, reps)  # the sizes
+        keep = []
+        for r in reps:
+            keep.append(vk.ffi.new("char[]", max(r.dataSize, 1)))
+            r.pData = keep[-1]
+        fn(dev, exe, count, reps)  # the data
+        for r in reps:
+            name = vk.ffi.string(r.name).decode(errors="replace")
+            safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "representation"
+            data = bytes(vk.ffi.buffer(r.pData, r.dataSize))
+            with open(f"{stem}.{n}.{safe}.{'txt' if r.isText else 'bin'}", "wb") as f:
+                f.write(data.rstrip(b"\0"))
 
 
 def compile_one(path: str, spec: str, robust: str) -> None:
