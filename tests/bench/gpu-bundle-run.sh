@@ -183,8 +183,19 @@ lease() {
   # The peers' speed JSONs as one file, so that figures from two calls (two machines) can be
   # priced together here: gpu-price.py DIR 0.5B over both unpacked.
   if [ -d "$work/speed" ]; then tar -C "$work" -cf "$final/speed.tar" speed; fi
-  # The registers stage's SASS (or the pipeline caches it found none in).
-  if [ -d "$work/out-lease/sass" ]; then tar -C "$work/out-lease" -cJf "$final/sass.tar.xz" sass; fi
+  # The registers stage's SASS (or the pipeline caches it found none in): a file back from
+  # $OUT is at most 16 MiB, so without the caches and binary forms where they would pass it.
+  if [ -d "$work/out-lease/sass" ]; then
+    local t=$final/sass.tar.xz
+    tar -C "$work/out-lease" -cJf "$t" sass
+    if [ "$(stat -c %s "$t")" -gt 15000000 ]; then
+      tar -C "$work/out-lease" -cJf "$t" --exclude='*.cache' --exclude='*.bin' sass
+    fi
+    if [ "$(stat -c %s "$t")" -gt 15000000 ]; then
+      rm -f "$t"
+      echo "sass.tar.xz left out: over 15 MB without its caches" >>"$final/lease.md"
+    fi
+  fi
 }
 stage() {
   case "$1" in
