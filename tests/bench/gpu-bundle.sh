@@ -104,7 +104,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: -d "$stage/isa/wheels" 
   "vulkan==1.3.275.1" "pycparser==2.22"
 for v in 3.11 3.12 3.13; do
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$v" \
-    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d "$stage/isa/wheels" "cffi>=1.17"
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d "$stage/isa/wheels" "cffi==2.1.1"
 done
 tar -C "$stage" -cf - isa | xz -9e >"$stage/f/isa.tar.xz"
 for m in Qwen2.5-Coder-0.5B-Instruct-Q4_K_M Qwen2.5-Coder-1.5B-Instruct-Q4_K_M; do

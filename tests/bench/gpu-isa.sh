@@ -30,15 +30,18 @@ driver=${ISA_DRIVER:-radv}
 mars_robust=${ISA_MARS_ROBUST:-wgpu}
 case "$driver" in radv | nak) ;; *) echo "gpu-isa: ISA_DRIVER is radv or nak, not $driver" >&2; exit 2 ;; esac
 case "$mars_robust" in wgpu | off) ;; *) echo "gpu-isa: ISA_MARS_ROBUST is wgpu or off, not $mars_robust" >&2; exit 2 ;; esac
-need=()
-dpkg -s mesa-vulkan-drivers >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
-if [ "$driver" = radv ] && [ ${#need[@]} -gt 0 ]; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-fi
-# The `vulkan` package (cffi over the system's Vulkan loader), pinned, in a venv of its own.
+# A driver and the `vulkan` package (cffi over the system's Vulkan loader, pinned, in a venv of
+# its own) where the modules are compiled here, not where they are only written (ISA_WRITE).
 venv="$HOME/.cache/mars/isa-venv"
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -c 'import vulkan' 2>/dev/null || "$venv/bin/pip" install -q "vulkan==1.3.275.1"
+if [ -z "${ISA_WRITE:-}" ]; then
+  need=()
+  dpkg -s mesa-vulkan-drivers >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
+  if [ "$driver" = radv ] && [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -c 'import vulkan' 2>/dev/null || "$venv/bin/pip" install -q "vulkan==1.3.275.1"
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cargo run --release -q -p mars-kernels --features gpu --example spirv -- "$work/mars"
