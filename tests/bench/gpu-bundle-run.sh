@@ -336,7 +336,10 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
       # timing each product back to back, its weights in the GPU's cache (tuned-warm:
       # MARS_TUNE_EVICT=off, its own table; a tuning empties the cache before each product
       # since 2026-12-04), lane teams on every group
-      # (MARS_GPU_TEAM=lanes), wide teams on 8-bit activations for every row count
+      # (MARS_GPU_TEAM=lanes), lane and wide teams with the whole workgroup on an output on
+      # every group but the SwiGLU's, which keeps 16-thread ones (MARS_GPU_TEAM=whole-lanes,
+      # whole-wide: a row's super-blocks spread over 64 threads, as llama.cpp spreads them over
+      # 128 where outputs are few), wide teams on 8-bit activations for every row count
       # (MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8), the prefill in the
       # mat-vec form instead of tiles
       # (MARS_GPU_TILES=off), its tiles on the matrix units (MARS_GPU_TILES=units), both kinds
@@ -350,9 +353,10 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
       # load into four checked ones in Mesa's NVIDIA compiler, and llama.cpp runs its mat-vec
       # pipelines without robustness); and target-only decoding reading back every token
       # before its next pass (MARS_TOKENS_A_READ=1; the rule chains four passes a read)
-      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule pass-same tuned tuned-warm unrobust wide-q8 read-each lanes q8 units no-tiles unsplit units-unsplit folds-apart; do
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule whole-wide pass-same tuned tuned-warm unrobust wide-q8 read-each lanes whole-lanes q8 units no-tiles unsplit units-unsplit folds-apart; do
         case $t in
           rule) e=MARS_TUNE=off ;; tuned) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
+          whole-wide | whole-lanes) e="MARS_TUNE=off MARS_GPU_TEAM=$t" ;;
           tuned-warm) e="MARS_TUNE_EVICT=off MARS_TUNE_CACHE=$work/tune-warm.tsv" ;;
           pass-same) e="MARS_TUNE=off MARS_GPU_PASS=same" ;;
           unrobust) e="MARS_TUNE=off MARS_GPU_ROBUST=off" ;;

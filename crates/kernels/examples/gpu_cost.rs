@@ -270,17 +270,16 @@ fn stream(
             "| {name} [{out} x {cols}] | read alone | - | - | {ms:.3} | {:.1} | - | - | - |",
             read_bytes as f64 / ms / 1e6
         );
-        // Lane teams where the type has them (Q4_K, Q6_K), wide teams for Q4_K.
-        let mut teams = vec![Team::Quarter, Team::Whole];
-        if Team::lanes_for(&[ty.into()]) {
-            teams.push(Team::Lanes);
-        }
-        if Team::wide_for(&[ty.into()]) {
-            teams.push(Team::Wide);
-        }
-        // Each team with f32 activations, and with 8-bit ones but in lane teams.
+        // Lane and wide teams (in 16 threads and whole workgroups) where the type has them
+        // (Q4_K, Q6_K).
+        let teams: Vec<Team> = Team::ALL
+            .into_iter()
+            .filter(|t| !t.lanes() || Team::lanes_for(&[ty.into()]))
+            .filter(|t| !t.wide() || Team::wide_for(&[ty.into()]))
+            .collect();
+        // Each team with f32 activations, and with 8-bit ones but with lane teams' loads.
         let forms = teams.iter().flat_map(|&team| {
-            let q8 = (team != Team::Lanes).then_some((team, Acts::Q8));
+            let q8 = (!team.lanes()).then_some((team, Acts::Q8));
             [Some((team, Acts::F32)), q8].into_iter().flatten()
         });
         for (team, acts) in forms {

@@ -23,10 +23,7 @@ use naga::valid::{Capabilities, ValidationFlags, Validator};
 /// 32-value group (quarter and whole teams, either activations), half a lane's 32 (lane teams
 /// take 16 values of a super-block a pass), or a wide lane's 32 nibbles of a super-block.
 fn weights_a_pass(team: Team) -> usize {
-    match team {
-        Team::Quarter | Team::Whole | Team::Wide => 32,
-        Team::Lanes => 16,
-    }
+    if team.lanes() { 16 } else { 32 }
 }
 
 /// Every form a Q4_K_M or Q5_0 / Q8_0 model's matrices can take: type, team, fan, activations
@@ -38,23 +35,21 @@ fn forms() -> Vec<(WeightType, Team, Fan, Acts, usize)> {
         WeightType::Q8_0,
         WeightType::Q5_0,
     ];
-    let teams = [Team::Quarter, Team::Whole, Team::Lanes, Team::Wide];
+    let teams = Team::ALL;
     let mut out = Vec::new();
     for (ty, team) in types
         .into_iter()
         .flat_map(|ty| teams.map(|team| (ty, team)))
     {
         let gty = GpuType::from(ty);
-        if (team == Team::Lanes && !Team::lanes_for(&[gty]))
-            || (team == Team::Wide && !Team::wide_for(&[gty]))
-        {
+        if (team.lanes() && !Team::lanes_for(&[gty])) || (team.wide() && !Team::wide_for(&[gty])) {
             continue;
         }
         for (fan, acts) in [Fan::One, Fan::Four]
             .into_iter()
             .flat_map(|f| [(f, Acts::F32), (f, Acts::Q8)])
         {
-            if acts == Acts::Q8 && (team == Team::Lanes || !Acts::q8_for(&[gty])) {
+            if acts == Acts::Q8 && (team.lanes() || !Acts::q8_for(&[gty])) {
                 continue;
             }
             out.extend([1, 8, 16].map(|rows| (ty, team, fan, acts, rows)));

@@ -182,6 +182,27 @@ fn wide_teams_are_exact_to_f32_and_keep_the_row_contracts() {
     );
 }
 
+/// Lane and wide teams with the whole workgroup on an output (four or eight super-blocks a
+/// step, one block of a row or nine: most of the workgroup idle, then a step left over): the
+/// same contracts; a SwiGLU group asked for them runs in the 16-thread team (its gate and up
+/// meet inside a workgroup), within f32 rounding of the outputs alone.
+#[test]
+fn whole_workgroup_lane_and_wide_teams_are_exact_to_f32_and_keep_the_row_contracts() {
+    a_team_is_exact_to_f32_and_keeps_the_row_contracts(
+        Team::WholeLanes,
+        &[WeightType::Q4K, WeightType::Q6K],
+        &[(WeightType::Q4K, WeightType::Q6K)],
+    );
+    a_team_is_exact_to_f32_and_keeps_the_row_contracts(
+        Team::WholeWide,
+        &[WeightType::Q4K, WeightType::Q6K],
+        &[
+            (WeightType::Q4K, WeightType::Q4K),
+            (WeightType::Q6K, WeightType::Q6K),
+        ],
+    );
+}
+
 /// `team` over matrices of each of `types`, and in groups of each of `groups`' (type, type of
 /// the third matrix: a q | k | v's v).
 fn a_team_is_exact_to_f32_and_keeps_the_row_contracts(
@@ -216,12 +237,23 @@ fn a_team_is_exact_to_f32_and_keeps_the_row_contracts(
                 exact[i]
             );
         }
-        // Its own bits: another order of sums than the 32-value groups'.
+        // Its own bits: another order of sums than the 32-value groups', and with the whole
+        // workgroup on an output over more than one super-block another than its 16-thread
+        // team's (over one, the other lanes add zeros: the same bits).
         assert_ne!(
             bits(&one),
             bits(&quarter),
             "{ty:?}: the {team:?} form did not run"
         );
+        if team.in_quarters() != team && cols > 256 {
+            let mut g = upload(&client, &w, max);
+            g.set_team(team.in_quarters());
+            assert_ne!(
+                bits(&matmul(&client, &g, &x, 16)),
+                bits(&one),
+                "{ty:?}: {team:?} ran as its 16-thread team"
+            );
+        }
         assert_eq!(
             bits(&matmul(&client, &lanes(&w, Fan::Four), &x, 16)),
             bits(&one),

@@ -163,12 +163,23 @@ fn every_type_is_within_its_quantization_bound_and_rows_stay_independent() {
 /// products.
 #[test]
 fn wide_teams_are_within_the_bound_and_keep_the_row_contracts() {
+    wide_team_contracts(Team::Wide);
+}
+
+/// The same with the whole workgroup on an output (eight super-blocks a step); a SwiGLU
+/// group asked for it runs in 16-thread wide teams.
+#[test]
+fn whole_workgroup_wide_teams_are_within_the_bound_and_keep_the_row_contracts() {
+    wide_team_contracts(Team::WholeWide);
+}
+
+fn wide_team_contracts(team: Team) {
     let client = client();
     let max = max_binding(&client);
     let mut rng = ChaCha8Rng::seed_from_u64(23);
     let wide = |w: &QMatrix, fan| {
         let mut gw = upload_q8(&client, w, max);
-        gw.set_team(Team::Wide);
+        gw.set_team(team);
         gw.set_fan(fan);
         gw
     };
@@ -193,8 +204,17 @@ fn wide_teams_are_within_the_bound_and_keep_the_row_contracts() {
         assert_ne!(
             bits(&quarter),
             bits(&all),
-            "{ty:?} {cols}: the wide form did not run"
+            "{ty:?} {cols}: the {team:?} form did not run"
         );
+        if team != Team::Wide && cols > 256 {
+            let mut gw = upload_q8(&client, &w, max);
+            gw.set_team(Team::Wide);
+            assert_ne!(
+                bits(&matmul(&client, &gw, &x, 16)),
+                bits(&all),
+                "{ty:?} {cols}: {team:?} ran as 16-thread wide teams"
+            );
+        }
         for m in [1, 5] {
             let some = matmul(&client, &wide(&w, Fan::One), &x[..m * cols], m);
             assert_eq!(bits(&some), bits(&all[..m * out]), "{ty:?} {cols}: m = {m}");
@@ -223,7 +243,7 @@ fn wide_teams_are_within_the_bound_and_keep_the_row_contracts() {
         .unwrap();
         assert_eq!(
             (swiglu.form().team, swiglu.form().acts),
-            (Team::Wide, Acts::Q8)
+            (team.in_quarters(), Acts::Q8)
         );
         let got = run(&client, &swiglu, &x, (3, 3));
         for i in 0..3 * 24 {

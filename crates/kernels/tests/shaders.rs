@@ -496,7 +496,8 @@ fn every_team_of_k_quants_translates_for_vulkan_metal_and_d3d12() {
     let bounds = BOUNDS;
     let (k4, k6) = k_quants();
     // Lane teams (Q4_K and Q6_K groups only): every row bound and epilogue, both reductions,
-    // a Q4_K_M q | k | v (v in Q6_K) among them.
+    // a Q4_K_M q | k | v (v in Q6_K) among them; with the whole workgroup on an output, every
+    // epilogue but a SwiGLU's.
     for (rows, fan) in bounds.into_iter().flat_map(|r| FANS.map(|f| (r, f))) {
         for (types, epilogue) in [
             (&[k4][..], Epilogue::Store),
@@ -509,19 +510,26 @@ fn every_team_of_k_quants_translates_for_vulkan_metal_and_d3d12() {
                 (Reduce::Workgroup, false),
                 (Reduce::Subgroup { lanes: 16 }, true),
             ] {
-                let form = (Team::Lanes, fan, Acts::F32);
-                let source = matmul_source(types, rows, reduce, epilogue, form);
-                let what =
-                    format!("lanes {types:?}, {rows} rows, {epilogue:?}, {fan:?}, {reduce:?}");
-                check(&what, &source, subgroups);
-                let source = matmul_source_with(types, rows, reduce, epilogue, form, true);
-                check(&format!("{what}, norm folded"), &source, subgroups);
-                checked += 2;
+                for team in [Team::Lanes, Team::WholeLanes] {
+                    if team == Team::WholeLanes && epilogue == Epilogue::SwiGlu {
+                        continue;
+                    }
+                    let form = (team, fan, Acts::F32);
+                    let source = matmul_source(types, rows, reduce, epilogue, form);
+                    let what = format!(
+                        "{team:?} {types:?}, {rows} rows, {epilogue:?}, {fan:?}, {reduce:?}"
+                    );
+                    check(&what, &source, subgroups);
+                    let source = matmul_source_with(types, rows, reduce, epilogue, form, true);
+                    check(&format!("{what}, norm folded"), &source, subgroups);
+                    checked += 2;
+                }
             }
         }
     }
     // Wide teams (groups of Q4_K or of Q6_K, the weights bound as vec4s): every row bound, the
-    // three epilogues, both activations, both reductions, the norm folded in the f32 form.
+    // three epilogues (with the whole workgroup on an output, every one but a SwiGLU's), both
+    // activations, both reductions, the norm folded in the f32 form.
     for (rows, fan) in bounds.into_iter().flat_map(|r| FANS.map(|f| (r, f))) {
         for (types, epilogue) in [
             (&[k4][..], Epilogue::Store),
@@ -536,22 +544,32 @@ fn every_team_of_k_quants_translates_for_vulkan_metal_and_d3d12() {
                 (Reduce::Workgroup, false),
                 (Reduce::Subgroup { lanes: 16 }, true),
             ] {
-                let what =
-                    format!("wide {types:?}, {rows} rows, {epilogue:?}, {fan:?}, {reduce:?}");
-                for acts in [Acts::F32, Acts::Q8] {
-                    let form = (Team::Wide, fan, acts);
-                    let source = matmul_source(types, rows, reduce, epilogue, form);
-                    check(&format!("{what}, {acts:?}"), &source, subgroups);
+                for team in [Team::Wide, Team::WholeWide] {
+                    if team == Team::WholeWide && epilogue == Epilogue::SwiGlu {
+                        continue;
+                    }
+                    let what = format!(
+                        "{team:?} {types:?}, {rows} rows, {epilogue:?}, {fan:?}, {reduce:?}"
+                    );
+                    for acts in [Acts::F32, Acts::Q8] {
+                        let form = (team, fan, acts);
+                        let source = matmul_source(types, rows, reduce, epilogue, form);
+                        check(&format!("{what}, {acts:?}"), &source, subgroups);
+                        checked += 1;
+                    }
+                    let form = (team, fan, Acts::F32);
+                    let source = matmul_source_with(types, rows, reduce, epilogue, form, true);
+                    check(&format!("{what}, norm folded"), &source, subgroups);
                     checked += 1;
                 }
-                let form = (Team::Wide, fan, Acts::F32);
-                let source = matmul_source_with(types, rows, reduce, epilogue, form, true);
-                check(&format!("{what}, norm folded"), &source, subgroups);
-                checked += 1;
             }
         }
     }
-    assert_eq!(checked, 5 * 2 * 5 * 2 * 2 + 5 * 2 * 7 * 2 * 3);
+    assert_eq!(
+        checked,
+        5 * 2 * (5 + 4) * 2 * 2 + 5 * 2 * (7 + 5) * 2 * 3,
+        "forms checked"
+    );
     khronos_verdicts().unwrap();
 }
 

@@ -30,6 +30,8 @@
 // activations those 16 values meet; each lane sums over every super-block of the row, and the
 // tree is the same.
 // A row's sum is again in a fixed order whatever the rows and fan (the form's own bits).
+// With the whole workgroup on an output (TEAM 64, `Team::WholeLanes`) its four 16-lane quarters
+// take super-blocks t / 16, + 4, …: a thread walks a quarter of the row's steps.
 //
 // Wide teams (WIDE, `Team::Wide`, groups of Q4_K or of Q6_K matrices, the weights bound as
 // vec4s): the team's 16 threads take two super-blocks a step, 8 lanes each, every lane loading
@@ -43,7 +45,9 @@
 // Σ x·q, scaled once by its scale, less its minimum·Σ x; with 8-bit activations a run is half
 // a quantized block, one vec4: Q4_K's minimum (the whole sub-block's) is added by the lane of
 // the block's first half from the activations' s (the whole block's), Q6_K's values become
-// q − 32 (no minimum). Its own bits again, in a fixed order whatever the rows and fan.
+// q − 32 (no minimum). Its own bits again, in a fixed order whatever the rows and fan. With
+// the whole workgroup on an output (TEAM 64, `Team::WholeWide`) it takes eight super-blocks a
+// step instead of two.
 //
 // A norm folded in (NORMED, f32 activations only): x holds the rows before their RMSNorm, and the
 // product is of the normed rows, g · x / rms(x). Each team's threads also sum the squares of

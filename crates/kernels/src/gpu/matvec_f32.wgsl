@@ -3,11 +3,14 @@
 // matmul.wgsl).
     var qs: array<vec4<f32>, 8u * OUTS>;
     let x_row = n_in / 4u; // vec4s a row of x
-    // The lane's first vec4 in a super-block's 64: values 32·2c + 8·(t % 4) (lane teams).
-    let xl = 16u * (t / 4u) + 2u * (t % 4u);
-    for (var b = 0u; b < end && LANE_TEAMS && !WIDE; b++) {
+    // Lane teams: lane li of super-blocks t / 16, + TEAM / 16, … (one a step in 16-thread
+    // teams, four in whole-workgroup ones); its first vec4 in a super-block's 64: values
+    // 32·2c + 8·(li % 4).
+    let li = t % 16u;
+    let xl = 16u * (li / 4u) + 2u * (li % 4u);
+    for (var b = t / 16u; b < end && LANE_TEAMS && !WIDE; b += TEAM / 16u) {
         for (var u = 0u; u < OUTS; u++) { // unroll
-            lane(outs_at[u].x, outs_at[u].y, b, t);
+            lane(outs_at[u].x, outs_at[u].y, b, li);
             for (var k = 0u; k < 4u; k++) { // unroll
                 qs[u * 8u + k] = q[k];
             }
@@ -83,11 +86,12 @@
             }
         }
     }
-    // Wide teams: lane wi of super-blocks t / 8, + 2, …; its values are vec4s xw .. xw + 3 (the
-    // first run) and xw + WIDE_GAP .. + 3 (the second) of the super-block's 64.
+    // Wide teams: lane wi of super-blocks t / 8, + TEAM / 8, … (two a step in 16-thread teams,
+    // eight in whole-workgroup ones); its values are vec4s xw .. xw + 3 (the first run) and
+    // xw + WIDE_GAP .. + 3 (the second) of the super-block's 64.
     let wi = t % 8u;
     let xw = wide_lo(wi);
-    for (var b = t / 8u; b < end && WIDE; b += 2u) {
+    for (var b = t / 8u; b < end && WIDE; b += TEAM / 8u) {
         wide_outputs(b, wi);
         // The lane's 32 weights an output as f32 (integers), once for all rows.
         var wf: array<vec4<f32>, 8u * OUTS>;

@@ -69,7 +69,8 @@
     // a row's address one add from row 0's (the flat block index shifted per row, as the
     // other form takes it, cost NAK ~8 instructions a row and step).
     let x_chunks = (n_groups >> 2u) * 10u;
-    for (var b = t / 8u; b < end && WIDE; b += 2u) {
+    // Super-blocks t / 8, + TEAM / 8, … (two a step in 16-thread teams, eight in whole ones).
+    for (var b = t / 8u; b < end && WIDE; b += TEAM / 8u) {
         let cb = ((8u * b + first) >> 2u) * 10u;
         wide_outputs(b, wi);
         for (var u = 0u; u < OUTS; u++) { // unroll

@@ -507,6 +507,18 @@ pub enum Team {
     /// of Q6_K matrices ([`Team::wide_for`]); no rule chooses it, a tuning table does where it
     /// measured fastest.
     Wide,
+    /// [`Team::Lanes`]' loads with the whole workgroup on an output: its 64 threads take four
+    /// super-blocks of the row a step (16 lanes each), as llama.cpp's Vulkan mat-vec puts 128
+    /// threads on a pair of outputs where they are few (ggml-vulkan's large workgroups for
+    /// K-quants on NVIDIA where m ≤ 8192): a thread walks a quarter of the steps, so a row's
+    /// loads are in flight across threads rather than one after another in one; on an H200 a
+    /// whole team read a 7B's down 1.35× faster than quarter teams (`Team::for_group`). Not for
+    /// a SwiGLU (gate and up meet inside a workgroup: it takes [`Team::Lanes`]); no rule chooses
+    /// it, a tuning table does where it measured fastest.
+    WholeLanes,
+    /// [`Team::Wide`]'s loads with the whole workgroup on an output: eight super-blocks a step
+    /// (8 lanes each), as [`Team::WholeLanes`] is to lane teams; a SwiGLU takes [`Team::Wide`].
+    WholeWide,
 }
 
 impl Team {
@@ -533,23 +545,68 @@ impl Team {
     pub fn threads(self) -> usize {
         match self {
             Self::Quarter | Self::Lanes | Self::Wide => 16,
-            Self::Whole => 64,
+            Self::Whole | Self::WholeLanes | Self::WholeWide => 64,
         }
     }
 
-    /// The team the environment's `MARS_GPU_TEAM` (`quarter`, `whole` or `lanes`) forces on
-    /// every group it applies to, as [`GpuMatrix::set_team`] does: a measurement knob, so that
-    /// the GPU bundle times a whole decode in another form without a rebuild (as
-    /// `CUBECL_WGPU_MAX_TASKS` sets the submit interval). Read once; unset or another value:
-    /// none.
+    /// Whether the team shares each super-block among 16 lanes ([`Team::Lanes`]' loads).
+    pub fn lanes(self) -> bool {
+        matches!(self, Self::Lanes | Self::WholeLanes)
+    }
+
+    /// Whether the team loads 16 bytes a lane ([`Team::Wide`]'s loads).
+    pub fn wide(self) -> bool {
+        matches!(self, Self::Wide | Self::WholeWide)
+    }
+
+    /// The team with the same loads in 16-thread teams: what a SwiGLU group takes in place of a
+    /// whole-workgroup team (its gate and up meet inside a workgroup of four teams).
+    pub fn in_quarters(self) -> Self {
+        match self {
+            Self::Whole => Self::Quarter,
+            Self::WholeLanes => Self::Lanes,
+            Self::WholeWide => Self::Wide,
+            team => team,
+        }
+    }
+
+    /// The name a tuning table and `MARS_GPU_TEAM` give the team.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Quarter => "quarter",
+            Self::Whole => "whole",
+            Self::Lanes => "lanes",
+            Self::Wide => "wide",
+            Self::WholeLanes => "whole-lanes",
+            Self::WholeWide => "whole-wide",
+        }
+    }
+
+    /// Every team, in [`Team::name`]'s order.
+    pub const ALL: [Self; 6] = [
+        Self::Quarter,
+        Self::Whole,
+        Self::Lanes,
+        Self::Wide,
+        Self::WholeLanes,
+        Self::WholeWide,
+    ];
+
+    /// The team `name` names ([`Team::name`]).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// The team the environment's `MARS_GPU_TEAM` (a [`Team::name`]) forces on every group it
+    /// applies to, as [`GpuMatrix::set_team`] does: a measurement knob, so that the GPU bundle
+    /// times a whole decode in another form without a rebuild (as `CUBECL_WGPU_MAX_TASKS` sets
+    /// the submit interval). Read once; unset or another value: none.
     pub fn forced() -> Option<Self> {
         static FORCED: std::sync::OnceLock<Option<Team>> = std::sync::OnceLock::new();
-        *FORCED.get_or_init(|| match std::env::var("MARS_GPU_TEAM").as_deref() {
-            Ok("quarter") => Some(Self::Quarter),
-            Ok("whole") => Some(Self::Whole),
-            Ok("lanes") => Some(Self::Lanes),
-            Ok("wide") => Some(Self::Wide),
-            _ => None,
+        *FORCED.get_or_init(|| {
+            std::env::var("MARS_GPU_TEAM")
+                .ok()
+                .and_then(|v| Self::parse(&v))
         })
     }
 
@@ -836,13 +893,13 @@ pub fn matmul_source_with(
 ",
         );
     }
-    let lane_teams = team == Team::Lanes;
+    let lane_teams = team.lanes();
     let lane_dispatch = if lane_teams {
         dispatch(types, "load_lane", "rb, b, i")
     } else {
         String::new()
     };
-    let wide = team == Team::Wide;
+    let wide = team.wide();
     let wide_dispatch = if wide {
         dispatch(types, "load_wide", "rb, b, i")
     } else {
@@ -1492,17 +1549,17 @@ impl Shader {
                 for &ty in types {
                     k = k * 16 + 1 + u64::from(type_code(ty));
                 }
-                // Wide teams in bit 17, 8-bit activations in bit 16, a folded norm in bit 15,
-                // lane teams in bit 14, the fan in bit 13, rows ≤ 16 in bits 8..13, a whole
-                // team in bit 7, lanes ≤ 16 in bits 2..7.
+                // Wide teams' loads in bit 17, 8-bit activations in bit 16, a folded norm in
+                // bit 15, lane teams' loads in bit 14, the fan in bit 13, rows ≤ 16 in bits
+                // 8..13, a whole-workgroup team in bit 7, lanes ≤ 16 in bits 2..7.
                 (k << 18)
-                    | (u64::from(*team == Team::Wide) << 17)
+                    | (u64::from(team.wide()) << 17)
                     | (u64::from(*acts == Acts::Q8) << 16)
                     | (u64::from(*normed) << 15)
                     | (u64::from(*fan == Fan::Four) << 13)
                     | ((*rows as u64) << 8)
-                    | (u64::from(*team == Team::Whole) << 7)
-                    | (u64::from(*team == Team::Lanes) << 14)
+                    | (u64::from(team.threads() == 64) << 7)
+                    | (u64::from(team.lanes()) << 14)
                     | (u64::from(reduce.lanes()) << 2)
                     | u64::from(epilogue.code())
             }
@@ -2688,15 +2745,24 @@ impl MatrixGroup {
         // One team and fan for the whole group, whichever launches compute it: an output's sum
         // then meets in the same tree, so a split group gives the bits of an unsplit one.
         let types: Vec<GpuType> = members.iter().map(|m| m.ty).collect();
-        let team = match first.team.or_else(Team::forced) {
-            Some(Team::Lanes) if Team::lanes_for(&types) => Team::Lanes,
-            Some(Team::Wide) if Team::wide_for(&types) => Team::Wide,
-            Some(team @ (Team::Quarter | Team::Whole)) if epilogue != Epilogue::SwiGlu => team,
+        // A SwiGLU's gate and up meet inside a workgroup of four teams: a whole-workgroup team
+        // asked of it gives its 16-thread sibling.
+        let asked = first.team.or_else(Team::forced).map(|team| {
+            if epilogue == Epilogue::SwiGlu {
+                team.in_quarters()
+            } else {
+                team
+            }
+        });
+        let team = match asked {
+            Some(team) if team.lanes() && Team::lanes_for(&types) => team,
+            Some(team) if team.wide() && Team::wide_for(&types) => team,
+            Some(team @ (Team::Quarter | Team::Whole)) => team,
             _ => Team::for_group(epilogue, outputs, cols),
         };
         let fan = first.fan;
         let acts = match first.acts.or_else(Acts::forced) {
-            Some(Acts::Q8) if Acts::q8_for(&types) && team != Team::Lanes => Acts::Q8,
+            Some(Acts::Q8) if Acts::q8_for(&types) && !team.lanes() => Acts::Q8,
             _ => Acts::F32,
         };
         // Only products over every row meet a prefill; the head's (the last rows) never does.
@@ -2910,29 +2976,26 @@ impl MatrixGroup {
     }
 
     /// Every mat-vec form this group can run in (each for one-row steps and passes alike: a
-    /// form's pass may be any other of them): quarter teams, whole teams but for a SwiGLU (whose
-    /// gate and up meet inside a workgroup), lane teams where every member's type has a lane
-    /// decoder ([`Team::lanes_for`]), wide teams where every member is Q4_K or
-    /// every one Q6_K ([`Team::wide_for`]), each with one and four outputs a team, each with f32 activations
-    /// and (but in lane teams) 8-bit ones where the types take them ([`Acts::q8_for`]).
+    /// form's pass may be any other of them): quarter teams, lane teams where every member's
+    /// type has a lane decoder ([`Team::lanes_for`]), wide teams where every member is Q4_K or
+    /// every one Q6_K ([`Team::wide_for`]), and each of the three with the whole workgroup on an
+    /// output but for a SwiGLU (whose gate and up meet inside a workgroup); each with one and
+    /// four outputs a team, each with f32 activations and (but with lane teams' loads) 8-bit
+    /// ones where the types take them ([`Acts::q8_for`]).
     pub fn forms(&self) -> Vec<Form> {
         let types: Vec<GpuType> = self.members.iter().map(GpuMatrix::ty).collect();
-        let mut teams = vec![Team::Quarter];
-        if self.epilogue != Epilogue::SwiGlu {
-            teams.push(Team::Whole);
-        }
-        if Team::lanes_for(&types) {
-            teams.push(Team::Lanes);
-        }
-        if Team::wide_for(&types) {
-            teams.push(Team::Wide);
-        }
+        let swiglu = self.epilogue == Epilogue::SwiGlu;
+        let teams = Team::ALL.into_iter().filter(|&team| {
+            (team.threads() == 16 || !swiglu)
+                && (!team.lanes() || Team::lanes_for(&types))
+                && (!team.wide() || Team::wide_for(&types))
+        });
         let prefill = self.form.prefill;
         let q8 = Acts::q8_for(&types);
         let mut forms = Vec::new();
         for team in teams {
             for acts in [Acts::F32, Acts::Q8] {
-                if acts == Acts::Q8 && (!q8 || team == Team::Lanes) {
+                if acts == Acts::Q8 && (!q8 || team.lanes()) {
                     continue;
                 }
                 for fan in [Fan::One, Fan::Four] {

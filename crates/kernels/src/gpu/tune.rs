@@ -44,13 +44,12 @@ pub struct MatVec {
 impl MatVec {
     /// `wide/1/q8`: [`Form::name`]'s first three parts.
     pub fn name(self) -> String {
-        let team = match self.team {
-            Team::Quarter => "quarter",
-            Team::Whole => "whole",
-            Team::Lanes => "lanes",
-            Team::Wide => "wide",
-        };
-        format!("{team}/{}/{}", self.fan.outputs(), self.acts.name())
+        format!(
+            "{}/{}/{}",
+            self.team.name(),
+            self.fan.outputs(),
+            self.acts.name()
+        )
     }
 
     /// The mat-vec form `team/fan/acts` names (acts optional: f32).
@@ -60,13 +59,7 @@ impl MatVec {
             "q8" => Acts::Q8,
             _ => return None,
         };
-        let team = match team {
-            "quarter" => Team::Quarter,
-            "whole" => Team::Whole,
-            "lanes" => Team::Lanes,
-            "wide" => Team::Wide,
-            _ => return None,
-        };
+        let team = Team::parse(team)?;
         let fan = match fan {
             "1" => Fan::One,
             "4" => Fan::Four,
@@ -547,7 +540,7 @@ mod tests {
 
     #[test]
     fn forms_round_trip_through_their_names() {
-        for team in [Team::Quarter, Team::Whole, Team::Lanes, Team::Wide] {
+        for team in Team::ALL {
             for fan in [Fan::One, Fan::Four] {
                 for acts in [Acts::F32, Acts::Q8] {
                     for prefill in [
