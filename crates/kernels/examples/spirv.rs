@@ -13,7 +13,8 @@
 use std::fmt::Write as _;
 
 use mars_kernels::gpu::{
-    Acts, Epilogue, Fan, GpuType, Reduce, Team, TileForm, TilePhase, matmul_source, tile_source,
+    Acts, Epilogue, Fan, GpuType, Reduce, Team, TileForm, TilePhase, matmul_source_with,
+    tile_source,
 };
 use mars_kernels::{UnitShape, WeightType};
 use naga::back::spv;
@@ -26,9 +27,11 @@ fn weights_a_pass(team: Team) -> usize {
     if team.lanes() { 16 } else { 32 }
 }
 
-/// Every form a Q4_K_M or Q5_0 / Q8_0 model's matrices can take: type, team, fan, activations
-/// and the row bound (1, 8 for a 5-row verification, 16).
-fn forms() -> Vec<(WeightType, Team, Fan, Acts, usize)> {
+/// Every form a Q4_K_M or Q5_0 / Q8_0 model's matrices can take: type, team, fan, activations,
+/// the row bound (1, 8 for a 5-row verification, 16) and whether the norm before the product
+/// is folded into it (as a card runs q | k | v and gate | up: f32 activations, one-row steps
+/// and 8-row passes).
+fn forms() -> Vec<(WeightType, Team, Fan, Acts, usize, bool)> {
     let types = [
         WeightType::Q4K,
         WeightType::Q6K,
@@ -52,7 +55,10 @@ fn forms() -> Vec<(WeightType, Team, Fan, Acts, usize)> {
             if acts == Acts::Q8 && (team.lanes() || !Acts::q8_for(&[gty])) {
                 continue;
             }
-            out.extend([1, 8, 16].map(|rows| (ty, team, fan, acts, rows)));
+            out.extend([1, 8, 16].map(|rows| (ty, team, fan, acts, rows, false)));
+            if acts == Acts::F32 {
+                out.extend([1, 8].map(|rows| (ty, team, fan, acts, rows, true)));
+            }
         }
     }
     out
@@ -96,19 +102,23 @@ fn main() {
         entry_point: "main".to_string(),
     };
     let mut table = String::from("name\ttype\tteam\touts\tacts\trows\tweights_a_pass\n");
-    for (ty, team, fan, acts, rows) in forms() {
+    for (ty, team, fan, acts, rows, normed) in forms() {
         let gty = GpuType::from(ty);
-        let source = matmul_source(&[gty], rows, reduce, Epilogue::Store, (team, fan, acts));
+        let form = (team, fan, acts);
+        let source = matmul_source_with(&[gty], rows, reduce, Epilogue::Store, form, normed);
+        if std::env::var("SPIRV_DUMP").is_ok() {
+            std::fs::write(out.join("last.wgsl"), &source).unwrap();
+        }
         let words = spirv(&source, caps, &options, &pipeline);
         let outs = fan.outputs();
-        let name = format!("{ty:?}-{team:?}-{outs}-{}-r{rows}", acts.name()).to_lowercase();
+        let acts = format!("{}{}", acts.name(), if normed { "normed" } else { "" });
+        let name = format!("{ty:?}-{team:?}-{outs}-{acts}-r{rows}").to_lowercase();
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         std::fs::write(out.join(format!("{name}.spv")), bytes).unwrap();
         let per_pass = weights_a_pass(team) * outs;
         writeln!(
             table,
-            "{name}\t{ty:?}\t{team:?}\t{outs}\t{}\t{rows}\t{per_pass}",
-            acts.name()
+            "{name}\t{ty:?}\t{team:?}\t{outs}\t{acts}\t{rows}\t{per_pass}"
         )
         .unwrap();
     }

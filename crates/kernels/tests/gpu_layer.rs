@@ -1541,9 +1541,9 @@ fn a_folded_norm_equals_the_norm_launched_apart() {
             "{members:?} {epilogue:?} split"
         );
     }
-    // Quarter / whole teams (not for a SwiGLU), lanes and wide teams where every type has
-    // them, fan 1 and 4.
-    assert_eq!(forms_run, 6 + 2 + 8 + 6);
+    // Quarter teams; lane and wide teams where every type has them; each of the three also a
+    // workgroup an output but for a SwiGLU; fan 1 and 4.
+    assert_eq!(forms_run, 8 + 2 + 12 + 6);
 
     // Refused: weights of another width, a bad epsilon, the last rows alone (the head); and a
     // step in 8-bit activations does not fold (its norm writes them).

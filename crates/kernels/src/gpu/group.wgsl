@@ -21,18 +21,25 @@
 // among the values below and its epsilon's bits (else 0, 0), the groups a split tile walks
 // (tile.wgsl; else 0)], then the group's values as f32 bits (`value`): [group outputs] of
 // biases where has_bias, then where a norm is folded in (matmul.wgsl's NORMED) its weights g,
-// [n_in]. One binding, not a binding for the parameters and one for the values: a binding
-// costs the host at every launch.
-@group(0) @binding({{b_p}}) var<storage, read_write> p: array<u32>;
+// [n_in], starting on a vec4 (`norm_values` in mod.rs). One binding, not a binding for the
+// parameters and one for the values: a binding costs the host at every launch. Bound as vec4s
+// of words, padded to whole ones, so that a folded norm's weights load four at a time (`pw`
+// reads a word).
+@group(0) @binding({{b_p}}) var<storage, read_write> p: array<vec4<u32>>;
 // The forward's step buffer (step.rs): [rows, tail rows, logit limit, …].
 @group(0) @binding({{b_s}}) var<storage, read_write> s: array<u32>;
 
 // Words of parameters before the values (mars-kernels' `PARAM_WORDS`).
 const PARAM_WORDS: u32 = {{param_words}}u;
 
+// Word `i` of the constants.
+fn pw(i: u32) -> u32 {
+    return p[i >> 2u][i & 3u];
+}
+
 // Value `i` of the constants' f32 values (biases, then a folded norm's weights).
 fn value(i: u32) -> f32 {
-    return bitcast<f32>(p[PARAM_WORDS + i]);
+    return bitcast<f32>(pw(PARAM_WORDS + i));
 }
 
 // Decodes group `g` of the row at byte `rb` of matrix `sub`.
@@ -51,7 +58,7 @@ fn row_at(o: u32, first_1: u32, first_2: u32) -> vec2<u32> {
         sub = 1u;
         local = o - first_1;
     }
-    return vec2<u32>(sub, p[13u + sub] + local * p[9u + sub]);
+    return vec2<u32>(sub, pw(13u + sub) + local * pw(9u + sub));
 }
 
 // Whether output `o` (the `j`th of a SwiGLU's gate or up) is computed: inside the group, and
@@ -60,5 +67,5 @@ fn live(o: u32, j: u32, outputs: u32, y_offset: u32, limit: u32, first_1: u32) -
     if EPILOGUE == 2u {
         return j < first_1;
     }
-    return o < outputs && (EPILOGUE != 0u || p[16] == 0u || y_offset + o < limit);
+    return o < outputs && (EPILOGUE != 0u || pw(16) == 0u || y_offset + o < limit);
 }

@@ -97,10 +97,10 @@ var<workgroup> partial: array<f32, 64u * ACC>;
 
 {{wide_geometry}}
 
-// Where NORMED: the folded norm's weights for vec4 `i` of a row (4 i .. 4 i + 3).
+// Where NORMED: the folded norm's weights for vec4 `i` of a row (4 i .. 4 i + 3), one load (the
+// weights start on a vec4 of the constants: `norm_values` in mod.rs).
 fn norm_weights(i: u32) -> vec4<f32> {
-    let at = p[17] + 4u * i;
-    return vec4<f32>(value(at), value(at + 1u), value(at + 2u), value(at + 3u));
+    return bitcast<vec4<f32>>(p[(PARAM_WORDS + pw(17)) / 4u + i]);
 }
 
 // Lane `i`'s 16 values of super-block `b` of the row at byte `rb` of matrix `sub` (lane teams;
@@ -147,26 +147,26 @@ fn load_q8(sub: u32, rb: u32, g: u32) {
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let n_in = p[0];
+    let n_in = pw(0);
     // Every weight binding read, whatever the form: a pipeline layout derived from the shader
     // keeps only the bindings it uses, and the launch binds each (n_in is never 0).
     if n_in == 0u {
         y[0] = f32({{w_any}});
     }
-    let y_stride = p[1];
-    let y_offset = p[2];
-    let outputs = p[3];
-    let groups_x = p[4];
-    let first_1 = p[7];
-    let first_2 = p[8];
+    let y_stride = pw(1);
+    let y_offset = pw(2);
+    let outputs = pw(3);
+    let groups_x = pw(4);
+    let first_1 = pw(7);
+    let first_2 = pw(8);
     let row0 = wg.z * ROWS;
-    let m = min(ROWS, s[p[5]] - row0);
+    let m = min(ROWS, s[pw(5)] - row0);
     // The row of x that row 0 reads: x holds the rows before their norm where NORMED, every
     // row of the pass, so a group over the last rows (the head) starts that many rows in;
     // otherwise x holds the group's rows alone.
     var x0 = 0u;
     if NORMED {
-        x0 = s[0] - s[p[5]];
+        x0 = s[0] - s[pw(5)];
     }
     let limit = s[2];
     let team = lid / TEAM;
@@ -212,10 +212,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 let is_live = live(o, 0u, outputs, y_offset, limit, first_1);
                 for (var r = 0u; r < ROWS; r++) { // unroll
                     if r < m {
-                        var v = bitcast<f32>(p[12]); // −inf past the logit limit
+                        var v = bitcast<f32>(pw(12)); // −inf past the logit limit
                         if is_live {
                             v = acc[u * ROWS + r];
-                            if p[6] != 0u {
+                            if pw(6) != 0u {
                                 v += value(at);
                             }
                         }

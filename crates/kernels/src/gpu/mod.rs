@@ -883,7 +883,7 @@ pub fn matmul_source_with(
     if normed {
         tree.push_str(&team_tree("ss", "ROWS", lanes));
         tree.push_str(
-            "    let eps = bitcast<f32>(p[18]);
+            "    let eps = bitcast<f32>(pw(18));
     for (var r = 0u; r < ROWS; r++) { // unroll
         let inv = 1.0 / sqrt(ss[r] / f32(n_in) + eps);
         for (var u = 0u; u < OUTS; u++) { // unroll
@@ -2066,12 +2066,13 @@ struct Tiled {
 }
 
 /// Words of parameters before the values in a matmul's constants (group.wgsl's `p`, which
-/// takes it as its `PARAM_WORDS`).
+/// takes it as its `PARAM_WORDS`): whole vec4s, so that the values start on one.
 const PARAM_WORDS: usize = 20;
+const _: () = assert!(PARAM_WORDS.is_multiple_of(4));
 
-/// A matmul launch's constants (group.wgsl's `p`): its parameter `words` padded with zeros to
-/// [`PARAM_WORDS`], then the group's `values` (biases, then a folded norm's weights) as f32
-/// bits.
+/// A matmul launch's constants (group.wgsl's `p`, bound as vec4s of words): its parameter
+/// `words` padded with zeros to [`PARAM_WORDS`], then the group's `values` (biases, then a
+/// folded norm's weights, [`norm_values`]) as f32 bits, padded with zeros to whole vec4s.
 ///
 /// # Errors
 /// [`KernelError::Shape`] for more than [`PARAM_WORDS`] words.
@@ -2085,7 +2086,25 @@ fn constants(mut words: Vec<u32>, values: Option<&[f32]>) -> Result<Vec<u32>> {
     }
     words.resize(PARAM_WORDS, 0);
     words.extend(values.unwrap_or_default().iter().map(|v| v.to_bits()));
+    words.resize(words.len().next_multiple_of(4), 0);
     Ok(words)
+}
+
+/// A group's constant values: its biases, then where a norm is folded in its weights `g`
+/// starting on a whole vec4 (the biases padded with zeros to a multiple of 4), so that a lane
+/// loads four of them at once (matmul.wgsl's `norm_weights`: on NVIDIA's NAK a lane's 32
+/// weights of g a step were 32 four-byte loads, and held 56 registers more); with where `g`
+/// starts among them (0 without a norm). `None` where there are neither.
+fn norm_values(bias: Option<&[f32]>, g: Option<&[f32]>) -> (Option<Vec<f32>>, usize) {
+    let mut values = bias.map(<[f32]>::to_vec);
+    let mut at = 0;
+    if let Some(g) = g {
+        let v = values.get_or_insert_with(Vec::new);
+        v.resize(v.len().next_multiple_of(4), 0.0);
+        at = v.len();
+        v.extend_from_slice(g);
+    }
+    (values, at)
 }
 
 /// What the matmul reads from its parameter buffer (matmul.wgsl): the matrices' output ranges
@@ -2767,20 +2786,9 @@ impl MatrixGroup {
         };
         // Only products over every row meet a prefill; the head's (the last rows) never does.
         let prefill = first.prefill.filter(|_| rows == Rows::All);
-        // A folded norm's weights follow the biases among the constants' values.
-        let norm_at = norm
-            .as_ref()
-            .map_or((0, 0), |n| (bias.map_or(0, <[f32]>::len), n.eps.to_bits()));
-        let vectors: Option<Vec<f32>> = match (bias, &norm) {
-            (None, None) => None,
-            (b, n) => Some(
-                b.unwrap_or_default()
-                    .iter()
-                    .chain(n.iter().flat_map(|n| n.g.iter()))
-                    .copied()
-                    .collect(),
-            ),
-        };
+        // A folded norm's weights follow the biases among the constants' values, on a vec4.
+        let (vectors, g_at) = norm_values(bias, norm.as_ref().map(|n| &n.g[..]));
+        let norm_at = norm.as_ref().map_or((0, 0), |n| (g_at, n.eps.to_bits()));
         let swiglu = epilogue == Epilogue::SwiGlu;
         // One split of the inputs for the whole group, whichever launches compute it (as the
         // team above), from the group's shape.
@@ -3345,11 +3353,22 @@ mod tests {
     #[test]
     fn a_products_constants_are_its_parameters_padded_then_its_values_bits() {
         let words = constants(vec![7, 8], Some(&[1.5, -0.0])).unwrap();
-        assert_eq!(words.len(), PARAM_WORDS + 2);
+        // Whole vec4s: the values' two words and two of padding.
+        assert_eq!(words.len(), PARAM_WORDS + 4);
         assert_eq!(&words[..2], &[7, 8]);
         assert!(words[2..PARAM_WORDS].iter().all(|&w| w == 0));
         assert_eq!(words[PARAM_WORDS], 1.5f32.to_bits());
         assert_eq!(words[PARAM_WORDS + 1], 0x8000_0000);
+        assert_eq!(&words[PARAM_WORDS + 2..], &[0, 0]);
+        // A folded norm's weights start on a vec4 after the biases.
+        let g = [2.0, 3.0, 4.0, 5.0];
+        assert_eq!(norm_values(None, None), (None, 0));
+        assert_eq!(norm_values(Some(&[1.0]), None), (Some(vec![1.0]), 0));
+        assert_eq!(norm_values(None, Some(&g)), (Some(g.to_vec()), 0));
+        assert_eq!(
+            norm_values(Some(&[1.0; 5]), Some(&g)),
+            (Some([[1.0; 5].as_slice(), &[0.0; 3], &g].concat()), 8)
+        );
         assert_eq!(
             constants(vec![1; PARAM_WORDS], None).unwrap().len(),
             PARAM_WORDS

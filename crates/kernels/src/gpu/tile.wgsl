@@ -74,20 +74,20 @@ fn column(wgi: u32, c: u32, first_1: u32) -> vec2<u32> {
 
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let n_in = p[0];
+    let n_in = pw(0);
     // Every binding read, whatever the group's size (see matmul.wgsl).
     if n_in == 0u {
         y[0] = f32({{w_any}});
     }
-    let y_stride = p[1];
-    let y_offset = p[2];
-    let outputs = p[3];
-    let groups_x = p[4];
-    let first_1 = p[7];
-    let first_2 = p[8];
+    let y_stride = pw(1);
+    let y_offset = pw(2);
+    let outputs = pw(3);
+    let groups_x = pw(4);
+    let first_1 = pw(7);
+    let first_2 = pw(8);
     let n_groups = n_in / 32u;
     // Groups a split walks (every group where the launch is not split: p[19] ≥ n_groups).
-    let per = max(p[19], 1u);
+    let per = max(pw(19), 1u);
     let splits = (n_groups + per - 1u) / per;
     var tile = wg.z;
     var split = 0u;
@@ -95,7 +95,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         tile = wg.z / splits;
         split = wg.z % splits;
     }
-    let rows = s[p[5]];
+    let rows = s[pw(5)];
     let row0 = tile * BM;
     let m = min(BM, rows - row0);
     let limit = s[2];
@@ -196,10 +196,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 for (var i = 0u; i < 4u; i++) { // unroll
                     let o = column(wgi, tc + 16u * i, first_1).x;
                     if EPILOGUE == 0u && o < outputs {
-                        var v = bitcast<f32>(p[12]); // −inf past the logit limit
+                        var v = bitcast<f32>(pw(12)); // −inf past the logit limit
                         if live(o, o, outputs, y_offset, limit, first_1) {
                             v = acc[4u * a + i];
-                            if p[6] != 0u {
+                            if pw(6) != 0u {
                                 v += value(y_offset + o);
                             }
                         }
