@@ -237,10 +237,12 @@ pub const PREFILL_ROWS_TIMED: usize = 128;
 /// first line differs was timed another way (before 2026-12-04's evening, each product back to
 /// back with its weights in the GPU's cache and one form chosen by the sum of a row's cost and
 /// a pass's, which on an H200 chose forms that decoded a 7B 0.69× as fast as the wide teams it
-/// passed over): its lines are checked and set aside, so that a load times its shapes anew.
-pub const TABLE_HEADER: &str = "# mars tune 2 (each product timed after its weights left the \
-                                GPU's cache): adapter, group shape, chosen form, ms for one row, \
-                                for a pass, for a prefill";
+/// passed over; before 2026-12-06's evening, without the whole-workgroup lane and wide teams
+/// among the forms): its lines are checked and set aside, so that a load times its shapes anew.
+pub const TABLE_HEADER: &str = "# mars tune 3 (each product timed after its weights left the \
+                                GPU's cache, whole-workgroup lane and wide teams among the \
+                                forms): adapter, group shape, chosen form, ms for one row, for a \
+                                pass, for a prefill";
 
 /// Chosen forms by adapter and group shape (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq)]
