@@ -346,14 +346,17 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
       # of tiles unsplit along the inputs (MARS_GPU_TILE_SPLIT=off; the rule splits launches
       # of few output workgroups: a 7B's q|k|v, o and down) and 8-bit
       # activations on every group that takes them (MARS_GPU_ACTS=q8)
-      # and the norms before q|k|v and gate|up and RoPE in launches of their own
+      # and, third, the norms before q|k|v and gate|up in launches of their own (norm-apart:
+      # the products then in their unnormed forms, which NAK gives 72 registers a thread where
+      # the wide one-row form with the norm folded takes 128: whether folding pays on a card),
+      # and at the end the norms and RoPE in launches of their own
       # (MARS_GPU_NORM=apart MARS_GPU_ROPE=apart; a card folds them into the products and
       # attention: two launches a layer fewer); and the rule on a device without the driver's
       # bounds checks (MARS_GPU_ROBUST=off: wgpu's robustBufferAccess2 splits each 16-byte
       # load into four checked ones in Mesa's NVIDIA compiler, and llama.cpp runs its mat-vec
       # pipelines without robustness); and target-only decoding reading back every token
       # before its next pass (MARS_TOKENS_A_READ=1; the rule chains four passes a read)
-      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule whole-wide pass-same tuned tuned-warm unrobust wide-q8 read-each lanes whole-lanes q8 units no-tiles unsplit units-unsplit folds-apart; do
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule whole-wide norm-apart pass-same tuned tuned-warm unrobust wide-q8 read-each lanes whole-lanes q8 units no-tiles unsplit units-unsplit folds-apart; do
         case $t in
           rule) e=MARS_TUNE=off ;; tuned) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
           whole-wide | whole-lanes) e="MARS_TUNE=off MARS_GPU_TEAM=$t" ;;
@@ -363,6 +366,7 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
           read-each) e="MARS_TUNE=off MARS_TOKENS_A_READ=1" ;;
           wide-q8) e="MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8" ;;
           folds-apart) e="MARS_TUNE=off MARS_GPU_NORM=apart MARS_GPU_ROPE=apart" ;;
+          norm-apart) e="MARS_TUNE=off MARS_GPU_NORM=apart" ;;
           q8) e="MARS_TUNE=off MARS_GPU_ACTS=q8" ;;
           no-tiles) e="MARS_TUNE=off MARS_GPU_TILES=off" ;; units) e="MARS_TUNE=off MARS_GPU_TILES=units" ;;
           unsplit) e="MARS_TUNE=off MARS_GPU_TILE_SPLIT=off" ;;

@@ -97,10 +97,11 @@ var<workgroup> partial: array<f32, 64u * ACC>;
 
 {{wide_geometry}}
 
-// Where NORMED: the folded norm's weights for vec4 `i` of a row (4 i .. 4 i + 3), one load (the
-// weights start on a vec4 of the constants: `norm_values` in mod.rs).
-fn norm_weights(i: u32) -> vec4<f32> {
-    return bitcast<vec4<f32>>(p[(PARAM_WORDS + pw(17)) / 4u + i]);
+// Where NORMED: the folded norm's weights for vec4 `i` of a row (4 i .. 4 i + 3), one load; `at`
+// is the vec4 where they start (`g_at` in main: the weights start on a vec4 of the constants,
+// `norm_values` in mod.rs).
+fn norm_weights(at: u32, i: u32) -> vec4<f32> {
+    return bitcast<vec4<f32>>(p[at + i]);
 }
 
 // Lane `i`'s 16 values of super-block `b` of the row at byte `rb` of matrix `sub` (lane teams;
@@ -202,6 +203,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if !outs_live[0] {
         end = 0u;
     }
+    // The folded norm's first vec4 of weights, read once here: NAK reloaded the parameter at
+    // every step of the loop, and the loads of g waited on it (a trip to memory of its own).
+    let g_at = (PARAM_WORDS + pw(17)) / 4u;
 {{products}}
 {{tree}}
     if EPILOGUE == 0u {

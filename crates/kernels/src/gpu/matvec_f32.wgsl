@@ -18,10 +18,10 @@
         if NORMED {
             // The lane's vec4s of the row: b · 64 + xl, + 1, + 8, + 9 (as the rows' below).
             let gb = b * 64u + xl;
-            let g0 = norm_weights(gb);
-            let g1 = norm_weights(gb + 1u);
-            let g2 = norm_weights(gb + 8u);
-            let g3 = norm_weights(gb + 9u);
+            let g0 = norm_weights(g_at, gb);
+            let g1 = norm_weights(g_at, gb + 1u);
+            let g2 = norm_weights(g_at, gb + 8u);
+            let g3 = norm_weights(g_at, gb + 9u);
             for (var u = 0u; u < OUTS; u++) { // unroll
                 qs[u * 8u] *= g0;
                 qs[u * 8u + 1u] *= g1;
@@ -59,7 +59,7 @@
         }
         if NORMED {
             for (var k = 0u; k < 8u; k++) { // unroll
-                let gk = norm_weights(g * 8u + k);
+                let gk = norm_weights(g_at, g * 8u + k);
                 for (var u = 0u; u < OUTS; u++) { // unroll
                     qs[u * 8u + k] *= gk;
                 }
@@ -104,8 +104,8 @@
         var gs: array<vec4<f32>, 8>;
         if NORMED {
             for (var k = 0u; k < 4u; k++) { // unroll
-                gs[k] = norm_weights(b * 64u + xw + k);
-                gs[k + 4u] = norm_weights(b * 64u + xw + WIDE_GAP + k);
+                gs[k] = norm_weights(g_at, b * 64u + xw + k);
+                gs[k + 4u] = norm_weights(g_at, b * 64u + xw + WIDE_GAP + k);
             }
         }
         for (var r = 0u; r < ROWS; r++) { // unroll
