@@ -107,20 +107,21 @@ named() { # the models whose names hold any of these (e.g. 0.5B 7B), smallest fi
 # round), peers-first
 # (mars beside llama.cpp on the 0.5B and the 7B shape: the principal gap, and the draft and target
 # that price speculation), price, reads (target-only decoding a read a token against four a read, on the
-# 0.5B), ways (direct launches against CubeCL's on the 0.5B and the 7B: after peers-first),
+# 0.5B), ways (direct launches against CubeCL's on the 0.5B and the 7B),
 # registers (the driver's own statistics of every kernel form beside llama.cpp's: seconds, and
 # the registers of NVIDIA's own compiler, which nothing else here runs), teams
 # (every kernel form on the 7B shape), peers-rest (the
 # 1.5B, 14B, 32B and, where unpacked, 72B shapes), profile (the 0.5B's and the 7B's per-kernel
-# split beside llama.cpp's per-op log: after teams, since no lease has reached it yet and it
-# says where a token's time goes; the 0.5B's against its decode time says whether the draft is
-# bound by its kernels or by the host's launches, which `launch` times next), peers-72b (the 7B, 14B and 32B shapes dropped for good first, so
+# split beside llama.cpp's per-op log: second, right after peers-first, since no lease has
+# reached it in four places down the list and it says where a token's time goes, which every
+# further kernel change needs; the 0.5B's against its decode time says whether the draft is
+# bound by its kernels or by the host's launches, which `launch` times), peers-72b (the 7B, 14B and 32B shapes dropped for good first, so
 # that the 72B's fits the folder: last). The kernel tests go after the figures: on the H200
 # they took 200 s of a 470 s call (2026-12-04). A second call takes the rest, e.g.
 # LEASE_STEPS="peers-rest price tests profile stream tune long peers-72b".
 lease() {
   local start=$SECONDS budget=${LEASE_S:-480} final=$out step least cap left env s drop
-  local steps=${LEASE_STEPS:-peers-first ways registers price teams profile launch peers-rest price tests stream tune long}
+  local steps=${LEASE_STEPS:-peers-first profile registers ways price teams launch peers-rest price tests stream tune long}
   export MARS_TUNE_CACHE=$final/tune.tsv
   mkdir -p "$work/out-lease"
   {
