@@ -3,6 +3,7 @@
 //! [`Decoder`](mars_engine::Decoder); no drafter for target-only).
 
 use std::io::Write;
+use std::time::Instant;
 
 use anyhow::{Result, bail, ensure};
 use mars_engine::{Choices, DEFAULTS, Method, MethodOutput, Resolved, StopReason, Target};
@@ -87,7 +88,7 @@ fn rows_cost(target: &Target, ids: &[u32]) -> Result<Vec<(usize, f64)>> {
         let tokens = &ids[..m];
         let mut ms: Vec<f64> = (0..7)
             .map(|_| -> Result<f64> {
-                let start = std::time::Instant::now();
+                let start = Instant::now();
                 model.forward(tokens, &mut cache)?.read()?;
                 let elapsed = start.elapsed().as_secs_f64() * 1e3;
                 cache.truncate(base)?;
@@ -284,8 +285,8 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         "--prompt-tokens must be at least 16 (the rows-cost measurement reuses the prompt) and \
          --decode-tokens at least 1"
     );
-    let (target, open, weights) =
-        load::target(&args.model.model, args.model.device, &args.model.kernels)?;
+    let (target, open, weights, times) =
+        load::target_timed(&args.model.model, args.model.device, &args.model.kernels)?;
     // Greedy (the defaults), no chat template.
     let run = Choices {
         max_tokens: Some(args.decode_tokens),
@@ -308,6 +309,7 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
     // 18 tokens prefills up to 17 rows, so the prefill's 16-row kernels are compiled here and
     // not inside the timed prefill (on lavapipe compiling them took seconds).
     let warm_up = run.with_max_tokens(2)?;
+    let warming = Instant::now();
     decode(
         &target,
         &warm_up,
@@ -316,6 +318,7 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         ids[..ids.len().min(18)].to_vec(),
         |_| Ok(()),
     )?;
+    let warm_up_seconds = warming.elapsed().as_secs_f64();
     let (output, prefill_ms) =
         decode(&target, &run, Method::Target, None, ids.clone(), |_| Ok(()))?;
     let summary = output.summary;
@@ -328,6 +331,12 @@ pub fn run_speed(args: &SpeedArgs) -> Result<()> {
         "decode_tokens_per_second": summary.tokens_per_second,
         "forward_ms_by_rows": rows.iter().map(|(m, ms)| (m.to_string(), serde_json::json!(ms))).collect::<serde_json::Map<_, _>>(),
         "matrix_bytes_per_forward": target.model().matrix_bytes(),
+        // A first load as a user meets it: the file read and uploaded, then the tuning table's
+        // step (a card's timing of the shapes its table lacks, and the forms taken), then the
+        // first short run, which compiles the kernels' pipelines.
+        "load_seconds": times.load.as_secs_f64(),
+        "tune_seconds": times.tune.as_secs_f64(),
+        "warm_up_seconds": warm_up_seconds,
         // Decode is bound by reading every weight once per token: the bandwidth it achieved.
         "decode_weight_gb_per_second": target.model().matrix_bytes() as f64 * summary.tokens_per_second / 1e9,
         "weights": weights.name(),

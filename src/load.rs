@@ -3,6 +3,7 @@
 //! layer ([`Target`], [`Backend::open`]) does the rest, as it does for the page.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -106,13 +107,38 @@ pub fn target(
     backend: Backend,
     kernels: &KernelArgs,
 ) -> Result<(Target, OpenDevice, WeightPath)> {
+    target_timed(path, backend, kernels).map(|(target, open, path, _)| (target, open, path))
+}
+
+/// How long a load took: the device opened, the file read and the weights uploaded; then the
+/// tuning table's step (a card times the shapes its table lacks and takes the table's forms;
+/// next to nothing off a card).
+#[derive(Clone, Copy, Debug)]
+pub struct LoadTimes {
+    pub load: Duration,
+    pub tune: Duration,
+}
+
+/// [`target`], with how long its parts took (`mars speed` reports them: a user's first load on
+/// a card is the load and the tuning together).
+///
+/// # Errors
+/// As [`target`].
+pub fn target_timed(
+    path: &Path,
+    backend: Backend,
+    kernels: &KernelArgs,
+) -> Result<(Target, OpenDevice, WeightPath, LoadTimes)> {
+    let started = Instant::now();
     let (target, open) = target_untuned(path, backend, kernels)?;
+    let load = started.elapsed();
     let (target, tuned) = pollster::block_on(mars_engine::tune::target_at_load(target, &open))?;
     if let Some(note) = tuned {
         eprintln!("{note}");
     }
     let path = target.model().weight_path();
-    Ok((target, open, path))
+    let tune = started.elapsed().saturating_sub(load);
+    Ok((target, open, path, LoadTimes { load, tune }))
 }
 
 /// [`target`] in the rules' forms, the tuning table neither read nor written (`mars tune`).

@@ -540,6 +540,50 @@ fn generate_is_the_same_on_cpu_and_wgpu() {
     );
 }
 
+/// `mars speed`, whose JSON the GPU benchmarks read (tests/bench/gpu-peers.sh and the bundle's
+/// stages): the fields they take, each a number of the run asked for.
+#[test]
+fn speed_reports_what_the_benchmarks_read() {
+    let path = std::env::temp_dir().join(format!("mars-tiny-speed-{}.gguf", std::process::id()));
+    std::fs::write(&path, mars_model::tiny::tiny_gguf(5).unwrap()).unwrap();
+    let model = path.to_str().unwrap();
+    let report = json_report(&[
+        "speed",
+        "--model",
+        model,
+        "--device",
+        "cpu",
+        "--prompt-tokens",
+        "16",
+        "--decode-tokens",
+        "3",
+    ]);
+    std::fs::remove_file(&path).ok();
+    assert_eq!(report["prompt_tokens"], 16, "{report}");
+    assert_eq!(report["decode_tokens"], 3, "{report}");
+    for field in [
+        "decode_tokens_per_second",
+        "prefill_tokens_per_second",
+        "load_seconds",
+        "tune_seconds",
+        "warm_up_seconds",
+    ] {
+        let v = report[field].as_f64();
+        assert!(
+            v.is_some_and(|v| v.is_finite() && v >= 0.0),
+            "{field}: {report}"
+        );
+    }
+    // The per-row costs the pricing of speculation reads: one row, a k + 1 = 5-row pass, 16.
+    for rows in ["1", "5", "16"] {
+        let ms = report["forward_ms_by_rows"][rows].as_f64();
+        assert!(
+            ms.is_some_and(|ms| ms.is_finite() && ms > 0.0),
+            "{rows}: {report}"
+        );
+    }
+}
+
 #[test]
 fn generate_reports_a_bad_model_file() {
     let path = std::env::temp_dir().join(format!("mars-bad-{}.gguf", std::process::id()));

@@ -71,6 +71,12 @@ print(peer_table(runs, [
 ] + [
     ("peak RSS (MiB)", lambda x: x["mars_rss"] / 2**20, lambda x: x["llama_rss"] / 2**20, "{:.0f}"),
 ], "llama.cpp (Vulkan)", "mars (wgpu)"))
+# A first load as a user meets it (the first round's: a card tunes the shapes its table lacks
+# then, and reads the table after); a build without these fields says nothing.
+if "load_seconds" in runs[0]["m"]:
+    loads = "; ".join(f"{x['m']['load_seconds']:.1f} s + tuning {x['m']['tune_seconds']:.1f} s"
+                      f" + warming up {x['m']['warm_up_seconds']:.1f} s" for x in runs)
+    print(f"\nmars's load by round (the file read and uploaded, a card's tuning, the first short run): {loads}")
 g = m.get("gpu")
 if g:
     f, t = g["forward_of_one_row"], g["per_token"]
