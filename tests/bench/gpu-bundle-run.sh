@@ -3,7 +3,8 @@
 # $WORK (default ~/mars-gpu); a stage runs on what has arrived (the models it finds).
 #   usage: bash PART/run.sh add | drop | tests | launch | stream | stream-unrobust | tune | peers | price | reads | ways | teams | long | spec | profile | submits | registers | all | lease …
 #   env:   WORK, OUT, ROUNDS, PEERS_PP, PEERS_TG, PEER_MODELS (the peers stage's models, in order),
-#          TEAM_MODELS (the teams stage's), PROFILE_MODELS (the profile stage's; all three default to every
+#          TEAM_MODELS (the teams stage's), TEAMS_PP, TEAMS_TG (its prompt and decode tokens, 128 and
+#          64: a rehearsal on lavapipe takes 16 and 8 so that every row runs), PROFILE_MODELS (the profile stage's; all three default to every
 #          model, smallest first),
 #          LONG_MODELS (the long stage's; default the smallest and the 7B), LONG_PP (2048: eight 256-key blocks; a mars speed run prefills it three times)
 set -uo pipefail
@@ -374,7 +375,7 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
           units-unsplit) e="MARS_TUNE=off MARS_GPU_TILES=units MARS_GPU_TILE_SPLIT=off" ;;
         esac
         tmo 120 env $e "$MARS_BIN" speed --model "$m" \
-          --device wgpu --prompt-tokens 128 --decode-tokens 64 2>/dev/null | python3 -c "
+          --device wgpu --prompt-tokens "${TEAMS_PP:-128}" --decode-tokens "${TEAMS_TG:-64}" 2>/dev/null | python3 -c "
 import json, sys
 try:
     d = json.load(sys.stdin)
