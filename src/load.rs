@@ -115,7 +115,9 @@ pub fn target(
 /// next to nothing off a card).
 #[derive(Clone, Copy, Debug)]
 pub struct LoadTimes {
+    /// The device opened, the file read and the weights uploaded.
     pub load: Duration,
+    /// The tuning table's step after it.
     pub tune: Duration,
 }
 
