@@ -280,13 +280,13 @@ stage() {
       for m in ${PROFILE_MODELS:-$(models)}; do
         tmo 120 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 128 16
         if [[ $(basename "$m") == *7B* ]]; then
-          # The same steps in wide teams on 8-bit activations in one-row steps too (untuned;
-          # a forced form leaves the card's rule, so both are named): whether their products
-          # read faster than the f32 ones while the norms' and quantizations' own launches
-          # (folded into the f32 products) cost the difference, the 2026-12-04 lease's wide-q8
-          # decode at 0.71x wide f32's.
-          echo "The same, wide teams on 8-bit activations (MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8):"
-          MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8 tmo 90 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 32 8
+          # The same steps in wide teams on 8-bit activations that each product quantizes
+          # itself in one-row steps (q8own: untuned; a forced form leaves the card's rule, so
+          # both are named): whether those products read faster than the f32 ones, the norms'
+          # and quantizations' launches of the plain 8-bit form gone (the 2026-12-04 lease's
+          # wide-q8 decode was 0.71x wide f32's; the teams stage times wide-q8 beside it).
+          echo "The same, wide teams on 8-bit activations quantized in the products (MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8own):"
+          MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8own tmo 90 bash "$work/repo/tests/bench/gpu-profile.sh" "$m" 32 8
         fi
         echo "llama.cpp's per-op log, one decoded token of $(basename "$m") (llama-bench -n 8):"
         # The first Vulkan device, as the peers stage takes it (llama.cpp skips a CPU adapter,
@@ -351,6 +351,10 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
       # and, third, the norms before q|k|v and gate|up in launches of their own (norm-apart:
       # the products then in their unnormed forms, which NAK gives 72 registers a thread where
       # the wide one-row form with the norm folded takes 128: whether folding pays on a card),
+      # fourth, wide teams on 8-bit activations that each one-row product quantizes itself,
+      # the norm's 1/rms included (wide-q8own: no launch before a product, the 8-bit form's
+      # bits; NAK gives its one-row loop 40-56 registers and under half the f32 form's
+      # instructions a weight), passes as wide-q8's, and wide-q8 right after it,
       # and at the end the norms and RoPE in launches of their own
       # (MARS_GPU_NORM=apart MARS_GPU_ROPE=apart; a card folds them into the products and
       # attention: two launches a layer fewer); and the rule on a device without the driver's
@@ -358,7 +362,7 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
       # load into four checked ones in Mesa's NVIDIA compiler, and llama.cpp runs its mat-vec
       # pipelines without robustness); and target-only decoding reading back every token
       # before its next pass (MARS_TOKENS_A_READ=1; the rule chains four passes a read)
-      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule whole-wide norm-apart pass-same tuned tuned-warm unrobust wide-q8 read-each lanes whole-lanes q8 units no-tiles unsplit units-unsplit folds-apart; do
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule whole-wide norm-apart wide-q8own wide-q8 pass-same tuned tuned-warm unrobust read-each lanes whole-lanes q8 units no-tiles unsplit units-unsplit folds-apart; do
         case $t in
           rule) e=MARS_TUNE=off ;; tuned) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
           whole-wide | whole-lanes) e="MARS_TUNE=off MARS_GPU_TEAM=$t" ;;
@@ -367,6 +371,7 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
           unrobust) e="MARS_TUNE=off MARS_GPU_ROBUST=off" ;;
           read-each) e="MARS_TUNE=off MARS_TOKENS_A_READ=1" ;;
           wide-q8) e="MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8" ;;
+          wide-q8own) e="MARS_TUNE=off MARS_GPU_TEAM=wide MARS_GPU_ACTS=q8own" ;;
           folds-apart) e="MARS_TUNE=off MARS_GPU_NORM=apart MARS_GPU_ROPE=apart" ;;
           norm-apart) e="MARS_TUNE=off MARS_GPU_NORM=apart" ;;
           q8) e="MARS_TUNE=off MARS_GPU_ACTS=q8" ;;

@@ -30,7 +30,8 @@ fn weights_a_pass(team: Team) -> usize {
 /// Every form a Q4_K_M or Q5_0 / Q8_0 model's matrices can take: type, team, fan, activations,
 /// the row bound (1, 8 for a 5-row verification, 16) and whether the norm before the product
 /// is folded into it (as a card runs q | k | v and gate | up: f32 activations, one-row steps
-/// and 8-row passes).
+/// and 8-row passes; the 8-bit form that quantizes its own row: one-row steps alone, with and
+/// without a norm).
 fn forms() -> Vec<(WeightType, Team, Fan, Acts, usize, bool)> {
     let types = [
         WeightType::Q4K,
@@ -50,9 +51,13 @@ fn forms() -> Vec<(WeightType, Team, Fan, Acts, usize, bool)> {
         }
         for (fan, acts) in [Fan::One, Fan::Four]
             .into_iter()
-            .flat_map(|f| [(f, Acts::F32), (f, Acts::Q8)])
+            .flat_map(|f| [(f, Acts::F32), (f, Acts::Q8), (f, Acts::Q8Own)])
         {
-            if acts == Acts::Q8 && (team.lanes() || !Acts::q8_for(&[gty])) {
+            if acts.is_q8() && (team.lanes() || !Acts::q8_for(&[gty])) {
+                continue;
+            }
+            if acts == Acts::Q8Own {
+                out.extend([false, true].map(|normed| (ty, team, fan, acts, 1, normed)));
                 continue;
             }
             out.extend([1, 8, 16].map(|rows| (ty, team, fan, acts, rows, false)));
@@ -92,6 +97,9 @@ fn main() {
         lang_version: (1, 6),
         // The kernels compile unchecked (`gpu::compile_mode`): no emulated loop counter.
         force_loop_bounding: checked,
+        // As the launches create their pipelines (`gpu::direct`, and CubeCL's): no zeroing of
+        // workgroup memory at a workgroup's start.
+        zero_initialize_workgroup_memory: spv::ZeroInitializeWorkgroupMemoryMode::None,
         ..spv::Options::default()
     };
     if checked {

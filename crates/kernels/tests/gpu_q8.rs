@@ -4,8 +4,8 @@
 //! allows of the exact f64 product over unrounded activations; a row's bits independent of the
 //! rows beside it and of the fan; a group (q | k | v, a split matrix, the head's last rows)
 //! each output the bits of its matrix alone; a norm that quantizes its rows for the product
-//! after it gives the product the bits of a separate quantization; float weights refused the
-//! form.
+//! after it gives the product the bits of a separate quantization, and so does a product that
+//! quantizes its own row; float weights refused the form.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -446,4 +446,146 @@ fn a_norm_that_quantizes_gives_the_products_bits() {
     let group =
         MatrixGroup::new(&client, vec![f32_form], Epilogue::Store, None, Rows::All).unwrap();
     assert!(group.quantized_room(&client, &step).is_none());
+}
+
+/// The 8-bit form that quantizes its own row (`Acts::Q8Own`) gives the 8-bit form's bits: in
+/// one-row steps its own kernel (the row quantized a chunk of 2,048 values at a time in
+/// workgroup memory) against a quantizing launch before the product, and in a pass of five rows
+/// the 8-bit form's kernel; with a norm folded in, against a norm that writes the 8-bit rows
+/// (`Norm::run_q8`), over every row and over the last (the head's). Every team it takes, one
+/// and four outputs a team, rows of one chunk, of a chunk and a bit and of two, and each
+/// epilogue a forward gives it (q | k | v's store with biases, o's and down's residual add,
+/// gate | up's SwiGLU).
+#[test]
+fn a_product_that_quantizes_its_own_row_gives_the_8_bit_forms_bits() {
+    let client = client();
+    let max = max_binding(&client);
+    let mut rng = ChaCha8Rng::seed_from_u64(27);
+    let step_of = |m: usize, tail: usize| {
+        StepBuffer::new(
+            &client,
+            &Step::chain(&vec![0; m], 0, tail, 1 << 20).unwrap(),
+        )
+    };
+    let cases = [
+        (WeightType::Q4K, Team::Wide, 2304),
+        (WeightType::Q4K, Team::WholeWide, 4096),
+        (WeightType::Q6K, Team::Wide, 4096),
+        (WeightType::Q6K, Team::Quarter, 512),
+        (WeightType::Q5_0, Team::Quarter, 896),
+        (WeightType::Q8_0, Team::Whole, 2304),
+    ];
+    for (ty, team, cols) in cases {
+        for fan in [Fan::One, Fan::Four] {
+            let out = 19;
+            let w = random_matrix(ty, out, cols, &mut rng);
+            let up = random_matrix(ty, out, cols, &mut rng);
+            let bias: Vec<f32> = (0..out).map(|i| i as f32 * 0.25 - 2.0).collect();
+            let member = |w: &QMatrix, acts| {
+                let mut gw = upload_q8(&client, w, max);
+                gw.set_team(team);
+                gw.set_fan(fan);
+                gw.set_acts(acts);
+                gw
+            };
+            let group = |acts, epilogue, rows| {
+                let (members, bias) = match epilogue {
+                    Epilogue::SwiGlu => (vec![member(&w, acts), member(&up, acts)], None),
+                    Epilogue::Store => (vec![member(&w, acts)], Some(&bias[..])),
+                    Epilogue::Add => (vec![member(&w, acts)], None),
+                };
+                MatrixGroup::new(&client, members, epilogue, bias, rows).unwrap()
+            };
+            for epilogue in [Epilogue::Store, Epilogue::Add, Epilogue::SwiGlu] {
+                let (q8, own) = (
+                    group(Acts::Q8, epilogue, Rows::All),
+                    group(Acts::Q8Own, epilogue, Rows::All),
+                );
+                assert_eq!(own.form().acts, Acts::Q8Own, "{ty:?} {team:?}");
+                let outs = own.outputs();
+                for m in [1, 5] {
+                    let x = random_x(m, cols, &mut rng);
+                    // The residual an Add group adds into.
+                    let start: Vec<f32> = (0..m * outs).map(|i| (i % 5) as f32 - 2.0).collect();
+                    let step = step_of(m, m);
+                    let mut got = Vec::new();
+                    for g in [&q8, &own] {
+                        let y = f32_handle(&client, &start);
+                        g.run(&client, &f32_handle(&client, &x), &y, &step).unwrap();
+                        got.push(read_f32(&client, y));
+                    }
+                    assert!(got[0].iter().all(|v| v.is_finite()));
+                    assert_eq!(
+                        bits(&got[1]),
+                        bits(&got[0]),
+                        "{ty:?} {team:?} {fan:?} {cols} {epilogue:?}: m = {m}"
+                    );
+                }
+            }
+            // A norm folded in: q | k | v over a one-row step, the head over a pass's last row.
+            let g: Vec<f32> = (0..cols).map(|i| 0.5 + (i % 7) as f32 * 0.1).collect();
+            let eps = 1e-6;
+            let norm = Norm::new(&client, &g, eps).unwrap();
+            for (rows, m) in [(Rows::All, 1), (Rows::Tail, 5)] {
+                let tail_rows = rows == Rows::Tail;
+                let step = step_of(m, 1);
+                let x = f32_handle(&client, &random_x(m, cols, &mut rng));
+                let q8 = group(Acts::Q8, Epilogue::Store, rows);
+                let own = group(Acts::Q8Own, Epilogue::Store, rows)
+                    .with_norm_as(&client, &g, eps, false)
+                    .unwrap();
+                assert!(own.folds_norm(&step), "{ty:?} {rows:?}");
+                let h = client.empty(cols * 4);
+                let hq = q8.quantized_room(&client, &step).unwrap();
+                assert!(own.quantized_room(&client, &step).is_none());
+                norm.run_q8(&client, (&x, &h, &hq), &step, tail_rows)
+                    .unwrap();
+                let (apart, fused) = (client.empty(out * 4), client.empty(out * 4));
+                q8.run_from(&client, (&h, Some(&hq)), &apart, &step)
+                    .unwrap();
+                own.run_normed(&client, &x, &fused, &step).unwrap();
+                assert_eq!(
+                    bits(&read_f32(&client, fused)),
+                    bits(&read_f32(&client, apart)),
+                    "{ty:?} {team:?} {fan:?} {cols} normed {rows:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A block of zeros and a block of subnormal values (whose d = max|x| / 127 is subnormal: 1 / d
+/// would be infinite, so the block quantizes to zeros) give finite outputs within the bound of
+/// the exact product, the same bits whether a launch before the product or the product itself
+/// quantized the row.
+#[test]
+fn zero_and_subnormal_blocks_quantize_to_finite_values() {
+    let client = client();
+    let max = max_binding(&client);
+    let mut rng = ChaCha8Rng::seed_from_u64(29);
+    let cols = 96;
+    let mut x = random_x(1, cols, &mut rng);
+    x[..32].fill(0.0);
+    for (i, v) in x[32..64].iter_mut().enumerate() {
+        *v = f32::from_bits(1 + 997 * i as u32) * if i % 2 == 0 { 1.0 } else { -1.0 };
+        assert!(v.is_subnormal() || *v == 0.0);
+    }
+    let w = random_matrix(WeightType::Q8_0, 19, cols, &mut rng);
+    let (exact, bound) = exact_and_bound(&dequantized(&w), &x, (1, 19, cols));
+    let mut got = Vec::new();
+    for acts in [Acts::Q8, Acts::Q8Own] {
+        let mut gw = upload_q8(&client, &w, max);
+        gw.set_acts(acts);
+        let group = MatrixGroup::new(&client, vec![gw], Epilogue::Store, None, Rows::All).unwrap();
+        assert_eq!(group.form().acts, acts);
+        got.push(run(&client, &group, &x, (1, 1)));
+    }
+    for (i, (&g, e)) in got[0].iter().zip(&exact).enumerate() {
+        assert!(
+            (f64::from(g) - e).abs() <= bound[i],
+            "[{i}]: {g} vs exact {e} (bound {:.3e})",
+            bound[i]
+        );
+    }
+    assert_eq!(bits(&got[1]), bits(&got[0]));
 }

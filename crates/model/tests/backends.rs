@@ -698,9 +698,26 @@ fn every_form_a_group_can_take_keeps_the_contract() {
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     for t in &timings {
         // Quarter teams with one and four outputs at least; whole teams but for a SwiGLU; each
-        // with f32 and 8-bit activations (the tiny model's types are all integer blocks).
+        // with f32 and both 8-bit forms' activations (the tiny model's types are all integer
+        // blocks).
         let swiglu = t.shape.role == "gate+up";
-        assert_eq!(t.times.len(), if swiglu { 4 } else { 8 }, "{t:?}");
+        assert_eq!(t.times.len(), if swiglu { 6 } else { 12 }, "{t:?}");
+        // The form that quantizes its own row passes as the 8-bit form of its team and fan,
+        // whose pass time it takes.
+        for own in t
+            .times
+            .iter()
+            .filter(|f| f.form.acts == mars_model::Acts::Q8Own)
+        {
+            let q8 = t.times.iter().find(|f| {
+                f.form
+                    == mars_model::Form {
+                        acts: mars_model::Acts::Q8,
+                        ..own.form
+                    }
+            });
+            assert_eq!(q8.map(|f| f.pass_ms), Some(own.pass_ms), "{t:?}");
+        }
         // Every group but the head meets a prefill: the mat-vec form and f32 tiles, both
         // agreeing (no matrix units asked for), the chosen form the fastest of them.
         if t.shape.role == "head" {
@@ -823,7 +840,7 @@ fn each_form_keeps_the_contract(
         let mine = now.iter().find(|s| s.shape == t.shape.shape).unwrap();
         assert_eq!(mine.form, f.form);
         let pass = run(&formed, tokens);
-        let tolerance = if f.form.acts == mars_model::Acts::Q8 {
+        let tolerance = if f.form.acts.is_q8() {
             Q8_TOLERANCE
         } else {
             TOLERANCE

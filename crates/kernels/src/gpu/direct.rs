@@ -436,7 +436,17 @@ impl Direct {
                 layout: None,
                 module: &module,
                 entry_point: Some("main"),
-                compilation_options: Default::default(),
+                // Every kernel writes its workgroup memory before reading it, so none asks the
+                // driver (or naga's polyfill: invocation 0 storing every word, then a barrier)
+                // to zero it first at each workgroup's start, as CubeCL's pipelines do not:
+                // wgpu's default, WebGPU's contract for untrusted shaders, had cost the direct
+                // launches' every workgroup that work since they began (NAK: 241 stores before
+                // the own-quantizing form's first product, 2026-12-06). In the browser the
+                // option is not WebGPU's: the browser zeroes it.
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    zero_initialize_workgroup_memory: false,
+                    ..Default::default()
+                },
                 cache: None,
             },
         ));

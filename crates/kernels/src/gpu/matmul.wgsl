@@ -75,7 +75,10 @@
 // (matvec_f32.wgsl: every adapter, every type), or activations quantized to 8 bits per 32 values
 // (quant.wgsl) met by weights decoded to 8-bit integers in integer dot products of four
 // (matvec_q8.wgsl: block types only; `x` is then the quantized blocks, `vec4<u32>`). A row's
-// quantization depends on that row alone, so rows stay independent in both.
+// quantization depends on that row alone, so rows stay independent in both. In one-row steps
+// the 8-bit form may quantize its row itself instead (matvec_own.wgsl, `Acts::Q8Own`: x is then
+// the f32 rows, before their norm where OWN_NORMED), with the same bits as the launch before it
+// would have written: one launch a product, where the 8-bit form takes two and a norm three.
 
 const ROWS: u32 = {{rows}}u;
 const LANES: u32 = {{lanes}}u;
@@ -87,6 +90,7 @@ const ACC: u32 = {{acc}}u;
 const LANE_TEAMS: bool = {{lane_teams}};
 const WIDE: bool = {{wide}};
 const NORMED: bool = {{normed}};
+const OWN_NORMED: bool = {{own_normed}};
 
 {{group}}
 
@@ -96,6 +100,8 @@ var<workgroup> partial: array<f32, 64u * ACC>;
 {{common}}
 
 {{wide_geometry}}
+
+{{acts_decls}}
 
 // Where NORMED: the folded norm's weights for vec4 `i` of a row (4 i .. 4 i + 3), one load; `at`
 // is the vec4 where they start (`g_at` in main: the weights start on a vec4 of the constants,
@@ -162,11 +168,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let first_2 = pw(8);
     let row0 = wg.z * ROWS;
     let m = min(ROWS, s[pw(5)] - row0);
-    // The row of x that row 0 reads: x holds the rows before their norm where NORMED, every
-    // row of the pass, so a group over the last rows (the head) starts that many rows in;
-    // otherwise x holds the group's rows alone.
+    // The row of x that row 0 reads: x holds the rows before their norm where NORMED or
+    // OWN_NORMED, every row of the pass, so a group over the last rows (the head) starts that
+    // many rows in; otherwise x holds the group's rows alone.
     var x0 = 0u;
-    if NORMED {
+    if NORMED || OWN_NORMED {
         x0 = s[0] - s[pw(5)];
     }
     let limit = s[2];

@@ -4,9 +4,14 @@
 // s = d·Σx̂) in eight integer dot products of four: the group's sum is
 // d·(s0·Σ_{l<16} q_l·x̂_l + s1·Σ_{l≥16} q_l·x̂_l) + mn·s, exact integers until that one line, and
 // each row's in the same order whatever the rows beside it.
+//
+// The blocks are read through `xq` (x's in this form; workgroup memory's in the form that
+// quantizes its own row, matvec_own.wgsl, which runs these loops over one chunk of the row at a
+// time) and the loops walk groups [lo_g, hi_g) and super-blocks [lo_b, hi_b): the whole row here
+// (matmul.wgsl sets them), a chunk there, each lane's steps in the same order either way.
     var qw: array<u32, 8u * OUTS>;
     var sc: array<vec3<f32>, OUTS>;
-    for (var g = t; g < end && !WIDE; g += TEAM) {
+    for (var g = lo_g + t; g < hi_g && !WIDE; g += TEAM) {
         for (var u = 0u; u < OUTS; u++) { // unroll
             // Here a dead output keeps its branch (matmul.wgsl's `outs_live`): without it
             // lavapipe's compiler fused this form's scale arithmetic otherwise in a group than
@@ -31,9 +36,9 @@
                 let qb = (row0 + r) * n_groups + g;
                 let c = (qb >> 2u) * 10u;
                 let i = qb & 3u;
-                let xa = x[c + 2u * i];
-                let xb = x[c + 2u * i + 1u];
-                let ds = x[c + 8u + (i >> 1u)];
+                let xa = xq(c + 2u * i);
+                let xb = xq(c + 2u * i + 1u);
+                let ds = xq(c + 8u + (i >> 1u));
                 let odd = (i & 1u) != 0u;
                 let d = bitcast<f32>(select(ds.x, ds.z, odd));
                 let sx = bitcast<f32>(select(ds.y, ds.w, odd));
@@ -70,7 +75,7 @@
     // other form takes it, cost NAK ~8 instructions a row and step).
     let x_chunks = (n_groups >> 2u) * 10u;
     // Super-blocks t / 8, + TEAM / 8, … (two a step in 16-thread teams, eight in whole ones).
-    for (var b = t / 8u; b < end && WIDE; b += TEAM / 8u) {
+    for (var b = lo_b + t / 8u; b < hi_b && WIDE; b += TEAM / 8u) {
         let cb = ((8u * b + first) >> 2u) * 10u;
         wide_outputs(b, wi);
         for (var u = 0u; u < OUTS; u++) { // unroll
@@ -83,19 +88,19 @@
         for (var r = 0u; r < ROWS; r++) { // unroll
             if r < m {
                 let c = (row0 + r) * x_chunks + cb;
-                let xa = x[c + 2u * i + hf];
-                let xb = x[c + 2u * ih + hf];
+                let xa = xq(c + 2u * i + hf);
+                let xb = xq(c + 2u * ih + hf);
                 // Each block's (d, s): blocks 2k and 2k + 1 of a chunk share a vec4.
                 var dl: vec2<u32>;
                 var dh: vec2<u32>;
                 if WIDE_GAP == 8u {
                     // Q4_K: blocks 2c and 2c + 1, one vec4.
-                    let ds = x[c + 8u + (i >> 1u)];
+                    let ds = xq(c + 8u + (i >> 1u));
                     dl = ds.xy;
                     dh = ds.zw;
                 } else {
-                    let a = x[c + 8u + (i >> 1u)];
-                    let e = x[c + 8u + (ih >> 1u)];
+                    let a = xq(c + 8u + (i >> 1u));
+                    let e = xq(c + 8u + (ih >> 1u));
                     dl = select(a.xy, a.zw, (i & 1u) != 0u);
                     dh = select(e.xy, e.zw, (ih & 1u) != 0u);
                 }

@@ -92,6 +92,9 @@ const MATVEC_F32: &str = include_str!("matvec_f32.wgsl");
 const MATVEC_Q8: &str = include_str!("matvec_q8.wgsl");
 const QUANT: &str = include_str!("quant.wgsl");
 const Q8: &str = include_str!("q8.wgsl");
+const Q8_STORE: &str = include_str!("q8_store.wgsl");
+const MATVEC_OWN: &str = include_str!("matvec_own.wgsl");
+const OWN: &str = include_str!("own.wgsl");
 const NORM_Q8: &str = include_str!("norm_q8.wgsl");
 const TILE: &str = include_str!("tile.wgsl");
 const GROUP: &str = include_str!("group.wgsl");
@@ -793,6 +796,16 @@ pub enum Acts {
     /// rule chooses it; a tuning table does where it measured fastest ([`Tuning`]), or
     /// `MARS_GPU_ACTS=q8` ([`Acts::forced`]).
     Q8,
+    /// [`Acts::Q8`] whose one-row steps quantize their row inside the product (matvec_own.wgsl:
+    /// each workgroup a chunk at a time into workgroup memory, and where a norm is folded in its
+    /// 1/rms first, as the norm's launch computes it), with the same bits as [`Acts::Q8`]: one
+    /// launch a one-row product where [`Acts::Q8`] takes a quantizing launch before it (or a
+    /// norm's that writes the 8-bit rows too). Passes of more rows share one quantization as
+    /// [`Acts::Q8`]'s do. Why: the H200's 7B decoded at 0.71× in wide 8-bit teams of what wide
+    /// f32 teams gave (2026-12-04), with two norms and two quantizing launches a layer more, while
+    /// NAK counts the 8-bit products at under half the f32 ones' instructions a weight. Block
+    /// types only, not in lane teams; a tuning table or `MARS_GPU_ACTS=q8own` chooses it.
+    Q8Own,
 }
 
 impl Acts {
@@ -805,7 +818,7 @@ impl Acts {
         })
     }
 
-    /// The activations the environment's `MARS_GPU_ACTS` (`f32` or `q8`) forces on every group
+    /// The activations the environment's `MARS_GPU_ACTS` (`f32`, `q8` or `q8own`) forces on every group
     /// that can take them: a measurement knob, as [`Team::forced`] is. Read once; unset or
     /// another value: none.
     pub fn forced() -> Option<Self> {
@@ -813,17 +826,39 @@ impl Acts {
         *FORCED.get_or_init(|| match std::env::var("MARS_GPU_ACTS").as_deref() {
             Ok("f32") => Some(Self::F32),
             Ok("q8") => Some(Self::Q8),
+            Ok("q8own") => Some(Self::Q8Own),
             _ => None,
         })
     }
 
-    /// `f32` or `q8`.
+    /// `f32`, `q8` or `q8own`.
     pub fn name(self) -> &'static str {
         match self {
             Self::F32 => "f32",
             Self::Q8 => "q8",
+            Self::Q8Own => "q8own",
         }
     }
+
+    /// The name's activations ([`Acts::name`]).
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::F32, Self::Q8, Self::Q8Own]
+            .into_iter()
+            .find(|a| a.name() == name)
+    }
+
+    /// Whether the products multiply 8-bit activations (in a pass of more than one row, both
+    /// 8-bit forms are [`Acts::Q8`]).
+    pub fn is_q8(self) -> bool {
+        self != Self::F32
+    }
+}
+
+/// q8.wgsl's blocks written to storage through binding `binding` (quant.wgsl, norm.wgsl).
+fn q8_store(binding: u32) -> String {
+    Q8_STORE
+        .replace("{{q8_binding}}", &binding.to_string())
+        .replace("{{q8_block}}", Q8)
 }
 
 /// Bytes of quant.wgsl's blocks for `rows` rows of `cols` values: 160 for each 128 values.
@@ -880,6 +915,10 @@ pub fn matmul_source_with(
     // The team's partial sums meet in a fixed tree (matmul.wgsl); a folded norm's sums of
     // squares after them, in the same tree, through the same workgroup memory.
     let mut tree = team_tree("acc", "ACC", lanes);
+    // The 8-bit form that quantizes its own row takes a norm before its products, not in them.
+    let own = acts == Acts::Q8Own;
+    debug_assert!(!own || rows == 1, "the own-quantizing form is one-row only");
+    let (normed, own_normed) = (normed && !own, normed && own);
     if normed {
         tree.push_str(&team_tree("ss", "ROWS", lanes));
         tree.push_str(
@@ -906,14 +945,35 @@ pub fn matmul_source_with(
         String::new()
     };
     let (group, w_any) = group_parts(wide, types.len());
-    let q8 = acts == Acts::Q8;
-    let (x, products, q8_dispatch) = if q8 {
-        ("vec4<u32>", MATVEC_Q8, dispatch(types, "load_i8", "rb, g"))
+    let (x, products, acts_decls) = match acts {
+        // The whole row at once (matvec_q8.wgsl's loop bounds), its blocks read from x.
+        Acts::Q8 => (
+            "vec4<u32>",
+            format!(
+                "    let lo_g = 0u;\n    let hi_g = end;\n    let lo_b = 0u;\n    let hi_b = end;\n{MATVEC_Q8}"
+            ),
+            "// Vec4 `i` of the rows' quantized blocks (matvec_q8.wgsl), as quant.wgsl or a norm
+// wrote them.
+fn xq(i: u32) -> vec4<u32> {
+    return x[i];
+}"
+            .to_string(),
+        ),
+        Acts::Q8Own => (
+            "vec4<f32>",
+            MATVEC_OWN.replace("{{q8_products}}", MATVEC_Q8),
+            OWN.replace("{{q8_block}}", Q8),
+        ),
+        Acts::F32 => ("vec4<f32>", MATVEC_F32.to_string(), String::new()),
+    };
+    let q8_dispatch = if acts.is_q8() {
+        dispatch(types, "load_i8", "rb, g")
     } else {
-        ("vec4<f32>", MATVEC_F32, String::new())
+        String::new()
     };
     let text = MATMUL
-        .replace("{{products}}", products)
+        .replace("{{products}}", &products)
+        .replace("{{acts_decls}}", &acts_decls)
         .replace("{{group}}", &group)
         .replace("{{w_any}}", &w_any)
         .replace("{{x}}", x)
@@ -932,6 +992,7 @@ pub fn matmul_source_with(
         .replace("{{outs}}", &fan.outputs().to_string())
         .replace("{{acc}}", &(rows * fan.outputs()).to_string())
         .replace("{{normed}}", &normed.to_string())
+        .replace("{{own_normed}}", &own_normed.to_string())
         .replace("{{tree}}", &tree);
     unroll::unroll(&text)
 }
@@ -1403,7 +1464,7 @@ impl Shader {
                 (*team, *fan, *acts),
                 *normed,
             ),
-            Self::Quant => QUANT.replace("{{q8}}", &Q8.replace("{{q8_binding}}", "1")),
+            Self::Quant => QUANT.replace("{{q8}}", &q8_store(1)),
             Self::Tile {
                 types,
                 epilogue,
@@ -1413,7 +1474,7 @@ impl Shader {
             Self::Embed(ty) => embed_source(*ty),
             Self::Norm { q8 } => {
                 let (decl, rows) = if *q8 {
-                    (Q8.replace("{{q8_binding}}", "5"), NORM_Q8)
+                    (q8_store(5), NORM_Q8)
                 } else {
                     (String::new(), "")
                 };
@@ -1549,10 +1610,12 @@ impl Shader {
                 for &ty in types {
                     k = k * 16 + 1 + u64::from(type_code(ty));
                 }
-                // Wide teams' loads in bit 17, 8-bit activations in bit 16, a folded norm in
-                // bit 15, lane teams' loads in bit 14, the fan in bit 13, rows ≤ 16 in bits
-                // 8..13, a whole-workgroup team in bit 7, lanes ≤ 16 in bits 2..7.
-                (k << 18)
+                // 8-bit activations quantized in the product in bit 18, wide teams' loads in
+                // bit 17, 8-bit activations in bit 16, a folded norm in bit 15, lane teams'
+                // loads in bit 14, the fan in bit 13, rows ≤ 16 in bits 8..13, a
+                // whole-workgroup team in bit 7, lanes ≤ 16 in bits 2..7.
+                (k << 19)
+                    | (u64::from(*acts == Acts::Q8Own) << 18)
                     | (u64::from(team.wide()) << 17)
                     | (u64::from(*acts == Acts::Q8) << 16)
                     | (u64::from(*normed) << 15)
@@ -1574,7 +1637,7 @@ impl Shader {
                 for &ty in types {
                     k = k * 16 + 1 + u64::from(type_code(ty));
                 }
-                (k << 19)
+                (k << 20)
                     | (u64::from(phase.code()) << 16)
                     | (1 << 15)
                     | match form {
@@ -2250,10 +2313,12 @@ impl MatmulLaunch {
             ),
             (_, _, (x, quantized)) => {
                 let (acts, x) = match (self.acts, quantized) {
-                    (Acts::Q8, Some(q)) => (Acts::Q8, q),
+                    // A one-row step quantizes its row in the product, from x's f32 rows.
+                    (Acts::Q8Own, _) if rows == 1 => (Acts::Q8Own, x),
+                    (Acts::Q8 | Acts::Q8Own, Some(q)) => (Acts::Q8, q),
                     // Not the f32 product in its place: a form the tuning chose would not be
                     // the one that ran.
-                    (Acts::Q8, None) if rows > 0 => {
+                    (Acts::Q8 | Acts::Q8Own, None) if rows > 0 => {
                         return Err(KernelError::Shape {
                             what: "rows of 8-bit activations for a q8 product (none quantized)",
                             expected: rows,
@@ -2781,7 +2846,7 @@ impl MatrixGroup {
         };
         let fan = first.fan;
         let acts = match first.acts.or_else(Acts::forced) {
-            Some(Acts::Q8) if Acts::q8_for(&types) && !team.lanes() => Acts::Q8,
+            Some(acts @ (Acts::Q8 | Acts::Q8Own)) if Acts::q8_for(&types) && !team.lanes() => acts,
             _ => Acts::F32,
         };
         // Only products over every row meet a prefill; the head's (the last rows) never does.
@@ -2955,7 +3020,7 @@ impl MatrixGroup {
                 prefill,
                 split,
             },
-            quant: (acts == Acts::Q8).then(|| {
+            quant: acts.is_q8().then(|| {
                 let at = u32::from(rows == Rows::Tail);
                 upload_words(client, &[cols as u32, at, MAX_GROUPS_PER_DIM as u32])
             }),
@@ -3002,8 +3067,8 @@ impl MatrixGroup {
         let q8 = Acts::q8_for(&types);
         let mut forms = Vec::new();
         for team in teams {
-            for acts in [Acts::F32, Acts::Q8] {
-                if acts == Acts::Q8 && (!q8 || team.lanes()) {
+            for acts in [Acts::F32, Acts::Q8, Acts::Q8Own] {
+                if acts.is_q8() && (!q8 || team.lanes()) {
                     continue;
                 }
                 for fan in [Fan::One, Fan::Four] {
@@ -3172,7 +3237,8 @@ impl MatrixGroup {
         }
         let tiled = step.is_long_prefill() && self.form.prefill.is_some();
         let rows = self.rows.count(step);
-        if self.quant.is_none() || tiled || rows == 0 {
+        let own = self.form.acts == Acts::Q8Own && rows == 1;
+        if self.quant.is_none() || tiled || rows == 0 || own {
             return None;
         }
         // The kept room where it holds the rows, else a new one (the next pass's too): written
@@ -3265,19 +3331,27 @@ impl MatrixGroup {
 
     /// Whether this step's product takes the group's folded norm ([`MatrixGroup::with_norm`]):
     /// where the group folds it, in steps that multiply f32 rows in the mat-vec form (not
-    /// 8-bit activations, not a long prefill's tiles).
+    /// [`Acts::Q8`], not a long prefill's tiles); in [`Acts::Q8Own`]'s one-row steps wherever
+    /// the group holds a norm (with the bits of the norm's launch: `MARS_GPU_NORM` does not
+    /// apply).
     pub fn folds_norm(&self, step: &StepBuffer) -> bool {
         let at = self.at(step);
         if !std::ptr::eq(at, self) {
             return at.folds_norm(step);
         }
         let tiled = step.is_long_prefill() && self.form.prefill.is_some();
-        self.norm.as_ref().is_some_and(|n| n.fold) && self.form.acts == Acts::F32 && !tiled
+        match self.form.acts {
+            Acts::F32 => self.norm.as_ref().is_some_and(|n| n.fold) && !tiled,
+            // Its whole point is no launch before it: it takes the norm wherever it has one.
+            Acts::Q8Own => self.norm.is_some() && !tiled && self.rows.count(step) == 1,
+            Acts::Q8 => false,
+        }
     }
 
     /// The product of the step's rows of `x` normed by the group's folded norm, as a norm
     /// launch into rows h and [`MatrixGroup::run`] from h would give, within f32 rounding (the
-    /// fold's own bits, the same for every row count), without the norm's launch or h. `x`
+    /// fold's own bits, the same for every row count; in [`Acts::Q8Own`] bit for bit), without
+    /// the norm's launch or h. `x`
     /// holds every row of the step; a group over the last rows ([`Rows::Tail`]: the head)
     /// multiplies those.
     ///

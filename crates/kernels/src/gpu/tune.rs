@@ -54,11 +54,7 @@ impl MatVec {
 
     /// The mat-vec form `team/fan/acts` names (acts optional: f32).
     fn parse(team: &str, fan: &str, acts: &str) -> Option<Self> {
-        let acts = match acts {
-            "f32" => Acts::F32,
-            "q8" => Acts::Q8,
-            _ => return None,
-        };
+        let acts = Acts::parse(acts)?;
         let team = Team::parse(team)?;
         let fan = match fan {
             "1" => Fan::One,
@@ -544,7 +540,7 @@ mod tests {
     fn forms_round_trip_through_their_names() {
         for team in Team::ALL {
             for fan in [Fan::One, Fan::Four] {
-                for acts in [Acts::F32, Acts::Q8] {
+                for acts in [Acts::F32, Acts::Q8, Acts::Q8Own] {
                     for prefill in [
                         None,
                         Some(TileForm::Vectors),
