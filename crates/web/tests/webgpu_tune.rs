@@ -104,7 +104,7 @@ async fn a_gpu_tunes_itself_in_the_browser() {
     // backends test); f32 forms only by the order of their sums.
     let q8 = forms(&tuned)
         .iter()
-        .filter(|(_, f)| f.acts == Acts::Q8 || f.pass_form().acts == Acts::Q8)
+        .filter(|(_, f)| f.acts.is_q8() || f.pass_form().acts.is_q8())
         .count();
     let bound = if q8 == 0 { TOLERANCE } else { 0.1 * q8 as f32 };
     let worst = got

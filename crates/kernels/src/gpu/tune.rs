@@ -235,10 +235,11 @@ pub const PREFILL_ROWS_TIMED: usize = 128;
 /// a pass's, which on an H200 chose forms that decoded a 7B 0.69× as fast as the wide teams it
 /// passed over; before 2026-12-06's evening, without the whole-workgroup lane and wide teams
 /// among the forms): its lines are checked and set aside, so that a load times its shapes anew.
-pub const TABLE_HEADER: &str = "# mars tune 3 (each product timed after its weights left the \
-                                GPU's cache, whole-workgroup lane and wide teams among the \
-                                forms): adapter, group shape, chosen form, ms for one row, for a \
-                                pass, for a prefill";
+pub const TABLE_HEADER: &str = "# mars tune 4 (each product timed after its weights left the \
+                                GPU's cache, whole-workgroup lane and wide teams and 8-bit \
+                                products that quantize their own row among the forms): adapter, \
+                                group shape, chosen form, ms for one row, for a pass, for a \
+                                prefill";
 
 /// Chosen forms by adapter and group shape (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq)]
