@@ -29,7 +29,7 @@ wasm_bindgen_test_configure!(run_in_browser);
 async fn a_gpu_tunes_itself_in_the_browser() {
     use mars_engine::GpuCaps;
     use mars_engine::tune::{PASS_ROWS, Timed, tune, with_table};
-    use mars_model::{Acts, Form, Tuning};
+    use mars_model::{Form, Tuning};
     let bytes = tiny_gguf_quantized(7).unwrap();
     let options = LoadOptions::with_weights(WeightPath::GpuBlocks {
         subgroups: None,
