@@ -97,11 +97,12 @@ cp /usr/bin/time "$stage/f/time" # GNU time, for peak memory (gpu-peers.sh)
 # docs of the device tool; 3.11 here, where the bundle is rehearsed; 3.13): a call carries
 # 64 MiB in all, so the checked forms and those with the norm folded in (as a card runs
 # q | k | v and gate | up) at one row alone, and the whole-workgroup lane and wide teams left
-# out (a thread's code is its 16-thread sibling's but for the step between blocks).
+# out (a thread's code is its 16-thread sibling's but for the step between blocks); the 8-bit
+# products that quantize their own row in wide teams alone, at one row (their only row count).
 mkdir -p "$stage/isa/wheels"
 teams='(q4k|q6k)-(quarter|whole|lanes|wide)-[14]'
 ISA_WRITE="$stage/isa/modules" bash tests/bench/gpu-isa.sh \
-  "llama.*|^mars:$teams-(f32|q8)-r[18]\$|^mars:$teams-f32normed-r1\$|^mars-checked:$teams-(f32|q8)-r1\$|tiles" >&2
+  "llama.*|^mars:$teams-(f32|q8)-r[18]\$|^mars:$teams-f32normed-r1\$|^mars:(q4k|q6k)-wide-[14]-q8own(normed)?-r1\$|^mars-checked:$teams-(f32|q8)-r1\$|tiles" >&2
 cp tests/bench/gpu-isa.py "$stage/isa/"
 python3 -m pip download -q --no-deps --only-binary=:all: -d "$stage/isa/wheels" \
   "vulkan==1.3.275.1" "pycparser==2.22"
