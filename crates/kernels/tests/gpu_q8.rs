@@ -453,9 +453,9 @@ fn a_norm_that_quantizes_gives_the_products_bits() {
 /// workgroup memory) against a quantizing launch before the product, and in a pass of five rows
 /// the 8-bit form's kernel; with a norm folded in, against a norm that writes the 8-bit rows
 /// (`Norm::run_q8`), over every row and over the last (the head's). Every team it takes, one
-/// and four outputs a team, rows of one chunk, of a chunk and a bit and of two, and each
-/// epilogue a forward gives it (q | k | v's store with biases, o's and down's residual add,
-/// gate | up's SwiGLU).
+/// and four outputs a team, rows of one chunk, of a chunk and a bit and of two, each epilogue a
+/// forward gives it (q | k | v's store with biases, o's and down's residual add, gate | up's
+/// SwiGLU), and a matrix launched in parts.
 #[test]
 fn a_product_that_quantizes_its_own_row_gives_the_8_bit_forms_bits() {
     let client = client();
@@ -522,6 +522,23 @@ fn a_product_that_quantizes_its_own_row_gives_the_8_bit_forms_bits() {
                     );
                 }
             }
+            // A matrix over a binding's size, launched part by part (a 32B's gate and up):
+            // each part's launch quantizes the row itself.
+            let parts = |acts| {
+                let mut gw = upload_q8(&client, &w, rows_binding(&w, 7));
+                gw.set_team(team);
+                gw.set_fan(fan);
+                gw.set_acts(acts);
+                MatrixGroup::new(&client, vec![gw], Epilogue::Store, None, Rows::All).unwrap()
+            };
+            let (q8, own) = (parts(Acts::Q8), parts(Acts::Q8Own));
+            assert_eq!(own.launches(), 3, "{ty:?} {team:?}");
+            let x = random_x(1, cols, &mut rng);
+            assert_eq!(
+                bits(&run(&client, &own, &x, (1, 1))),
+                bits(&run(&client, &q8, &x, (1, 1))),
+                "{ty:?} {team:?} {fan:?} {cols}: in parts"
+            );
             // A norm folded in: q | k | v over a one-row step, the head over a pass's last row.
             let g: Vec<f32> = (0..cols).map(|i| 0.5 + (i % 7) as f32 * 0.1).collect();
             let eps = 1e-6;
