@@ -46,15 +46,7 @@
                     v[k] = v[k] * inv * norm_weights(g_at, 8u * bi + k);
                 }
             }
-            let qb = q8_block(v);
-            let c = (lid >> 2u) * 10u;
-            let i = lid & 3u;
-            xw[c + 2u * i] = qb.lo;
-            xw[c + 2u * i + 1u] = qb.hi;
-            let at = c + 8u + (i >> 1u);
-            let comp = 2u * (i & 1u);
-            xw[at][comp] = bitcast<u32>(qb.d);
-            xw[at][comp + 1u] = bitcast<u32>(qb.s);
+            put_q8(v, lid);
         }
         workgroupBarrier();
         xw_base = 160u * ch;

@@ -858,7 +858,7 @@ impl Acts {
 fn q8_store(binding: u32) -> String {
     Q8_STORE
         .replace("{{q8_binding}}", &binding.to_string())
-        .replace("{{q8_block}}", Q8)
+        .replace("{{q8_block}}", &Q8.replace("{{q8_dst}}", "xq"))
 }
 
 /// Bytes of quant.wgsl's blocks for `rows` rows of `cols` values: 160 for each 128 values.
@@ -962,7 +962,7 @@ fn xq(i: u32) -> vec4<u32> {
         Acts::Q8Own => (
             "vec4<f32>",
             MATVEC_OWN.replace("{{q8_products}}", MATVEC_Q8),
-            OWN.replace("{{q8_block}}", Q8),
+            OWN.replace("{{q8_block}}", &Q8.replace("{{q8_dst}}", "xw")),
         ),
         Acts::F32 => ("vec4<f32>", MATVEC_F32.to_string(), String::new()),
     };

@@ -48,3 +48,17 @@ fn q8_block(v: array<vec4<f32>, 8>) -> Q8Block {
         d * f32(sum.x + sum.y + sum.z + sum.w),
     );
 }
+
+// Block `b`'s 32 values `v` quantized into {{q8_dst}} (q8_store.wgsl's storage, or own.wgsl's
+// chunk in workgroup memory, `b` counted from the chunk's start).
+fn put_q8(v: array<vec4<f32>, 8>, b: u32) {
+    let q = q8_block(v);
+    let c = (b >> 2u) * 10u;
+    let i = b & 3u;
+    {{q8_dst}}[c + 2u * i] = q.lo;
+    {{q8_dst}}[c + 2u * i + 1u] = q.hi;
+    let at = c + 8u + (i >> 1u);
+    let comp = 2u * (i & 1u);
+    {{q8_dst}}[at][comp] = bitcast<u32>(q.d);
+    {{q8_dst}}[at][comp + 1u] = bitcast<u32>(q.s);
+}
