@@ -818,9 +818,9 @@ impl Acts {
         })
     }
 
-    /// The activations the environment's `MARS_GPU_ACTS` (`f32`, `q8` or `q8own`) forces on every group
-    /// that can take them: a measurement knob, as [`Team::forced`] is. Read once; unset or
-    /// another value: none.
+    /// The activations the environment's `MARS_GPU_ACTS` (`f32`, `q8` or `q8own`) forces on
+    /// every group that can take them: a measurement knob, as [`Team::forced`] is. Read once;
+    /// unset or another value: none.
     pub fn forced() -> Option<Self> {
         static FORCED: std::sync::OnceLock<Option<Acts>> = std::sync::OnceLock::new();
         *FORCED.get_or_init(|| match std::env::var("MARS_GPU_ACTS").as_deref() {
