@@ -2,13 +2,14 @@
 // scales and as the CPU kernels' per-32 form (quantize.rs): each 32 values of a row,
 // d = max|x| / 127, x̂ = round(x · (1 / d)) ∈ [−127, 127] (ties to even, WGSL's `round`)
 // packed four to a word, s = d·Σx̂ (what a weight block's minimum multiplies). One division a
-// block, as the CPU kernels and llama.cpp's quantizer take it, not one a value: a GPU divides
-// in a sequence of instructions (~10 on NVIDIA), and the products that quantize their own row
-// (matvec_own.wgsl) do it once a workgroup. A block whose d is not a normal f32 (every value
-// under 127 · 2⁻¹²⁶ in magnitude) quantizes to zeros: 1 / d would be infinite, and the block
-// adds under 10⁻³⁵ a weight to any sum. With 1 / d finite, |x · (1 / d)| ≤ 127 within rounding,
-// which `round` keeps at 127: no clamp, three instructions a value (NAK: 430 a block with a
-// clamp and a guard for zeros, 2026-12-06). A row's blocks depend on that row alone. One copy of the
+// block, as the CPU kernels and llama.cpp's quantizer take it, not one a value (the products
+// that quantize their own row, matvec_own.wgsl, do it once a workgroup). A block whose d is not
+// a normal f32 (every value under 127 · 2⁻¹²⁶ in magnitude) quantizes to zeros: 1 / d would be
+// infinite, and the block adds under 10⁻³⁵ a weight to any sum. With 1 / d finite,
+// |x · (1 / d)| ≤ 127 within rounding, which `round` keeps at 127: no clamp. NAK, the whole
+// own-quantizing wide one-row Q4_K kernel (2026-12-06): 715 instructions with a division a
+// value behind a branch, 759 with one a block and a clamp and a guard for zeros, 610 as here
+// (the block's quantization 289). A row's blocks depend on that row alone. One copy of the
 // arithmetic for every kernel that quantizes: quant.wgsl and norm.wgsl write the blocks to
 // storage (q8_store.wgsl), the products that quantize their own rows (matvec_own.wgsl) to
 // workgroup memory, so a block has the same bits whichever wrote it.
