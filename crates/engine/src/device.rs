@@ -52,9 +52,10 @@ pub struct GpuCaps {
     /// Whether it runs on the CPU (lavapipe, SwiftShader): its forms are the rules' (measured
     /// there), never timed at load.
     pub software: bool,
-    /// The matrix units a long prefill's tiles can run on, in the shape the adapter offers,
-    /// where it has them (`mars_model::adapter_matrix_units`).
-    pub matrix_units: Option<mars_model::UnitShape>,
+    /// The matrix units a long prefill's tiles can run on, in each shape the adapter holds
+    /// (its blocks in the narrow tile and, where it fits, the wide one), none where it has
+    /// none (`mars_model::adapter_matrix_units`).
+    pub matrix_units: Vec<mars_model::UnitShape>,
     /// Bytes a tuning reads before each timed product to empty the GPU's cache
     /// (`mars_model::EVICT_BYTES` on a card, 0 on a CPU adapter, whose cache is the CPU's).
     pub evict_bytes: usize,
@@ -71,7 +72,7 @@ impl GpuCaps {
             subgroups: None,
             identity: identity.into(),
             software,
-            matrix_units: None,
+            matrix_units: Vec::new(),
             evict_bytes: 0,
         }
     }
@@ -438,7 +439,7 @@ mod tests {
                 subgroups: None,
                 identity: "test adapter".into(),
                 software: true,
-                matrix_units: None,
+                matrix_units: Vec::new(),
                 evict_bytes: 0,
             }),
         };

@@ -107,7 +107,7 @@ pub async fn tune(
     let warm = std::env::var("MARS_TUNE_EVICT").as_deref() == Ok("off");
     let evict = if warm { 0 } else { gpu.evict_bytes };
     let timings = model
-        .time_forms(pass_rows, budget_ms, gpu.matrix_units, evict)
+        .time_forms(pass_rows, budget_ms, &gpu.matrix_units, evict)
         .await?;
     for t in &timings {
         if only_missing && table.get(adapter, &t.shape.shape).is_some() {

@@ -133,20 +133,25 @@ fn main() {
     // A long prefill's tiles (tile.wgsl): a step is one 32-value group, 32 rows by 64 outputs
     // a workgroup of 128 threads (512 multiply-adds a thread: f32 tiles 4 rows by 4 outputs, the
     // matrix units' two 16 × 16 blocks a subgroup of 32, a card's shape), so "weights a pass"
-    // 128 and "rows" 4: the counts are a multiply-add's. The units' SPIR-V needs the
-    // cooperative matrices' capability and f16 (the device's features).
+    // 128 and "rows" 4: the counts are a multiply-add's; the wide tile on the units 64 rows by
+    // 128 outputs (2,048 a thread, eight blocks a subgroup): "rows" 16. The units' SPIR-V needs
+    // the cooperative matrices' capability and f16 (the device's features).
     let units_caps = caps | Capabilities::COOPERATIVE_MATRIX | Capabilities::SHADER_FLOAT16;
+    let wide = UnitShape::CARD
+        .widened()
+        .expect("16 x 16 blocks on 32 lanes widen");
     for ty in [WeightType::Q4K, WeightType::Q6K] {
-        for (form, label, caps) in [
-            (TileForm::Vectors, "f32", caps),
-            (TileForm::Units(UnitShape::CARD), "units16", units_caps),
+        for (form, label, caps, rows) in [
+            (TileForm::Vectors, "f32", caps, 4),
+            (TileForm::Units(UnitShape::CARD), "units16", units_caps, 4),
+            (TileForm::Units(wide), "units16-wide", units_caps, 16),
         ] {
             let source = tile_source(&[ty.into()], Epilogue::Store, form, TilePhase::Whole);
             let words = spirv(&source, caps, &options, &pipeline);
             let name = format!("{ty:?}-tiles-{label}").to_lowercase();
             let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
             std::fs::write(out.join(format!("{name}.spv")), bytes).unwrap();
-            writeln!(table, "{name}\t{ty:?}\ttiles\t4\t{label}\t4\t128").unwrap();
+            writeln!(table, "{name}\t{ty:?}\ttiles\t4\t{label}\t{rows}\t128").unwrap();
         }
     }
     std::fs::write(out.join("forms.tsv"), table).unwrap();

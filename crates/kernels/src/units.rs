@@ -80,37 +80,69 @@ impl Splits {
     }
 }
 
-/// The blocks a subgroup multiplies on the matrix units and the subgroup's size: what a
-/// `gpu::TileForm::Units` kernel is written for. The 32 × 64 tile is 8 blocks of 16 × 16 or 32 of
-/// 8 × 8 among a workgroup's 128 / `subgroup` subgroups, each taking a run of whole blocks
-/// of one block row: so 16 × 16 blocks on subgroups of 16, 32 or 64 lanes, 8 × 8 on 8, 16 or
-/// 32.
+/// The blocks a subgroup multiplies on the matrix units, the subgroup's size and the tile's:
+/// what a `gpu::TileForm::Units` kernel is written for. The narrow tile is tile.wgsl's 32 × 64
+/// (8 blocks of 16 × 16 or 32 of 8 × 8); the wide one 64 × 128, four such tiles in one
+/// workgroup (2 × 2: 32 blocks of 16 × 16 or 128 of 8 × 8), so that each decoded weight meets
+/// 64 rows instead of 32 and each step's products are four times as many for twice the decode,
+/// as llama.cpp's matrix-unit tiles are 64 × 64 to 128 × 256. Either way the blocks go among a
+/// workgroup's 128 / `subgroup` subgroups, each taking a run of whole blocks of one block row:
+/// so 16 × 16 blocks on subgroups of 16, 32 or 64 lanes, 8 × 8 on 8, 16 or 32 (wide: 16 × 16
+/// on 16 or 32, 8 × 8 on 8 or 16).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UnitShape {
     /// The side of a square block of f16 operands (M = N = K): 8 or 16.
     size: u32,
     /// Lanes a subgroup, fixed on the adapter.
     subgroup: u32,
+    /// Whether the tile is the wide one (64 × 128: 2 × 2 of tile.wgsl's 32 × 64).
+    wide: bool,
 }
 
 impl UnitShape {
-    /// NVIDIA's (and the first form's): 16 × 16 × 16 blocks on subgroups of 32.
+    /// NVIDIA's (and the first form's): 16 × 16 × 16 blocks on subgroups of 32, the narrow tile.
     pub const CARD: Self = Self {
         size: 16,
         subgroup: 32,
+        wide: false,
     };
 
-    /// Blocks of `size` on subgroups of `subgroup` lanes, where a tile divides among them
-    /// (see the type); `None` otherwise.
+    /// Workgroup memory the wide tile's kernel declares (bytes): the decoded weights of its
+    /// 128 outputs and the inputs of its 64 rows, a 32-value group each in f16 rows of 40, and
+    /// one 32 × 64 tile of f32 products at a time (23 KiB: over WebGPU's 16 KiB, under every
+    /// native Vulkan card's 32–64 KiB).
+    pub const WIDE_WORKGROUP_BYTES: u32 = (128 + 64) * 40 * 2 + 32 * 64 * 4;
+
+    /// Blocks of `size` on subgroups of `subgroup` lanes in the narrow tile, where it divides
+    /// among them (see the type); `None` otherwise.
     pub fn new(size: u32, subgroup: u32) -> Option<Self> {
-        let blocks = (TILE_ROWS as u32 / size.max(1)) * (TILE_OUTPUTS as u32 / size.max(1));
-        let subgroups = 128 / subgroup.max(1);
-        let valid = matches!(size, 8 | 16)
-            && matches!(subgroup, 8 | 16 | 32 | 64)
-            && blocks.is_multiple_of(subgroups)
+        Self {
+            size,
+            subgroup,
+            wide: false,
+        }
+        .valid()
+    }
+
+    /// The same blocks and subgroups in the wide tile, where it divides among them.
+    pub fn widened(self) -> Option<Self> {
+        Self { wide: true, ..self }.valid()
+    }
+
+    /// `self` where its tile divides among its subgroups, each a run of whole blocks of one
+    /// block row.
+    fn valid(self) -> Option<Self> {
+        let (size, subgroup) = (self.size, self.subgroup);
+        if !matches!(size, 8 | 16) || !matches!(subgroup, 8 | 16 | 32 | 64) {
+            return None;
+        }
+        let (rows, outputs) = self.tile();
+        let blocks = (rows / size) * (outputs / size);
+        let subgroups = 128 / subgroup;
+        let valid = blocks.is_multiple_of(subgroups)
             && blocks / subgroups >= 1
-            && blocks / subgroups <= TILE_OUTPUTS as u32 / size;
-        valid.then_some(Self { size, subgroup })
+            && blocks / subgroups <= outputs / size;
+        valid.then_some(self)
     }
 
     /// The side of a block.
@@ -123,9 +155,21 @@ impl UnitShape {
         self.subgroup
     }
 
+    /// Whether the tile is the wide one.
+    pub fn is_wide(self) -> bool {
+        self.wide
+    }
+
+    /// The tile's rows and outputs: 32 × 64, or 64 × 128 wide.
+    pub fn tile(self) -> (u32, u32) {
+        let scale = if self.wide { 2 } else { 1 };
+        (scale * TILE_ROWS as u32, scale * TILE_OUTPUTS as u32)
+    }
+
     /// The blocks each subgroup multiplies, side by side in one block row.
     pub fn blocks_a_subgroup(self) -> u32 {
-        let blocks = (TILE_ROWS as u32 / self.size) * (TILE_OUTPUTS as u32 / self.size);
+        let (rows, outputs) = self.tile();
+        let blocks = (rows / self.size) * (outputs / self.size);
         blocks / (128 / self.subgroup)
     }
 
@@ -150,17 +194,33 @@ mod tests {
             valid,
             [(8, 8), (8, 16), (8, 32), (16, 16), (16, 32), (16, 64)]
         );
-        // Every block of the tile is a subgroup's, once.
-        for (n, lanes) in valid {
-            let shape = UnitShape::new(n, lanes).unwrap();
-            let blocks = (TILE_ROWS as u32 / n) * (TILE_OUTPUTS as u32 / n);
-            assert_eq!(
-                shape.blocks_a_subgroup() * (128 / lanes),
-                blocks,
-                "{shape:?}"
-            );
+        let wide: Vec<(u32, u32)> = valid
+            .iter()
+            .copied()
+            .filter(|&(n, lanes)| UnitShape::new(n, lanes).unwrap().widened().is_some())
+            .collect();
+        assert_eq!(wide, [(8, 8), (8, 16), (16, 16), (16, 32)]);
+        // Every block of the tile is a subgroup's, once, in one block row.
+        for shape in valid
+            .iter()
+            .filter_map(|&(n, lanes)| UnitShape::new(n, lanes))
+        {
+            for shape in [Some(shape), shape.widened()].into_iter().flatten() {
+                let n = shape.size();
+                let (rows, outputs) = shape.tile();
+                assert_eq!(
+                    shape.blocks_a_subgroup() * (128 / shape.subgroup()),
+                    (rows / n) * (outputs / n),
+                    "{shape:?}"
+                );
+                assert!(shape.blocks_a_subgroup() <= outputs / n, "{shape:?}");
+            }
         }
         assert_eq!(UnitShape::new(16, 32), Some(UnitShape::CARD));
+        assert_eq!(UnitShape::CARD.tile(), (32, 64));
+        assert_eq!(UnitShape::CARD.widened().unwrap().tile(), (64, 128));
+        assert_eq!(UnitShape::CARD.widened().unwrap().blocks_a_subgroup(), 8);
+        assert_eq!(UnitShape::WIDE_WORKGROUP_BYTES, 23_552);
     }
 
     #[test]

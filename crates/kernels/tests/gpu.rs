@@ -556,7 +556,7 @@ fn split_tiles_keep_the_contracts_of_tiles() {
     gw.set_prefill(Some(TileForm::Vectors));
     let group =
         MatrixGroup::new(&client, vec![gw.clone()], Epilogue::Store, None, Rows::All).unwrap();
-    let forms = group.prefill_forms(None);
+    let forms = group.prefill_forms(&[]);
     let names: Vec<String> = forms.iter().map(|f| f.name()).collect();
     assert!(
         names.iter().any(|n| n.ends_with("/tiles-unsplit")),
@@ -750,9 +750,10 @@ fn unsplit_tiled(client: &Client, members: Vec<GpuMatrix>, x: &[f32], m: usize) 
     )
 }
 
-/// The matrix units' shape on wgpu's high-performance adapter (the one CubeCL's default device
-/// opens), where it has what [`TileForm::Units`] needs (`adapter_matrix_units`).
-fn matrix_units() -> Option<UnitShape> {
+/// The matrix units' shapes on wgpu's high-performance adapter (the one CubeCL's default device
+/// opens), where it has what [`TileForm::Units`] needs (`adapter_matrix_units`): the narrow
+/// tile first, then the wide one where it fits.
+fn matrix_units() -> Vec<UnitShape> {
     use cubecl::wgpu::wgpu;
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
     pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
@@ -760,7 +761,104 @@ fn matrix_units() -> Option<UnitShape> {
         ..Default::default()
     }))
     .ok()
-    .and_then(|adapter| mars_kernels::gpu::adapter_matrix_units(&adapter))
+    .map(|adapter| mars_kernels::gpu::adapter_matrix_units(&adapter))
+    .unwrap_or_default()
+}
+
+/// `wide` (the wide tile's outputs) bit for bit `narrow`'s, or the first that differs.
+fn same_bits(narrow: &[f32], wide: &[f32], what: &str) {
+    assert_eq!(narrow.len(), wide.len(), "{what}");
+    if let Some(i) = (0..narrow.len()).find(|&i| narrow[i].to_bits() != wide[i].to_bits()) {
+        panic!(
+            "{what}: wide {} against narrow {} at [{i}]",
+            wide[i], narrow[i]
+        );
+    }
+}
+
+/// The wide tile on the matrix units against the narrow one of the same blocks: each product
+/// is the same blocks along the inputs in the same order, so the bits must agree, over rows
+/// that fill no tile, one and a bit, and several wide ones (40, 100, 133), outputs that leave
+/// a wide tile's second half empty or partly live, every type, unsplit and split (partials
+/// from 2 × 2 tiles, summed by 32 × 64), and every epilogue: a biased q | k | v group of three
+/// matrices, the same group added to a residual, a SwiGLU (gate j and up j in one 32 × 64 tile of the four).
+fn wide_units_give_the_narrow_bits(client: &Client, narrow: TileForm, wide: TileForm) {
+    let max = max_binding(client);
+    let mut rng = ChaCha8Rng::seed_from_u64(18);
+    let both = |members: &dyn Fn() -> Vec<GpuMatrix>,
+                epilogue: Epilogue,
+                bias: Option<&[f32]>,
+                x: &[f32],
+                m: usize,
+                span: Option<usize>,
+                what: &str| {
+        let [a, b] = [narrow, wide]
+            .map(|form| tiled_in((form, span), client, members(), epilogue, bias, x, m));
+        same_bits(&a, &b, &format!("{what}, span {span:?}"));
+    };
+    for (i, ty) in WeightType::ALL.into_iter().enumerate() {
+        let (out, cols) = ([70, 130, 64][i % 3], cols_for(ty, 256));
+        let w = random_matrix(ty, out, cols, &mut rng);
+        let m = [40, 100, 133][i % 3];
+        let x = random_x(m, cols, &mut rng);
+        for span in [None, Some(3)] {
+            let what = format!("{ty:?}, {out} outputs, {m} rows");
+            both(
+                &|| vec![upload(client, &w, max)],
+                Epilogue::Store,
+                None,
+                &x,
+                m,
+                span,
+                &what,
+            );
+        }
+    }
+    let cols = 256;
+    let m = 70;
+    let x = random_x(m, cols, &mut rng);
+    let qkv: Vec<_> = [
+        (64, WeightType::Q4K),
+        (16, WeightType::Q6K),
+        (56, WeightType::Q8_0),
+    ]
+    .iter()
+    .map(|&(o, ty)| random_matrix(ty, o, cols, &mut rng))
+    .collect();
+    let bias: Vec<f32> = (0..136).map(|i| i as f32 * 0.25 - 3.0).collect();
+    let members = || qkv.iter().map(|w| upload(client, w, max)).collect();
+    let residual: Vec<f32> = (0..m * 136).map(|i| (i % 13) as f32 - 6.0).collect();
+    for span in [None, Some(3)] {
+        both(
+            &members,
+            Epilogue::Store,
+            Some(&bias),
+            &x,
+            m,
+            span,
+            "q | k | v",
+        );
+        let [a, b] = [narrow, wide].map(|form| {
+            let mut members: Vec<GpuMatrix> = members();
+            members[0].set_prefill(Some(form));
+            if let Some(span) = span {
+                members[0].set_tile_span(span);
+            }
+            let group = MatrixGroup::new(client, members, Epilogue::Add, None, Rows::All).unwrap();
+            let y = f32_handle(client, &residual);
+            group
+                .run(client, &f32_handle(client, &x), &y, &tile_step(client, m))
+                .unwrap();
+            read_f32(client, y)
+        });
+        same_bits(&a, &b, &format!("a residual added, span {span:?}"));
+    }
+    let gate = random_matrix(WeightType::Q4K, 80, cols, &mut rng);
+    let up = random_matrix(WeightType::Q6K, 80, cols, &mut rng);
+    let members = || vec![upload(client, &gate, max), upload(client, &up, max)];
+    for span in [None, Some(3)] {
+        both(&members, Epilogue::SwiGlu, None, &x, m, span, "swiglu");
+    }
 }
 
 /// Tiles on matrix units, where the adapter has them (not Debian 12's lavapipe: the test says
@@ -770,7 +868,8 @@ fn matrix_units() -> Option<UnitShape> {
 /// equal to gate and up alone within f32 rounding.
 #[test]
 fn tiles_on_matrix_units_are_within_the_f16_bound_where_the_adapter_has_them() {
-    let Some(shape) = matrix_units() else {
+    let shapes = matrix_units();
+    let Some(&shape) = shapes.first() else {
         // Where the run says the adapter has them (CI's lavapipe of tests/fetch-mesa.sh), not
         // finding them is the failure, not a skip.
         assert_ne!(
@@ -781,7 +880,7 @@ fn tiles_on_matrix_units_are_within_the_f16_bound_where_the_adapter_has_them() {
         eprintln!("no cooperative matrices of f16 into f32 in a shape the tiles take: skipped");
         return;
     };
-    eprintln!("matrix units: {shape:?}");
+    eprintln!("matrix units: {shapes:?}");
     let client = client();
     let max = max_binding(&client);
     let mut rng = ChaCha8Rng::seed_from_u64(16);
@@ -864,6 +963,11 @@ fn tiles_on_matrix_units_are_within_the_f16_bound_where_the_adapter_has_them() {
             "units swiglu [{i}]: {} vs {want}",
             y[i]
         );
+    }
+    // The wide tile, where the adapter holds it: the narrow tile's bits.
+    for &wide in &shapes[1..] {
+        assert!(wide.is_wide(), "{shapes:?}");
+        wide_units_give_the_narrow_bits(&client, TileForm::Units(shape), TileForm::Units(wide));
     }
     // Where the launches go direct, the matrix units' kernels went too: wgpu's safe pipelines
     // (natively with their loops bounded) took them, as a card's prefill needs.

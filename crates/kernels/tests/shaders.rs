@@ -274,10 +274,13 @@ fn check(what: &str, source: &str, subgroups: bool) {
     translate(what, &module, &info, msl, sm).unwrap();
 }
 
-/// Every shape the matrix-unit tiles are written for ([`UnitShape::new`]).
+/// Every shape the matrix-unit tiles are written for ([`UnitShape::new`]), in the narrow tile
+/// and, where it divides, the wide ([`UnitShape::widened`]).
 fn unit_shapes() -> Vec<UnitShape> {
     (8..=16)
         .flat_map(|n| [8, 16, 32, 64].map(|lanes| UnitShape::new(n, lanes)))
+        .flatten()
+        .flat_map(|shape| [Some(shape), shape.widened()])
         .flatten()
         .collect()
 }
@@ -707,12 +710,14 @@ fn every_kernel_declares_the_bindings_it_writes() {
                 phase,
             });
         }
-        shaders.push(Shader::Tile {
-            types: types.to_vec(),
-            epilogue,
-            form: TileForm::Units(unit_shapes()[0]),
-            phase: TilePhase::Whole,
-        });
+        for shape in [UnitShape::CARD, UnitShape::CARD.widened().unwrap()] {
+            shaders.push(Shader::Tile {
+                types: types.to_vec(),
+                epilogue,
+                form: TileForm::Units(shape),
+                phase: TilePhase::Whole,
+            });
+        }
     }
     shaders.push(Shader::Embed(k4));
     let mut wrong = Vec::new();
@@ -726,7 +731,9 @@ fn every_kernel_declares_the_bindings_it_writes() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-    assert_eq!(shaders.len(), 37 + 4 * 4 - 1 + 4 * 4 + 1);
+    // The others, 4 × 4 mat-vec forms less one, 4 × (3 f32 tile phases and the units' narrow
+    // and wide tiles), the embedding.
+    assert_eq!(shaders.len(), 37 + 4 * 4 - 1 + 4 * 5 + 1);
 }
 
 #[test]

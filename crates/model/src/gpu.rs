@@ -670,7 +670,7 @@ impl GpuModel {
         &self,
         pass_rows: usize,
         budget_ms: f64,
-        units: Option<mars_kernels::UnitShape>,
+        units: &[mars_kernels::UnitShape],
         evict_bytes: usize,
     ) -> Result<Vec<GroupTiming>> {
         use mars_kernels::gpu::{

@@ -174,7 +174,7 @@ impl Llama {
     /// Times one group of each distinct shape on the GPU path in every form it can take
     /// (`mars_kernels::gpu::MatrixGroup::forms`), at one row and at `pass_rows` rows (a
     /// verification pass: k + 1), then a long prefill's product in each prefill form (tiles on
-    /// the matrix units in the adapter's shape where `units`: `adapter_matrix_units`), each
+    /// the matrix units in each of the adapter's shapes, `units`: `adapter_matrix_units`), each
     /// timing within about
     /// `budget_ms`, each product after a read of `evict_bytes` where that is not 0 (a card's
     /// cache emptied of its weights, as a forward meets them: `mars_kernels::gpu::EVICT_BYTES`):
@@ -188,7 +188,7 @@ impl Llama {
         &self,
         pass_rows: usize,
         budget_ms: f64,
-        units: Option<crate::UnitShape>,
+        units: &[crate::UnitShape],
         evict_bytes: usize,
     ) -> Result<Vec<crate::GroupTiming>> {
         if !budget_ms.is_finite() || budget_ms <= 0.0 {

@@ -691,7 +691,7 @@ fn every_form_a_group_can_take_keeps_the_contract() {
         4 * layers + 1,
         "{shapes:?}"
     );
-    let timings = pollster::block_on(model.time_forms(5, 1.0, None, 0)).unwrap();
+    let timings = pollster::block_on(model.time_forms(5, 1.0, &[], 0)).unwrap();
     assert_eq!(timings.len(), shapes.len());
     let tokens: Vec<u32> = (0..5).map(|i| (i * 41 + 17) % 257).collect();
     let rule = run(&model, &tokens);
@@ -809,10 +809,10 @@ fn every_form_a_group_can_take_keeps_the_contract() {
         .with_forms(&|s| (s == gate_up.shape).then_some(whole))
         .unwrap_err();
     assert!(err.to_string().contains("whole/1/f32/matvec"), "{err}");
-    assert!(pollster::block_on(model.time_forms(5, f64::NAN, None, 0)).is_err());
+    assert!(pollster::block_on(model.time_forms(5, f64::NAN, &[], 0)).is_err());
     // The eviction reaches the timing (timed with it: gpu_layer.rs); one that is not whole
     // vec4s is refused by name, before anything is timed.
-    let err = pollster::block_on(model.time_forms(5, 1.0, None, 10)).unwrap_err();
+    let err = pollster::block_on(model.time_forms(5, 1.0, &[], 10)).unwrap_err();
     assert!(err.to_string().contains("vec4s"), "{err}");
 }
 
@@ -879,7 +879,7 @@ fn a_k_quant_model_keeps_the_contract_in_every_form() {
         kv: KvType::default(),
     });
     let model = Llama::from_gguf(&Gguf::parse(&bytes).unwrap(), &wgpu(), options).unwrap();
-    let timings = pollster::block_on(model.time_forms(5, 1.0, None, 0)).unwrap();
+    let timings = pollster::block_on(model.time_forms(5, 1.0, &[], 0)).unwrap();
     let tokens: Vec<u32> = (0..5).map(|i| (i * 41 + 17) % 257).collect();
     let rule = run(&model, &tokens);
     let teams = |t: &mars_model::GroupTiming| {

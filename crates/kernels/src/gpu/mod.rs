@@ -1051,6 +1051,17 @@ pub enum TileForm {
     Units(UnitShape),
 }
 
+impl TileForm {
+    /// tile.wgsl's 32 × 64 tiles a workgroup takes along the rows and along the outputs: 1 × 1,
+    /// or 2 × 2 in the wide tile on the matrix units ([`UnitShape::widened`]).
+    pub fn tiles(self) -> (usize, usize) {
+        match self {
+            Self::Units(shape) if shape.is_wide() => (2, 2),
+            _ => (1, 1),
+        }
+    }
+}
+
 /// tile.wgsl's form-dependent parts: (enables, workgroup memory and its writers, the
 /// accumulators' declarations, one group's products, the products into `acc`).
 fn tile_parts(form: TileForm) -> [String; 5] {
@@ -1094,13 +1105,15 @@ fn put_x(r: u32, k: u32, v: vec4<f32>) {
 }
 
 /// [`tile_parts`] on the matrix units in `shape`: each subgroup multiplies a run of
-/// `shape.blocks_a_subgroup()` blocks of one block row, its f32 blocks kept in cooperative
-/// matrices across the whole walk over the inputs, stored to workgroup memory at the end for the
-/// threads' 4 × 4 (the epilogue's layout).
+/// `shape.blocks_a_subgroup()` blocks of one block row of the workgroup's tile, its f32 blocks
+/// kept in cooperative matrices across the whole walk over the inputs, stored to workgroup
+/// memory at the end for the threads' 4 × 4 (the epilogue's layout): in the wide tile one
+/// 32 × 64 tile at a time (tile.wgsl's `vr`, `vc`), each subgroup storing its blocks in it.
 fn units_parts(shape: UnitShape) -> [String; 5] {
     let (n, lanes, blocks) = (shape.size(), shape.subgroup(), shape.blocks_a_subgroup());
-    // Subgroups a block row holds (64 / n blocks a row).
-    let a_row = (TILE_OUTPUTS as u32 / n) / blocks;
+    let (rows, outputs) = shape.tile();
+    // Subgroups a block row holds (outputs / n blocks a row).
+    let a_row = (outputs / n) / blocks;
     let f16 = format!("coop_mat{n}x{n}<f16");
     let mut declare = format!(
         "    // Subgroup lid / {lanes}'s {blocks} blocks: rows rb .. rb + {n}, columns cb .. cb + {}.
@@ -1116,7 +1129,14 @@ fn units_parts(shape: UnitShape) -> [String; 5] {
             let a = coopLoadT<{f16}, A>>(&xs[rb * LD + kb], LD);
 "
     );
-    let mut store = String::new();
+    // Before a 32 × 64 tile's blocks overwrite the one before (wide), once its threads have
+    // read that one.
+    let mut store = String::from(
+        "            if v > 0u {
+                workgroupBarrier();
+            }
+",
+    );
     for j in 0..blocks {
         declare.push_str(&format!("    var c{j} = coop_mat{n}x{n}<f32, C>();\n"));
         multiply.push_str(&format!(
@@ -1125,47 +1145,63 @@ fn units_parts(shape: UnitShape) -> [String; 5] {
 ",
             n * j
         ));
-        store.push_str(&format!(
-            "    coopStoreT(c{j}, &st[rb * BN + cb + {}u], BN);\n",
-            n * j
-        ));
+        let at = n * j;
+        if shape.is_wide() {
+            // The 32 × 64 tile (vr, vc) holds the block where its row and column fall.
+            store.push_str(&format!(
+                "            if rb / 32u == vr && (cb + {at}u) / 64u == vc {{
+                coopStoreT(c{j}, &st[(rb % 32u) * BN + (cb + {at}u) % 64u], BN);
+            }}
+"
+            ));
+        } else {
+            store.push_str(&format!(
+                "            coopStoreT(c{j}, &st[rb * BN + cb + {at}u], BN);\n"
+            ));
+        }
     }
     multiply.push_str("        }");
     store.push_str(
-        "    workgroupBarrier();
-    for (var a = 0u; a < 4u; a++) { // unroll
-        for (var i = 0u; i < 4u; i++) { // unroll
-            acc[4u * a + i] = st[(4u * tr + a) * BN + tc + 16u * i];
-        }
-    }",
+        "            workgroupBarrier();
+            for (var a = 0u; a < 4u; a++) { // unroll
+                for (var i = 0u; i < 4u; i++) { // unroll
+                    acc[4u * a + i] = st[(4u * tr + a) * BN + tc + 16u * i];
+                }
+            }",
     );
-    [
-        "enable f16;
-enable wgpu_cooperative_matrix;"
-            .to_string(),
+    let memory = format!(
         "// Tile rows 40 f16 apart: 32 and 8 unused, 80 bytes (a cooperative load's stride is a
 // multiple of 16 bytes).
 const LD: u32 = 40u;
-var<workgroup> ws: array<f16, 2560>; // [BN, LD]: each column's group, decoded (5 KiB)
-var<workgroup> xs: array<f16, 1280>; // [BM, LD]: each row's 32 inputs (2.5 KiB)
-var<workgroup> st: array<f32, 2048>; // [BM, BN]: the products (8 KiB; 15.5 KiB in all)
+var<workgroup> ws: array<f16, {}>; // [TN, LD]: each column's group, decoded ({} KiB)
+var<workgroup> xs: array<f16, {}>; // [TM, LD]: each row's 32 inputs ({} KiB)
+var<workgroup> st: array<f32, 2048>; // [BM, BN]: one 32 × 64 tile's products (8 KiB)
 
-fn put_w(c: u32, k: u32, v: vec4<f32>) {
+fn put_w(c: u32, k: u32, v: vec4<f32>) {{
     let b = c * LD + 4u * k;
     ws[b] = f16(v.x);
     ws[b + 1u] = f16(v.y);
     ws[b + 2u] = f16(v.z);
     ws[b + 3u] = f16(v.w);
-}
+}}
 
-fn put_x(r: u32, k: u32, v: vec4<f32>) {
+fn put_x(r: u32, k: u32, v: vec4<f32>) {{
     let b = r * LD + 4u * k;
     xs[b] = f16(v.x);
     xs[b + 1u] = f16(v.y);
     xs[b + 2u] = f16(v.z);
     xs[b + 3u] = f16(v.w);
-}"
-        .to_string(),
+}}",
+        outputs * 40,
+        outputs * 40 * 2 / 1024,
+        rows * 40,
+        f64::from(rows * 40 * 2) / 1024.0,
+    );
+    [
+        "enable f16;
+enable wgpu_cooperative_matrix;"
+            .to_string(),
+        memory,
         declare,
         multiply,
         store,
@@ -1206,7 +1242,17 @@ pub fn tile_source(
 ) -> String {
     let [enables, shared, blocks, multiply, gather] = tile_parts(form);
     let (group, w_any) = group_parts(false, types.len());
+    let (vr, vc) = form.tiles();
+    // Threads that copy the inputs: those past the decoding ones, or all 128 where each
+    // decodes (tile.wgsl's LOADERS).
+    let outputs = vc * TILE_OUTPUTS;
+    let loaders = if outputs == 128 { 128 } else { 128 - outputs };
     let text = TILE
+        .replace("{{vr}}", &vr.to_string())
+        .replace("{{vc}}", &vc.to_string())
+        .replace("{{vt}}", &(vr * vc).to_string())
+        .replace("{{loaders}}", &loaders.to_string())
+        .replace("{{x_each}}", &(vr * TILE_ROWS * 8 / loaders).to_string())
         .replace("{{group}}", &group)
         .replace("{{w_any}}", &w_any)
         .replace("{{x}}", "vec4<f32>")
@@ -1227,21 +1273,25 @@ pub fn tile_source(
 /// the mat-vec form (`None`) on a CPU adapter, which runs a workgroup's lanes as vectors and
 /// reaches workgroup memory one lane at a time (on lavapipe a 128-token prefill of SmolLM2 ran at
 /// 3.3–3.4 tok/s in tiles, 4.2–4.5 in the mat-vec form). The environment's `MARS_GPU_TILES`
-/// (`on`, `off` or `units`) overrides it: a measurement knob, as [`Team::forced`] is, so that the
-/// GPU bundle times every form without a rebuild. Read once. `units` takes the shape
-/// [`UnitShape::for_subgroup`] gives the device's subgroup size (NVIDIA's 16 × 16 on 32 lanes;
-/// a tuning takes the adapter's own list instead, [`adapter_matrix_units`]).
+/// (`on`, `off`, `units` or `units-wide`) overrides it: a measurement knob, as [`Team::forced`]
+/// is, so that the GPU bundle times every form without a rebuild. Read once. `units` takes the
+/// shape [`UnitShape::for_subgroup`] gives the device's subgroup size (NVIDIA's 16 × 16 on 32
+/// lanes; a tuning takes the adapter's own list instead, [`adapter_matrix_units`]), and
+/// `units-wide` its wide tile where that divides among the subgroups and the device's workgroup
+/// memory holds it (else the narrow one).
 pub fn tiles_for(client: &Client) -> Option<TileForm> {
     match forced_tiles() {
         Some(Forced::Vectors) => Some(TileForm::Vectors),
-        Some(Forced::Units) => {
+        Some(Forced::Units { wide }) => {
             let hardware = &client.properties().hardware;
             let lanes = hardware.plane_size_max;
             let shape = (hardware.plane_size_min == lanes)
                 .then(|| UnitShape::for_subgroup(lanes))
                 .flatten()
                 .unwrap_or(UnitShape::CARD);
-            Some(TileForm::Units(shape))
+            let fits = hardware.max_shared_memory_size >= UnitShape::WIDE_WORKGROUP_BYTES as usize;
+            let widened = shape.widened().filter(|_| wide && fits);
+            Some(TileForm::Units(widened.unwrap_or(shape)))
         }
         Some(Forced::Off) => None,
         None => is_card(client).then_some(TileForm::Vectors),
@@ -1270,7 +1320,7 @@ pub fn tiles_forced() -> bool {
 #[derive(Debug, Clone, Copy)]
 enum Forced {
     Vectors,
-    Units,
+    Units { wide: bool },
     Off,
 }
 
@@ -1279,7 +1329,8 @@ fn forced_tiles() -> Option<Forced> {
     static FORCED: std::sync::OnceLock<Option<Forced>> = std::sync::OnceLock::new();
     *FORCED.get_or_init(|| match std::env::var("MARS_GPU_TILES").as_deref() {
         Ok("on") => Some(Forced::Vectors),
-        Ok("units") => Some(Forced::Units),
+        Ok("units") => Some(Forced::Units { wide: false }),
+        Ok("units-wide") => Some(Forced::Units { wide: true }),
         Ok("off") => Some(Forced::Off),
         _ => None,
     })
@@ -1288,9 +1339,24 @@ fn forced_tiles() -> Option<Forced> {
 /// The shape [`TileForm::Units`] takes on `adapter`, where it has what the form needs: wgpu's
 /// cooperative matrices (on Vulkan `VK_KHR_cooperative_matrix`; Metal's simdgroup matrices)
 /// of f16 products into f32 on subgroups, 16 × 16 × 16 or else 8 × 8 × 8, f16 in shaders, and
-/// one subgroup size that a tile divides among ([`UnitShape::new`]; `fixed_lanes`). A tuning
-/// times the matrix units only where there is one.
-pub fn adapter_matrix_units(adapter: &cubecl::wgpu::wgpu::Adapter) -> Option<UnitShape> {
+/// one subgroup size that a tile divides among ([`UnitShape::new`]; `fixed_lanes`); then the
+/// same blocks in the wide tile ([`UnitShape::widened`]) where that divides too and the
+/// adapter's workgroup memory holds it (a device opened with the adapter's limits, as CubeCL
+/// and `open_without_robustness` open theirs natively). A tuning times the matrix units only
+/// where there are some.
+pub fn adapter_matrix_units(adapter: &cubecl::wgpu::wgpu::Adapter) -> Vec<UnitShape> {
+    let Some(shape) = adapter_narrow_units(adapter) else {
+        return Vec::new();
+    };
+    let fits =
+        adapter.limits().max_compute_workgroup_storage_size >= UnitShape::WIDE_WORKGROUP_BYTES;
+    std::iter::once(shape)
+        .chain(shape.widened().filter(|_| fits))
+        .collect()
+}
+
+/// [`adapter_matrix_units`]'s narrow shape, where the adapter has one.
+fn adapter_narrow_units(adapter: &cubecl::wgpu::wgpu::Adapter) -> Option<UnitShape> {
     use cubecl::wgpu::wgpu;
     let info = adapter.get_info();
     let features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
@@ -1642,11 +1708,13 @@ impl Shader {
                     | (1 << 15)
                     | match form {
                         TileForm::Vectors => 0,
-                        // The shape in bits 2..14: a flag, then the block's side and the lanes.
+                        // The shape in bits 2..14: a flag, then the block's side and the lanes;
+                        // the wide tile in bit 18 (the phase takes bits 16 and 17).
                         TileForm::Units(shape) => {
                             1 << 2
                                 | (u64::from(shape.size()) << 3)
                                 | (u64::from(shape.subgroup()) << 8)
+                                | (u64::from(shape.is_wide()) << 18)
                         }
                     }
                     | u64::from(epilogue.code())
@@ -2267,8 +2335,11 @@ impl MatmulLaunch {
                     found: values,
                 });
             }
+            // The partials' workgroups take the form's tiles (2 × 2 of 32 × 64 in the wide
+            // one), their sum's one 32 × 64 tile each.
+            let (vr, vc) = form.tiles();
             let tiles_z = rows.div_ceil(TILE_ROWS);
-            let z = tiles_z.saturating_mul(t.splits.count);
+            let z = rows.div_ceil(TILE_ROWS * vr).saturating_mul(t.splits.count);
             if z > MAX_GROUPS_PER_DIM {
                 return Err(KernelError::Shape {
                     what: "tiles times splits of a split tile launch (workgroups along z)",
@@ -2277,7 +2348,7 @@ impl MatmulLaunch {
                 });
             }
             let partials = client.empty(values.max(1) * 4);
-            let (gx, gy) = grid(t.groups);
+            let (gx, gy) = grid(t.groups.div_ceil(vc));
             let shader = |form, phase| Shader::Tile {
                 types: self.types.clone(),
                 epilogue,
@@ -2290,6 +2361,7 @@ impl MatmulLaunch {
                 CubeCount::Static(gx as u32, gy as u32, z as u32),
                 bind(x.0, &partials, &t.params),
             );
+            let (gx, gy) = grid(t.groups);
             launch(
                 client,
                 shader(TileForm::Vectors, TilePhase::Sum),
@@ -2307,8 +2379,8 @@ impl MatmulLaunch {
                     phase: TilePhase::Whole,
                 },
                 &t.params,
-                t.groups,
-                TILE_ROWS,
+                t.groups.div_ceil(form.tiles().1),
+                TILE_ROWS * form.tiles().0,
                 x,
             ),
             (_, _, (x, quantized)) => {
@@ -3087,11 +3159,11 @@ impl MatrixGroup {
     }
 
     /// Every way this group can multiply a long prefill, with its team and fan: the mat-vec
-    /// form and tiles of f32 vectors, and tiles on the matrix units in the adapter's shape where
-    /// it has them (`units`: [`adapter_matrix_units`]), each kind of tiles split along the inputs
+    /// form and tiles of f32 vectors, and tiles on the matrix units in each of the adapter's
+    /// shapes (`units`: [`adapter_matrix_units`], the narrow tile and the wide), each kind of tiles split along the inputs
     /// by [`Splits::rule`] and, where that splits this group, unsplit; a group over the last rows
     /// alone (the head) only as it is.
-    pub fn prefill_forms(&self, units: Option<UnitShape>) -> Vec<Form> {
+    pub fn prefill_forms(&self, units: &[UnitShape]) -> Vec<Form> {
         if self.rows != Rows::All {
             return vec![self.form()];
         }
@@ -3099,7 +3171,7 @@ impl MatrixGroup {
         let swiglu = self.epilogue == Epilogue::SwiGlu;
         let splits = Splits::rule(self.cols, total, swiglu).count > 1;
         let mut tiles = vec![TileForm::Vectors];
-        tiles.extend(units.map(TileForm::Units));
+        tiles.extend(units.iter().copied().map(TileForm::Units));
         let mut forms = vec![Form {
             prefill: None,
             split: true,

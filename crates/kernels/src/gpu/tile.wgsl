@@ -41,6 +41,17 @@
 // before the same epilogue. Another
 // contract: weights and activations rounded to f16 (relative 2⁻¹¹ each) and sums in the
 // hardware's order; a row still never meets another.
+//
+// The wide tile on the matrix units (`UnitShape::widened`: VR = VC = 2) is 2 × 2 of those
+// tiles in one workgroup, 64 rows × 128 outputs: every thread decodes a column's group and
+// copies 4 vec4s of the rows' inputs each step, a subgroup multiplies a run of blocks of the
+// 64 × 128 tile, and at the end the four 32 × 64 tiles go one at a time through the same
+// workgroup memory to the threads' 4 × 4 and the same epilogue or partials, as the tile
+// (row tile 2·z + vr, column workgroup 2·wgi + vc) would. Each product is the narrow tile's,
+// block for block (the same blocks along the inputs, in the same order), so its bits are
+// the narrow form's. Why: a 32 × 64 tile's step decodes 2,048 weights for 4 products of
+// 16 × 16 × 16 a subgroup (NAK: 0.66 instructions a multiply-add, mostly the decode); the
+// wide one decodes 4,096 for 16 (llama.cpp's matrix-unit tiles are 64 × 64 to 128 × 256).
 {{enables}}
 const EPILOGUE: u32 = {{epilogue}}u;
 // 0: the whole walk and the epilogue; 1: a split's partial sums; 2: the partials added, the
@@ -49,6 +60,17 @@ const PHASE: u32 = {{phase}}u;
 const BM: u32 = 32u;
 const BN: u32 = 64u;
 const PAD: u32 = 9u;
+// Tiles of BM × BN a workgroup takes, along the rows and the outputs (1 × 1 but for the wide
+// tile on the matrix units, 2 × 2), how many, and its rows and outputs.
+const VR: u32 = {{vr}}u;
+const VC: u32 = {{vc}}u;
+const VT: u32 = {{vt}}u;
+const TM: u32 = BM * VR;
+const TN: u32 = BN * VC;
+// Threads that copy the rows' inputs each step (those that decode no column, or all where
+// every thread decodes one), and the vec4s each copies (TM · 8 / LOADERS).
+const LOADERS: u32 = {{loaders}}u;
+const X_EACH: u32 = {{x_each}}u;
 // The groups this workgroup walks, [first, end): read from storage (which WGSL's uniformity
 // analysis counts as varying), so passed through workgroupUniformLoad before the loop whose
 // barriers need every invocation to agree on its count (Chrome's WebGPU refuses the module
@@ -72,8 +94,29 @@ fn column(wgi: u32, c: u32, first_1: u32) -> vec2<u32> {
     return vec2<u32>(o, o);
 }
 
+// Copier `loader`'s share of the step's inputs into workgroup memory: of TM rows × 8 vec4s,
+// X_EACH for each of the LOADERS threads (4 each for 64 threads in a 32 × 64 tile, for all 128
+// in the wide one), from vec4 `at` (the tile's first row, the step's group) on, rows `x_row`
+// vec4s apart; rows past the pass's `m` read as 0.
+fn copy_x(loader: u32, m: u32, at: u32, x_row: u32) {
+    for (var j = 0u; j < X_EACH; j++) { // unroll
+        let e = loader + LOADERS * j;
+        let r = e / 8u;
+        let kk = e % 8u;
+        var v = vec4<f32>(0.0);
+        if r < m {
+            v = x[at + r * x_row + kk];
+        }
+        put_x(r, kk, v);
+    }
+}
+
 @compute @workgroup_size(128)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
     let n_in = pw(0);
     // Every binding read, whatever the group's size (see matmul.wgsl).
     if n_in == 0u {
@@ -82,7 +125,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let y_stride = pw(1);
     let y_offset = pw(2);
     let outputs = pw(3);
-    let groups_x = pw(4);
+    // The grid's width: the parameters' where a workgroup is one tile, the launch's where it
+    // is several (the parameters count tiles).
+    let groups_x = select(pw(4), nwg.x, VC > 1u);
     let first_1 = pw(7);
     let first_2 = pw(8);
     let n_groups = n_in / 32u;
@@ -96,31 +141,31 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         split = wg.z % splits;
     }
     let rows = s[pw(5)];
-    let row0 = tile * BM;
-    let m = min(BM, rows - row0);
+    let row0 = tile * TM;
+    let m = min(TM, rows - row0);
     let limit = s[2];
     let wgi = wg.x + wg.y * groups_x;
     let x_row = n_in / 4u;
     let tr = lid / 16u;
     let tc = lid % 16u;
-    // The column this thread decodes (threads 0..63).
-    let mine = column(wgi, lid % BN, first_1);
-    let decodes = lid < BN && live(mine.x, mine.y, outputs, y_offset, limit, first_1);
+    // The column this thread decodes (threads 0 .. TN).
+    let mine = column(VC * wgi + (lid % TN) / BN, lid % BN, first_1);
+    let decodes = lid < TN && live(mine.x, mine.y, outputs, y_offset, limit, first_1);
     var at = vec2<u32>(0u);
     if decodes {
         at = row_at(mine.x, first_1, first_2);
     }
     // acc[4a + i]: tile row 4·tr + a, column tc + 16·i.
     var acc: array<f32, 16>;
-    if PHASE != 2u {
 {{blocks}}
+    if PHASE != 2u {
     if lid == 0u {
         let first = split * per;
         walk = vec2<u32>(first, min(first + per, n_groups));
     }
     let span = workgroupUniformLoad(&walk);
     for (var g = span.x; g < span.y; g++) {
-        if lid < BN {
+        if lid < TN {
             if decodes {
                 load(at.x, at.y, g);
                 for (var k = 0u; k < 4u; k++) { // unroll
@@ -132,80 +177,83 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     put_w(lid, k, vec4<f32>(0.0));
                 }
             }
-        } else {
-            // 32 rows × 8 vec4s: 4 each for 64 threads; rows past the pass read as 0.
-            for (var j = 0u; j < 4u; j++) { // unroll
-                let e = lid - BN + BN * j;
-                let r = e / 8u;
-                let kk = e % 8u;
-                var v = vec4<f32>(0.0);
-                if r < m {
-                    v = x[(row0 + r) * x_row + g * 8u + kk];
-                }
-                put_x(r, kk, v);
+            if TN == 128u {
+                copy_x(lid, m, row0 * x_row + g * 8u, x_row);
             }
+        } else {
+            copy_x(lid - TN, m, row0 * x_row + g * 8u, x_row);
         }
         workgroupBarrier();
 {{multiply}}
         workgroupBarrier();
     }
-{{gather}}
     }
-    if PHASE != 0u {
-        // Partials [split][row][output]: this split's sums written, or each (row, output)'s
-        // added in split order from 0.
-        let plane = rows * outputs;
-        for (var a = 0u; a < 4u; a++) { // unroll
-            for (var i = 0u; i < 4u; i++) { // unroll
-                let c = column(wgi, tc + 16u * i, first_1);
-                let r = 4u * tr + a;
-                if r < m && live(c.x, c.y, outputs, y_offset, limit, first_1) {
-                    let e = (row0 + r) * outputs + c.x;
-                    if PHASE == 1u {
-                        y[split * plane + e] = acc[4u * a + i];
-                    } else {
-                        var v = 0.0;
-                        for (var k = 0u; k < splits; k++) {
-                            let f = k * plane + e;
-                            v += x[f / 4u][f % 4u];
+    // Each BM × BN tile of the workgroup's (one but in the wide tile): its products into acc
+    // (the matrix units'), then its partials or its epilogue, as a workgroup of that one tile.
+    for (var v = 0u; v < VT; v++) { // unroll
+        let vr = v / VC;
+        let vc = v % VC;
+        let row0 = row0 + vr * BM;
+        let m = min(BM, m - min(m, vr * BM));
+        let wgi = VC * wgi + vc;
+        if PHASE != 2u {
+{{gather}}
+        }
+        if PHASE != 0u {
+            // Partials [split][row][output]: this split's sums written, or each (row, output)'s
+            // added in split order from 0.
+            let plane = rows * outputs;
+            for (var a = 0u; a < 4u; a++) { // unroll
+                for (var i = 0u; i < 4u; i++) { // unroll
+                    let c = column(wgi, tc + 16u * i, first_1);
+                    let r = 4u * tr + a;
+                    if r < m && live(c.x, c.y, outputs, y_offset, limit, first_1) {
+                        let e = (row0 + r) * outputs + c.x;
+                        if PHASE == 1u {
+                            y[split * plane + e] = acc[4u * a + i];
+                        } else {
+                            var v = 0.0;
+                            for (var k = 0u; k < splits; k++) {
+                                let f = k * plane + e;
+                                v += x[f / 4u][f % 4u];
+                            }
+                            acc[4u * a + i] = v;
                         }
-                        acc[4u * a + i] = v;
                     }
                 }
             }
         }
-        if PHASE == 1u {
-            return;
-        }
-    }
-    for (var a = 0u; a < 4u; a++) { // unroll
-        let r = 4u * tr + a;
-        if r < m {
-            let yr = (row0 + r) * y_stride + y_offset;
-            if EPILOGUE == 2u {
-                // Gate j (columns tc, tc + 16) meets up j (columns tc + 32, tc + 48).
-                for (var i = 0u; i < 2u; i++) { // unroll
-                    let j = column(wgi, tc + 16u * i, first_1).y;
-                    if j < first_1 {
-                        let gate = acc[4u * a + i];
-                        let up = acc[4u * a + i + 2u];
-                        y[yr + j] = gate / (1.0 + exp(-gate)) * up;
-                    }
-                }
-            } else {
-                for (var i = 0u; i < 4u; i++) { // unroll
-                    let o = column(wgi, tc + 16u * i, first_1).x;
-                    if EPILOGUE == 0u && o < outputs {
-                        var v = bitcast<f32>(pw(12)); // −inf past the logit limit
-                        if live(o, o, outputs, y_offset, limit, first_1) {
-                            v = acc[4u * a + i];
-                            if pw(6) != 0u {
-                                v += value(y_offset + o);
+        if PHASE != 1u {
+            for (var a = 0u; a < 4u; a++) { // unroll
+                let r = 4u * tr + a;
+                if r < m {
+                    let yr = (row0 + r) * y_stride + y_offset;
+                    if EPILOGUE == 2u {
+                        // Gate j (columns tc, tc + 16) meets up j (columns tc + 32, tc + 48).
+                        for (var i = 0u; i < 2u; i++) { // unroll
+                            let j = column(wgi, tc + 16u * i, first_1).y;
+                            if j < first_1 {
+                                let gate = acc[4u * a + i];
+                                let up = acc[4u * a + i + 2u];
+                                y[yr + j] = gate / (1.0 + exp(-gate)) * up;
                             }
                         }
-                        y[yr + o] = v;
-                    } else if EPILOGUE == 1u && o < outputs {
-                        y[yr + o] = y[yr + o] + acc[4u * a + i];
+                    } else {
+                        for (var i = 0u; i < 4u; i++) { // unroll
+                            let o = column(wgi, tc + 16u * i, first_1).x;
+                            if EPILOGUE == 0u && o < outputs {
+                                var v = bitcast<f32>(pw(12)); // −inf past the logit limit
+                                if live(o, o, outputs, y_offset, limit, first_1) {
+                                    v = acc[4u * a + i];
+                                    if pw(6) != 0u {
+                                        v += value(y_offset + o);
+                                    }
+                                }
+                                y[yr + o] = v;
+                            } else if EPILOGUE == 1u && o < outputs {
+                                y[yr + o] = y[yr + o] + acc[4u * a + i];
+                            }
+                        }
                     }
                 }
             }

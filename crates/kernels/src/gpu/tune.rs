@@ -101,10 +101,15 @@ impl Form {
         let prefill = match self.prefill {
             None => "matvec".to_string(),
             Some(TileForm::Vectors) => "tiles".to_string(),
-            Some(TileForm::Units(UnitShape::CARD)) => "units".to_string(),
             Some(TileForm::Units(shape)) => {
-                let n = shape.size();
-                format!("units-{n}x{n}-{}", shape.subgroup())
+                let wide = if shape.is_wide() { "-wide" } else { "" };
+                let narrow = UnitShape::new(shape.size(), shape.subgroup());
+                if narrow == Some(UnitShape::CARD) {
+                    format!("units{wide}")
+                } else {
+                    let n = shape.size();
+                    format!("units{wide}-{n}x{n}-{}", shape.subgroup())
+                }
             }
         };
         let unsplit = if self.prefill.is_some() && !self.split {
@@ -186,18 +191,29 @@ impl Form {
         let prefill = match prefill {
             "matvec" => None,
             "tiles" => Some(TileForm::Vectors),
-            "units" => Some(TileForm::Units(UnitShape::CARD)),
             other => {
-                let shape = other
-                    .strip_prefix("units-")
-                    .and_then(|rest| rest.split_once('-'))
-                    .and_then(|(block, lanes)| {
-                        let (m, n) = block.split_once('x')?;
-                        (m == n).then_some(())?;
-                        UnitShape::new(n.parse().ok()?, lanes.parse().ok()?)
-                    })
-                    .ok_or_else(unknown)?;
-                Some(TileForm::Units(shape))
+                // units, units-wide, units-8x8-8, units-wide-8x8-8, …
+                let (wide, rest) = match other.strip_prefix("units-wide") {
+                    Some(rest) => (true, rest),
+                    None => (false, other.strip_prefix("units").ok_or_else(unknown)?),
+                };
+                let narrow = if rest.is_empty() {
+                    Some(UnitShape::CARD)
+                } else {
+                    rest.strip_prefix('-')
+                        .and_then(|rest| rest.split_once('-'))
+                        .and_then(|(block, lanes)| {
+                            let (m, n) = block.split_once('x')?;
+                            (m == n).then_some(())?;
+                            UnitShape::new(n.parse().ok()?, lanes.parse().ok()?)
+                        })
+                };
+                let shape = match (narrow, wide) {
+                    (Some(shape), false) => Some(shape),
+                    (Some(shape), true) => shape.widened(),
+                    (None, _) => None,
+                };
+                Some(TileForm::Units(shape.ok_or_else(unknown)?))
             }
         };
         let one = MatVec { team, fan, acts };
@@ -548,6 +564,10 @@ mod tests {
                         Some(TileForm::Units(UnitShape::CARD)),
                         Some(TileForm::Units(UnitShape::new(8, 8).unwrap())),
                         Some(TileForm::Units(UnitShape::new(16, 64).unwrap())),
+                        Some(TileForm::Units(UnitShape::CARD.widened().unwrap())),
+                        Some(TileForm::Units(
+                            UnitShape::new(8, 8).unwrap().widened().unwrap(),
+                        )),
                     ] {
                         // Unsplit only with tiles; a pass form of its own or not.
                         for (split, pass) in [true, false].into_iter().zip([
