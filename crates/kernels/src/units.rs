@@ -86,9 +86,9 @@ impl Splits {
 /// workgroup (2 × 2: 32 blocks of 16 × 16 or 128 of 8 × 8), so that each decoded weight meets
 /// 64 rows instead of 32 and each step's products are four times as many for twice the decode,
 /// as llama.cpp's matrix-unit tiles are 64 × 64 to 128 × 256. Either way the blocks go among a
-/// workgroup's 128 / `subgroup` subgroups, each taking a run of whole blocks of one block row:
-/// so 16 × 16 blocks on subgroups of 16, 32 or 64 lanes, 8 × 8 on 8, 16 or 32 (wide: 16 × 16
-/// on 16 or 32, 8 × 8 on 8 or 16).
+/// workgroup's 128 / `subgroup` subgroups, each taking a rectangle of whole blocks (a run of
+/// one block row in the narrow tile, of two in the wide: `blocks_a_subgroup`): so 16 × 16
+/// blocks on subgroups of 16, 32 or 64 lanes, 8 × 8 on 8, 16 or 32, in either tile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UnitShape {
     /// The side of a square block of f16 operands (M = N = K): 8 or 16.
@@ -129,20 +129,31 @@ impl UnitShape {
         Self { wide: true, ..self }.valid()
     }
 
-    /// `self` where its tile divides among its subgroups, each a run of whole blocks of one
-    /// block row.
+    /// `self` where its tile divides among its subgroups, each a rectangle of whole blocks
+    /// ([`Self::blocks_a_subgroup`]).
     fn valid(self) -> Option<Self> {
         let (size, subgroup) = (self.size, self.subgroup);
         if !matches!(size, 8 | 16) || !matches!(subgroup, 8 | 16 | 32 | 64) {
             return None;
         }
         let (rows, outputs) = self.tile();
-        let blocks = (rows / size) * (outputs / size);
+        let (block_rows, block_cols) = (rows / size, outputs / size);
         let subgroups = 128 / subgroup;
+        let blocks = block_rows * block_cols;
+        let br = self.block_rows();
         let valid = blocks.is_multiple_of(subgroups)
-            && blocks / subgroups >= 1
-            && blocks / subgroups <= outputs / size;
+            && (blocks / subgroups).is_multiple_of(br)
+            && block_rows.is_multiple_of(br)
+            && (blocks / subgroups / br) >= 1
+            && block_cols.is_multiple_of(blocks / subgroups / br);
         valid.then_some(self)
+    }
+
+    /// Block rows a subgroup's rectangle spans: one in the narrow tile, two in the wide (two
+    /// A loads and four B loads for eight products of a 16 × 16 × 16 step on NVIDIA's shape,
+    /// where one row of eight would take one and eight, and eight B fragments' registers).
+    fn block_rows(self) -> u32 {
+        if self.wide { 2 } else { 1 }
     }
 
     /// The side of a block.
@@ -166,11 +177,13 @@ impl UnitShape {
         (scale * TILE_ROWS as u32, scale * TILE_OUTPUTS as u32)
     }
 
-    /// The blocks each subgroup multiplies, side by side in one block row.
-    pub fn blocks_a_subgroup(self) -> u32 {
+    /// The blocks each subgroup multiplies: a rectangle of (block rows, block columns), side by
+    /// side in one block row in the narrow tile.
+    pub fn blocks_a_subgroup(self) -> (u32, u32) {
         let (rows, outputs) = self.tile();
         let blocks = (rows / self.size) * (outputs / self.size);
-        blocks / (128 / self.subgroup)
+        let br = self.block_rows();
+        (br, blocks / (128 / self.subgroup) / br)
     }
 
     /// The shape `MARS_GPU_TILES=units` takes on a device whose subgroups have `subgroup`
@@ -199,8 +212,8 @@ mod tests {
             .copied()
             .filter(|&(n, lanes)| UnitShape::new(n, lanes).unwrap().widened().is_some())
             .collect();
-        assert_eq!(wide, [(8, 8), (8, 16), (16, 16), (16, 32)]);
-        // Every block of the tile is a subgroup's, once, in one block row.
+        assert_eq!(wide, valid);
+        // Every block of the tile is a subgroup's, once: the subgroups' rectangles tile it.
         for shape in valid
             .iter()
             .filter_map(|&(n, lanes)| UnitShape::new(n, lanes))
@@ -208,18 +221,24 @@ mod tests {
             for shape in [Some(shape), shape.widened()].into_iter().flatten() {
                 let n = shape.size();
                 let (rows, outputs) = shape.tile();
+                let (br, bc) = shape.blocks_a_subgroup();
+                assert_eq!(br, if shape.is_wide() { 2 } else { 1 });
+                assert!((rows / n).is_multiple_of(br) && (outputs / n).is_multiple_of(bc));
                 assert_eq!(
-                    shape.blocks_a_subgroup() * (128 / shape.subgroup()),
-                    (rows / n) * (outputs / n),
+                    (rows / n / br) * (outputs / n / bc),
+                    128 / shape.subgroup(),
                     "{shape:?}"
                 );
-                assert!(shape.blocks_a_subgroup() <= outputs / n, "{shape:?}");
             }
         }
         assert_eq!(UnitShape::new(16, 32), Some(UnitShape::CARD));
         assert_eq!(UnitShape::CARD.tile(), (32, 64));
+        assert_eq!(UnitShape::CARD.blocks_a_subgroup(), (1, 2));
         assert_eq!(UnitShape::CARD.widened().unwrap().tile(), (64, 128));
-        assert_eq!(UnitShape::CARD.widened().unwrap().blocks_a_subgroup(), 8);
+        assert_eq!(
+            UnitShape::CARD.widened().unwrap().blocks_a_subgroup(),
+            (2, 4)
+        );
         assert_eq!(UnitShape::WIDE_WORKGROUP_BYTES, 23_552);
     }
 

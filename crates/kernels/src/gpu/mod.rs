@@ -1104,31 +1104,37 @@ fn put_x(r: u32, k: u32, v: vec4<f32>) {
     }
 }
 
-/// [`tile_parts`] on the matrix units in `shape`: each subgroup multiplies a run of
-/// `shape.blocks_a_subgroup()` blocks of one block row of the workgroup's tile, its f32 blocks
+/// [`tile_parts`] on the matrix units in `shape`: each subgroup multiplies a rectangle of
+/// `shape.blocks_a_subgroup()` blocks of the workgroup's tile (one block row of them in the
+/// narrow tile, two in the wide: an A and a B load for each product's row and column), its f32 blocks
 /// kept in cooperative matrices across the whole walk over the inputs, stored to workgroup
 /// memory at the end for the threads' 4 × 4 (the epilogue's layout): in the wide tile one
 /// 32 × 64 tile at a time (tile.wgsl's `vr`, `vc`), each subgroup storing its blocks in it.
 fn units_parts(shape: UnitShape) -> [String; 5] {
-    let (n, lanes, blocks) = (shape.size(), shape.subgroup(), shape.blocks_a_subgroup());
+    let (n, lanes) = (shape.size(), shape.subgroup());
+    let (br, bc) = shape.blocks_a_subgroup();
     let (rows, outputs) = shape.tile();
-    // Subgroups a block row holds (outputs / n blocks a row).
-    let a_row = (outputs / n) / blocks;
-    let f16 = format!("coop_mat{n}x{n}<f16");
+    // Subgroups side by side along the outputs (outputs / n blocks a block row, bc each).
+    let across = (outputs / n) / bc;
     let mut declare = format!(
-        "    // Subgroup lid / {lanes}'s {blocks} blocks: rows rb .. rb + {n}, columns cb .. cb + {}.
+        "    // Subgroup lid / {lanes}'s {br} × {bc} blocks: rows rb .. rb + {}, columns cb .. cb + {}.
     let sg = lid / {lanes}u;
-    let rb = {n}u * (sg / {a_row}u);
-    let cb = {}u * (sg % {a_row}u);
+    let rb = {}u * (sg / {across}u);
+    let cb = {}u * (sg % {across}u);
 ",
-        n * blocks,
-        n * blocks
+        n * br,
+        n * bc,
+        n * br,
+        n * bc
     );
-    let mut multiply = format!(
-        "        for (var kb = 0u; kb < 32u; kb += {n}u) {{
-            let a = coopLoadT<{f16}, A>>(&xs[rb * LD + kb], LD);
-"
-    );
+    let mut multiply = format!("        for (var kb = 0u; kb < 32u; kb += {n}u) {{\n");
+    for i in 0..br {
+        multiply.push_str(&format!(
+            "            let a{i} = coopLoadT<{f16}, A>>(&xs[(rb + {}u) * LD + kb], LD);\n",
+            n * i,
+            f16 = format!("coop_mat{n}x{n}<f16")
+        ));
+    }
     // Before a 32 × 64 tile's blocks overwrite the one before (wide), once its threads have
     // read that one.
     let mut store = String::from(
@@ -1137,27 +1143,30 @@ fn units_parts(shape: UnitShape) -> [String; 5] {
             }
 ",
     );
-    for j in 0..blocks {
-        declare.push_str(&format!("    var c{j} = coop_mat{n}x{n}<f32, C>();\n"));
+    for j in 0..bc {
         multiply.push_str(&format!(
-            "            let b{j} = coopLoad<{f16}, B>>(&ws[(cb + {}u) * LD + kb], LD);
-            c{j} = coopMultiplyAdd(a, b{j}, c{j});
-",
+            "            let b{j} = coopLoad<coop_mat{n}x{n}<f16, B>>(&ws[(cb + {}u) * LD + kb], LD);\n",
             n * j
         ));
-        let at = n * j;
-        if shape.is_wide() {
-            // The 32 × 64 tile (vr, vc) holds the block where its row and column fall.
-            store.push_str(&format!(
-                "            if rb / 32u == vr && (cb + {at}u) / 64u == vc {{
-                coopStoreT(c{j}, &st[(rb % 32u) * BN + (cb + {at}u) % 64u], BN);
+        for i in 0..br {
+            declare.push_str(&format!("    var c{i}_{j} = coop_mat{n}x{n}<f32, C>();\n"));
+            multiply.push_str(&format!(
+                "            c{i}_{j} = coopMultiplyAdd(a{i}, b{j}, c{i}_{j});\n"
+            ));
+            let (r, c) = (n * i, n * j);
+            if shape.is_wide() {
+                // The 32 × 64 tile (vr, vc) holds the block where its row and column fall.
+                store.push_str(&format!(
+                    "            if (rb + {r}u) / 32u == vr && (cb + {c}u) / 64u == vc {{
+                coopStoreT(c{i}_{j}, &st[((rb + {r}u) % 32u) * BN + (cb + {c}u) % 64u], BN);
             }}
 "
-            ));
-        } else {
-            store.push_str(&format!(
-                "            coopStoreT(c{j}, &st[rb * BN + cb + {at}u], BN);\n"
-            ));
+                ));
+            } else {
+                store.push_str(&format!(
+                    "            coopStoreT(c{i}_{j}, &st[(rb + {r}u) * BN + cb + {c}u], BN);\n"
+                ));
+            }
         }
     }
     multiply.push_str("        }");
