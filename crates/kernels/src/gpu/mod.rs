@@ -1130,9 +1130,8 @@ fn units_parts(shape: UnitShape) -> [String; 5] {
     let mut multiply = format!("        for (var kb = 0u; kb < 32u; kb += {n}u) {{\n");
     for i in 0..br {
         multiply.push_str(&format!(
-            "            let a{i} = coopLoadT<{f16}, A>>(&xs[(rb + {}u) * LD + kb], LD);\n",
-            n * i,
-            f16 = format!("coop_mat{n}x{n}<f16")
+            "            let a{i} = coopLoadT<coop_mat{n}x{n}<f16, A>>(&xs[(rb + {}u) * LD + kb], LD);\n",
+            n * i
         ));
     }
     // Before a 32 × 64 tile's blocks overwrite the one before (wide), once its threads have
