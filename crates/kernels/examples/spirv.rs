@@ -16,7 +16,7 @@ use mars_kernels::gpu::{
     Acts, Epilogue, Fan, GpuType, Reduce, Team, TileForm, TilePhase, matmul_source_with,
     tile_source,
 };
-use mars_kernels::{UnitShape, WeightType};
+use mars_kernels::{UnitShape, UnitTile, WeightType};
 use naga::back::spv;
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 
@@ -133,17 +133,21 @@ fn main() {
     // A long prefill's tiles (tile.wgsl): a step is one 32-value group, 32 rows by 64 outputs
     // a workgroup of 128 threads (512 multiply-adds a thread: f32 tiles 4 rows by 4 outputs, the
     // matrix units' two 16 × 16 blocks a subgroup of 32, a card's shape), so "weights a pass"
-    // 128 and "rows" 4: the counts are a multiply-add's; the wide tile on the units 64 rows by
-    // 128 outputs (2,048 a thread, eight blocks a subgroup): "rows" 16. The units' SPIR-V needs
-    // the cooperative matrices' capability and f16 (the device's features).
+    // 128 and "rows" 4: the counts are a multiply-add's; the tall tile on the units 64 rows by
+    // 64 outputs (1,024 a thread, four blocks a subgroup): "rows" 8; the wide one 64 by 128
+    // (2,048, eight blocks): "rows" 16. The units' SPIR-V needs the cooperative matrices'
+    // capability and f16 (the device's features).
     let units_caps = caps | Capabilities::COOPERATIVE_MATRIX | Capabilities::SHADER_FLOAT16;
-    let wide = UnitShape::CARD
-        .widened()
-        .expect("16 x 16 blocks on 32 lanes widen");
+    let [tall, wide] = [UnitTile::Tall, UnitTile::Wide].map(|t| {
+        UnitShape::CARD
+            .in_tile(t)
+            .expect("16 x 16 blocks on 32 lanes divide")
+    });
     for ty in [WeightType::Q4K, WeightType::Q6K] {
         for (form, label, caps, rows) in [
             (TileForm::Vectors, "f32", caps, 4),
             (TileForm::Units(UnitShape::CARD), "units16", units_caps, 4),
+            (TileForm::Units(tall), "units16-tall", units_caps, 8),
             (TileForm::Units(wide), "units16-wide", units_caps, 16),
         ] {
             let source = tile_source(&[ty.into()], Epilogue::Store, form, TilePhase::Whole);

@@ -51,4 +51,4 @@ pub use error::{KernelError, Result};
 pub use kernels::{Isa, Kernels, MAX_ROWS, Product};
 pub use qmatrix::{Layout, QMatrix};
 pub use quantize::{Forms, QActs};
-pub use units::{Splits, UnitShape};
+pub use units::{Splits, UnitShape, UnitTile};

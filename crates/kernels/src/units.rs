@@ -80,23 +80,60 @@ impl Splits {
     }
 }
 
+/// Which tile a matrix-unit workgroup takes: tile.wgsl's 32 × 64, or 2 × 1 or 2 × 2 of them
+/// (64 × 64, 64 × 128), each output the same blocks in the same order in every one, so the
+/// narrow tile's bits in each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnitTile {
+    /// 32 rows × 64 outputs (8 blocks of 16 × 16 or 32 of 8 × 8).
+    Narrow,
+    /// 64 rows × 64 outputs: each decoded weight meets 64 rows.
+    Tall,
+    /// 64 rows × 128 outputs: each decoded weight meets 64 rows and each copied input 128
+    /// outputs.
+    Wide,
+}
+
+impl UnitTile {
+    /// Every tile, narrow first.
+    pub const ALL: [Self; 3] = [Self::Narrow, Self::Tall, Self::Wide];
+
+    /// The 32 × 64 tiles it holds along the rows and along the outputs.
+    pub fn tiles(self) -> (u32, u32) {
+        match self {
+            Self::Narrow => (1, 1),
+            Self::Tall => (2, 1),
+            Self::Wide => (2, 2),
+        }
+    }
+
+    /// A small stable code (kernel cache keys).
+    pub fn code(self) -> u64 {
+        match self {
+            Self::Narrow => 0,
+            Self::Tall => 1,
+            Self::Wide => 2,
+        }
+    }
+}
+
 /// The blocks a subgroup multiplies on the matrix units, the subgroup's size and the tile's:
-/// what a `gpu::TileForm::Units` kernel is written for. The narrow tile is tile.wgsl's 32 × 64
-/// (8 blocks of 16 × 16 or 32 of 8 × 8); the wide one 64 × 128, four such tiles in one
-/// workgroup (2 × 2: 32 blocks of 16 × 16 or 128 of 8 × 8), so that each decoded weight meets
-/// 64 rows instead of 32 and each step's products are four times as many for twice the decode,
-/// as llama.cpp's matrix-unit tiles are 64 × 64 to 128 × 256. Either way the blocks go among a
-/// workgroup's 128 / `subgroup` subgroups, each taking a rectangle of whole blocks (a run of
-/// one block row in the narrow tile, of two in the wide: `blocks_a_subgroup`): so 16 × 16
-/// blocks on subgroups of 16, 32 or 64 lanes, 8 × 8 on 8, 16 or 32, in either tile.
+/// what a `gpu::TileForm::Units` kernel is written for. The narrow tile is tile.wgsl's 32 × 64;
+/// the tall one 64 × 64 and the wide one 64 × 128, two or four such tiles in one workgroup
+/// ([`UnitTile`]), so that each decoded weight meets 64 rows instead of 32 and each step's
+/// products are two or four times as many for the same or twice the decode, as llama.cpp's
+/// matrix-unit tiles are 64 × 64 to 128 × 256. Either way the blocks go among a workgroup's
+/// 128 / `subgroup` subgroups, each taking a rectangle of whole blocks (a run of one block row
+/// in the narrow tile, of two in the others: `blocks_a_subgroup`): so 16 × 16 blocks on
+/// subgroups of 16, 32 or 64 lanes, 8 × 8 on 8, 16 or 32, in every tile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UnitShape {
     /// The side of a square block of f16 operands (M = N = K): 8 or 16.
     size: u32,
     /// Lanes a subgroup, fixed on the adapter.
     subgroup: u32,
-    /// Whether the tile is the wide one (64 × 128: 2 × 2 of tile.wgsl's 32 × 64).
-    wide: bool,
+    /// The workgroup's tile.
+    tile: UnitTile,
 }
 
 impl UnitShape {
@@ -104,14 +141,8 @@ impl UnitShape {
     pub const CARD: Self = Self {
         size: 16,
         subgroup: 32,
-        wide: false,
+        tile: UnitTile::Narrow,
     };
-
-    /// Workgroup memory the wide tile's kernel declares (bytes): the decoded weights of its
-    /// 128 outputs and the inputs of its 64 rows, a 32-value group each in f16 rows of 40, and
-    /// one 32 × 64 tile of f32 products at a time (23 KiB: over WebGPU's 16 KiB, under every
-    /// native Vulkan card's 32–64 KiB).
-    pub const WIDE_WORKGROUP_BYTES: u32 = (128 + 64) * 40 * 2 + 32 * 64 * 4;
 
     /// Blocks of `size` on subgroups of `subgroup` lanes in the narrow tile, where it divides
     /// among them (see the type); `None` otherwise.
@@ -119,14 +150,14 @@ impl UnitShape {
         Self {
             size,
             subgroup,
-            wide: false,
+            tile: UnitTile::Narrow,
         }
         .valid()
     }
 
-    /// The same blocks and subgroups in the wide tile, where it divides among them.
-    pub fn widened(self) -> Option<Self> {
-        Self { wide: true, ..self }.valid()
+    /// The same blocks and subgroups in `tile`, where it divides among them.
+    pub fn in_tile(self, tile: UnitTile) -> Option<Self> {
+        Self { tile, ..self }.valid()
     }
 
     /// `self` where its tile divides among its subgroups, each a rectangle of whole blocks
@@ -149,11 +180,12 @@ impl UnitShape {
         valid.then_some(self)
     }
 
-    /// Block rows a subgroup's rectangle spans: one in the narrow tile, two in the wide (two
-    /// A loads and four B loads for eight products of a 16 × 16 × 16 step on NVIDIA's shape,
-    /// where one row of eight would take one and eight, and eight B fragments' registers).
+    /// Block rows a subgroup's rectangle spans: one in the narrow tile, two in the others (in
+    /// the wide tile on NVIDIA's shape, two A loads and four B loads for eight products of a
+    /// 16 × 16 × 16 step, where one row of eight would take one and eight, and eight B
+    /// fragments' registers).
     fn block_rows(self) -> u32 {
-        if self.wide { 2 } else { 1 }
+        if self.tile == UnitTile::Narrow { 1 } else { 2 }
     }
 
     /// The side of a block.
@@ -166,15 +198,24 @@ impl UnitShape {
         self.subgroup
     }
 
-    /// Whether the tile is the wide one.
-    pub fn is_wide(self) -> bool {
-        self.wide
+    /// The workgroup's tile.
+    pub fn tile_kind(self) -> UnitTile {
+        self.tile
     }
 
-    /// The tile's rows and outputs: 32 × 64, or 64 × 128 wide.
+    /// The tile's rows and outputs: 32 × 64, 64 × 64 or 64 × 128.
     pub fn tile(self) -> (u32, u32) {
-        let scale = if self.wide { 2 } else { 1 };
-        (scale * TILE_ROWS as u32, scale * TILE_OUTPUTS as u32)
+        let (vr, vc) = self.tile.tiles();
+        (vr * TILE_ROWS as u32, vc * TILE_OUTPUTS as u32)
+    }
+
+    /// Workgroup memory the kernel declares (bytes): the decoded weights of its outputs and the
+    /// inputs of its rows, a 32-value group each in f16 rows of 40, and one 32 × 64 tile of
+    /// f32 products at a time: 15.5 KiB narrow (under WebGPU's 16), 18 KiB tall, 23 KiB wide
+    /// (under every native Vulkan card's 32–64 KiB).
+    pub fn workgroup_bytes(self) -> u32 {
+        let (rows, outputs) = self.tile();
+        (rows + outputs) * 40 * 2 + (TILE_ROWS * TILE_OUTPUTS * 4) as u32
     }
 
     /// The blocks each subgroup multiplies: a rectangle of (block rows, block columns), side by
@@ -207,22 +248,19 @@ mod tests {
             valid,
             [(8, 8), (8, 16), (8, 32), (16, 16), (16, 32), (16, 64)]
         );
-        let wide: Vec<(u32, u32)> = valid
-            .iter()
-            .copied()
-            .filter(|&(n, lanes)| UnitShape::new(n, lanes).unwrap().widened().is_some())
-            .collect();
-        assert_eq!(wide, valid);
-        // Every block of the tile is a subgroup's, once: the subgroups' rectangles tile it.
+        // Every block of each tile is a subgroup's, once: the subgroups' rectangles tile it.
         for shape in valid
             .iter()
             .filter_map(|&(n, lanes)| UnitShape::new(n, lanes))
         {
-            for shape in [Some(shape), shape.widened()].into_iter().flatten() {
+            for tile in UnitTile::ALL {
+                let shape = shape
+                    .in_tile(tile)
+                    .expect("every shape divides in every tile");
                 let n = shape.size();
                 let (rows, outputs) = shape.tile();
                 let (br, bc) = shape.blocks_a_subgroup();
-                assert_eq!(br, if shape.is_wide() { 2 } else { 1 });
+                assert_eq!(br, if tile == UnitTile::Narrow { 1 } else { 2 });
                 assert!((rows / n).is_multiple_of(br) && (outputs / n).is_multiple_of(bc));
                 assert_eq!(
                     (rows / n / br) * (outputs / n / bc),
@@ -234,12 +272,14 @@ mod tests {
         assert_eq!(UnitShape::new(16, 32), Some(UnitShape::CARD));
         assert_eq!(UnitShape::CARD.tile(), (32, 64));
         assert_eq!(UnitShape::CARD.blocks_a_subgroup(), (1, 2));
-        assert_eq!(UnitShape::CARD.widened().unwrap().tile(), (64, 128));
+        let [tall, wide] =
+            [UnitTile::Tall, UnitTile::Wide].map(|t| UnitShape::CARD.in_tile(t).unwrap());
+        assert_eq!((tall.tile(), tall.blocks_a_subgroup()), ((64, 64), (2, 2)));
+        assert_eq!((wide.tile(), wide.blocks_a_subgroup()), ((64, 128), (2, 4)));
         assert_eq!(
-            UnitShape::CARD.widened().unwrap().blocks_a_subgroup(),
-            (2, 4)
+            [UnitShape::CARD, tall, wide].map(UnitShape::workgroup_bytes),
+            [15_872, 18_432, 23_552]
         );
-        assert_eq!(UnitShape::WIDE_WORKGROUP_BYTES, 23_552);
     }
 
     #[test]

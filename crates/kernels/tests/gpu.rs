@@ -16,7 +16,7 @@ use cubecl::client::Client;
 use cubecl::server::Handle;
 use mars_kernels::gpu::{
     Epilogue, Fan, GpuMatrix, MatrixGroup, Reduce, Rows, Step, StepBuffer, Team, TileForm,
-    UnitShape,
+    UnitShape, UnitTile,
 };
 use mars_kernels::{KernelError, QMatrix, WeightType};
 use rand_chacha::ChaCha8Rng;
@@ -765,24 +765,25 @@ fn matrix_units() -> Vec<UnitShape> {
     .unwrap_or_default()
 }
 
-/// `wide` (the wide tile's outputs) bit for bit `narrow`'s, or the first that differs.
-fn same_bits(narrow: &[f32], wide: &[f32], what: &str) {
-    assert_eq!(narrow.len(), wide.len(), "{what}");
-    if let Some(i) = (0..narrow.len()).find(|&i| narrow[i].to_bits() != wide[i].to_bits()) {
+/// `larger` (a tall or wide tile's outputs) bit for bit `narrow`'s, or the first that differs.
+fn same_bits(narrow: &[f32], larger: &[f32], what: &str) {
+    assert_eq!(narrow.len(), larger.len(), "{what}");
+    if let Some(i) = (0..narrow.len()).find(|&i| narrow[i].to_bits() != larger[i].to_bits()) {
         panic!(
-            "{what}: wide {} against narrow {} at [{i}]",
-            wide[i], narrow[i]
+            "{what}: {} against narrow {} at [{i}]",
+            larger[i], narrow[i]
         );
     }
 }
 
-/// The wide tile on the matrix units against the narrow one of the same blocks: each product
+/// A tall or wide tile on the matrix units against the narrow one of the same blocks: each product
 /// is the same blocks along the inputs in the same order, so the bits must agree, over rows
-/// that fill no tile, one and a bit, and several wide ones (40, 100, 133), outputs that leave
-/// a wide tile's second half empty or partly live, every type, unsplit and split (partials
-/// from 2 × 2 tiles, summed by 32 × 64), and every epilogue: a biased q | k | v group of three
-/// matrices, the same group added to a residual, a SwiGLU (gate j and up j in one 32 × 64 tile of the four).
-fn wide_units_give_the_narrow_bits(client: &Client, narrow: TileForm, wide: TileForm) {
+/// that fill no tile, one and a bit, and several large ones (40, 100, 133), outputs that leave
+/// a large tile's second half empty or partly live, every type, unsplit and split (partials
+/// from 2 × 1 or 2 × 2 tiles, summed by 32 × 64), and every epilogue: a biased q | k | v group
+/// of three matrices, the same group added to a residual, a SwiGLU (gate j and up j in one
+/// 32 × 64 tile of the large one's).
+fn larger_tiles_give_the_narrow_bits(client: &Client, narrow: TileForm, larger: TileForm) {
     let max = max_binding(client);
     let mut rng = ChaCha8Rng::seed_from_u64(18);
     let both = |members: &dyn Fn() -> Vec<GpuMatrix>,
@@ -792,7 +793,7 @@ fn wide_units_give_the_narrow_bits(client: &Client, narrow: TileForm, wide: Tile
                 m: usize,
                 span: Option<usize>,
                 what: &str| {
-        let [a, b] = [narrow, wide]
+        let [a, b] = [narrow, larger]
             .map(|form| tiled_in((form, span), client, members(), epilogue, bias, x, m));
         same_bits(&a, &b, &format!("{what}, span {span:?}"));
     };
@@ -838,7 +839,7 @@ fn wide_units_give_the_narrow_bits(client: &Client, narrow: TileForm, wide: Tile
             span,
             "q | k | v",
         );
-        let [a, b] = [narrow, wide].map(|form| {
+        let [a, b] = [narrow, larger].map(|form| {
             let mut members: Vec<GpuMatrix> = members();
             members[0].set_prefill(Some(form));
             if let Some(span) = span {
@@ -964,10 +965,15 @@ fn tiles_on_matrix_units_are_within_the_f16_bound_where_the_adapter_has_them() {
             y[i]
         );
     }
-    // The wide tile, where the adapter holds it: the narrow tile's bits.
-    for &wide in &shapes[1..] {
-        assert!(wide.is_wide(), "{shapes:?}");
-        wide_units_give_the_narrow_bits(&client, TileForm::Units(shape), TileForm::Units(wide));
+    // The tall and the wide tile, where the adapter holds them: the narrow tile's bits.
+    let tiles: Vec<_> = shapes.iter().map(|s| s.tile_kind()).collect();
+    assert_eq!(tiles[0], UnitTile::Narrow, "{shapes:?}");
+    assert!(
+        tiles[1..].iter().all(|&t| t != UnitTile::Narrow),
+        "{shapes:?}"
+    );
+    for &other in &shapes[1..] {
+        larger_tiles_give_the_narrow_bits(&client, TileForm::Units(shape), TileForm::Units(other));
     }
     // Where the launches go direct, the matrix units' kernels went too: wgpu's safe pipelines
     // (natively with their loops bounded) took them, as a card's prefill needs.

@@ -19,7 +19,7 @@
 
 use mars_kernels::gpu::{
     Acts, Epilogue, Fan, GpuType, Reduce, RowPass, Shader, Team, TileForm, TilePhase, UnitShape,
-    embed_source, matmul_source, matmul_source_with, row_bound, tile_source,
+    UnitTile, embed_source, matmul_source, matmul_source_with, row_bound, tile_source,
 };
 use mars_kernels::{KvType, MAX_ROWS, WeightType};
 use naga::back::{hlsl, msl, spv};
@@ -275,12 +275,12 @@ fn check(what: &str, source: &str, subgroups: bool) {
 }
 
 /// Every shape the matrix-unit tiles are written for ([`UnitShape::new`]), in the narrow tile
-/// and, where it divides, the wide ([`UnitShape::widened`]).
+/// and in the tall and the wide ([`UnitTile`]).
 fn unit_shapes() -> Vec<UnitShape> {
     (8..=16)
         .flat_map(|n| [8, 16, 32, 64].map(|lanes| UnitShape::new(n, lanes)))
         .flatten()
-        .flat_map(|shape| [Some(shape), shape.widened()])
+        .flat_map(|shape| UnitTile::ALL.map(|tile| shape.in_tile(tile)))
         .flatten()
         .collect()
 }
@@ -710,7 +710,7 @@ fn every_kernel_declares_the_bindings_it_writes() {
                 phase,
             });
         }
-        for shape in [UnitShape::CARD, UnitShape::CARD.widened().unwrap()] {
+        for shape in UnitTile::ALL.map(|t| UnitShape::CARD.in_tile(t).unwrap()) {
             shaders.push(Shader::Tile {
                 types: types.to_vec(),
                 epilogue,
@@ -731,9 +731,9 @@ fn every_kernel_declares_the_bindings_it_writes() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-    // The others, 4 × 4 mat-vec forms less one, 4 × (3 f32 tile phases and the units' narrow
-    // and wide tiles), the embedding.
-    assert_eq!(shaders.len(), 37 + 4 * 4 - 1 + 4 * 5 + 1);
+    // The others, 4 × 4 mat-vec forms less one, 4 × (3 f32 tile phases and the units' narrow,
+    // tall and wide tiles), the embedding.
+    assert_eq!(shaders.len(), 37 + 4 * 4 - 1 + 4 * 6 + 1);
 }
 
 #[test]

@@ -82,7 +82,7 @@ use crate::block::{Q6K_RUN, Q6K_RUN_BYTES, WeightType};
 use crate::counts::{Kind, counted_launch, counted_read, counted_upload};
 use crate::error::{KernelError, Result};
 use crate::quantize::MAX_ROWS;
-pub use crate::units::{Splits, TILE_ROWS, UnitShape};
+pub use crate::units::{Splits, TILE_ROWS, UnitShape, UnitTile};
 use crate::units::{TILE_OUTPUTS, tile_columns};
 
 const COMMON: &str = include_str!("common.wgsl");
@@ -1053,11 +1053,14 @@ pub enum TileForm {
 
 impl TileForm {
     /// tile.wgsl's 32 × 64 tiles a workgroup takes along the rows and along the outputs: 1 × 1,
-    /// or 2 × 2 in the wide tile on the matrix units ([`UnitShape::widened`]).
+    /// or on the matrix units its [`UnitTile`]'s (2 × 1 tall, 2 × 2 wide).
     pub fn tiles(self) -> (usize, usize) {
         match self {
-            Self::Units(shape) if shape.is_wide() => (2, 2),
-            _ => (1, 1),
+            Self::Units(shape) => {
+                let (vr, vc) = shape.tile_kind().tiles();
+                (vr as usize, vc as usize)
+            }
+            Self::Vectors => (1, 1),
         }
     }
 }
@@ -1153,7 +1156,7 @@ fn units_parts(shape: UnitShape) -> [String; 5] {
                 "            c{i}_{j} = coopMultiplyAdd(a{i}, b{j}, c{i}_{j});\n"
             ));
             let (r, c) = (n * i, n * j);
-            if shape.is_wide() {
+            if shape.tile_kind() != UnitTile::Narrow {
                 // The 32 × 64 tile (vr, vc) holds the block where its row and column fall.
                 store.push_str(&format!(
                     "            if (rb + {r}u) / 32u == vr && (cb + {c}u) / 64u == vc {{
@@ -1281,25 +1284,27 @@ pub fn tile_source(
 /// the mat-vec form (`None`) on a CPU adapter, which runs a workgroup's lanes as vectors and
 /// reaches workgroup memory one lane at a time (on lavapipe a 128-token prefill of SmolLM2 ran at
 /// 3.3–3.4 tok/s in tiles, 4.2–4.5 in the mat-vec form). The environment's `MARS_GPU_TILES`
-/// (`on`, `off`, `units` or `units-wide`) overrides it: a measurement knob, as [`Team::forced`]
-/// is, so that the GPU bundle times every form without a rebuild. Read once. `units` takes the
-/// shape [`UnitShape::for_subgroup`] gives the device's subgroup size (NVIDIA's 16 × 16 on 32
-/// lanes; a tuning takes the adapter's own list instead, [`adapter_matrix_units`]), and
-/// `units-wide` its wide tile where that divides among the subgroups and the device's workgroup
-/// memory holds it (else the narrow one).
+/// (`on`, `off`, `units`, `units-tall` or `units-wide`) overrides it: a measurement knob, as
+/// [`Team::forced`] is, so that the GPU bundle times every form without a rebuild. Read once.
+/// `units` takes the shape [`UnitShape::for_subgroup`] gives the device's subgroup size
+/// (NVIDIA's 16 × 16 on 32 lanes; a tuning takes the adapter's own list instead,
+/// [`adapter_matrix_units`]), `units-tall` and `units-wide` its tall or wide tile where the
+/// device's workgroup memory holds it (else the narrow one).
 pub fn tiles_for(client: &Client) -> Option<TileForm> {
     match forced_tiles() {
         Some(Forced::Vectors) => Some(TileForm::Vectors),
-        Some(Forced::Units { wide }) => {
+        Some(Forced::Units(tile)) => {
             let hardware = &client.properties().hardware;
             let lanes = hardware.plane_size_max;
             let shape = (hardware.plane_size_min == lanes)
                 .then(|| UnitShape::for_subgroup(lanes))
                 .flatten()
                 .unwrap_or(UnitShape::CARD);
-            let fits = hardware.max_shared_memory_size >= UnitShape::WIDE_WORKGROUP_BYTES as usize;
-            let widened = shape.widened().filter(|_| wide && fits);
-            Some(TileForm::Units(widened.unwrap_or(shape)))
+            let fits =
+                |s: &UnitShape| hardware.max_shared_memory_size >= s.workgroup_bytes() as usize;
+            Some(TileForm::Units(
+                shape.in_tile(tile).filter(fits).unwrap_or(shape),
+            ))
         }
         Some(Forced::Off) => None,
         None => is_card(client).then_some(TileForm::Vectors),
@@ -1328,7 +1333,7 @@ pub fn tiles_forced() -> bool {
 #[derive(Debug, Clone, Copy)]
 enum Forced {
     Vectors,
-    Units { wide: bool },
+    Units(UnitTile),
     Off,
 }
 
@@ -1337,8 +1342,9 @@ fn forced_tiles() -> Option<Forced> {
     static FORCED: std::sync::OnceLock<Option<Forced>> = std::sync::OnceLock::new();
     *FORCED.get_or_init(|| match std::env::var("MARS_GPU_TILES").as_deref() {
         Ok("on") => Some(Forced::Vectors),
-        Ok("units") => Some(Forced::Units { wide: false }),
-        Ok("units-wide") => Some(Forced::Units { wide: true }),
+        Ok("units") => Some(Forced::Units(UnitTile::Narrow)),
+        Ok("units-tall") => Some(Forced::Units(UnitTile::Tall)),
+        Ok("units-wide") => Some(Forced::Units(UnitTile::Wide)),
         Ok("off") => Some(Forced::Off),
         _ => None,
     })
@@ -1348,18 +1354,19 @@ fn forced_tiles() -> Option<Forced> {
 /// cooperative matrices (on Vulkan `VK_KHR_cooperative_matrix`; Metal's simdgroup matrices)
 /// of f16 products into f32 on subgroups, 16 × 16 × 16 or else 8 × 8 × 8, f16 in shaders, and
 /// one subgroup size that a tile divides among ([`UnitShape::new`]; `fixed_lanes`); then the
-/// same blocks in the wide tile ([`UnitShape::widened`]) where that divides too and the
-/// adapter's workgroup memory holds it (a device opened with the adapter's limits, as CubeCL
+/// same blocks in the tall and the wide tile ([`UnitTile`]) where the adapter's workgroup
+/// memory holds them (a device opened with the adapter's limits, as CubeCL
 /// and `open_without_robustness` open theirs natively). A tuning times the matrix units only
 /// where there are some.
 pub fn adapter_matrix_units(adapter: &cubecl::wgpu::wgpu::Adapter) -> Vec<UnitShape> {
     let Some(shape) = adapter_narrow_units(adapter) else {
         return Vec::new();
     };
-    let fits =
-        adapter.limits().max_compute_workgroup_storage_size >= UnitShape::WIDE_WORKGROUP_BYTES;
-    std::iter::once(shape)
-        .chain(shape.widened().filter(|_| fits))
+    let room = adapter.limits().max_compute_workgroup_storage_size;
+    UnitTile::ALL
+        .into_iter()
+        .filter_map(|tile| shape.in_tile(tile))
+        .filter(|s| s.workgroup_bytes() <= room)
         .collect()
 }
 
@@ -1717,12 +1724,12 @@ impl Shader {
                     | match form {
                         TileForm::Vectors => 0,
                         // The shape in bits 2..14: a flag, then the block's side and the lanes;
-                        // the wide tile in bit 18 (the phase takes bits 16 and 17).
+                        // the tile in bits 18 and 19 (the phase takes bits 16 and 17).
                         TileForm::Units(shape) => {
                             1 << 2
                                 | (u64::from(shape.size()) << 3)
                                 | (u64::from(shape.subgroup()) << 8)
-                                | (u64::from(shape.is_wide()) << 18)
+                                | (shape.tile_kind().code() << 18)
                         }
                     }
                     | u64::from(epilogue.code())

@@ -24,7 +24,7 @@
 //! a first line naming the timing method ([`TABLE_HEADER`]): a table an earlier method wrote is
 //! read as empty, so its shapes are timed anew.
 
-use super::{Acts, Fan, Result, Team, TileForm, UnitShape};
+use super::{Acts, Fan, Result, Team, TileForm, UnitShape, UnitTile};
 use super::{Client, MatrixGroup, Step, StepBuffer};
 use crate::KernelError;
 use std::collections::BTreeMap;
@@ -95,20 +95,25 @@ pub struct Form {
 
 impl Form {
     /// `quarter/1/f32/matvec`, `whole/4/q8/tiles`, `lanes/1/f32/units` (16 × 16 blocks on
-    /// subgroups of 32), `wide/1/f32/units-8x8-8` (8 × 8 on 8), `quarter/4/f32/tiles-unsplit`,
-    /// …: the table's and `mars tune`'s name.
+    /// subgroups of 32), `wide/1/f32/units-8x8-8` (8 × 8 on 8), `wide/1/f32/units-wide` (the
+    /// wide tile; `units-tall`, the tall), `quarter/4/f32/tiles-unsplit`, …: the table's and
+    /// `mars tune`'s name.
     pub fn name(self) -> String {
         let prefill = match self.prefill {
             None => "matvec".to_string(),
             Some(TileForm::Vectors) => "tiles".to_string(),
             Some(TileForm::Units(shape)) => {
-                let wide = if shape.is_wide() { "-wide" } else { "" };
+                let tile = match shape.tile_kind() {
+                    UnitTile::Narrow => "",
+                    UnitTile::Tall => "-tall",
+                    UnitTile::Wide => "-wide",
+                };
                 let narrow = UnitShape::new(shape.size(), shape.subgroup());
                 if narrow == Some(UnitShape::CARD) {
-                    format!("units{wide}")
+                    format!("units{tile}")
                 } else {
                     let n = shape.size();
-                    format!("units{wide}-{n}x{n}-{}", shape.subgroup())
+                    format!("units{tile}-{n}x{n}-{}", shape.subgroup())
                 }
             }
         };
@@ -192,11 +197,12 @@ impl Form {
             "matvec" => None,
             "tiles" => Some(TileForm::Vectors),
             other => {
-                // units, units-wide, units-8x8-8, units-wide-8x8-8, …
-                let (wide, rest) = match other.strip_prefix("units-wide") {
-                    Some(rest) => (true, rest),
-                    None => (false, other.strip_prefix("units").ok_or_else(unknown)?),
-                };
+                // units, units-wide, units-8x8-8, units-tall-8x8-8, …
+                let rest = other.strip_prefix("units").ok_or_else(unknown)?;
+                let (tile, rest) = [("-tall", UnitTile::Tall), ("-wide", UnitTile::Wide)]
+                    .into_iter()
+                    .find_map(|(word, tile)| Some((tile, rest.strip_prefix(word)?)))
+                    .unwrap_or((UnitTile::Narrow, rest));
                 let narrow = if rest.is_empty() {
                     Some(UnitShape::CARD)
                 } else {
@@ -208,11 +214,7 @@ impl Form {
                             UnitShape::new(n.parse().ok()?, lanes.parse().ok()?)
                         })
                 };
-                let shape = match (narrow, wide) {
-                    (Some(shape), false) => Some(shape),
-                    (Some(shape), true) => shape.widened(),
-                    (None, _) => None,
-                };
+                let shape = narrow.and_then(|shape| shape.in_tile(tile));
                 Some(TileForm::Units(shape.ok_or_else(unknown)?))
             }
         };
@@ -564,9 +566,17 @@ mod tests {
                         Some(TileForm::Units(UnitShape::CARD)),
                         Some(TileForm::Units(UnitShape::new(8, 8).unwrap())),
                         Some(TileForm::Units(UnitShape::new(16, 64).unwrap())),
-                        Some(TileForm::Units(UnitShape::CARD.widened().unwrap())),
                         Some(TileForm::Units(
-                            UnitShape::new(8, 8).unwrap().widened().unwrap(),
+                            UnitShape::CARD.in_tile(UnitTile::Wide).unwrap(),
+                        )),
+                        Some(TileForm::Units(
+                            UnitShape::CARD.in_tile(UnitTile::Tall).unwrap(),
+                        )),
+                        Some(TileForm::Units(
+                            UnitShape::new(8, 8)
+                                .unwrap()
+                                .in_tile(UnitTile::Wide)
+                                .unwrap(),
                         )),
                     ] {
                         // Unsplit only with tiles; a pass form of its own or not.
