@@ -361,7 +361,9 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
       # on the units) and the tall one (units-tall: 64 x 64, 0.37 at 88), wide-q8, then the
       # narrow tile on the units, then the wide one split along the inputs 16 groups a split
       # on every product (units-wide-split: the rule splits by the narrow tile's workgroups, so
-      # a wide launch has a quarter of them, 288 for the 7B's q | k | v at 128 rows),
+      # a wide launch has a quarter of them, 288 for the 7B's q | k | v at 128 rows), the f32
+      # tiles in the tall tile (tiles-tall: 64 x 64, the browser's prefill form where Chrome
+      # offers the workgroup memory, NAK 1.45 instructions a multiply-add against 1.78),
       # and at the end the norms and RoPE in launches of their own
       # (MARS_GPU_NORM=apart MARS_GPU_ROPE=apart; a card folds them into the products and
       # attention: two launches a layer fewer); and the rule on a device without the driver's
@@ -369,7 +371,7 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
       # load into four checked ones in Mesa's NVIDIA compiler, and llama.cpp runs its mat-vec
       # pipelines without robustness); and target-only decoding reading back every token
       # before its next pass (MARS_TOKENS_A_READ=1; the rule chains four passes a read)
-      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule whole-wide norm-apart wide-q8own units-wide units-tall wide-q8 units units-wide-split pass-same tuned tuned-warm unrobust read-each lanes whole-lanes q8 no-tiles unsplit units-unsplit folds-apart; do
+      for m in ${TEAM_MODELS:-$(models)}; do for r in $(seq 1 "$ROUNDS"); do for t in rule whole-wide norm-apart wide-q8own units-wide units-tall wide-q8 units units-wide-split tiles-tall pass-same tuned tuned-warm unrobust read-each lanes whole-lanes q8 no-tiles unsplit units-unsplit folds-apart; do
         case $t in
           rule) e=MARS_TUNE=off ;; tuned) e= ;; lanes) e=MARS_GPU_TEAM=lanes ;;
           whole-wide | whole-lanes) e="MARS_TUNE=off MARS_GPU_TEAM=$t" ;;
@@ -385,6 +387,7 @@ print('$r', '$(basename "$m")', '$t tokens a read', round(d['decode_tokens_per_s
           no-tiles) e="MARS_TUNE=off MARS_GPU_TILES=off" ;; units) e="MARS_TUNE=off MARS_GPU_TILES=units" ;;
           units-wide | units-tall) e="MARS_TUNE=off MARS_GPU_TILES=$t" ;;
           units-wide-split) e="MARS_TUNE=off MARS_GPU_TILES=units-wide MARS_GPU_TILE_SPLIT=512" ;;
+          tiles-tall) e="MARS_TUNE=off MARS_GPU_TILES=tall" ;;
           unsplit) e="MARS_TUNE=off MARS_GPU_TILE_SPLIT=off" ;;
           units-unsplit) e="MARS_TUNE=off MARS_GPU_TILES=units MARS_GPU_TILE_SPLIT=off" ;;
         esac

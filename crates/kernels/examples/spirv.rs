@@ -133,8 +133,9 @@ fn main() {
     // A long prefill's tiles (tile.wgsl): a step is one 32-value group, 32 rows by 64 outputs
     // a workgroup of 128 threads (512 multiply-adds a thread: f32 tiles 4 rows by 4 outputs, the
     // matrix units' two 16 × 16 blocks a subgroup of 32, a card's shape), so "weights a pass"
-    // 128 and "rows" 4: the counts are a multiply-add's; the tall tile on the units 64 rows by
-    // 64 outputs (1,024 a thread, four blocks a subgroup): "rows" 8; the wide one 64 by 128
+    // 128 and "rows" 4: the counts are a multiply-add's; the tall tiles, f32 and on the units,
+    // 64 rows by 64 outputs (1,024 a thread: f32 8 rows by 4 outputs, the units four blocks a
+    // subgroup): "rows" 8; the wide one 64 by 128
     // (2,048, eight blocks): "rows" 16. The units' SPIR-V needs the cooperative matrices'
     // capability and f16 (the device's features).
     let units_caps = caps | Capabilities::COOPERATIVE_MATRIX | Capabilities::SHADER_FLOAT16;
@@ -146,6 +147,7 @@ fn main() {
     for ty in [WeightType::Q4K, WeightType::Q6K] {
         for (form, label, caps, rows) in [
             (TileForm::Vectors, "f32", caps, 4),
+            (TileForm::TallVectors, "f32-tall", caps, 8),
             (TileForm::Units(UnitShape::CARD), "units16", units_caps, 4),
             (TileForm::Units(tall), "units16-tall", units_caps, 8),
             (TileForm::Units(wide), "units16-wide", units_caps, 16),

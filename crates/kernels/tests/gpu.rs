@@ -525,6 +525,23 @@ fn four_outputs_a_team_give_the_bits_of_one() {
     }
 }
 
+/// The tall f32 tile (64 rows × 64 outputs, `TileForm::TallVectors`): each output the narrow
+/// tile's multiply-adds in its order, so its bits, over every type, rows, splits and epilogue
+/// ([`larger_tiles_give_the_narrow_bits`]), where the device's workgroup memory holds it
+/// (lavapipe's does).
+#[test]
+fn the_tall_f32_tile_gives_the_narrow_tiles_bits() {
+    let client = client();
+    let room = client.properties().hardware.max_shared_memory_size;
+    let tall = TileForm::TallVectors;
+    assert!(
+        tall.workgroup_bytes() as usize <= room,
+        "{} bytes of workgroup memory",
+        room
+    );
+    larger_tiles_give_the_narrow_bits(&client, TileForm::Vectors, tall);
+}
+
 /// Tiles (a long prefill's form, tile.wgsl): every type within the f32 bound of the exact
 /// product (its sums are one running sum of 4-value dot products: cols / 4 + 4 roundings);
 /// a row's bits independent of the rows beside it and of its place in the pass (a row in the
@@ -556,7 +573,7 @@ fn split_tiles_keep_the_contracts_of_tiles() {
     gw.set_prefill(Some(TileForm::Vectors));
     let group =
         MatrixGroup::new(&client, vec![gw.clone()], Epilogue::Store, None, Rows::All).unwrap();
-    let forms = group.prefill_forms(&[]);
+    let forms = group.prefill_forms(&[], 0);
     let names: Vec<String> = forms.iter().map(|f| f.name()).collect();
     assert!(
         names.iter().any(|n| n.ends_with("/tiles-unsplit")),

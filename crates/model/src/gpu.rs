@@ -778,7 +778,9 @@ impl GpuModel {
             if group.rows() == Rows::All {
                 let rows = PREFILL_ROWS_TIMED;
                 let want = group_output(client, &base, rows, false).await?;
-                for form in base.prefill_forms(units) {
+                // The device's workgroup memory, for the tiles that need more than WebGPU's 16 KiB.
+                let room = client.properties().hardware.max_shared_memory_size;
+                for form in base.prefill_forms(units, room) {
                     let g = base.with_form(client, form)?;
                     let agrees = outputs_agree(
                         &group_output(client, &g, rows, true).await?,

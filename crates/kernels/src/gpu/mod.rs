@@ -1041,6 +1041,13 @@ fn team_tree(v: &str, count: &str, lanes: u32) -> String {
 pub enum TileForm {
     /// f32 dot products out of workgroup memory: every adapter.
     Vectors,
+    /// The same in a tall tile, 64 rows × 64 outputs (2 × 1 of the 32 × 64: each thread 8 rows
+    /// by 4 outputs), so each decoded weight meets 64 rows and each step's 12 loads of
+    /// workgroup memory feed 32 dot products, where the narrow tile's 8 feed 16; each output
+    /// the same multiply-adds in the same order, so the narrow tile's bits. 18 KiB of workgroup
+    /// memory: where the device holds it (natively every card; in the browser where the
+    /// adapter offers more than WebGPU's 16 KiB), a form the tuning times.
+    TallVectors,
     /// The matrix units through wgpu's cooperative matrices (f16 products into f32, in blocks
     /// of the shape the adapter offers): native Vulkan where the adapter has
     /// `VK_KHR_cooperative_matrix`, Metal's 8 × 8 simdgroup matrices. Chosen by a tuning table
@@ -1061,6 +1068,17 @@ impl TileForm {
                 (vr as usize, vc as usize)
             }
             Self::Vectors => (1, 1),
+            Self::TallVectors => (2, 1),
+        }
+    }
+
+    /// Workgroup memory its kernel declares (bytes).
+    pub fn workgroup_bytes(self) -> u32 {
+        match self {
+            // ws [64, 9] and xs [32 or 64, 9] vec4s.
+            Self::Vectors => (576 + 288) * 16,
+            Self::TallVectors => (576 + 576) * 16,
+            Self::Units(shape) => shape.workgroup_bytes(),
         }
     }
 }
@@ -1069,6 +1087,46 @@ impl TileForm {
 /// accumulators' declarations, one group's products, the products into `acc`).
 fn tile_parts(form: TileForm) -> [String; 5] {
     match form {
+        TileForm::TallVectors => [
+            "",
+            "// [BN, PAD] vec4: the current group of each column's weight row, decoded (9 KiB).
+var<workgroup> ws: array<vec4<f32>, 576>;
+// [TM, PAD] vec4: the same 32 inputs of each of the 64 rows (9 KiB; 18 KiB in all).
+var<workgroup> xs: array<vec4<f32>, 576>;
+
+fn put_w(c: u32, k: u32, v: vec4<f32>) {
+    ws[c * PAD + k] = v;
+}
+
+fn put_x(r: u32, k: u32, v: vec4<f32>) {
+    xs[r * PAD + k] = v;
+}",
+            "    // accs[16h + 4a + i]: tile row 32h + 4·tr + a, column tc + 16·i.
+    var accs: array<f32, 32>;",
+            "        for (var kk = 0u; kk < 8u; kk++) { // unroll
+            var xv: array<vec4<f32>, 8>;
+            for (var h = 0u; h < 2u; h++) { // unroll
+                for (var a = 0u; a < 4u; a++) { // unroll
+                    xv[4u * h + a] = xs[(32u * h + 4u * tr + a) * PAD + kk];
+                }
+            }
+            for (var i = 0u; i < 4u; i++) { // unroll
+                let wv = ws[(tc + 16u * i) * PAD + kk];
+                for (var h = 0u; h < 2u; h++) { // unroll
+                    for (var a = 0u; a < 4u; a++) { // unroll
+                        // The narrow tile's multiply-adds, in its order.
+                        let v = xv[4u * h + a];
+                        let s = accs[16u * h + 4u * a + i];
+                        accs[16u * h + 4u * a + i] = fma(v.w, wv.w, fma(v.z, wv.z, fma(v.y, wv.y, fma(v.x, wv.x, s))));
+                    }
+                }
+            }
+        }",
+            "            for (var j = 0u; j < 16u; j++) { // unroll
+                acc[j] = accs[16u * v + j];
+            }",
+        ]
+        .map(String::from),
         TileForm::Vectors => [
             "",
             "// [BN, PAD] vec4: the current group of each column's weight row, decoded (9 KiB).
@@ -1284,7 +1342,8 @@ pub fn tile_source(
 /// the mat-vec form (`None`) on a CPU adapter, which runs a workgroup's lanes as vectors and
 /// reaches workgroup memory one lane at a time (on lavapipe a 128-token prefill of SmolLM2 ran at
 /// 3.3–3.4 tok/s in tiles, 4.2–4.5 in the mat-vec form). The environment's `MARS_GPU_TILES`
-/// (`on`, `off`, `units`, `units-tall` or `units-wide`) overrides it: a measurement knob, as
+/// (`on`, `tall`, `off`, `units`, `units-tall` or `units-wide`) overrides it (`tall`: the
+/// f32 tall tile where the device's workgroup memory holds it, else the narrow): a measurement knob, as
 /// [`Team::forced`] is, so that the GPU bundle times every form without a rebuild. Read once.
 /// `units` takes the shape [`UnitShape::for_subgroup`] gives the device's subgroup size
 /// (NVIDIA's 16 × 16 on 32 lanes; a tuning takes the adapter's own list instead,
@@ -1293,6 +1352,15 @@ pub fn tile_source(
 pub fn tiles_for(client: &Client) -> Option<TileForm> {
     match forced_tiles() {
         Some(Forced::Vectors) => Some(TileForm::Vectors),
+        Some(Forced::TallVectors) => {
+            let room = client.properties().hardware.max_shared_memory_size;
+            let tall = TileForm::TallVectors;
+            Some(if tall.workgroup_bytes() as usize <= room {
+                tall
+            } else {
+                TileForm::Vectors
+            })
+        }
         Some(Forced::Units(tile)) => {
             let hardware = &client.properties().hardware;
             let lanes = hardware.plane_size_max;
@@ -1333,6 +1401,7 @@ pub fn tiles_forced() -> bool {
 #[derive(Debug, Clone, Copy)]
 enum Forced {
     Vectors,
+    TallVectors,
     Units(UnitTile),
     Off,
 }
@@ -1342,6 +1411,7 @@ fn forced_tiles() -> Option<Forced> {
     static FORCED: std::sync::OnceLock<Option<Forced>> = std::sync::OnceLock::new();
     *FORCED.get_or_init(|| match std::env::var("MARS_GPU_TILES").as_deref() {
         Ok("on") => Some(Forced::Vectors),
+        Ok("tall") => Some(Forced::TallVectors),
         Ok("units") => Some(Forced::Units(UnitTile::Narrow)),
         Ok("units-tall") => Some(Forced::Units(UnitTile::Tall)),
         Ok("units-wide") => Some(Forced::Units(UnitTile::Wide)),
@@ -1723,6 +1793,8 @@ impl Shader {
                     | (1 << 15)
                     | match form {
                         TileForm::Vectors => 0,
+                        // No units flag (bit 2); the tall tile's code in bits 18 and 19.
+                        TileForm::TallVectors => UnitTile::Tall.code() << 18,
                         // The shape in bits 2..14: a flag, then the block's side and the lanes;
                         // the tile in bits 18 and 19 (the phase takes bits 16 and 17).
                         TileForm::Units(shape) => {
@@ -3174,11 +3246,12 @@ impl MatrixGroup {
     }
 
     /// Every way this group can multiply a long prefill, with its team and fan: the mat-vec
-    /// form and tiles of f32 vectors, and tiles on the matrix units in each of the adapter's
-    /// shapes (`units`: [`adapter_matrix_units`], the narrow tile and the wide), each kind of tiles split along the inputs
+    /// form and tiles of f32 vectors (the tall tile too where the device's workgroup memory,
+    /// `room` bytes, holds it), and tiles on the matrix units in each of the adapter's shapes
+    /// (`units`: [`adapter_matrix_units`], the narrow, tall and wide tiles), each kind of tiles split along the inputs
     /// by [`Splits::rule`] and, where that splits this group, unsplit; a group over the last rows
     /// alone (the head) only as it is.
-    pub fn prefill_forms(&self, units: &[UnitShape]) -> Vec<Form> {
+    pub fn prefill_forms(&self, units: &[UnitShape], room: usize) -> Vec<Form> {
         if self.rows != Rows::All {
             return vec![self.form()];
         }
@@ -3186,6 +3259,7 @@ impl MatrixGroup {
         let swiglu = self.epilogue == Epilogue::SwiGlu;
         let splits = Splits::rule(self.cols, total, swiglu).count > 1;
         let mut tiles = vec![TileForm::Vectors];
+        tiles.extend(Some(TileForm::TallVectors).filter(|t| t.workgroup_bytes() as usize <= room));
         tiles.extend(units.iter().copied().map(TileForm::Units));
         let mut forms = vec![Form {
             prefill: None,

@@ -102,6 +102,7 @@ impl Form {
         let prefill = match self.prefill {
             None => "matvec".to_string(),
             Some(TileForm::Vectors) => "tiles".to_string(),
+            Some(TileForm::TallVectors) => "tiles-tall".to_string(),
             Some(TileForm::Units(shape)) => {
                 let tile = match shape.tile_kind() {
                     UnitTile::Narrow => "",
@@ -196,6 +197,7 @@ impl Form {
         let prefill = match prefill {
             "matvec" => None,
             "tiles" => Some(TileForm::Vectors),
+            "tiles-tall" => Some(TileForm::TallVectors),
             other => {
                 // units, units-wide, units-8x8-8, units-tall-8x8-8, …
                 let rest = other.strip_prefix("units").ok_or_else(unknown)?;
@@ -563,6 +565,7 @@ mod tests {
                     for prefill in [
                         None,
                         Some(TileForm::Vectors),
+                        Some(TileForm::TallVectors),
                         Some(TileForm::Units(UnitShape::CARD)),
                         Some(TileForm::Units(UnitShape::new(8, 8).unwrap())),
                         Some(TileForm::Units(UnitShape::new(16, 64).unwrap())),
