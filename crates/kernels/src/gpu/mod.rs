@@ -1083,24 +1083,34 @@ impl TileForm {
     }
 }
 
+/// The f32 tiles' workgroup memory and its writers for `rows` rows (32 or 64): each of the 64
+/// columns' decoded group and each row's 32 inputs, vec4s in rows of PAD (13.5 KiB for 32 rows,
+/// under WebGPU's 16; 18 KiB for 64).
+fn vectors_memory(rows: u32) -> String {
+    format!(
+        "// [BN, PAD] vec4: the current group of each column's weight row, decoded (9 KiB).
+var<workgroup> ws: array<vec4<f32>, 576>;
+// [TM, PAD] vec4: the same 32 inputs of each of the {rows} rows.
+var<workgroup> xs: array<vec4<f32>, {}>;
+
+fn put_w(c: u32, k: u32, v: vec4<f32>) {{
+    ws[c * PAD + k] = v;
+}}
+
+fn put_x(r: u32, k: u32, v: vec4<f32>) {{
+    xs[r * PAD + k] = v;
+}}",
+        rows * 9
+    )
+}
+
 /// tile.wgsl's form-dependent parts: (enables, workgroup memory and its writers, the
 /// accumulators' declarations, one group's products, the products into `acc`).
 fn tile_parts(form: TileForm) -> [String; 5] {
     match form {
         TileForm::TallVectors => [
             "",
-            "// [BN, PAD] vec4: the current group of each column's weight row, decoded (9 KiB).
-var<workgroup> ws: array<vec4<f32>, 576>;
-// [TM, PAD] vec4: the same 32 inputs of each of the 64 rows (9 KiB; 18 KiB in all).
-var<workgroup> xs: array<vec4<f32>, 576>;
-
-fn put_w(c: u32, k: u32, v: vec4<f32>) {
-    ws[c * PAD + k] = v;
-}
-
-fn put_x(r: u32, k: u32, v: vec4<f32>) {
-    xs[r * PAD + k] = v;
-}",
+            vectors_memory(64).as_str(),
             "    // accs[16h + 4a + i]: tile row 32h + 4·tr + a, column tc + 16·i.
     var accs: array<f32, 32>;",
             "        for (var kk = 0u; kk < 8u; kk++) { // unroll
@@ -1129,18 +1139,7 @@ fn put_x(r: u32, k: u32, v: vec4<f32>) {
         .map(String::from),
         TileForm::Vectors => [
             "",
-            "// [BN, PAD] vec4: the current group of each column's weight row, decoded (9 KiB).
-var<workgroup> ws: array<vec4<f32>, 576>;
-// [BM, PAD] vec4: the same 32 inputs of each row (4.5 KiB; 13.5 KiB in all, under WebGPU's 16).
-var<workgroup> xs: array<vec4<f32>, 288>;
-
-fn put_w(c: u32, k: u32, v: vec4<f32>) {
-    ws[c * PAD + k] = v;
-}
-
-fn put_x(r: u32, k: u32, v: vec4<f32>) {
-    xs[r * PAD + k] = v;
-}",
+            vectors_memory(32).as_str(),
             "",
             "        for (var kk = 0u; kk < 8u; kk++) { // unroll
             var xv: array<vec4<f32>, 4>;
