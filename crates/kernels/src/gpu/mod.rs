@@ -1194,7 +1194,7 @@ fn units_parts(shape: UnitShape) -> [String; 5] {
             n * i
         ));
     }
-    // Before a 32 × 64 tile's blocks overwrite the one before (wide), once its threads have
+    // Before a 32 × 64 tile's blocks overwrite the one before (tall, wide), once its threads have
     // read that one.
     let mut store = String::from(
         "            if v > 0u {
@@ -2421,8 +2421,8 @@ impl MatmulLaunch {
                     found: values,
                 });
             }
-            // The partials' workgroups take the form's tiles (2 × 2 of 32 × 64 in the wide
-            // one), their sum's one 32 × 64 tile each.
+            // The partials' workgroups take the form's tiles (2 × 1 or 2 × 2 of 32 × 64 in the
+            // larger tiles), their sum's one 32 × 64 tile each.
             let (vr, vc) = form.tiles();
             let tiles_z = rows.div_ceil(TILE_ROWS);
             let z = rows.div_ceil(TILE_ROWS * vr).saturating_mul(t.splits.count);

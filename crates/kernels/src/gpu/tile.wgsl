@@ -42,16 +42,17 @@
 // contract: weights and activations rounded to f16 (relative 2⁻¹¹ each) and sums in the
 // hardware's order; a row still never meets another.
 //
-// The wide tile on the matrix units (`UnitShape::widened`: VR = VC = 2) is 2 × 2 of those
-// tiles in one workgroup, 64 rows × 128 outputs: every thread decodes a column's group and
-// copies 4 vec4s of the rows' inputs each step, a subgroup multiplies a run of blocks of the
-// 64 × 128 tile, and at the end the four 32 × 64 tiles go one at a time through the same
-// workgroup memory to the threads' 4 × 4 and the same epilogue or partials, as the tile
-// (row tile 2·z + vr, column workgroup 2·wgi + vc) would. Each product is the narrow tile's,
-// block for block (the same blocks along the inputs, in the same order), so its bits are
-// the narrow form's. Why: a 32 × 64 tile's step decodes 2,048 weights for 4 products of
-// 16 × 16 × 16 a subgroup (NAK: 0.66 instructions a multiply-add, mostly the decode); the
-// wide one decodes 4,096 for 16 (llama.cpp's matrix-unit tiles are 64 × 64 to 128 × 256).
+// Larger tiles (VR × VC of the 32 × 64 ones in a workgroup): on the matrix units the tall
+// (`UnitTile::Tall`, 2 × 1, 64 × 64) and the wide (`UnitTile::Wide`, 2 × 2, 64 × 128), and the
+// f32 tiles' tall one (`TileForm::TallVectors`, 2 × 1, each thread 8 rows × 4 outputs). Threads
+// 0 .. TN decode a column's group each step and the others copy the rows' inputs (in the wide
+// tile every thread does both); on the units each subgroup multiplies a rectangle of blocks;
+// at the end the 32 × 64 tiles go one at a time (vr, vc) to the threads' 4 × 4 and the same
+// epilogue or partials, as the tile (row tile 2·z + vr, column workgroup VC·wgi + vc) would.
+// Each output is the narrow tile's multiply-adds in its order, so its bits are the narrow
+// form's. Why: a 32 × 64 tile's step decodes 2,048 weights for 4 products of 16 × 16 × 16 a
+// subgroup (NAK: 0.66 instructions a multiply-add, mostly the decode); the wide one decodes
+// 4,096 for 16 (llama.cpp's matrix-unit tiles are 64 × 64 to 128 × 256).
 {{enables}}
 const EPILOGUE: u32 = {{epilogue}}u;
 // 0: the whole walk and the epilogue; 1: a split's partial sums; 2: the partials added, the
@@ -60,8 +61,8 @@ const PHASE: u32 = {{phase}}u;
 const BM: u32 = 32u;
 const BN: u32 = 64u;
 const PAD: u32 = 9u;
-// Tiles of BM × BN a workgroup takes, along the rows and the outputs (1 × 1 but for the wide
-// tile on the matrix units, 2 × 2), how many, and its rows and outputs.
+// Tiles of BM × BN a workgroup takes, along the rows and the outputs (1 × 1 but in the larger
+// tiles above: 2 × 1 tall, 2 × 2 wide), how many, and its rows and outputs.
 const VR: u32 = {{vr}}u;
 const VC: u32 = {{vc}}u;
 const VT: u32 = {{vt}}u;
@@ -95,9 +96,9 @@ fn column(wgi: u32, c: u32, first_1: u32) -> vec2<u32> {
 }
 
 // Copier `loader`'s share of the step's inputs into workgroup memory: of TM rows × 8 vec4s,
-// X_EACH for each of the LOADERS threads (4 each for 64 threads in a 32 × 64 tile, for all 128
-// in the wide one), from vec4 `at` (the tile's first row, the step's group) on, rows `x_row`
-// vec4s apart; rows past the pass's `m` read as 0.
+// X_EACH for each of the LOADERS threads (4 each for 64 threads in a 32 × 64 tile, 8 in a tall
+// one, 4 for all 128 in the wide one), from vec4 `at` (the tile's first row, the step's group)
+// on, rows `x_row` vec4s apart; rows past the pass's `m` read as 0.
 fn copy_x(loader: u32, m: u32, at: u32, x_row: u32) {
     for (var j = 0u; j < X_EACH; j++) { // unroll
         let e = loader + LOADERS * j;
@@ -188,8 +189,8 @@ fn main(
         workgroupBarrier();
     }
     }
-    // Each BM × BN tile of the workgroup's (one but in the wide tile): its products into acc
-    // (the matrix units'), then its partials or its epilogue, as a workgroup of that one tile.
+    // Each BM × BN tile of the workgroup's (one but in the larger tiles): its products into acc
+    // (the matrix units', or the tall f32 tile's), then its partials or its epilogue, as a workgroup of that one tile.
     for (var v = 0u; v < VT; v++) { // unroll
         let vr = v / VC;
         let vc = v % VC;
