@@ -29,12 +29,9 @@ use half::f16;
 /// Values per block of every type here.
 pub const BLOCK: usize = 32;
 
-/// Q6_K super-blocks a run in GPU memory ([`WeightType::gpu_row_bytes`]): 8 f16 d's fill 16
-/// bytes.
-pub const Q6K_RUN: usize = 8;
-
-/// Bytes of a whole run of Q6_K super-blocks in GPU memory: their d's, then 8 × 208.
-pub const Q6K_RUN_BYTES: usize = 16 + 208 * Q6K_RUN;
+/// Blocks a run in GPU memory for the types held in runs ([`WeightType::gpu_row_bytes`]): 8
+/// f16 d's fill 16 bytes.
+pub const GPU_RUN: usize = 8;
 
 /// A weight block type the kernels multiply directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,24 +74,81 @@ impl WeightType {
         }
     }
 
-    /// Bytes of a row of `blocks` blocks as the GPU kernels hold it: as stored, but Q6_K's
-    /// rows rearranged at upload (`gpu::GpuMatrix`) into runs of [`Q6K_RUN`] super-blocks, each
-    /// run its blocks' f16 d's (16 bytes; a shorter last run's padded to 16) followed by the
-    /// blocks' other 208 bytes (128 of low nibbles, 64 of high bit pairs, 16 scales). Every
-    /// block and each of its three parts then starts on a 16-byte boundary (one vec4 load each:
-    /// wide teams), where the file's 210-byte blocks start 2 bytes into a word every other
-    /// block; a row of whole runs keeps the file's bytes, a last run of r blocks adds 16 − 2r (a
-    /// 3,584-value row 4 bytes of 2,940; padding each block to a word, as before, added 1 %,
-    /// to 16 bytes 7 %). The other
-    /// types keep their bytes: padding Q4_0's, Q5_0's or Q8_0's 4k + 2 would move 6–11 % more.
+    /// Bytes of a row of `blocks` blocks as the GPU kernels hold it. Q6_K's and the types
+    /// whose blocks are 4k + 2 bytes (Q4_0, Q5_0, Q8_0) are rearranged at upload
+    /// ([`WeightType::hold_run`]) into runs of [`GPU_RUN`] blocks, each run its blocks' f16 d's
+    /// first (16 bytes; a shorter last run's padded to 16), then the rest of each block, so that
+    /// every block's quants start on 16 bytes: one aligned load a word (a vec4 load where the
+    /// binding is read as vec4s), where in the file's layout a block of 4k + 2 bytes starts 2
+    /// bytes into a word every other block, and Q4_0's, Q5_0's and Q8_0's decoders read a
+    /// window of words and shifted each pair into place (7 loads and 14 shifts for a Q5_0
+    /// block). A run of 8 keeps the file's bytes; a shorter last run adds at most 14 (Q5_0's
+    /// 28-block rows of 896 values, a 0.5B's: 8 bytes of 616). Q4_1, Q5_1 and the other
+    /// K-quants are whole words a block and keep their bytes.
     pub const fn gpu_row_bytes(self, blocks: usize) -> usize {
         match self {
-            Self::Q6K => {
-                let (runs, rest) = (blocks / Q6K_RUN, blocks % Q6K_RUN);
-                let tail = if rest == 0 { 0 } else { 16 + 208 * rest };
-                runs * Q6K_RUN_BYTES + tail
+            Self::Q6K | Self::Q4_0 | Self::Q5_0 | Self::Q8_0 => {
+                let (runs, rest) = (blocks / GPU_RUN, blocks % GPU_RUN);
+                let tail = if rest == 0 { 0 } else { self.run_bytes(rest) };
+                runs * self.run_bytes(GPU_RUN) + tail
             }
             _ => blocks * self.block_bytes(),
+        }
+    }
+
+    /// Bytes of a run of `r` (1 ..= [`GPU_RUN`]) blocks in GPU memory, for the types held in
+    /// runs: 16 bytes of d's, then Q6_K's 208 other bytes a block, Q4_0's 16 bytes of nibbles,
+    /// Q8_0's 32 bytes of quants, or Q5_0's blocks four at a time, their fifth bits (16 bytes,
+    /// a word each: padded where fewer than four) then their nibbles (16 bytes each). Any other
+    /// type: its blocks' bytes.
+    pub const fn run_bytes(self, r: usize) -> usize {
+        match self {
+            Self::Q6K => 16 + 208 * r,
+            Self::Q4_0 => 16 + 16 * r,
+            Self::Q8_0 => 16 + 32 * r,
+            Self::Q5_0 => 16 + 80 * (r / 4) + if r % 4 == 0 { 0 } else { 16 + 16 * (r % 4) },
+            _ => r * self.block_bytes(),
+        }
+    }
+
+    /// Whether rows of this type are rearranged into runs in GPU memory
+    /// ([`WeightType::gpu_row_bytes`]).
+    pub const fn held_in_runs(self) -> bool {
+        matches!(self, Self::Q6K | Self::Q4_0 | Self::Q5_0 | Self::Q8_0)
+    }
+
+    /// Appends to `out` the run of whole blocks `run` (as stored in a file: 1 ..= [`GPU_RUN`]
+    /// of them) as the GPU holds it ([`WeightType::run_bytes`]): their d's (bytes 208..210 of a
+    /// Q6_K block, 0..2 of the others), zeros to 16 bytes, then the rest of each block in order
+    /// (Q5_0: a quad's fifth-bit words, zeros to 16 bytes, then its nibbles). Nothing for a type
+    /// not held in runs.
+    pub fn hold_run(self, run: &[u8], out: &mut Vec<u8>) {
+        if !self.held_in_runs() {
+            return;
+        }
+        let size = self.block_bytes();
+        let blocks = run.chunks_exact(size);
+        let start = out.len();
+        let d_at = if self == Self::Q6K { size - 2 } else { 0 };
+        for block in blocks.clone() {
+            out.extend_from_slice(&block[d_at..d_at + 2]);
+        }
+        out.resize(start + 16, 0);
+        match self {
+            Self::Q6K => blocks.for_each(|b| out.extend_from_slice(&b[..size - 2])),
+            Self::Q5_0 => {
+                for quad in run.chunks(4 * size) {
+                    let at = out.len();
+                    for block in quad.chunks_exact(size) {
+                        out.extend_from_slice(&block[2..6]);
+                    }
+                    out.resize(at + 16, 0);
+                    for block in quad.chunks_exact(size) {
+                        out.extend_from_slice(&block[6..]);
+                    }
+                }
+            }
+            _ => blocks.for_each(|b| out.extend_from_slice(&b[2..])),
         }
     }
 

@@ -18,14 +18,6 @@ var<private> wsc: vec4<f32>;
 var<private> s0: f32;
 var<private> s1: f32;
 var<private> mn: f32;
-// A block's words from its first byte (block_at, reader.wgsl): 9 for Q8_0's 34 bytes, the most.
-var<private> blk: array<u32, 9>;
-
-// The 4 bytes from bit `s` (0, 8, 16 or 24) of the 8 bytes `lo | hi << 32`, without a branch
-// (a shift by 32 is not one in WGSL, so `hi` goes 31 − s and then 1).
-fn funnel(lo: u32, hi: u32, s: u32) -> u32 {
-    return (lo >> s) | ((hi << (31u - s)) << 1u);
-}
 
 // The 4 bytes of `v` as f32 (bytes 0–3 in order): a word's bytes packed with integer
 // operations, then converted, one conversion a value.

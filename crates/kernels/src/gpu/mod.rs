@@ -78,7 +78,7 @@ pub use tune::{
     outputs_agree, time_group,
 };
 
-use crate::block::{Q6K_RUN, Q6K_RUN_BYTES, WeightType};
+use crate::block::{GPU_RUN, WeightType};
 use crate::counts::{Kind, counted_launch, counted_read, counted_upload};
 use crate::error::{KernelError, Result};
 use crate::quantize::MAX_ROWS;
@@ -178,27 +178,21 @@ impl GpuType {
 
     /// Whole rows of `blocks` blocks a row as stored, in the layout GPU memory holds
     /// ([`GpuType::gpu_row_bytes`]), with `spare` bytes of capacity left; `None` where the
-    /// layouts are the same. Q6_K: each run of 8 blocks (or fewer, at a row's end) becomes
-    /// their d's (bytes 208..210 of each, padded to 16 bytes), then each block's bytes 0..208.
+    /// layouts are the same. The types held in runs ([`WeightType::held_in_runs`]: Q6_K, Q4_0,
+    /// Q5_0, Q8_0): each run of [`GPU_RUN`] blocks (or fewer, at a row's end) as
+    /// [`WeightType::hold_run`] lays it out.
     fn restrided(self, rows: &[u8], blocks: usize, spare: usize) -> Option<Vec<u8>> {
-        let (stored, held) = (blocks * self.block_bytes(), self.gpu_row_bytes(blocks));
-        if self != Self::Blocks(WeightType::Q6K) || stored == 0 {
+        let Self::Blocks(ty) = self else {
+            return None;
+        };
+        let (stored, held) = (blocks * ty.block_bytes(), ty.gpu_row_bytes(blocks));
+        if !ty.held_in_runs() || stored == 0 {
             return None;
         }
-        // A block's bytes before its d, and the run's d's as held (16 bytes).
-        let (size, body) = (self.block_bytes(), self.block_bytes() - 2);
-        let ds = Q6K_RUN_BYTES - Q6K_RUN * body;
         let mut out = Vec::with_capacity(rows.len() / stored * held + spare);
         for row in rows.chunks_exact(stored) {
-            for run in row.chunks(Q6K_RUN * size) {
-                let start = out.len();
-                for block in run.chunks_exact(size) {
-                    out.extend_from_slice(&block[body..]);
-                }
-                out.resize(start + ds, 0);
-                for block in run.chunks_exact(size) {
-                    out.extend_from_slice(&block[..body]);
-                }
+            for run in row.chunks(GPU_RUN * ty.block_bytes()) {
+                ty.hold_run(run, &mut out);
             }
         }
         Some(out)
@@ -227,11 +221,10 @@ fn load_group(ty: GpuType) -> &'static str {
 }
 
 /// The functions reader.wgsl and a decoder define, each renamed per weight binding.
-const READER_FNS: [&str; 15] = [
+const READER_FNS: [&str; 14] = [
     "aligned_at",
     "word_at",
     "vec_at",
-    "block_at",
     "byte_at",
     "scale_min_k4",
     "scale_min_words",
@@ -335,34 +328,6 @@ fn load_group(rb: u32, g: u32) {{
     )
 }
 
-/// reader.wgsl's `block_at` for a type whose blocks are 4k + 2 bytes (Q4_0, Q5_0, Q8_0: a block
-/// starts 0 or 2 bytes into a word), empty for the others: the block's k + 1 words from its first
-/// byte into `blk` (common.wgsl), from k + 2 words loaded once.
-fn block_at(ty: GpuType) -> String {
-    let bytes = match ty {
-        GpuType::Blocks(t @ (WeightType::Q4_0 | WeightType::Q5_0 | WeightType::Q8_0)) => {
-            t.block_bytes()
-        }
-        _ => return String::new(),
-    };
-    let words = bytes.div_ceil(4);
-    format!(
-        "fn block_at(off: u32) {{
-    let i = off >> 2u;
-    let sh = (off & 3u) * 8u;
-    var win: array<u32, {window}>;
-    for (var k = 0u; k < {window}u; k++) {{ {MARK}
-        win[k] = w[i + k];
-    }}
-    for (var k = 0u; k < {words}u; k++) {{ {MARK}
-        blk[k] = funnel(win[k], win[k + 1u], sh);
-    }}
-}}",
-        window = words + 1,
-        MARK = unroll::MARKER,
-    )
-}
-
 /// The byte reads and the decoder of `ty` for weight binding `b`: the binding is `w{b}` and
 /// every function gets the suffix `_{b}`, so a kernel can read matrices of different types
 /// from different bindings (WGSL has no pointer to a storage buffer as an argument).
@@ -375,9 +340,7 @@ fn reader(ty: GpuType, b: usize, wide: bool) -> String {
     } else {
         group_from_i8()
     };
-    let mut text = format!("{READER}\n{decoder}{extra}")
-        .replace("{{block_at}}", &block_at(ty))
-        .replace("{{word_at}}", word_reads(wide));
+    let mut text = format!("{READER}\n{decoder}{extra}").replace("{{word_at}}", word_reads(wide));
     text = binding_renamed(&text, b);
     for f in READER_FNS {
         text = text.replace(&format!("{f}("), &format!("{f}_{b}("));
@@ -2234,7 +2197,9 @@ pub fn gpu_row_bytes(ty: GpuType, cols: usize) -> Result<usize> {
 pub const PART_PAD: usize = 8;
 
 /// Block bytes as the kernels read them: the bytes, zero-padded to a whole number of u32 words
-/// plus one word (an unaligned read of a part's last bytes reads one word past them).
+/// plus one word. The word was the window an unaligned read of a 4k + 2-byte block took past a
+/// part's last byte; those blocks are held in runs now, read in whole words, and the word stays
+/// only because the parts' sizes and the memory check count it (8 bytes a part).
 pub fn padded_words(blocks: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(blocks.len() + PART_PAD);
     out.extend_from_slice(blocks);
@@ -2602,7 +2567,7 @@ impl GpuMatrix {
                 .into());
             }
             let padded = match ty.restrided(&data, rb / ty.block_bytes(), PART_PAD) {
-                // Q6_K: one copy on the host, a part at a time.
+                // Held in runs: one copy on the host, a part at a time.
                 Some(mut v) => {
                     v.resize(v.len() + 4, 0);
                     v
@@ -3633,6 +3598,68 @@ mod tests {
     }
 
     #[test]
+    fn blocks_of_4k_plus_2_bytes_are_held_in_runs_d_first() {
+        // 28 blocks (a 0.5B's 896-value row): three runs of 8 and one of 4, which adds 8 bytes
+        // (Q5_0: 16 of d's + 16 of fifth bits + 64 of nibbles, against 88); 16 blocks keep
+        // the file's bytes.
+        let (q4_0, q5_0, q8_0) = (WeightType::Q4_0, WeightType::Q5_0, WeightType::Q8_0);
+        assert_eq!(q5_0.gpu_row_bytes(28), 3 * 176 + 96);
+        assert_eq!(q8_0.gpu_row_bytes(28), 3 * 272 + 16 + 4 * 32);
+        assert_eq!(q4_0.gpu_row_bytes(28), 3 * 144 + 16 + 4 * 16);
+        for ty in [q4_0, q5_0, q8_0] {
+            assert_eq!(ty.gpu_row_bytes(16), 16 * ty.block_bytes(), "{ty:?}");
+            for r in 1..=GPU_RUN {
+                assert_eq!(ty.run_bytes(r) % 16, 0, "{ty:?} run of {r}");
+            }
+        }
+        // Q5_0 runs of 5 and 1: a quad and one block, one block alone.
+        assert_eq!(q5_0.run_bytes(5), 16 + 80 + 16 + 16);
+        assert_eq!(q5_0.run_bytes(1), 16 + 16 + 16);
+        // Two rows of 13 blocks (a run of 8 and one of 5), block j of row r filled with byte
+        // 16r + j and its d bytes (0..2) with 0x80 | that.
+        let blocks = 13;
+        for ty in [q4_0, q5_0, q8_0] {
+            let size = ty.block_bytes();
+            let mut stored = Vec::new();
+            for r in 0..2u8 {
+                for j in 0..blocks as u8 {
+                    let mut block = vec![16 * r + j; size];
+                    block[..2].fill(0x80 | (16 * r + j));
+                    stored.extend(block);
+                }
+            }
+            let held = GpuType::Blocks(ty).restrided(&stored, blocks, 0).unwrap();
+            let row = ty.gpu_row_bytes(blocks);
+            assert_eq!(row, ty.run_bytes(8) + ty.run_bytes(5), "{ty:?}");
+            assert_eq!(held.len(), 2 * row, "{ty:?}");
+            for r in 0..2usize {
+                for j in 0..blocks {
+                    let (run, k) = (j / GPU_RUN, j % GPU_RUN);
+                    let run_at = r * row + run * ty.run_bytes(GPU_RUN);
+                    let tag = (16 * r + j) as u8;
+                    assert_eq!(held[run_at + 2 * k..run_at + 2 * k + 2], [0x80 | tag; 2]);
+                    // The block's other bytes: Q5_0's fifth bits (4) and nibbles (16) apart.
+                    let parts: Vec<(usize, usize)> = match ty {
+                        WeightType::Q5_0 => {
+                            let quad = run_at + 16 + 80 * (k / 4);
+                            vec![(quad + 4 * (k % 4), 4), (quad + 16 + 16 * (k % 4), 16)]
+                        }
+                        _ => vec![(run_at + 16 + (size - 2) * k, size - 2)],
+                    };
+                    let (quants, _) = *parts.last().unwrap();
+                    assert_eq!(quants % 16, 0, "{ty:?}: block {j} of row {r} on 16 bytes");
+                    for (at, len) in parts {
+                        assert!(held[at..at + len].iter().all(|&v| v == tag), "{ty:?} {j}");
+                    }
+                }
+                // The short run's d's padded with zeros.
+                let last = r * row + ty.run_bytes(GPU_RUN);
+                assert!(held[last + 10..last + 16].iter().all(|&v| v == 0), "{ty:?}");
+            }
+        }
+    }
+
+    #[test]
     fn q6k_rows_are_held_in_runs_of_eight_blocks_d_first() {
         let q6k = GpuType::Blocks(WeightType::Q6K);
         // 14 blocks (a 3,584-value row): a run of 8 and one of 6; 16 whole runs (4,096 values).
@@ -3653,6 +3680,10 @@ mod tests {
         }
         let held = q6k.restrided(&stored, blocks, 0).unwrap();
         let row = q6k.gpu_row_bytes(blocks);
+        assert_eq!(
+            row,
+            WeightType::Q6K.run_bytes(8) + WeightType::Q6K.run_bytes(1)
+        );
         assert_eq!(row, 16 + 8 * 208 + 16 + 208);
         assert_eq!(held.len(), 2 * row);
         for r in 0..2usize {

@@ -3,26 +3,14 @@
 // type's `load_group`, in decode/) with the binding's suffix, so a kernel over several matrices
 // of different types reads each through its own copy.
 
-// The weight buffer carries one word of padding past its last block, so the word after the
-// last block's last exists: the window the Q4_0, Q5_0 and Q8_0 decoders load (a block of
-// 4k + 2 bytes ends 2 bytes into a word or at one's end, so that word is at most the padding).
-// Those types read words that start 0 or 2 bytes in through `funnel` (common.wgsl), without a
-// branch.
-
-// The 4 bytes at byte offset `off`, a multiple of 4: one load (types whose blocks are whole
-// words: Q4_1, Q5_1, Q4_K, Q5_K, F16, BF16, F32, and Q6_K as the GPU holds it, 212 bytes).
+// The 4 bytes at byte offset `off`, a multiple of 4: one load (every type as the GPU holds it:
+// Q4_0, Q5_0, Q8_0 and Q6_K rearranged into runs of blocks, `WeightType::gpu_row_bytes`).
 fn aligned_at(off: u32) -> u32 {
     return word_at(off >> 2u);
 }
 
 // Word `i` of the binding (declared as words, or as vec4s of them in wide teams).
 {{word_at}}
-
-// Q4_0, Q5_0, Q8_0 (blocks of 4k + 2 bytes, so starting 0 or 2 bytes into a word): the block at
-// byte `off` into `blk`, blk[j] = its bytes 4j .. 4j + 3, its words loaded once (one more than
-// it spans, from the word it starts in) and shifted into place without a branch; the decoder
-// then reads constant indices. Filled in only for those types (`reader` in mod.rs).
-{{block_at}}
 
 fn byte_at(off: u32) -> u32 {
     return (word_at(off >> 2u) >> ((off & 3u) * 8u)) & 0xffu;
