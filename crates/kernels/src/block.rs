@@ -106,7 +106,14 @@ impl WeightType {
             Self::Q6K => 16 + 208 * r,
             Self::Q4_0 => 16 + 16 * r,
             Self::Q8_0 => 16 + 32 * r,
-            Self::Q5_0 => 16 + 80 * (r / 4) + if r % 4 == 0 { 0 } else { 16 + 16 * (r % 4) },
+            Self::Q5_0 => {
+                16 + 80 * (r / 4)
+                    + if r.is_multiple_of(4) {
+                        0
+                    } else {
+                        16 + 16 * (r % 4)
+                    }
+            }
             _ => r * self.block_bytes(),
         }
     }

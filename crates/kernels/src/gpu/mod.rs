@@ -167,13 +167,23 @@ impl GpuType {
         }
     }
 
-    /// Bytes of a row of `blocks` blocks in GPU memory ([`WeightType::gpu_row_bytes`]: Q6_K's
-    /// in runs of 8, their d's first).
+    /// Bytes of a row of `blocks` blocks in GPU memory ([`WeightType::gpu_row_bytes`]: Q6_K's,
+    /// Q4_0's, Q5_0's and Q8_0's in runs of 8, their d's first).
     pub const fn gpu_row_bytes(self, blocks: usize) -> usize {
         match self {
             Self::Blocks(ty) => ty.gpu_row_bytes(blocks),
             Self::F32 => 128 * blocks,
         }
+    }
+
+    /// Whether a block's quants start on 16 bytes and its rows are whole vec4s in GPU memory,
+    /// where a mat-vec team's lane takes a block: the 4k + 2-byte types held in runs
+    /// ([`WeightType::held_in_runs`]; Q6_K's lanes take parts of super-blocks).
+    fn quants_in_vec4s(self) -> bool {
+        matches!(
+            self,
+            Self::Blocks(WeightType::Q4_0 | WeightType::Q5_0 | WeightType::Q8_0)
+        )
     }
 
     /// Whole rows of `blocks` blocks a row as stored, in the layout GPU memory holds
@@ -907,7 +917,11 @@ pub fn matmul_source_with(
     } else {
         String::new()
     };
-    let (group, w_any) = group_parts(wide, types.len());
+    // The weights read as vec4s of words in wide teams, and wherever every matrix is of a
+    // type held in runs of 16-byte-aligned blocks (Q4_0, Q5_0, Q8_0): a block's quants are
+    // then one or two 16-byte loads, where NAK issued them a word at a time.
+    let vec4_words = wide || types.iter().all(|ty| ty.quants_in_vec4s());
+    let (group, w_any) = group_parts(vec4_words, types.len());
     let (x, products, acts_decls) = match acts {
         // The whole row at once (matvec_q8.wgsl's loop bounds), its blocks read from x.
         Acts::Q8 => (
@@ -940,7 +954,7 @@ fn xq(i: u32) -> vec4<u32> {
         .replace("{{group}}", &group)
         .replace("{{w_any}}", &w_any)
         .replace("{{x}}", x)
-        .replace("{{common}}", &common(types, wide))
+        .replace("{{common}}", &common(types, vec4_words))
         .replace("{{wide_geometry}}", wide_geometry(types))
         .replace("{{dispatch}}", &dispatch(types, "load_group", "rb, g"))
         .replace("{{lane_dispatch}}", &lane_dispatch)
