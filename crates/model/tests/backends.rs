@@ -612,8 +612,21 @@ fn a_header_alone_is_checked_as_the_load_checks_it() {
             .sum::<usize>();
     let g = Gguf::parse_header(&bytes[..header_len], bytes.len() as u64).unwrap();
     assert_eq!(Llama::check_gguf(&g, blocks(None)).unwrap(), tiny_config());
-    // The widest block row: the down projection's (d_ff values) or the others' (d_model).
-    let row = |t: &mars_formats::TensorInfo| t.n_bytes / t.dims[1];
+    // The widest block row as the GPU holds it (the down projection's, d_ff values, or the
+    // others', d_model): Q8_0's and Q5_0's rearranged into runs of 8 blocks, where a shorter
+    // last run takes a few bytes more than the file's (`WeightType::gpu_row_bytes`).
+    let row = |t: &mars_formats::TensorInfo| {
+        use mars_formats::GgmlType;
+        use mars_kernels::WeightType;
+        let ty = match t.dtype {
+            GgmlType::Q8_0 => WeightType::Q8_0,
+            GgmlType::Q4_1 => WeightType::Q4_1,
+            GgmlType::Q5_0 => WeightType::Q5_0,
+            GgmlType::F16 => WeightType::F16,
+            other => panic!("the tiny quantized model has no {other:?} matrix"),
+        };
+        ty.gpu_bytes(t.n_bytes, t.dims[0]) / t.dims[1]
+    };
     let widest = whole
         .tensors
         .iter()
