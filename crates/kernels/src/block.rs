@@ -81,13 +81,13 @@ impl WeightType {
     /// every block's quants start on 16 bytes: one aligned load a word (a vec4 load where the
     /// binding is read as vec4s), where in the file's layout a block of 4k + 2 bytes starts 2
     /// bytes into a word every other block, and Q4_0's, Q5_0's and Q8_0's decoders read a
-    /// window of words and shifted each pair into place (7 loads and 14 shifts for a Q5_0
-    /// block). A run of 8 keeps the file's bytes; a shorter last run adds at most 14 (Q5_0's
-    /// 28-block rows of 896 values, a 0.5B's: 8 bytes of 616). Q4_1, Q5_1 and the other
+    /// window of words and shifted each pair into place (7 loads for a Q5_0 block). A run of 8
+    /// keeps the file's bytes; a shorter last run adds 6 to 26 bytes (Q5_0's 28-block rows of
+    /// 896 values, a 0.5B's: 8 bytes of 616). Q4_1, Q5_1 and the other
     /// K-quants are whole words a block and keep their bytes.
     pub const fn gpu_row_bytes(self, blocks: usize) -> usize {
         match self {
-            Self::Q6K | Self::Q4_0 | Self::Q5_0 | Self::Q8_0 => {
+            _ if self.held_in_runs() => {
                 let (runs, rest) = (blocks / GPU_RUN, blocks % GPU_RUN);
                 let tail = if rest == 0 { 0 } else { self.run_bytes(rest) };
                 runs * self.run_bytes(GPU_RUN) + tail
