@@ -72,6 +72,15 @@ pub enum KernelError {
     /// The GPU could not do what was asked (a read back that failed).
     #[error("the GPU device: {0}")]
     Device(String),
+    /// A kernel the device would not make (wgpu refused its pipeline, and so did CubeCL): what
+    /// its launch should have written was never computed.
+    #[error("the GPU device refused kernel `{kernel}`: {reason}")]
+    Refused {
+        /// The kernel's name.
+        kernel: String,
+        /// wgpu's and CubeCL's errors.
+        reason: String,
+    },
     /// A name that is none of a setting's values.
     #[error("{what} = {value:?}: expected one of {expected}")]
     Unknown {

@@ -879,6 +879,73 @@ fn larger_tiles_give_the_narrow_bits(client: &Client, narrow: TileForm, larger: 
     }
 }
 
+/// A kernel the device refuses fails the next read, where it would have given whatever its
+/// outputs held: the matrix units' tile on an adapter without them (Debian 12's lavapipe, where
+/// CI runs this; an adapter with them makes the tile, and the test says so and stops). wgpu
+/// refuses its pipeline and the launch goes to CubeCL, which refuses it too; CubeCL's error
+/// travels with the buffer it never wrote, but a direct launch reading that buffer writes
+/// another, whose read had come back as data (a forced tile form on lavapipe decoded empty
+/// text at three times the speed). The read after that, of launches the device makes, is
+/// clean: a tuning goes on to its next form.
+#[test]
+fn a_kernel_the_device_refuses_fails_the_next_read() {
+    if !matrix_units().is_empty() {
+        return eprintln!("the adapter has matrix units: no kernel here it refuses");
+    }
+    let client = client();
+    if !mars_kernels::gpu::direct::is_direct(&client) {
+        return eprintln!("MARS_GPU_LAUNCH=cubecl: CubeCL's own reads report its refusals");
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    let (cols, m) = (256, 40);
+    let max = max_binding(&client);
+    // w: 256 × 256, its product fed to v: 64 × 256, both Q4_K.
+    let w = upload(
+        &client,
+        &random_matrix(WeightType::Q4K, cols, cols, &mut rng),
+        max,
+    );
+    let v = upload(
+        &client,
+        &random_matrix(WeightType::Q4K, 64, cols, &mut rng),
+        max,
+    );
+    let x = f32_handle(&client, &random_x(m, cols, &mut rng));
+    let step = tile_step(&client, m);
+    let group = |mut w: GpuMatrix, form: TileForm| {
+        w.set_prefill(Some(form));
+        MatrixGroup::new(&client, vec![w], Epilogue::Store, None, Rows::All).unwrap()
+    };
+    let f32_tiles = group(w.clone(), TileForm::Vectors);
+    let units = group(w, TileForm::Units(UnitShape::CARD));
+    let then = group(v, TileForm::Vectors);
+    // y = x · wᵀ, z = y · vᵀ in f32 tiles, direct: y and z are bound (held) from here on, as a
+    // model's kept buffers are from its first pass.
+    let y = client.empty(m * cols * 4);
+    let z = client.empty(m * 64 * 4);
+    f32_tiles.run(&client, &x, &y, &step).unwrap();
+    then.run(&client, &y, &z, &step).unwrap();
+    let first = mars_kernels::gpu::read_blocking(&client, z.clone()).unwrap();
+    assert!(
+        first.iter().any(|&b| b != 0),
+        "the f32 tiles' outputs are all zero"
+    );
+    // y again on the matrix units, then z from it: z's read fails, naming the tile.
+    units.run(&client, &x, &y, &step).unwrap();
+    then.run(&client, &y, &z, &step).unwrap();
+    match mars_kernels::gpu::read_blocking(&client, z.clone()) {
+        Err(KernelError::Refused { kernel, reason }) => {
+            assert_eq!(kernel, "tile_store", "{reason}");
+            assert!(reason.contains("cooperative_matrix"), "{reason}");
+        }
+        other => panic!("a product of the refused tile's outputs read back as {other:?}"),
+    }
+    // The two in f32 tiles again: read back clean, the first run's bytes.
+    f32_tiles.run(&client, &x, &y, &step).unwrap();
+    then.run(&client, &y, &z, &step).unwrap();
+    assert_eq!(mars_kernels::gpu::read_blocking(&client, z).unwrap(), first);
+}
+
 /// Tiles on matrix units, where the adapter has them (not Debian 12's lavapipe: the test says
 /// so and stops; sid's, in 8 × 8 blocks on subgroups of 8: tests/fetch-mesa.sh): every type within the bound of operands rounded to f16 (2⁻¹¹ of each |w·x|, twice,
 /// plus the f32 sums), unsplit and split along the inputs, a row's bits independent of the rows

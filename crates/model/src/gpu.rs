@@ -322,6 +322,18 @@ pub fn blocks_unsupported(adapter: &burn::backend::wgpu::wgpu::Adapter) -> Optio
     )
 }
 
+/// A tuned form's outputs, or `None` where the device refused one of its kernels: the tuning
+/// then counts the form as disagreeing and goes on to the next, where any other error ends it.
+fn refused_as_none(
+    output: std::result::Result<Vec<f32>, mars_kernels::KernelError>,
+) -> Result<Option<Vec<f32>>> {
+    match output {
+        Ok(output) => Ok(Some(output)),
+        Err(mars_kernels::KernelError::Refused { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn client_of(device: &Device) -> Result<cubecl::client::Client> {
     let probe = Tensor::<1>::zeros([1], device)
         .try_into_primitive::<Cube>()
@@ -731,11 +743,10 @@ impl GpuModel {
                 } else {
                     (pass_rows, &want)
                 };
-                let agrees = outputs_agree(
-                    &group_output(client, &g, rows, false).await?,
-                    want,
-                    tolerance(form, reference.form()),
-                );
+                let agrees = refused_as_none(group_output(client, &g, rows, false).await)?
+                    .is_some_and(|got| {
+                        outputs_agree(&got, want, tolerance(form, reference.form()))
+                    });
                 let q8_pass = times
                     .iter()
                     .find(|t| {
@@ -782,11 +793,10 @@ impl GpuModel {
                 let room = client.properties().hardware.max_shared_memory_size;
                 for form in base.prefill_forms(units, room) {
                     let g = base.with_form(client, form)?;
-                    let agrees = outputs_agree(
-                        &group_output(client, &g, rows, true).await?,
-                        &want,
-                        tolerance(form, base.form()),
-                    );
+                    let agrees = refused_as_none(group_output(client, &g, rows, true).await)?
+                        .is_some_and(|got| {
+                            outputs_agree(&got, &want, tolerance(form, base.form()))
+                        });
                     let ms = if agrees {
                         time_group(client, &g, (rows, true), budget_ms, evict).await?
                     } else {

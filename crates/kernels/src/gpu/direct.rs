@@ -60,13 +60,13 @@ struct Held {
     resource: ManagedResource<WgpuResource>,
 }
 
-/// What a pipeline is: made, refused by wgpu (the kernel then goes through CubeCL), or (in the
-/// browser, where wgpu's answer arrives later) made and awaiting that answer, its kernel going
-/// through CubeCL until it comes.
+/// What a pipeline is: made, refused by wgpu with its error (the kernel then goes through
+/// CubeCL), or (in the browser, where wgpu's answer arrives later) made and awaiting that answer,
+/// its kernel going through CubeCL until it comes.
 #[cfg_attr(not(target_family = "wasm"), allow(dead_code))]
 enum Pipeline {
     Made(Arc<wgpu::ComputePipeline>, u32),
-    Refused,
+    Refused(String),
     Pending(Arc<wgpu::ComputePipeline>, u32, Arc<AtomicU8>),
 }
 
@@ -95,6 +95,11 @@ struct State {
     /// Where each launch's device time goes, where profiling ([`profile`]).
     #[cfg(not(target_family = "wasm"))]
     profile: Option<std::io::BufWriter<std::fs::File>>,
+    /// Each thread's first launch that neither wgpu nor CubeCL could make since its last read
+    /// (its kernel's name, the refusals): that thread's next read reports it ([`take_failure`])
+    /// instead of returning what its outputs held. A thread's own, as its recording is: the
+    /// threads sharing a device (a process's tests) read their own launches' outputs.
+    failures: HashMap<ThreadId, (&'static str, String)>,
 }
 
 struct Recording {
@@ -217,33 +222,50 @@ fn of(client: &Client) -> Option<Arc<Direct>> {
         .map(|(_, d)| d.clone())
 }
 
-/// Records `shader` over `bindings` (binding 0 first) where `client` launches directly;
-/// `false` where the launch is CubeCL's to make (not registered, a pipeline wgpu refused, an
-/// indirect count, a binding CubeCL cannot resolve).
+/// How [`launch`] left a launch.
+#[derive(Debug)]
+pub(crate) enum Launched {
+    /// Recorded into a wgpu compute pass.
+    Direct,
+    /// CubeCL's to make: the client not registered, an indirect count, a binding CubeCL cannot
+    /// resolve, or (in the browser) a pipeline whose answer has not arrived.
+    ToCubecl,
+    /// CubeCL's to make, wgpu having refused the kernel's pipeline with this error.
+    Refused(String),
+}
+
+/// Records `shader` over `bindings` (binding 0 first) where `client` launches directly; else
+/// says why the launch is CubeCL's to make.
 pub(crate) fn launch(
     client: &Client,
     shader: &Shader,
     count: &CubeCount,
     bindings: &[Handle],
-) -> bool {
+) -> Launched {
     let Some(direct) = of(client) else {
-        return false;
+        return Launched::ToCubecl;
     };
     let CubeCount::Static(x, y, z) = *count else {
         counted_direct(DirectWork::Fallback);
         settle(client);
-        return false;
+        return Launched::ToCubecl;
     };
     let mut state = lock(&direct.state);
     if x == 0 || y == 0 || z == 0 {
         // Nothing to run: CubeCL records nothing for it either.
-        return true;
+        return Launched::Direct;
     }
-    let Some((pipeline, number)) = direct.pipeline(&mut state, shader) else {
-        drop(state);
-        counted_direct(DirectWork::Fallback);
-        settle(client);
-        return false;
+    let (pipeline, number) = match direct.pipeline(&mut state, shader) {
+        Ok(Some(made)) => made,
+        refused => {
+            drop(state);
+            counted_direct(DirectWork::Fallback);
+            settle(client);
+            return match refused {
+                Err(error) => Launched::Refused(error),
+                Ok(_) => Launched::ToCubecl,
+            };
+        }
     };
     let group_key = (number, bindings.iter().map(key).collect::<Vec<Key>>());
     let group = match state.groups.get(&group_key) {
@@ -253,7 +275,7 @@ pub(crate) fn launch(
                 drop(state);
                 counted_direct(DirectWork::Fallback);
                 settle(client);
-                return false;
+                return Launched::ToCubecl;
             };
             state.groups.insert(group_key, group.clone());
             group
@@ -304,7 +326,28 @@ pub(crate) fn launch(
         // Mid-pass: what owners dropped is let go at the next settle, once a pass.
         direct.submit(client, &mut state, false);
     }
-    true
+    Launched::Direct
+}
+
+/// Records that `kernel`'s launch could be made neither directly nor by CubeCL (`reason`), where
+/// `client` launches directly: the next read reports the first such launch. Native only: in
+/// the browser the refusals arrive later, and CubeCL's reads report them.
+#[cfg(not(target_family = "wasm"))]
+pub(crate) fn fail(client: &Client, kernel: &'static str, reason: String) {
+    if let Some(direct) = of(client) {
+        let thread = std::thread::current().id();
+        lock(&direct.state)
+            .failures
+            .entry(thread)
+            .or_insert((kernel, reason));
+    }
+}
+
+/// The launch [`fail`] recorded on this thread since its last read, taken: a read reports it,
+/// and the reads after it (a tuning that goes on to other forms) start clean.
+pub(crate) fn take_failure(client: &Client) -> Option<(&'static str, String)> {
+    let thread = std::thread::current().id();
+    of(client).and_then(|direct| lock(&direct.state).failures.remove(&thread))
 }
 
 /// Submits what was recorded for `client` (CubeCL's own recording first): before CubeCL reads
@@ -396,13 +439,13 @@ fn key(handle: &Handle) -> Key {
 }
 
 impl Direct {
-    /// The pipeline of `shader` and its number, made on first use; `None` where wgpu refused it
-    /// or (in the browser) has not answered yet.
+    /// The pipeline of `shader` and its number, made on first use; `Ok(None)` where (in the
+    /// browser) wgpu has not answered yet, the error where it refused it.
     fn pipeline(
         &self,
         state: &mut State,
         shader: &Shader,
-    ) -> Option<(Arc<wgpu::ComputePipeline>, u32)> {
+    ) -> Result<Option<(Arc<wgpu::ComputePipeline>, u32)>, String> {
         let next = u32::try_from(state.pipelines.len()).unwrap_or(u32::MAX);
         let entry = state
             .pipelines
@@ -411,13 +454,14 @@ impl Direct {
         if let Pipeline::Pending(pipeline, number, answer) = entry {
             match answer.load(Ordering::Acquire) {
                 ACCEPTED => *entry = Pipeline::Made(pipeline.clone(), *number),
-                REFUSED => *entry = Pipeline::Refused,
-                _ => return None,
+                REFUSED => *entry = Pipeline::Refused("refused by the browser".to_string()),
+                _ => return Ok(None),
             }
         }
         match entry {
-            Pipeline::Made(p, n) => Some((p.clone(), *n)),
-            Pipeline::Refused | Pipeline::Pending(..) => None,
+            Pipeline::Made(p, n) => Ok(Some((p.clone(), *n))),
+            Pipeline::Refused(error) => Err(error.clone()),
+            Pipeline::Pending(..) => Ok(None),
         }
     }
 
@@ -455,7 +499,7 @@ impl Direct {
         #[cfg(not(target_family = "wasm"))]
         return match pollster::block_on(answer) {
             None => Pipeline::Made(pipeline, number),
-            Some(_) => Pipeline::Refused,
+            Some(error) => Pipeline::Refused(error.to_string()),
         };
         // In the browser the answer is a promise: the page's event loop settles it while the
         // kernel goes through CubeCL (which reports a refusal its own way).

@@ -1988,10 +1988,25 @@ impl Bindings {
 /// directly ([`direct`]), else through CubeCL, telling it which bindings the kernel writes.
 fn launch(client: &Client, shader: Shader, count: CubeCount, bindings: Bindings) {
     counted_launch(shader.kind(), shader.key());
-    if direct::launch(client, &shader, &count, &bindings.0) {
-        return;
-    }
+    let refused = match direct::launch(client, &shader, &count, &bindings.0) {
+        direct::Launched::Direct => return,
+        direct::Launched::ToCubecl => None,
+        direct::Launched::Refused(error) => Some(error),
+    };
     let writes = shader.writes();
+    // Where wgpu refused the pipeline, what CubeCL makes of it is checked on the outputs: a
+    // launch neither makes would otherwise leave them as they were, and the direct launches
+    // that read them next (CubeCL's error travels only with its own buffers) would carry on
+    // with that as data (a forced matrix-unit tile on a device without them: empty text at
+    // 3x the speed, 2026-12-07).
+    let name = cubecl::prelude::KernelMetadata::name(&shader);
+    let written: Vec<Handle> = match refused {
+        Some(_) => (bindings.0.iter().enumerate())
+            .filter(|(i, _)| writes >> i & 1 == 1)
+            .map(|(_, h)| h.clone())
+            .collect(),
+        None => Vec::new(),
+    };
     let args =
         bindings
             .0
@@ -2005,6 +2020,19 @@ fn launch(client: &Client, shader: Shader, count: CubeCount, bindings: Bindings)
                 args.with_buffer_io(handle.binding(), io)
             });
     client.launch(Box::new(shader), count, args);
+    // Natively CubeCL answers at once (its launch validates the pipeline it makes); in the
+    // browser a refusal arrives later and CubeCL's own reads report it.
+    #[cfg(not(target_family = "wasm"))]
+    if let Some(error) = refused
+        && let Err(cubecl) = client.check(written.iter())
+    {
+        // wgpu's error says why; CubeCL's repeats it at length, so its first line only.
+        let cubecl = cubecl.to_string();
+        let cubecl = cubecl.lines().next().unwrap_or_default();
+        direct::fail(client, name, format!("{error}(CubeCL's launch: {cubecl})"));
+    }
+    #[cfg(target_family = "wasm")]
+    let _ = (refused, name, written);
 }
 
 /// A new GPU buffer holding `bytes` (counted as an upload).
@@ -2033,12 +2061,26 @@ pub fn output_buffer(client: &Client, bytes: usize) -> std::sync::Arc<Handle> {
         .unwrap_or_else(|| std::sync::Arc::new(client.empty(bytes.max(4))))
 }
 
+/// [`KernelError::Refused`] for a launch since the last read that neither wgpu nor CubeCL
+/// could make (its outputs hold nothing it computed).
+fn refusal(client: &Client) -> Result<()> {
+    match direct::take_failure(client) {
+        Some((kernel, reason)) => Err(KernelError::Refused {
+            kernel: kernel.to_string(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Reads `handle` back (counted), without blocking: what the browser needs.
 ///
 /// # Errors
-/// [`KernelError::Device`] when the device cannot return the data.
+/// [`KernelError::Device`] when the device cannot return the data; [`KernelError::Refused`]
+/// when a launch since the last read could not be made.
 pub async fn read(client: &Client, handle: Handle) -> Result<Vec<u8>> {
     direct::settle(client);
+    refusal(client)?;
     let bytes = client
         .read_async(vec![handle])
         .await
@@ -2056,10 +2098,12 @@ pub async fn read(client: &Client, handle: Handle) -> Result<Vec<u8>> {
 /// browser cannot block; it uses [`read`]).
 ///
 /// # Errors
-/// [`KernelError::Device`] when the device cannot return the data.
+/// [`KernelError::Device`] when the device cannot return the data; [`KernelError::Refused`]
+/// when a launch since the last read could not be made.
 #[cfg(not(target_family = "wasm"))]
 pub fn read_blocking(client: &Client, handle: Handle) -> Result<Vec<u8>> {
     direct::settle(client);
+    refusal(client)?;
     let bytes = client
         .read_one(handle)
         .map_err(|e| KernelError::Device(format!("{e:?}")))?
