@@ -2029,7 +2029,7 @@ fn launch(client: &Client, shader: Shader, count: CubeCount, bindings: Bindings)
         // wgpu's error says why; CubeCL's repeats it at length, so its first line only.
         let cubecl = cubecl.to_string();
         let cubecl = cubecl.lines().next().unwrap_or_default();
-        direct::fail(client, name, format!("{error}(CubeCL's launch: {cubecl})"));
+        direct::fail(client, name, format!("{error} (CubeCL's launch: {cubecl})"));
     }
     #[cfg(target_family = "wasm")]
     let _ = (refused, name, written);
