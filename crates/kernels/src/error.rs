@@ -72,11 +72,13 @@ pub enum KernelError {
     /// The GPU could not do what was asked (a read back that failed).
     #[error("the GPU device: {0}")]
     Device(String),
-    /// A kernel the device would not make (wgpu refused its pipeline, and so did CubeCL): what
-    /// its launch should have written was never computed.
+    /// A kernel the device would not make (wgpu refused its pipeline, and so did CubeCL; or,
+    /// launched through CubeCL, CubeCL could not build it): what its launch should have written
+    /// was never computed.
     #[error("the GPU device refused kernel `{kernel}`: {reason}")]
     Refused {
-        /// The kernel's name.
+        /// The kernel's name (where the launch went through CubeCL, which names none of ours:
+        /// "(a launch through CubeCL)").
         kernel: String,
         /// wgpu's and CubeCL's errors.
         reason: String,

@@ -692,7 +692,7 @@ fn every_kernel_declares_the_bindings_it_writes() {
                 continue;
             }
             shaders.push(Shader::Matmul {
-                types: types.to_vec(),
+                types: types.into(),
                 rows: 4,
                 reduce: Reduce::Workgroup,
                 epilogue,
@@ -704,7 +704,7 @@ fn every_kernel_declares_the_bindings_it_writes() {
         }
         for phase in [TilePhase::Whole, TilePhase::Part, TilePhase::Sum] {
             shaders.push(Shader::Tile {
-                types: types.to_vec(),
+                types: types.into(),
                 epilogue,
                 form: TileForm::Vectors,
                 phase,
@@ -712,7 +712,7 @@ fn every_kernel_declares_the_bindings_it_writes() {
         }
         for shape in UnitTile::ALL.map(|t| UnitShape::CARD.in_tile(t).unwrap()) {
             shaders.push(Shader::Tile {
-                types: types.to_vec(),
+                types: types.into(),
                 epilogue,
                 form: TileForm::Units(shape),
                 phase: TilePhase::Whole,

@@ -888,19 +888,60 @@ fn each_form_keeps_the_contract(
 /// all Q4_K / Q6_K, wide teams where it is all of one of them, each also with the whole
 /// workgroup on an output but in the SwiGLU (whose gate and up meet inside a workgroup), with
 /// one and four outputs a team, on f32 and (but with lane teams' loads) 8-bit activations; each
-/// keeps the contract ([`each_form_keeps_the_contract`]).
+/// keeps the contract ([`each_form_keeps_the_contract`]). Its prefill forms include the matrix
+/// units' where the adapter has none (as a driver may refuse a form its adapter lists): their
+/// kernels refused, they count as disagreeing, never timed nor chosen, and the tuning goes on
+/// through the other forms to its end, the model in the chosen forms then running as before.
 #[test]
 fn a_k_quant_model_keeps_the_contract_in_every_form() {
-    use mars_model::Team;
+    use burn::backend::wgpu::wgpu;
+    use mars_model::{Team, TileForm, UnitShape};
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+    let adapter_units = pollster::block_on(instance.request_adapter(&Default::default()))
+        .map(|adapter| mars_model::adapter_matrix_units(&adapter))
+        .unwrap_or_default();
+    let (units, refused) = match adapter_units.is_empty() {
+        true => (vec![UnitShape::CARD], true),
+        false => (adapter_units, false),
+    };
     let bytes = tiny_gguf_k_quants(7).unwrap();
     let options = LoadOptions::with_weights(WeightPath::GpuBlocks {
         subgroups: None,
         kv: KvType::default(),
     });
     let model = Llama::from_gguf(&Gguf::parse(&bytes).unwrap(), &wgpu(), options).unwrap();
-    let timings = pollster::block_on(model.time_forms(5, 1.0, &[], 0)).unwrap();
+    let timings = pollster::block_on(model.time_forms(5, 1.0, &units, 0)).unwrap();
     let tokens: Vec<u32> = (0..5).map(|i| (i * 41 + 17) % 257).collect();
     let rule = run(&model, &tokens);
+    let on_units = |f: &mars_model::Form| matches!(f.prefill, Some(TileForm::Units(_)));
+    let mut unit_rows = 0;
+    for t in &timings {
+        for p in &t.prefill {
+            let refused = refused && on_units(&p.form);
+            unit_rows += usize::from(on_units(&p.form));
+            assert!(
+                if refused {
+                    !p.agrees && p.ms.is_nan()
+                } else {
+                    p.agrees && p.ms > 0.0
+                },
+                "{t:?}"
+            );
+        }
+        assert!(
+            !(refused && t.chosen().is_some_and(|f| on_units(&f))),
+            "{t:?}"
+        );
+    }
+    // Split and unsplit, in each group that meets a prefill.
+    assert!(unit_rows >= 2, "{timings:?}");
+    let tuned = model
+        .with_forms(&|s| timings.iter().find(|t| t.shape.shape == s)?.chosen())
+        .unwrap();
+    // The chosen forms may take 8-bit activations: the bound scaled as the contract's.
+    let largest = (rule.iter().fold(0f32, |m, x| m.max(x.abs())) / 9.0).max(1.0);
+    let moved = max_diff(&run(&tuned, &tokens), &rule);
+    assert!(moved < Q8_TOLERANCE * largest, "{moved}");
     let teams = |t: &mars_model::GroupTiming| {
         let mut teams: Vec<Team> = t.times.iter().map(|f| f.form.team).collect();
         teams.dedup();

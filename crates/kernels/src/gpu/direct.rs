@@ -80,8 +80,11 @@ const REFUSED: u8 = 2;
 struct State {
     pipelines: HashMap<(u8, u64), Pipeline>,
     held: HashMap<Key, Held>,
-    /// Bind groups by pipeline number and buffers, binding 0 first.
-    groups: HashMap<(u32, Vec<Key>), wgpu::BindGroup>,
+    /// Bind groups by their launch's keys: the pipeline's number (`(number, None, None)`),
+    /// then its buffers', binding 0 first.
+    groups: HashMap<Box<[Key]>, wgpu::BindGroup>,
+    /// A launch's keys while it looks its bind group up: found without an allocation.
+    launch_keys: Vec<Key>,
     /// Each thread's launches not yet submitted. A thread's own: CubeCL gives each thread a
     /// stream of its own, and a submit flushes the submitting thread's stream only, so a
     /// thread's launches go after its own CubeCL work (threads share no buffer being written).
@@ -239,6 +242,7 @@ pub(crate) enum Launched {
 pub(crate) fn launch(
     client: &Client,
     shader: &Shader,
+    kernel: (u8, u64),
     count: &CubeCount,
     bindings: &[Handle],
 ) -> Launched {
@@ -255,7 +259,7 @@ pub(crate) fn launch(
         // Nothing to run: CubeCL records nothing for it either.
         return Launched::Direct;
     }
-    let (pipeline, number) = match direct.pipeline(&mut state, shader) {
+    let (pipeline, number) = match direct.pipeline(&mut state, shader, kernel) {
         Ok(Some(made)) => made,
         refused => {
             drop(state);
@@ -267,9 +271,17 @@ pub(crate) fn launch(
             };
         }
     };
-    let group_key = (number, bindings.iter().map(key).collect::<Vec<Key>>());
-    let group = match state.groups.get(&group_key) {
-        Some(group) => group.clone(),
+    // The state's vector, taken for the lookup and put back (the keys of the last launch).
+    let mut keys = std::mem::take(&mut state.launch_keys);
+    keys.clear();
+    keys.push((number as usize, None, None));
+    keys.extend(bindings.iter().map(key));
+    let found = state.groups.get(keys.as_slice()).cloned();
+    let group = match found {
+        Some(group) => {
+            state.launch_keys = keys;
+            group
+        }
         None => {
             let Some(group) = direct.bind_group(client, &mut state, &pipeline, bindings) else {
                 drop(state);
@@ -277,7 +289,8 @@ pub(crate) fn launch(
                 settle(client);
                 return Launched::ToCubecl;
             };
-            state.groups.insert(group_key, group.clone());
+            state.groups.insert(keys.as_slice().into(), group.clone());
+            state.launch_keys = keys;
             group
         }
     };
@@ -445,11 +458,12 @@ impl Direct {
         &self,
         state: &mut State,
         shader: &Shader,
+        key: (u8, u64),
     ) -> Result<Option<(Arc<wgpu::ComputePipeline>, u32)>, String> {
         let next = u32::try_from(state.pipelines.len()).unwrap_or(u32::MAX);
         let entry = state
             .pipelines
-            .entry(shader.key())
+            .entry(key)
             .or_insert_with(|| self.make_pipeline(shader, next));
         if let Pipeline::Pending(pipeline, number, answer) = entry {
             match answer.load(Ordering::Acquire) {
@@ -660,7 +674,7 @@ impl Direct {
             let held = &state.held;
             state
                 .groups
-                .retain(|(_, keys), _| keys.iter().all(|k| held.contains_key(k)));
+                .retain(|keys, _| keys[1..].iter().all(|k| held.contains_key(k)));
         }
     }
 }

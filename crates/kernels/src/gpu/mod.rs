@@ -1488,8 +1488,8 @@ const fn type_code(ty: GpuType) -> u8 {
 pub enum Shader {
     /// The matmul over matrices of these types.
     Matmul {
-        /// Each matrix's type, binding 0 first.
-        types: Vec<GpuType>,
+        /// Each matrix's type, binding 0 first (shared: a launch clones it).
+        types: std::sync::Arc<[GpuType]>,
         /// Rows a workgroup holds ([`row_bound`]).
         rows: usize,
         /// How partial sums meet.
@@ -1510,7 +1510,7 @@ pub enum Shader {
     /// A long prefill's product over matrices of these types (tile.wgsl).
     Tile {
         /// Each matrix's type, binding 0 first.
-        types: Vec<GpuType>,
+        types: std::sync::Arc<[GpuType]>,
         /// What the sums become.
         epilogue: Epilogue,
         /// How the tiles are multiplied ([`TileForm::Vectors`] for [`TilePhase::Sum`], which
@@ -1734,7 +1734,7 @@ impl Shader {
                 normed,
             } => {
                 let mut k = 0u64;
-                for &ty in types {
+                for &ty in types.iter() {
                     k = k * 16 + 1 + u64::from(type_code(ty));
                 }
                 // 8-bit activations quantized in the product in bit 18, wide teams' loads in
@@ -1761,7 +1761,7 @@ impl Shader {
             } => {
                 // Bit 15 apart from every matmul key (bit 15 is never set in one).
                 let mut k = 0u64;
-                for &ty in types {
+                for &ty in types.iter() {
                     k = k * 16 + 1 + u64::from(type_code(ty));
                 }
                 (k << 20)
@@ -1987,8 +1987,10 @@ impl Bindings {
 /// Launches `shader` (counted): recorded straight into wgpu where the client launches
 /// directly ([`direct`]), else through CubeCL, telling it which bindings the kernel writes.
 fn launch(client: &Client, shader: Shader, count: CubeCount, bindings: Bindings) {
-    counted_launch(shader.kind(), shader.key());
-    let refused = match direct::launch(client, &shader, &count, &bindings.0) {
+    // Its key once: a product's folds its types and every field of its form.
+    let key = shader.key();
+    counted_launch(shader.kind(), key);
+    let refused = match direct::launch(client, &shader, key, &count, &bindings.0) {
         direct::Launched::Direct => return,
         direct::Launched::ToCubecl => None,
         direct::Launched::Refused(error) => Some(error),
@@ -2073,18 +2075,31 @@ fn refusal(client: &Client) -> Result<()> {
     }
 }
 
+/// CubeCL's error for a read, as ours: [`KernelError::Refused`] where every failure behind it
+/// is a kernel the device would not build (CubeCL's `is_refusal`: a launch that went through
+/// CubeCL, under `MARS_GPU_LAUNCH=cubecl` or, in the browser, before wgpu's answer came, so
+/// the error names no kernel of ours), so that a tuning drops the form as it drops one refused
+/// on the direct way; [`KernelError::Device`] for anything else (a fault, memory, a lost
+/// device), which ends it.
+fn read_failed(error: cubecl_runtime::server::ServerError) -> KernelError {
+    match error.is_refusal() {
+        true => KernelError::Refused {
+            kernel: "(a launch through CubeCL)".to_string(),
+            reason: error.to_string(),
+        },
+        false => KernelError::Device(format!("{error:?}")),
+    }
+}
+
 /// Reads `handle` back (counted), without blocking: what the browser needs.
 ///
 /// # Errors
 /// [`KernelError::Device`] when the device cannot return the data; [`KernelError::Refused`]
-/// when a launch since the last read could not be made.
+/// when a launch since the last read could not be made (a kernel the device would not build).
 pub async fn read(client: &Client, handle: Handle) -> Result<Vec<u8>> {
     direct::settle(client);
     refusal(client)?;
-    let bytes = client
-        .read_async(vec![handle])
-        .await
-        .map_err(|e| KernelError::Device(format!("{e:?}")))?;
+    let bytes = client.read_async(vec![handle]).await.map_err(read_failed)?;
     let bytes: Vec<u8> = bytes
         .into_iter()
         .next()
@@ -2099,15 +2114,12 @@ pub async fn read(client: &Client, handle: Handle) -> Result<Vec<u8>> {
 ///
 /// # Errors
 /// [`KernelError::Device`] when the device cannot return the data; [`KernelError::Refused`]
-/// when a launch since the last read could not be made.
+/// when a launch since the last read could not be made (a kernel the device would not build).
 #[cfg(not(target_family = "wasm"))]
 pub fn read_blocking(client: &Client, handle: Handle) -> Result<Vec<u8>> {
     direct::settle(client);
     refusal(client)?;
-    let bytes = client
-        .read_one(handle)
-        .map_err(|e| KernelError::Device(format!("{e:?}")))?
-        .to_vec();
+    let bytes = client.read_one(handle).map_err(read_failed)?.to_vec();
     counted_read(bytes.len());
     Ok(bytes)
 }
@@ -2282,7 +2294,7 @@ pub struct GpuPart {
 #[derive(Debug, Clone)]
 struct MatmulLaunch {
     weights: Vec<Handle>,
-    types: Vec<GpuType>,
+    types: std::sync::Arc<[GpuType]>,
     params: Handle,
     groups: usize,
     /// Its long-prefill form (`Rows::All` only).
@@ -3070,7 +3082,7 @@ impl MatrixGroup {
             };
             Ok::<_, KernelError>(MatmulLaunch {
                 weights,
-                types,
+                types: types.into(),
                 params: upload_words(client, &constants(params.words()?, vectors.as_deref())?),
                 tiled,
                 groups: params.groups,
