@@ -90,19 +90,27 @@ fn wgpu() -> Device {
 /// engine opens it (`open_wgpu`), so `MARS_GPU_ROBUST=off` runs these tests on a device without
 /// the driver's bounds checks (a CI step: every kernel in bounds).
 fn wgpu_and_subgroups() -> (Device, Option<u32>) {
-    let (device, lanes, _) = opened();
+    let (device, lanes, _, _) = opened();
     (device.clone(), *lanes)
 }
 
-/// The one wgpu device of the process, its adapter's smallest subgroup and its wgpu device.
-fn opened() -> &'static (Device, Option<u32>, burn::backend::wgpu::wgpu::Device) {
-    static DEVICE: std::sync::OnceLock<(Device, Option<u32>, burn::backend::wgpu::wgpu::Device)> =
-        std::sync::OnceLock::new();
+/// The one wgpu device of the process, its adapter's smallest subgroup, its wgpu device and
+/// the matrix units' shapes its adapter lists (`adapter_matrix_units`).
+type Opened = (
+    Device,
+    Option<u32>,
+    burn::backend::wgpu::wgpu::Device,
+    Vec<mars_model::UnitShape>,
+);
+
+fn opened() -> &'static Opened {
+    static DEVICE: std::sync::OnceLock<Opened> = std::sync::OnceLock::new();
     DEVICE.get_or_init(|| {
         let (device, setup) = pollster::block_on(mars_model::open_wgpu(None))
             .expect("a wgpu adapter (lavapipe: apt mesa-vulkan-drivers)");
         let lanes = mars_model::subgroup_lanes(&setup.adapter);
-        (device, lanes, setup.device)
+        let units = mars_model::adapter_matrix_units(&setup.adapter);
+        (device, lanes, setup.device, units)
     })
 }
 
@@ -111,7 +119,7 @@ fn opened() -> &'static (Device, Option<u32>, burn::backend::wgpu::wgpu::Device)
 /// tests with the switch runs every kernel on the device it names.
 #[test]
 fn the_robustness_switch_opens_the_device_it_names() {
-    let (_, _, device) = opened();
+    let (_, _, device, _) = opened();
     let Some(robust2) = mars_kernels::gpu::robustness2_enabled(device) else {
         return eprintln!("not a Vulkan device: nothing to check");
     };
@@ -894,15 +902,12 @@ fn each_form_keeps_the_contract(
 /// through the other forms to its end, the model in the chosen forms then running as before.
 #[test]
 fn a_k_quant_model_keeps_the_contract_in_every_form() {
-    use burn::backend::wgpu::wgpu;
     use mars_model::{Team, TileForm, UnitShape};
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
-    let adapter_units = pollster::block_on(instance.request_adapter(&Default::default()))
-        .map(|adapter| mars_model::adapter_matrix_units(&adapter))
-        .unwrap_or_default();
+    // The units of the adapter the tests' device was opened on.
+    let adapter_units = &opened().3;
     let (units, refused) = match adapter_units.is_empty() {
         true => (vec![UnitShape::CARD], true),
-        false => (adapter_units, false),
+        false => (adapter_units.clone(), false),
     };
     let bytes = tiny_gguf_k_quants(7).unwrap();
     let options = LoadOptions::with_weights(WeightPath::GpuBlocks {
