@@ -233,17 +233,19 @@ async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
     }
 }
 
-/// The kernels launch straight into WebGPU with their bind groups kept (`gpu::direct`), once
-/// the browser has accepted their pipelines (which the runs before this one gave it time to
-/// answer): a second target-only run makes bind groups (for its new KV cache: it goes direct,
-/// and CubeCL's launches make none that count) for few of its launches (its step words, scratch
-/// and outputs are the kept buffers of the first run's), and gives the same tokens.
+/// The kernels launch straight into WebGPU with their bind groups kept (`gpu::direct`), none
+/// left to CubeCL (in the browser a pipeline is used before the browser's answer, its launches
+/// in submits of their own until then): a second target-only run makes bind groups (for its
+/// new KV cache: it goes direct, and CubeCL's launches make none that count) for few of its
+/// launches (its step words, scratch and outputs are the kept buffers of the first run's), and
+/// gives the same tokens.
 async fn launches_go_direct(
     model: &Llama,
     tokenizer: &Arc<Tokenizer>,
     config: &DecodeConfig,
     prompt: &[u32],
 ) {
+    let start = gpu_counts();
     let mut first = Decoder::<AnyDrafter>::new(model, tokenizer.clone(), None, config, prompt)
         .await
         .unwrap();
@@ -256,6 +258,8 @@ async fn launches_go_direct(
     let d = gpu_counts().since(&before);
     assert_eq!(again.generated(), first.generated());
     assert!(d.bind_groups > 0, "no direct launch in the browser: {d:?}");
+    let both = gpu_counts().since(&start);
+    assert_eq!(both.fallbacks, 0, "launches left to CubeCL: {both:?}");
     assert!(
         d.bind_groups * 4 < d.launches,
         "bind groups not kept: {d:?}"

@@ -22,14 +22,18 @@ wasm_bindgen_test_configure!(run_in_browser);
 /// each choice, its text (as the page stores it) naming the same forms; a load with it
 /// (`with_table`, SwiftShader judged a card here: the page's software judgement is what keeps a
 /// CPU adapter from timing) times nothing and gives those forms; a software adapter times
-/// nothing. The tuned model keeps the forward's contract: each row's logits the same bits alone
-/// as in a pass of five in the one-row forms, and within the chosen forms' bound of the rules'
-/// forms.
+/// nothing. Every form but one: the card is said to hold matrix units, which SwiftShader lacks
+/// (WGSL's `wgpu_cooperative_matrix` is naga's, not Chrome's), as a browser may refuse a form
+/// its adapter was taken to hold; each group's units row is refused, counted as disagreeing,
+/// neither timed nor chosen, and the tuning goes on to its end (the refused launch had gone to
+/// CubeCL, whose unchecked pipeline's error panicked the page in the device's handler). The
+/// tuned model keeps the forward's contract: each row's logits the same bits alone as in a
+/// pass of five in the one-row forms, and within the chosen forms' bound of the rules' forms.
 #[wasm_bindgen_test]
 async fn a_gpu_tunes_itself_in_the_browser() {
     use mars_engine::GpuCaps;
     use mars_engine::tune::{PASS_ROWS, Timed, tune, with_table};
-    use mars_model::{Form, TileForm, Tuning};
+    use mars_model::{Form, TileForm, Tuning, UnitShape};
     let bytes = tiny_gguf_quantized(7).unwrap();
     let options = LoadOptions::with_weights(WeightPath::GpuBlocks {
         subgroups: None,
@@ -44,8 +48,12 @@ async fn a_gpu_tunes_itself_in_the_browser() {
             .collect::<Vec<_>>()
     };
     let caps = GpuCaps::plain;
-    let card = caps("a test card (WebGPU, Chrome/1)", false);
+    let card = GpuCaps {
+        matrix_units: vec![UnitShape::CARD],
+        ..caps("a test card (WebGPU, Chrome/1)", false)
+    };
     let mut table = Tuning::default();
+    let units = |f: &Form| matches!(f.prefill, Some(TileForm::Units(_)));
     let timings = tune(&model, &card, (PASS_ROWS, 1.0), &mut table, true)
         .await
         .unwrap();
@@ -55,17 +63,28 @@ async fn a_gpu_tunes_itself_in_the_browser() {
             assert!(f.agrees && f.one_row_ms > 0.0, "{}: {f:?}", t.shape.role);
         }
         for p in &t.prefill {
-            assert!(p.agrees && p.ms > 0.0, "{}: {p:?}", t.shape.role);
+            match units(&p.form) {
+                true => assert!(!p.agrees && p.ms.is_nan(), "{}: {p:?}", t.shape.role),
+                false => assert!(p.agrees && p.ms > 0.0, "{}: {p:?}", t.shape.role),
+            }
         }
-        // Every group but the head meets a prefill: the mat-vec form and f32 tiles, and the
-        // tall f32 tiles where the device's workgroup memory holds them (over WebGPU's 16 KiB).
+        assert!(!t.chosen().is_some_and(|f| units(&f)), "{t:?}");
+        // Every group but the head meets a prefill: the mat-vec form and f32 tiles, the tall
+        // f32 tiles where the device's workgroup memory holds them (over WebGPU's 16 KiB), and
+        // the units' (the test model's groups are too small to split).
         let kinds: Vec<Option<TileForm>> = t.prefill.iter().map(|p| p.form.prefill).collect();
         if t.shape.role == "head" {
             assert!(kinds.is_empty(), "{kinds:?}");
         } else {
+            let last = kinds.len() - 1;
             assert_eq!(kinds[..2], [None, Some(TileForm::Vectors)], "{kinds:?}");
             assert!(
-                kinds[2..].is_empty() || kinds[2..] == [Some(TileForm::TallVectors)],
+                kinds[2..last].is_empty() || kinds[2..last] == [Some(TileForm::TallVectors)],
+                "{kinds:?}"
+            );
+            assert_eq!(
+                kinds[last],
+                Some(TileForm::Units(UnitShape::CARD)),
                 "{kinds:?}"
             );
         }
@@ -95,6 +114,36 @@ async fn a_gpu_tunes_itself_in_the_browser() {
     assert_eq!(forms(&plain), forms(&model));
     assert_eq!(empty.len(), 0);
 
+    // The model with every group's prefill on the units: a long prefill (past `TILES_ABOVE`
+    // rows, in tiles) fails its read, naming the refused tile and Chrome's reason; the reads
+    // after it, in the rules' forms, are clean (the refused launches alone were dropped).
+    let on_units = model
+        .with_forms(&|s| {
+            let t = timings.iter().find(|t| t.shape.shape == s)?;
+            let p = t.prefill.iter().find(|p| units(&p.form))?;
+            Some(p.form)
+        })
+        .unwrap();
+    let long: Vec<u32> = (0..40).map(|i| (i * 41 + 17) % 257).collect();
+    let mut cache = on_units.new_cache(64).unwrap();
+    match on_units
+        .forward_last(&long, &mut cache)
+        .unwrap()
+        .read_async()
+        .await
+    {
+        Err(mars_model::ModelError::Kernel(mars_kernels::KernelError::Refused {
+            kernel,
+            reason,
+        })) => {
+            log(&format!(
+                "the units' prefill in the browser: {kernel} refused: {reason}"
+            ));
+            assert!(kernel.starts_with("tile"), "{kernel}: {reason}");
+            assert!(reason.contains("cooperative_matrix"), "{kernel}: {reason}");
+        }
+        other => panic!("a prefill on refused tiles read back as {other:?}"),
+    }
     let tokens: Vec<u32> = (0..5).map(|i| (i * 41 + 17) % 257).collect();
     let pass = |m: &Llama| {
         let m = m.clone();

@@ -22,12 +22,15 @@
 //! `ISA_CHECKED=1 bench.sh gpu-isa` counts it. A pipeline wgpu refuses leaves that kernel to
 //! CubeCL's launch, which reports the failure as before.
 //!
-//! In the browser wgpu's answer on a pipeline arrives later: until it has, that kernel goes
-//! through CubeCL (the page's WGSL is checked by the browser either way, so there the direct
-//! pipelines are the same kernels as CubeCL's).
+//! In the browser the browser answers later, and CubeCL's pipelines there are unchecked (a
+//! refused one reaches the device's uncaptured-error handler, which panics): a pipeline is used
+//! before its answer, its launches each in a submit of their own; every bind group and submit of
+//! ours is made inside an error scope; the next read awaits the answers ([`answers`]) and fails
+//! with the first refusal; a kernel once refused is not launched again, by either way (the page's
+//! WGSL is the browser's to check either way, so there the direct pipelines are the same kernels
+//! as CubeCL's).
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::ThreadId;
 
 use cubecl::client::Client;
@@ -60,21 +63,20 @@ struct Held {
     resource: ManagedResource<WgpuResource>,
 }
 
-/// What a pipeline is: made, refused by wgpu with its error (the kernel then goes through
-/// CubeCL), or (in the browser, where wgpu's answer arrives later) made and awaiting that answer,
-/// its kernel going through CubeCL until it comes.
+/// What a pipeline is: made, refused by wgpu with its error (natively the kernel then goes
+/// through CubeCL, whose checked launch reports it; in the browser it is not launched), or (in
+/// the browser, where wgpu's answer arrives later) made and awaiting that answer: `None` when
+/// accepted, the error when refused.
 #[cfg_attr(not(target_family = "wasm"), allow(dead_code))]
 enum Pipeline {
     Made(Arc<wgpu::ComputePipeline>, u32),
     Refused(String),
-    Pending(Arc<wgpu::ComputePipeline>, u32, Arc<AtomicU8>),
+    Pending(
+        Arc<wgpu::ComputePipeline>,
+        u32,
+        Arc<OnceLock<Option<String>>>,
+    ),
 }
-
-/// A pending pipeline's answer ([`Pipeline::Pending`]).
-#[cfg_attr(not(target_family = "wasm"), allow(dead_code))]
-const PENDING: u8 = 0;
-const ACCEPTED: u8 = 1;
-const REFUSED: u8 = 2;
 
 #[derive(Default)]
 struct State {
@@ -113,6 +115,8 @@ struct Recording {
     /// Where profiling: a timestamp at the pass's start and after each launch, and each
     /// launch's kernel name.
     stamps: Option<(wgpu::QuerySet, Vec<&'static str>)>,
+    /// The first launch's kernel: what a submit the browser refuses is reported as.
+    first: &'static str,
 }
 
 /// Whether launches should go straight into wgpu: `MARS_GPU_LAUNCH` is `direct` (the default)
@@ -231,10 +235,15 @@ pub(crate) enum Launched {
     /// Recorded into a wgpu compute pass.
     Direct,
     /// CubeCL's to make: the client not registered, an indirect count, a binding CubeCL cannot
-    /// resolve, or (in the browser) a pipeline whose answer has not arrived.
+    /// resolve.
     ToCubecl,
-    /// CubeCL's to make, wgpu having refused the kernel's pipeline with this error.
+    /// CubeCL's to make, wgpu having refused the kernel's pipeline with this error (natively).
+    #[cfg_attr(target_family = "wasm", allow(dead_code))]
     Refused(String),
+    /// Not made (in the browser, where the pipeline was refused: CubeCL's own would be the
+    /// same WGSL, refused the same way, but unchecked there): the next read reports it.
+    #[cfg_attr(not(target_family = "wasm"), allow(dead_code))]
+    Dropped,
 }
 
 /// Records `shader` over `bindings` (binding 0 first) where `client` launches directly; else
@@ -259,18 +268,32 @@ pub(crate) fn launch(
         // Nothing to run: CubeCL records nothing for it either.
         return Launched::Direct;
     }
-    let (pipeline, number) = match direct.pipeline(&mut state, shader, kernel) {
-        Ok(Some(made)) => made,
-        refused => {
+    let (pipeline, number, answered) = match direct.pipeline(&mut state, shader, kernel) {
+        Ok(made) => made,
+        Err(error) => {
             drop(state);
-            counted_direct(DirectWork::Fallback);
-            settle(client);
-            return match refused {
-                Err(error) => Launched::Refused(error),
-                Ok(_) => Launched::ToCubecl,
-            };
+            // In the browser CubeCL would make the same WGSL into a pipeline the browser
+            // refuses again, unchecked: its error then reaches the device's uncaptured-error
+            // handler, which panics (CubeCL's), and the page's worker with it.
+            #[cfg(target_family = "wasm")]
+            {
+                fail(client, shader.name(), error);
+                return Launched::Dropped;
+            }
+            #[cfg(not(target_family = "wasm"))]
+            {
+                counted_direct(DirectWork::Fallback);
+                settle(client);
+                return Launched::Refused(error);
+            }
         }
     };
+    if !answered {
+        // In the browser, a pipeline the browser has not answered for yet: recorded in a
+        // submit of its own, so that if the browser refuses it, the submit it makes invalid
+        // holds no other launch (a refused launch is not made; the others are, as natively).
+        direct.submit(client, &mut state, false);
+    }
     // The state's vector, taken for the lookup and put back (the keys of the last launch).
     let mut keys = std::mem::take(&mut state.launch_keys);
     keys.clear();
@@ -283,7 +306,9 @@ pub(crate) fn launch(
             group
         }
         None => {
-            let Some(group) = direct.bind_group(client, &mut state, &pipeline, bindings) else {
+            let Some(group) =
+                direct.bind_group(client, &mut state, &pipeline, bindings, shader.name())
+            else {
                 drop(state);
                 counted_direct(DirectWork::Fallback);
                 settle(client);
@@ -321,6 +346,7 @@ pub(crate) fn launch(
                 encoder,
                 launches: 0,
                 stamps,
+                first: shader.name(),
             }
         });
         recording.pass.set_pipeline(&pipeline);
@@ -333,7 +359,7 @@ pub(crate) fn launch(
                 .write_timestamp(set, u32::try_from(recording.launches).unwrap_or(u32::MAX));
             names.push(shader.name());
         }
-        recording.launches >= direct.submit_every
+        recording.launches >= direct.submit_every || !answered
     };
     if full {
         // Mid-pass: what owners dropped is let go at the next settle, once a pass.
@@ -343,9 +369,8 @@ pub(crate) fn launch(
 }
 
 /// Records that `kernel`'s launch could be made neither directly nor by CubeCL (`reason`), where
-/// `client` launches directly: the next read reports the first such launch. Native only: in
-/// the browser the refusals arrive later, and CubeCL's reads report them.
-#[cfg(not(target_family = "wasm"))]
+/// `client` launches directly: the next read reports the first such launch. (In the browser,
+/// where a refusal arrives later, also what [`answers`] finds.)
 pub(crate) fn fail(client: &Client, kernel: &'static str, reason: String) {
     if let Some(direct) = of(client) {
         let thread = std::thread::current().id();
@@ -361,6 +386,41 @@ pub(crate) fn fail(client: &Client, kernel: &'static str, reason: String) {
 pub(crate) fn take_failure(client: &Client) -> Option<(&'static str, String)> {
     let thread = std::thread::current().id();
     of(client).and_then(|direct| lock(&direct.state).failures.remove(&thread))
+}
+
+/// A browser's answer to a scoped call ([`Direct::scoped`], a pipeline made): the kernel it is
+/// reported as, the error scope's answer, and where it is a pipeline's, where its answer goes
+/// ([`Pipeline::Pending`]). The page's one thread's own.
+#[cfg(target_family = "wasm")]
+type Answer = (
+    &'static str,
+    std::pin::Pin<Box<dyn Future<Output = Option<wgpu::Error>>>>,
+    Option<Arc<OnceLock<Option<String>>>>,
+);
+
+#[cfg(target_family = "wasm")]
+thread_local! {
+    static SCOPES: std::cell::RefCell<Vec<Answer>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// In the browser, the answers to every scoped call since the last read (the pipelines, the
+/// bind groups made, the submits), awaited in their order: each pipeline's answer settles it
+/// (made or refused), and the first error is recorded as its kernel's failure ([`fail`]),
+/// which the read then reports. A read awaits them after its data came back, by when the
+/// browser has validated each submit before it: nothing is waited for that the read did not
+/// wait for.
+#[cfg(target_family = "wasm")]
+pub(crate) async fn answers(client: &Client) {
+    let scopes = SCOPES.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    for (kernel, answer, pipeline) in scopes {
+        let error = answer.await.map(|e| e.to_string());
+        if let Some(slot) = pipeline {
+            let _ = slot.set(error.clone());
+        }
+        if let Some(error) = error {
+            fail(client, kernel, error);
+        }
+    }
 }
 
 /// Submits what was recorded for `client` (CubeCL's own recording first): before CubeCL reads
@@ -452,30 +512,32 @@ fn key(handle: &Handle) -> Key {
 }
 
 impl Direct {
-    /// The pipeline of `shader` and its number, made on first use; `Ok(None)` where (in the
-    /// browser) wgpu has not answered yet, the error where it refused it.
+    /// The pipeline of `shader`, its number and whether wgpu has answered for it (in the
+    /// browser it answers later: until then the pipeline is used as made, its launches in
+    /// submits of their own, whose error scopes report a refusal), made on first use; the
+    /// error where it refused it.
     fn pipeline(
         &self,
         state: &mut State,
         shader: &Shader,
         key: (u8, u64),
-    ) -> Result<Option<(Arc<wgpu::ComputePipeline>, u32)>, String> {
+    ) -> Result<(Arc<wgpu::ComputePipeline>, u32, bool), String> {
         let next = u32::try_from(state.pipelines.len()).unwrap_or(u32::MAX);
         let entry = state
             .pipelines
             .entry(key)
             .or_insert_with(|| self.make_pipeline(shader, next));
         if let Pipeline::Pending(pipeline, number, answer) = entry {
-            match answer.load(Ordering::Acquire) {
-                ACCEPTED => *entry = Pipeline::Made(pipeline.clone(), *number),
-                REFUSED => *entry = Pipeline::Refused("refused by the browser".to_string()),
-                _ => return Ok(None),
+            match answer.get() {
+                Some(None) => *entry = Pipeline::Made(pipeline.clone(), *number),
+                Some(Some(error)) => *entry = Pipeline::Refused(error.clone()),
+                None => return Ok((pipeline.clone(), *number, false)),
             }
         }
         match entry {
-            Pipeline::Made(p, n) => Ok(Some((p.clone(), *n))),
+            Pipeline::Made(p, n) => Ok((p.clone(), *n, true)),
             Pipeline::Refused(error) => Err(error.clone()),
-            Pipeline::Pending(..) => Ok(None),
+            Pipeline::Pending(p, n, _) => Ok((p.clone(), *n, false)),
         }
     }
 
@@ -515,20 +577,17 @@ impl Direct {
             None => Pipeline::Made(pipeline, number),
             Some(error) => Pipeline::Refused(error.to_string()),
         };
-        // In the browser the answer is a promise: the page's event loop settles it while the
-        // kernel goes through CubeCL (which reports a refusal its own way).
+        // In the browser the answer is a promise, which the next read awaits ([`answers`]: a
+        // refusal then fails that read, as the launches' own errors would, rather than a read
+        // after it); until then the pipeline's launches go in submits of their own (`launch`).
         #[cfg(target_family = "wasm")]
         {
-            let flag = Arc::new(AtomicU8::new(PENDING));
-            let set = flag.clone();
-            wasm_bindgen_futures::spawn_local(async move {
-                let to = match answer.await {
-                    None => ACCEPTED,
-                    Some(_) => REFUSED,
-                };
-                set.store(to, Ordering::Release);
+            let slot = Arc::new(OnceLock::new());
+            SCOPES.with(|s| {
+                s.borrow_mut()
+                    .push((shader.name(), Box::pin(answer), Some(slot.clone())))
             });
-            Pipeline::Pending(pipeline, number, flag)
+            Pipeline::Pending(pipeline, number, slot)
         }
     }
 
@@ -559,6 +618,7 @@ impl Direct {
         state: &mut State,
         pipeline: &wgpu::ComputePipeline,
         bindings: &[Handle],
+        kernel: &'static str,
     ) -> Option<wgpu::BindGroup> {
         let resources: Vec<WgpuResource> = bindings
             .iter()
@@ -573,11 +633,33 @@ impl Direct {
             })
             .collect();
         counted_direct(DirectWork::BindGroup);
-        Some(self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &entries,
-        }))
+        let make = || {
+            self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &entries,
+            })
+        };
+        #[cfg(target_family = "wasm")]
+        return Some(self.scoped(kernel, make));
+        #[cfg(not(target_family = "wasm"))]
+        {
+            let _ = kernel;
+            Some(make())
+        }
+    }
+
+    /// `make`'s work inside a validation error scope whose answer [`answers`] awaits at the
+    /// next read, an error there reported as `kernel`'s refusal. In the browser only: there
+    /// an error no scope takes reaches the device's uncaptured-error handler, CubeCL's, which
+    /// panics (and the page's worker with it), and the browser answers later than the call.
+    #[cfg(target_family = "wasm")]
+    fn scoped<T>(&self, kernel: &'static str, make: impl FnOnce() -> T) -> T {
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let made = make();
+        let answer = scope.pop();
+        SCOPES.with(|s| s.borrow_mut().push((kernel, Box::pin(answer), None)));
+        made
     }
 
     /// Ends `recording`'s pass and submits it; where profiling, waits for it and writes each
@@ -588,12 +670,26 @@ impl Direct {
             mut encoder,
             launches,
             stamps,
+            first,
         } = recording;
-        drop(pass);
         let Some((set, names)) = stamps else {
-            self.queue.submit([encoder.finish()]);
+            let submit = || {
+                drop(pass);
+                self.queue.submit([encoder.finish()]);
+            };
+            // A pipeline the browser refuses makes the pass, and with it the submit, invalid:
+            // the error is reported as the recording's first kernel's (a launch whose pipeline
+            // awaits its answer is recorded alone).
+            #[cfg(target_family = "wasm")]
+            self.scoped(first, submit);
+            #[cfg(not(target_family = "wasm"))]
+            {
+                let _ = first;
+                submit();
+            }
             return;
         };
+        drop(pass);
         // [launches + 1] u64 timestamps, resolved, then copied where the host can map them.
         let bytes = 8 * (launches as u64 + 1);
         let buffer = |usage| {

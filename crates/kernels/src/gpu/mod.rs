@@ -1991,7 +1991,7 @@ fn launch(client: &Client, shader: Shader, count: CubeCount, bindings: Bindings)
     let key = shader.key();
     counted_launch(shader.kind(), key);
     let refused = match direct::launch(client, &shader, key, &count, &bindings.0) {
-        direct::Launched::Direct => return,
+        direct::Launched::Direct | direct::Launched::Dropped => return,
         direct::Launched::ToCubecl => None,
         direct::Launched::Refused(error) => Some(error),
     };
@@ -2022,8 +2022,8 @@ fn launch(client: &Client, shader: Shader, count: CubeCount, bindings: Bindings)
                 args.with_buffer_io(handle.binding(), io)
             });
     client.launch(Box::new(shader), count, args);
-    // Natively CubeCL answers at once (its launch validates the pipeline it makes); in the
-    // browser a refusal arrives later and CubeCL's own reads report it.
+    // Natively CubeCL answers at once (its launch validates the pipeline it makes). In the
+    // browser a kernel wgpu refused is never CubeCL's (`direct::Launched::Dropped`).
     #[cfg(not(target_family = "wasm"))]
     if let Some(error) = refused
         && let Err(cubecl) = client.check(written.iter())
@@ -2077,8 +2077,7 @@ fn refusal(client: &Client) -> Result<()> {
 
 /// CubeCL's error for a read, as ours: [`KernelError::Refused`] where every failure behind it
 /// is a kernel the device would not build (CubeCL's `is_refusal`: a launch that went through
-/// CubeCL, under `MARS_GPU_LAUNCH=cubecl` or, in the browser, before wgpu's answer came, so
-/// the error names no kernel of ours), so that a tuning drops the form as it drops one refused
+/// CubeCL under `MARS_GPU_LAUNCH=cubecl`, so the error names no kernel of ours), so that a tuning drops the form as it drops one refused
 /// on the direct way; [`KernelError::Device`] for anything else (a fault, memory, a lost
 /// device), which ends it.
 fn read_failed(error: cubecl_runtime::server::ServerError) -> KernelError {
@@ -2098,8 +2097,14 @@ fn read_failed(error: cubecl_runtime::server::ServerError) -> KernelError {
 /// when a launch since the last read could not be made (a kernel the device would not build).
 pub async fn read(client: &Client, handle: Handle) -> Result<Vec<u8>> {
     direct::settle(client);
+    let read = client.read_async(vec![handle]).await;
+    // In the browser a refusal arrives later than the launch: the answers to what was
+    // recorded are awaited here (already in, as the data came after them), every one of them,
+    // so that none is left to fail a later read.
+    #[cfg(target_family = "wasm")]
+    direct::answers(client).await;
     refusal(client)?;
-    let bytes = client.read_async(vec![handle]).await.map_err(read_failed)?;
+    let bytes = read.map_err(read_failed)?;
     let bytes: Vec<u8> = bytes
         .into_iter()
         .next()
