@@ -54,9 +54,14 @@ async fn a_gpu_tunes_itself_in_the_browser() {
     };
     let mut table = Tuning::default();
     let units = |f: &Form| matches!(f.prefill, Some(TileForm::Units(_)));
+    let before = mars_model::gpu_counts();
     let timings = tune(&model, &card, (PASS_ROWS, 1.0), &mut table, true)
         .await
         .unwrap();
+    // Every form's first launches are of pipelines the browser has yet to answer for: they go
+    // direct all the same (they had gone to CubeCL, whose unchecked pipeline a refusal panics).
+    let tuning = mars_model::gpu_counts().since(&before);
+    assert_eq!(tuning.fallbacks, 0, "launches left to CubeCL: {tuning:?}");
     assert_eq!(timings.len(), shapes.len());
     for t in &timings {
         for f in &t.times {

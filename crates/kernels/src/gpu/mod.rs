@@ -2077,9 +2077,9 @@ fn refusal(client: &Client) -> Result<()> {
 
 /// CubeCL's error for a read, as ours: [`KernelError::Refused`] where every failure behind it
 /// is a kernel the device would not build (CubeCL's `is_refusal`: a launch that went through
-/// CubeCL under `MARS_GPU_LAUNCH=cubecl`, so the error names no kernel of ours), so that a tuning drops the form as it drops one refused
-/// on the direct way; [`KernelError::Device`] for anything else (a fault, memory, a lost
-/// device), which ends it.
+/// CubeCL under `MARS_GPU_LAUNCH=cubecl`, so the error names no kernel of ours), so that a
+/// tuning drops the form as it drops one refused on the direct way; [`KernelError::Device`]
+/// for anything else (a fault, memory, a lost device), which ends it.
 fn read_failed(error: cubecl_runtime::server::ServerError) -> KernelError {
     match error.is_refusal() {
         true => KernelError::Refused {
