@@ -271,13 +271,10 @@ pub fn data_dir() -> PathBuf {
     cache_dir("MARS_DATA_DIR", "data")
 }
 
-/// `$var`, else `~/.cache/mars/<name>`: the one rule for the fetch scripts' directories.
+/// [`mars_engine::cache_path`]'s folder, else `./.cache/mars/<name>` where there is no home.
 fn cache_dir(var: &str, name: &str) -> PathBuf {
-    if let Some(dir) = std::env::var_os(var) {
-        return PathBuf::from(dir);
-    }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".cache").join("mars").join(name)
+    mars_engine::cache_path(var, name)
+        .unwrap_or_else(|| PathBuf::from(".cache").join("mars").join(name))
 }
 
 /// `--prompts`, or Spec-Bench's prompts in the data cache with a message saying how to fetch

@@ -41,7 +41,7 @@ pub fn run_tune(args: &TuneArgs) -> Result<()> {
     );
     let path = match &args.table {
         Some(p) => p.clone(),
-        None => tune::cache_path().context("no cache folder (HOME unset): give --table")?,
+        None => tune::cache_path().context("no home folder for the cache: give --table")?,
     };
     // Only the GPU's packed kernels are tuned: no `--kernels` or `--threads` to refuse later.
     let kernels = KernelArgs {

@@ -27,6 +27,17 @@ cargo clippy -p mars-model --features webgpu --target wasm32-unknown-unknown --l
 cargo clippy -p mars-engine -p mars-web --target wasm32-unknown-unknown --lib --tests --release -- -D warnings
 cargo clippy -p mars-kernels --target wasm32-unknown-unknown --lib --test wasm --release -- -D warnings
 
+# Windows and macOS, checked from here (their standard libraries added to the toolchain): no
+# Windows or Apple linker or C compiler is at hand, so Windows without the test targets
+# (criterion's C build) and macOS without the binary (jemalloc's C build), the rest of each
+# through the same lints. A user's `cargo run` on DX12 or Metal starts from what these check.
+step "clippy (Windows and macOS: what builds there)"
+for target in x86_64-pc-windows-msvc aarch64-apple-darwin; do
+  rustup target list --installed | grep -qx "$target" || rustup target add "$target"
+done
+cargo clippy --workspace --lib --bins --target x86_64-pc-windows-msvc -- -D warnings
+cargo clippy --workspace --lib --target aarch64-apple-darwin -- -D warnings
+
 step "native tests (release: the statistical tests draw millions of samples)"
 cargo test --workspace --release
 # The matrix-unit tiles (cooperative matrices), which Debian 12's lavapipe lacks, on sid's

@@ -10,10 +10,13 @@
 //!
 //! No `unsafe`: the limits are set by the child itself (Python's `resource`), the namespaces
 //! and the user by util-linux's `unshare` and `setpriv`, and signals go through `kill(1)`.
+//!
+//! Unix only: on other systems (Windows) [`Sandbox::new`] refuses, since what makes a run safe
+//! to end — a process group that every fork of the program joins, signals to end it all — has no
+//! counterpart there without `unsafe` calls into the system (job objects). The rest of mars runs
+//! there; only executing completions does not.
 
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -110,8 +113,53 @@ pub struct Sandbox {
     root: bool,
 }
 
-fn is_root() -> bool {
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+/// The system calls the sandbox needs beyond std's portable ones: Unix's, and on other systems
+/// what keeps the module compiling (never reached there: [`Sandbox::new`] refuses first).
+#[cfg(unix)]
+mod sys {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    use std::path::Path;
+    use std::process::{Command, ExitStatus};
+
+    pub(super) fn is_root() -> bool {
+        std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+    }
+
+    /// The child leads a process group of its own, which its forks join.
+    pub(super) fn own_group(command: &mut Command) -> &mut Command {
+        command.process_group(0)
+    }
+
+    pub(super) fn signal(status: ExitStatus) -> Option<i32> {
+        status.signal()
+    }
+
+    pub(super) fn give_to(dir: &Path, user: u32) -> std::io::Result<()> {
+        std::os::unix::fs::chown(dir, Some(user), Some(user))
+    }
+}
+
+#[cfg(not(unix))]
+mod sys {
+    use std::path::Path;
+    use std::process::{Command, ExitStatus};
+
+    pub(super) fn is_root() -> bool {
+        false
+    }
+
+    pub(super) fn own_group(command: &mut Command) -> &mut Command {
+        command
+    }
+
+    pub(super) fn signal(_: ExitStatus) -> Option<i32> {
+        None
+    }
+
+    pub(super) fn give_to(_: &Path, _: u32) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn runs(program: &str, args: &[&str]) -> bool {
@@ -128,8 +176,15 @@ impl Sandbox {
     /// A sandbox with `limits`, probing what isolation this machine allows.
     ///
     /// # Errors
-    /// No `python3` on the PATH, or limits that are not positive and finite.
+    /// Not a Unix system, no `python3` on the PATH, or limits that are not positive and finite.
     pub fn new(limits: Limits) -> Result<Self> {
+        if !cfg!(unix) {
+            bail!(
+                "executing completions needs a Unix system: the sandbox ends every process a \
+                 program starts through its process group and signals, which {} lacks",
+                std::env::consts::OS
+            );
+        }
         if !(limits.timeout_s.is_finite() && limits.timeout_s > 0.0) {
             bail!("timeout {} s: must be a positive number", limits.timeout_s);
         }
@@ -143,7 +198,7 @@ impl Sandbox {
         if !runs("python3", &["-c", "import resource"]) {
             bail!("python3 (with the resource module) is needed to execute completions");
         }
-        let root = is_root();
+        let root = sys::is_root();
         let mut probe = vec!["--net", "--pid", "--fork", "--kill-child"];
         if !root {
             probe.push("--map-root-user");
@@ -192,8 +247,7 @@ impl Sandbox {
         std::fs::write(dir.path().join("program.py"), program)?;
         std::fs::write(dir.path().join("runner.py"), RUNNER)?;
         if self.isolation.unprivileged_user {
-            std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY))
-                .context("handing the sandbox directory to nobody")?;
+            sys::give_to(dir.path(), NOBODY).context("handing the sandbox directory to nobody")?;
         }
         let mut argv: Vec<String> = Vec::new();
         if self.isolation.namespaces {
@@ -223,7 +277,8 @@ impl Sandbox {
         argv.push(self.limits.processes.to_string());
 
         let start = Instant::now();
-        let mut child = Command::new(&argv[0])
+        let mut command = Command::new(&argv[0]);
+        let mut child = sys::own_group(&mut command)
             .args(&argv[1..])
             .current_dir(dir.path())
             .env_clear()
@@ -233,7 +288,6 @@ impl Sandbox {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .spawn()
             .with_context(|| format!("starting {}", argv[0]))?;
         let pgid = child.id();
@@ -251,7 +305,7 @@ impl Sandbox {
             None => Verdict::TimedOut,
             Some(s) if s.success() => Verdict::Passed,
             Some(s) => Verdict::Failed {
-                reason: match s.signal() {
+                reason: match sys::signal(s) {
                     Some(sig) => format!("killed by signal {sig}"),
                     None => last_line(&stderr).unwrap_or_else(|| format!("exit status {s}")),
                 },

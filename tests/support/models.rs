@@ -18,7 +18,11 @@ pub fn dir() -> PathBuf {
     std::env::var_os("MARS_MODEL_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/mars/models")
+            // `mars_engine::cache_path`'s rule (this file is included by crates below the
+            // engine).
+            std::env::home_dir()
+                .unwrap_or_default()
+                .join(".cache/mars/models")
         })
 }
 

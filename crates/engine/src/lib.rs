@@ -42,3 +42,16 @@ pub use settings::{
     CHAT_PROMPTS, Choices, DEFAULTS, Defaults, DraftShape, DrafterSpec, Method, PRESETS, Preset,
     Resolved, RunSettings,
 };
+
+/// Where mars keeps what it fetches and what it measures natively, the one rule for every
+/// front end and for the fetch scripts (`tests/fetch-*.sh`): `$var` where set, else
+/// `~/.cache/mars/<name>`, the home being [`std::env::home_dir`]'s — `HOME` on Unix, the user's
+/// profile folder on Windows, where Git Bash's `HOME` points, so the scripts run there and a
+/// native `mars` find the same files. `None` without a home.
+#[cfg(not(target_family = "wasm"))]
+pub fn cache_path(var: &str, name: &str) -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os(var) {
+        return Some(p.into());
+    }
+    Some(std::env::home_dir()?.join(".cache").join("mars").join(name))
+}

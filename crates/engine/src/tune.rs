@@ -4,8 +4,8 @@
 //! card times the shapes the table lacks (a few seconds, once); a CPU adapter (lavapipe) keeps
 //! the rules' forms, measured there, unless `mars tune` was run on it.
 //!
-//! The table: natively `MARS_TUNE_CACHE` where set, else `$XDG_CACHE_HOME/mars/tune.tsv`, else
-//! `~/.cache/mars/tune.tsv` (`mars_model::Tuning`'s text, a line a choice); in the browser the
+//! The table: natively `MARS_TUNE_CACHE` where set, else `~/.cache/mars/tune.tsv` (beside the
+//! models: [`crate::cache_path`]; `mars_model::Tuning`'s text, a line a choice); in the browser the
 //! page keeps the same text in its storage and hands it to the worker with each load
 //! ([`with_table`], the one tuning both front ends run). `MARS_TUNE=off` skips it, as does a
 //! form forced with `MARS_GPU_TEAM`, `MARS_GPU_TILES` or `MARS_GPU_ACTS`: the rules' (or the
@@ -36,14 +36,7 @@ pub const PASS_ROWS: usize = crate::settings::DraftShape::CHAIN.k + 1;
 /// Where the table lives (see the module docs); `None` without a home to put it in.
 #[cfg(not(target_family = "wasm"))]
 pub fn cache_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("MARS_TUNE_CACHE") {
-        return Some(PathBuf::from(p));
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("mars").join("tune.tsv"))
+    crate::cache_path("MARS_TUNE_CACHE", "tune.tsv")
 }
 
 /// The table at `path` (empty where there is no file yet).
