@@ -2,6 +2,7 @@
 # and PID namespace and as an unprivileged user where the machine permits). It limits itself,
 # then runs program.py from its own directory, and exits 0 when the program ran to the end.
 #   usage: python3 -I -B runner.py MEMORY_BYTES CPU_SECONDS PROCESSES
+# MEMORY_BYTES 0: no address-space limit (macOS refuses RLIMIT_AS; sandbox.rs decides).
 import os
 import resource
 import sys
@@ -22,7 +23,8 @@ def limit(which, value):
 
 memory, cpu, processes = (int(a) for a in sys.argv[1:4])
 here = os.path.realpath(os.getcwd())
-limit(resource.RLIMIT_AS, memory)
+if memory > 0:
+    limit(resource.RLIMIT_AS, memory)
 limit(resource.RLIMIT_CPU, cpu)
 limit(resource.RLIMIT_CORE, 0)
 limit(resource.RLIMIT_NPROC, processes)

@@ -85,6 +85,10 @@ pub struct Isolation {
     pub namespaces: bool,
     /// Running as `nobody` (only when mars runs as root and `setpriv` exists).
     pub unprivileged_user: bool,
+    /// The address space bounded (`RLIMIT_AS`): not on macOS, whose kernel refuses the limit
+    /// (Python's `setrlimit` raises there: cpython#78783) and would not enforce it, so there a
+    /// program's memory is bounded by the machine and the timeout alone.
+    pub memory_limited: bool,
 }
 
 impl Isolation {
@@ -100,7 +104,12 @@ impl Isolation {
         } else {
             ""
         };
-        format!("{ns}{user}; rlimits, audit hook, timeout")
+        let memory = if self.memory_limited {
+            ""
+        } else {
+            " (memory NOT limited: this system refuses RLIMIT_AS)"
+        };
+        format!("{ns}{user}; rlimits{memory}, audit hook, timeout")
     }
 }
 
@@ -222,6 +231,7 @@ impl Sandbox {
             isolation: Isolation {
                 namespaces,
                 unprivileged_user,
+                memory_limited: !cfg!(target_os = "macos"),
             },
             root,
         })
@@ -271,7 +281,13 @@ impl Sandbox {
         }
         argv.push(self.python.display().to_string());
         argv.extend(["-I", "-B", "runner.py"].map(String::from));
-        argv.push(self.limits.memory_bytes.to_string());
+        // 0: no address-space limit (runner.py sets none).
+        let memory = if self.isolation.memory_limited {
+            self.limits.memory_bytes
+        } else {
+            0
+        };
+        argv.push(memory.to_string());
         // CPU seconds: the wall-clock limit rounded up, so a busy loop dies either way.
         argv.push((self.limits.timeout_s.ceil() as u64 + 1).to_string());
         argv.push(self.limits.processes.to_string());
@@ -584,6 +600,26 @@ mod tests {
             s.run("assert 1 + 1 == 2\n").unwrap().verdict,
             Verdict::Passed
         );
+    }
+
+    /// The address space is bounded at the limit where the sandbox says so, and left alone
+    /// where it does not (macOS, whose kernel refuses the limit: every program would fail
+    /// there, setting it).
+    #[test]
+    fn the_address_space_is_limited_only_where_the_sandbox_says_so() {
+        let mut s = sandbox(10.0);
+        assert_eq!(s.isolation().memory_limited, !cfg!(target_os = "macos"));
+        let probe = "import resource\nprint(resource.getrlimit(resource.RLIMIT_AS)[0])\n";
+        s.isolation.memory_limited = true;
+        let o = s.run(probe).unwrap();
+        assert_eq!(o.verdict, Verdict::Passed, "{}", o.stderr);
+        assert_eq!(o.stdout.trim(), Limits::default().memory_bytes.to_string());
+        s.isolation.memory_limited = false;
+        assert!(s.isolation().describe().contains("memory NOT limited"));
+        let o = s.run(probe).unwrap();
+        assert_eq!(o.verdict, Verdict::Passed, "{}", o.stderr);
+        // RLIM_INFINITY, or whatever bound the machine itself set: never the sandbox's.
+        assert_ne!(o.stdout.trim(), Limits::default().memory_bytes.to_string());
     }
 
     #[test]
