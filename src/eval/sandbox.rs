@@ -12,9 +12,9 @@
 //! and the user by util-linux's `unshare` and `setpriv`, and signals go through `kill(1)`.
 //!
 //! Unix only: on other systems (Windows) [`Sandbox::new`] refuses, since what makes a run safe
-//! to end — a process group that every fork of the program joins, signals to end it all — has no
-//! counterpart there without `unsafe` calls into the system (job objects). The rest of mars runs
-//! there; only executing completions does not.
+//! to end — a process group that every fork of the program joins, signals to end it all — has
+//! no counterpart there without `unsafe` calls into the system (job objects). The rest of mars
+//! runs there; only executing completions does not.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -235,10 +235,10 @@ async fn strict_equals_target_only(bytes: Vec<u8>, options: LoadOptions) {
 
 /// The kernels launch straight into WebGPU with their bind groups kept (`gpu::direct`), none
 /// left to CubeCL (the launches of pipelines the browser has yet to answer for, in submits of
-/// their own: `webgpu_tune.rs`, whose forms are new): a second target-only run makes bind groups (for its
-/// new KV cache: it goes direct, and CubeCL's launches make none that count) for few of its
-/// launches (its step words, scratch and outputs are the kept buffers of the first run's), and
-/// gives the same tokens.
+/// their own: `webgpu_tune.rs`, whose forms are new): a second target-only run makes bind
+/// groups (for its new KV cache: it goes direct, and CubeCL's launches make none that count)
+/// for few of its launches (its step words, scratch and outputs are the kept buffers of the
+/// first run's), and gives the same tokens.
 async fn launches_go_direct(
     model: &Llama,
     tokenizer: &Arc<Tokenizer>,
