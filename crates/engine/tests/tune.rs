@@ -1,7 +1,7 @@
 //! A GPU tunes itself (`mars_engine::tune`), on lavapipe with the tiny model: a card's first
 //! load times every group shape once and saves the choices; a later load reads them and times
-//! nothing; a CPU adapter applies what a table holds and never times; a table that does not
-//! parse is an error naming its line.
+//! nothing; a CPU adapter applies what a table holds and never times; another build's table is
+//! set aside; a table of this build's that does not parse is an error naming its line.
 #![cfg(feature = "wgpu")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -105,10 +105,23 @@ fn a_card_tunes_once_and_later_loads_read_its_choices() {
     assert_eq!((note, forms(&plain)), (None, forms(&model)));
     assert!(!none.exists());
 
-    // A table that does not parse: refused with its file and line.
+    // Another build's table, a form this one lacks among its lines: set aside, the load goes
+    // on in the rules' forms.
     std::fs::write(
         &hand_path,
-        "# mars tune\nadapter\tshape\tquarter/3/tiles\t1\t2\t3\n",
+        "# mars tune 4 (an earlier build)\nadapter\tshape\teighth/3/tiles\t1\t2\t3\n",
+    )
+    .unwrap();
+    let (plain, note) = pollster::block_on(at_load_with(model.clone(), &soft, &hand_path)).unwrap();
+    assert_eq!((note, forms(&plain)), (None, forms(&model)));
+
+    // This build's table that does not parse: refused with its file and line.
+    std::fs::write(
+        &hand_path,
+        format!(
+            "{}adapter\tshape\tquarter/3/tiles\t1\t2\t3\n",
+            Tuning::default().to_text()
+        ),
     )
     .unwrap();
     let err = pollster::block_on(at_load_with(model, &soft, &hand_path))

@@ -505,8 +505,9 @@ fn tuning_ends(timed: Timed, caps: &GpuCaps, table: &Tuning) {
 }
 
 /// The page's table parsed, with the adapter it is for; `None` off WebGPU or without one. A
-/// stored table that does not parse (another release's form names) is set aside, not an error:
-/// the load tunes anew and the page's storage gets the new table.
+/// stored table another build wrote reads as empty (`Tuning::parse`), and one that does not
+/// parse is set aside too, not an error: the load tunes anew and the page's storage gets the
+/// new table.
 fn page_table(
     open: &mars_engine::OpenDevice,
     page: Option<&PageTuning>,

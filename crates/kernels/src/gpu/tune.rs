@@ -21,8 +21,8 @@
 //!
 //! The table is text, a line an entry, so that a user can read and delete what their GPU chose:
 //! `adapter<TAB>shape<TAB>form<TAB>ms for one row<TAB>ms for a pass<TAB>ms for a prefill`, under
-//! a first line naming the timing method ([`TABLE_HEADER`]): a table an earlier method wrote is
-//! read as empty, so its shapes are timed anew.
+//! a first line naming the timing method and the kernels' build ([`TABLE_HEADER`]): a table
+//! another build wrote is read as empty, so its shapes are timed anew.
 
 use super::{Acts, Fan, Result, Team, TileForm, UnitShape, UnitTile};
 use super::{Client, MatrixGroup, Step, StepBuffer};
@@ -249,17 +249,21 @@ pub struct Tuned {
 /// Rows of the long prefill a tuning times (a pass of a 128-token prompt).
 pub const PREFILL_ROWS_TIMED: usize = 128;
 
-/// The first line of a table this build writes, naming how its times were taken. A table whose
-/// first line differs was timed another way (before 2026-12-04's evening, each product back to
-/// back with its weights in the GPU's cache and one form chosen by the sum of a row's cost and
-/// a pass's, which on an H200 chose forms that decoded a 7B 0.69× as fast as the wide teams it
-/// passed over; before 2026-12-06's evening, without the whole-workgroup lane and wide teams
-/// among the forms): its lines are checked and set aside, so that a load times its shapes anew.
-pub const TABLE_HEADER: &str = "# mars tune 4 (each product timed after its weights left the \
-                                GPU's cache, whole-workgroup lane and wide teams and 8-bit \
-                                products that quantize their own row among the forms): adapter, \
-                                group shape, chosen form, ms for one row, for a pass, for a \
-                                prefill";
+/// The first line of a table this build writes: how its times were taken, and a fingerprint of
+/// the kernels' sources (`build.rs`: every file of `gpu/` and `units.rs`). A table whose first
+/// line differs was timed by another build, whose kernels ran at other speeds and whose forms
+/// may have been others (before 2026-12-04's evening each product was timed back to back with
+/// its weights in the GPU's cache and one form chosen by the sum of a row's cost and a pass's,
+/// which on an H200 chose forms that decoded a 7B 0.69× as fast as the wide teams it passed
+/// over; the matrix units' tall and wide tiles came after the last header written by hand):
+/// it is set aside unread, its form names perhaps this build's no longer, so that a load times
+/// its shapes anew.
+pub const TABLE_HEADER: &str = concat!(
+    "# mars tune 5, kernels ",
+    env!("MARS_KERNELS_FINGERPRINT"),
+    " (each product timed after its weights left the GPU's cache): adapter, group shape, \
+     chosen form, ms for one row, for a pass, for a prefill"
+);
 
 /// Chosen forms by adapter and group shape (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -269,14 +273,16 @@ pub struct Tuning {
 
 impl Tuning {
     /// The table `text` holds ([`Tuning::to_text`]'s form); blank lines and lines starting with
-    /// `#` are skipped. Empty where its first line is not [`TABLE_HEADER`] (a table timed by an
-    /// earlier method: every line still checked).
+    /// `#` are skipped. Empty, unread, where its first line is not [`TABLE_HEADER`] (a table
+    /// another build timed).
     ///
     /// # Errors
     /// [`KernelError::Tuning`] naming the line and field of anything else that does not parse.
     pub fn parse(text: &str) -> Result<Self> {
-        let current = text.lines().next().map(|l| l.trim_end_matches('\r')) == Some(TABLE_HEADER);
         let mut tuning = Self::default();
+        if text.lines().next().map(|l| l.trim_end_matches('\r')) != Some(TABLE_HEADER) {
+            return Ok(tuning);
+        }
         for (i, line) in text.lines().enumerate() {
             let line = line.trim_end_matches('\r');
             if line.trim().is_empty() || line.starts_with('#') {
@@ -309,7 +315,7 @@ impl Tuning {
                 },
             );
         }
-        Ok(if current { tuning } else { Self::default() })
+        Ok(tuning)
     }
 
     /// The table as text, [`TABLE_HEADER`] then one line an entry (tabs in names replaced by
@@ -705,30 +711,41 @@ mod tests {
         assert_eq!(back, t);
         assert_eq!(back.get("NVIDIA H200 (Vulkan) driver", shape), Some(tuned));
         assert_eq!(back.get("another adapter", shape), None);
-        // A table an earlier method timed: checked, then set aside.
+        // A table another build timed, by an earlier method or over other kernels: set aside
+        // unread, a form this build no longer has too.
         let old = "# mars tune: adapter, group shape, fastest form, ms for one row, for a pass, \
                    for a prefill\na\tb\tquarter/4/matvec\t0.1\t0.2\t-\n";
         assert_eq!(Tuning::parse(old).unwrap(), Tuning::default());
-        assert!(Tuning::parse(&old.replace("quarter/4", "eighth/4")).is_err());
-        let err = Tuning::parse("# comment\n\na\tb\tquarter/1/tiles\t0.1\t0.2\n").unwrap_err();
+        assert_eq!(
+            Tuning::parse(&old.replace("quarter/4", "eighth/4")).unwrap(),
+            Tuning::default()
+        );
+        let this = |lines: &str| format!("{TABLE_HEADER}\n{lines}");
+        let other_kernels = this("a\tb\tquarter/4/matvec\t0.1\t0.2\t-\n").replacen(
+            env!("MARS_KERNELS_FINGERPRINT"),
+            "0123456789abcdef",
+            1,
+        );
+        assert_ne!(other_kernels, this("a\tb\tquarter/4/matvec\t0.1\t0.2\t-\n"));
+        assert_eq!(Tuning::parse(&other_kernels).unwrap(), Tuning::default());
+        // This build's table: every line checked, named by its line number.
+        let err =
+            Tuning::parse(&this("# comment\n\na\tb\tquarter/1/tiles\t0.1\t0.2\n")).unwrap_err();
         let text = err.to_string();
         assert!(
-            text.contains("line 3") && text.contains("5 fields"),
+            text.contains("line 4") && text.contains("5 fields"),
             "{err}"
         );
-        let err = Tuning::parse("a\tb\tquarter/1/tiles\t0.1\tNaN\t3\n").unwrap_err();
+        let err = Tuning::parse(&this("a\tb\tquarter/1/tiles\t0.1\tNaN\t3\n")).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("pass") && text.contains("NaN"), "{err}");
-        let err = Tuning::parse("a\tb\teighth/1/tiles\t0.1\t0.2\t3\n").unwrap_err();
+        let err = Tuning::parse(&this("a\tb\teighth/1/tiles\t0.1\t0.2\t3\n")).unwrap_err();
         assert!(err.to_string().contains("eighth"), "{err}");
         // The head has no prefill: `-`, which round-trips; NaN is no count.
-        let head = Tuning::parse(&format!(
-            "{TABLE_HEADER}\na\tb\tquarter/4/matvec\t0.1\t0.2\t-\n"
-        ))
-        .unwrap();
+        let head = Tuning::parse(&this("a\tb\tquarter/4/matvec\t0.1\t0.2\t-\n")).unwrap();
         assert_eq!(head.get("a", "b").unwrap().prefill_ms, None);
         assert_eq!(Tuning::parse(&head.to_text()).unwrap(), head);
-        assert!(Tuning::parse("a\tb\tquarter/4/matvec\t0.1\t0.2\tNaN\n").is_err());
+        assert!(Tuning::parse(&this("a\tb\tquarter/4/matvec\t0.1\t0.2\tNaN\n")).is_err());
     }
 }
 
