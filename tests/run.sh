@@ -59,6 +59,24 @@ MARS_GPU_NORM=fold MARS_GPU_ROPE=fold MARS_GPU_TILE_SPLIT=32 cargo test --worksp
 # a switch the GPU bundle's `teams` stage times): every kernel stays in bounds without them.
 step "the GPU model's tests on a device without robustBufferAccess (MARS_GPU_ROBUST=off)"
 MARS_GPU_ROBUST=off cargo test --workspace --release --test backends
+# The CPU kernels' NEON micro-kernel (Apple silicon, Graviton, every aarch64 CPU) against the
+# scalar one bit for bit and the exact product, built with Debian's cross linker and run under
+# qemu's user-mode emulator (.cargo/config.toml names both): no ARM machine is at hand.
+step "the CPU kernels on aarch64 (NEON), under qemu"
+missing=()
+for p in gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+rustup target list --installed | grep -qx aarch64-unknown-linux-gnu \
+  || rustup target add aarch64-unknown-linux-gnu
+aarch64_kernels=(-p mars-kernels --release --target aarch64-unknown-linux-gnu --lib --test neon --test matmul --test attention)
+cargo clippy "${aarch64_kernels[@]}" -- -D warnings
+cargo test "${aarch64_kernels[@]}"
 step "benchmarks run once as tests"
 cargo test -p mars-verify --release --benches
 # The instruction counter's loop finder (bench.sh gpu-isa), on samples of both drivers' output:

@@ -34,6 +34,9 @@ pub enum Isa {
     /// WebAssembly's 128-bit SIMD (`wasm.rs`, built where the target enables `simd128`): the
     /// scalar kernel's results bit for bit.
     Simd128,
+    /// aarch64's NEON (`neon.rs`, part of every aarch64 CPU): the scalar kernel's results bit
+    /// for bit.
+    Neon,
 }
 
 impl Isa {
@@ -45,11 +48,12 @@ impl Isa {
             Self::AvxVnni => "AVX-VNNI",
             Self::Avx512 => "AVX-512",
             Self::Simd128 => "simd128",
+            Self::Neon => "NEON",
         }
     }
 
     /// The fastest kernel this CPU runs, or the one the environment's `MARS_CPU_KERNEL` names
-    /// (`scalar`, `avx2`, `avx-vnni`, `avx512`) where this CPU runs it: a reference knob, so that a
+    /// (`scalar`, `avx2`, `avx-vnni`, `avx512`, `neon`) where this CPU runs it: a reference knob, so that a
     /// native run can give the bits of the browser's CPU path (simd128 gives the scalar kernel's;
     /// AVX-512 sums its f32 steps in another order, and a greedy near-tie can go the other way).
     /// Read once; another value, or a kernel this CPU lacks: the fastest.
@@ -85,9 +89,12 @@ impl Isa {
             }
         }
         // Fixed when the module is built: a wasm module with SIMD instructions does not load
-        // where they are missing, so there is nothing to detect at run time.
+        // where they are missing, and NEON is part of the aarch64 targets' baseline, so there
+        // is nothing to detect at run time.
         if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
             vec![Self::Scalar, Self::Simd128]
+        } else if cfg!(all(target_arch = "aarch64", target_feature = "neon")) {
+            vec![Self::Scalar, Self::Neon]
         } else {
             vec![Self::Scalar]
         }
@@ -488,5 +495,12 @@ fn dot_rows(isa: Isa, w: &QMatrix, row: usize, x: &QActs, out: &mut [f32]) {
         // Never reached: `Kernels::with_isa` admits Simd128 only where it was built in.
         #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
         Isa::Simd128 => scalar::dot_rows(ty, row, x, out),
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        // SAFETY: `Kernels::with_isa` admits Neon only where the module was built with NEON in
+        // its target's baseline, which every CPU of the target has.
+        Isa::Neon => unsafe { crate::neon::dot_rows(ty, row, x, out) },
+        // Never reached: `Kernels::with_isa` admits Neon only where it was built in.
+        #[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
+        Isa::Neon => scalar::dot_rows(ty, row, x, out),
     }
 }

@@ -6,8 +6,8 @@
 //! weights meet the f32 values instead);
 //! [`Kernels::matmul`] computes `y[m, out] = x[m, in] · W[out, in]ᵀ` for m ≤ 16 with integer dot
 //! products, reading each weight block once for all m rows, on a persistent thread pool, with a
-//! portable scalar micro-kernel and SIMD ones (AVX2, AVX-VNNI, AVX-512 chosen at run time; WebAssembly's
-//! simd128 where the module is built with it).
+//! portable scalar micro-kernel and SIMD ones (AVX2, AVX-VNNI, AVX-512 chosen at run time;
+//! aarch64's NEON; WebAssembly's simd128 where the module is built with it).
 //!
 //! **Error bound.** Against the exact product over the dequantized weights, the only rounding
 //! that matters is the activations': a group of values sharing one scale (32 values for the
@@ -27,6 +27,8 @@ mod error;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 mod kernels;
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod neon;
 mod qmatrix;
 mod quantize;
 mod scalar;
