@@ -31,11 +31,11 @@ pub enum Isa {
     /// lane, activations in [`Forms`]' lane form), the legacy kernel two blocks per register;
     /// same integer sums as Avx2, f32 steps in another order.
     Avx512,
-    /// WebAssembly's 128-bit SIMD (`wasm.rs`, built where the target enables `simd128`): the
-    /// scalar kernel's results bit for bit.
+    /// WebAssembly's 128-bit SIMD (`v128.rs` in `wasm.rs`'s instructions, built where the
+    /// target enables `simd128`): the scalar kernel's results bit for bit.
     Simd128,
-    /// aarch64's NEON (`neon.rs`, part of every aarch64 CPU): the scalar kernel's results bit
-    /// for bit.
+    /// aarch64's NEON (`v128.rs` in `neon.rs`'s instructions, part of every aarch64 CPU): the
+    /// scalar kernel's results bit for bit.
     Neon,
 }
 
@@ -491,14 +491,12 @@ fn dot_rows(isa: Isa, w: &QMatrix, row: usize, x: &QActs, out: &mut [f32]) {
         #[cfg(not(target_arch = "x86_64"))]
         Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => scalar::dot_rows(ty, row, x, out),
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Isa::Simd128 => crate::wasm::dot_rows(ty, row, x, out),
+        Isa::Simd128 => crate::v128::dot_rows::<crate::wasm::Simd128>(ty, row, x, out),
         // Never reached: `Kernels::with_isa` admits Simd128 only where it was built in.
         #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
         Isa::Simd128 => scalar::dot_rows(ty, row, x, out),
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-        // SAFETY: `Kernels::with_isa` admits Neon only where the module was built with NEON in
-        // its target's baseline, which every CPU of the target has.
-        Isa::Neon => unsafe { crate::neon::dot_rows(ty, row, x, out) },
+        Isa::Neon => crate::v128::dot_rows::<crate::neon::Neon>(ty, row, x, out),
         // Never reached: `Kernels::with_isa` admits Neon only where it was built in.
         #[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
         Isa::Neon => scalar::dot_rows(ty, row, x, out),

@@ -34,6 +34,11 @@ mod quantize;
 mod scalar;
 mod tiles;
 mod units;
+#[cfg(any(
+    all(target_arch = "wasm32", target_feature = "simd128"),
+    all(target_arch = "aarch64", target_feature = "neon")
+))]
+mod v128;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm;
 #[cfg(target_arch = "x86_64")]

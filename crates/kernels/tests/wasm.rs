@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{bits, cols_for, random_matrix, random_x};
+use common::{equals_scalar_bit_for_bit, random_matrix, random_x};
 use mars_kernels::{Isa, Kernels, MAX_ROWS, QActs, WeightType};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -22,28 +22,15 @@ fn the_simd128_kernel_is_built_in() {
 
 #[wasm_bindgen_test]
 fn simd128_equals_scalar_bit_for_bit_for_every_type_and_row_count() {
+    // Odd sizes for the legacy types (not a multiple of 256), whole super-blocks for K.
     let mut rng = ChaCha8Rng::seed_from_u64(29);
-    let scalar = Kernels::with_isa(Isa::Scalar, 1).unwrap();
-    let simd = Kernels::with_isa(Isa::Simd128, 1).unwrap();
-    for ty in WeightType::ALL {
-        // Odd sizes for the legacy types (not a multiple of 256), whole super-blocks for K.
-        let (out, cols) = (37, cols_for(ty, 544));
-        let w = random_matrix(ty, out, cols, &mut rng);
-        for m in [1, 2, 5, MAX_ROWS] {
-            let x = random_x(m, cols, &mut rng);
-            let mut acts = QActs::default();
-            acts.quantize(&x, m, cols).unwrap();
-            let mut want = vec![0f32; m * out];
-            scalar.matmul(&w, &acts, &mut want).unwrap();
-            let mut got = vec![0f32; m * out];
-            simd.matmul(&w, &acts, &mut got).unwrap();
-            assert!(
-                want.iter().all(|v| v.is_finite() && *v != 0.0),
-                "{ty:?}: degenerate reference"
-            );
-            assert_eq!(bits(&got), bits(&want), "{ty:?}, m = {m}");
-        }
-    }
+    equals_scalar_bit_for_bit(
+        Isa::Simd128,
+        1,
+        &[(37, 544)],
+        &[1, 2, 5, MAX_ROWS],
+        &mut rng,
+    );
 }
 
 /// A benchmark, not a check (ignored; run with `cargo test -p mars-kernels --release --target

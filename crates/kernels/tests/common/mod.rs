@@ -4,7 +4,7 @@
 
 use half::f16;
 use mars_formats::GgmlType;
-use mars_kernels::{BLOCK, QMatrix, WeightType};
+use mars_kernels::{BLOCK, Isa, Kernels, QActs, QMatrix, WeightType};
 use rand_chacha::ChaCha8Rng;
 use rand_core::Rng;
 
@@ -108,4 +108,42 @@ pub fn dequantized(w: &QMatrix) -> Vec<f32> {
 /// Each value's bit pattern, for bit-for-bit comparisons.
 pub fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
+}
+
+/// Asserts that `isa` on `threads` gives the scalar kernel's results bit for bit for every
+/// weight type, each of `shapes` (outputs, inputs: the inputs rounded up to whole blocks of the
+/// type) and each row count of `rows` (what the 128-bit kernels promise, `v128.rs`).
+pub fn equals_scalar_bit_for_bit(
+    isa: Isa,
+    threads: usize,
+    shapes: &[(usize, usize)],
+    rows: &[usize],
+    rng: &mut ChaCha8Rng,
+) {
+    let scalar = Kernels::with_isa(Isa::Scalar, 1).unwrap();
+    let simd = Kernels::with_isa(isa, threads).unwrap();
+    for ty in WeightType::ALL {
+        for &(out, cols) in shapes {
+            let cols = cols_for(ty, cols);
+            let w = random_matrix(ty, out, cols, rng);
+            for &m in rows {
+                let x = random_x(m, cols, rng);
+                let mut acts = QActs::default();
+                acts.quantize(&x, m, cols).unwrap();
+                let mut want = vec![0f32; m * out];
+                scalar.matmul(&w, &acts, &mut want).unwrap();
+                let mut got = vec![0f32; m * out];
+                simd.matmul(&w, &acts, &mut got).unwrap();
+                assert!(
+                    want.iter().all(|v| v.is_finite() && *v != 0.0),
+                    "{ty:?}: degenerate reference"
+                );
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{isa:?} {ty:?}, {out} × {cols}, m = {m}"
+                );
+            }
+        }
+    }
 }
