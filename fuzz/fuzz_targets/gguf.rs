@@ -6,7 +6,10 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let claimed = data.iter().take(8).fold(0u64, |n, &b| n << 8 | u64::from(b));
+    let claimed = data
+        .iter()
+        .take(8)
+        .fold(0u64, |n, &b| n << 8 | u64::from(b));
     let _ = mars_formats::Gguf::parse_header(data, claimed);
     if let (Ok(h), Ok(g)) = (
         mars_formats::Gguf::parse_header(data, data.len() as u64),

@@ -223,6 +223,12 @@ struct Reader<'a> {
     file_len: u64,
 }
 
+/// Room to reserve for `count` entries read from a file, of which the bytes at hand can hold
+/// `held`: any more are read (or found missing) one at a time.
+fn capacity(count: u64, held: u64) -> usize {
+    usize::try_from(count.min(held)).unwrap_or(0)
+}
+
 impl<'a> Reader<'a> {
     fn remaining(&self) -> u64 {
         (self.bytes.len() - self.pos) as u64
@@ -315,7 +321,10 @@ impl<'a> Reader<'a> {
                         limit,
                     });
                 }
-                let mut items = Vec::with_capacity(len as usize);
+                // Reserved for the items the bytes at hand can hold: a header read from a
+                // download's first part is checked against the file's claimed length, which
+                // bounds the count but not what reserving it would allocate.
+                let mut items = Vec::with_capacity(capacity(len, self.remaining() / min_size));
                 for _ in 0..len {
                     items.push(self.value(key, item_type, depth + 1)?);
                 }
@@ -509,7 +518,7 @@ impl Header {
             }
         };
 
-        let mut tensors = Vec::with_capacity(n_tensors as usize);
+        let mut tensors = Vec::with_capacity(capacity(n_tensors, r.remaining() / 32));
         let mut names = HashSet::new();
         for index in 0..n_tensors {
             let name = r.string("tensor name", MAX_NAME)?;

@@ -29,6 +29,11 @@ impl<'a> SafetensorsFile<'a> {
         self.inner.names()
     }
 
+    /// Whether the file holds a tensor of that name (reads no data).
+    pub fn contains(&self, name: &str) -> bool {
+        self.inner.tensor(name).is_ok()
+    }
+
     /// A tensor's shape (outermost first) and values as f32, or `None` if absent.
     ///
     /// # Errors

@@ -211,3 +211,37 @@ fn a_download_prefix_is_checked_or_says_how_much_more_it_needs() {
         Err(FormatError::BadMagic { .. })
     ));
 }
+
+/// A download's first part is checked against the length the server claims, which bounds the
+/// counts a header states (a tensor entry takes 32 bytes, an array item its type's size) but
+/// not what reserving room for them would allocate: a 60-byte prefix of a file claimed to be
+/// 2^64 − 1 bytes long, stating 2^58 tensors or an array of 2^26 strings, is read entry by entry
+/// (found by the `model` fuzz target: before, the reader reserved 2^58 table entries and the
+/// process aborted).
+#[test]
+fn counts_a_claimed_length_allows_reserve_only_what_the_prefix_holds() {
+    let mut tensors = b"GGUF".to_vec();
+    tensors.extend(3u32.to_le_bytes());
+    tensors.extend((1u64 << 58).to_le_bytes());
+    tensors.extend(0u64.to_le_bytes());
+    tensors.extend([0; 40]);
+    let mut array = b"GGUF".to_vec();
+    array.extend(3u32.to_le_bytes());
+    array.extend(0u64.to_le_bytes());
+    array.extend(1u64.to_le_bytes());
+    array.extend(1u64.to_le_bytes());
+    array.extend(b"a");
+    array.extend(9u32.to_le_bytes()); // an array
+    array.extend(8u32.to_le_bytes()); // of strings
+    array.extend((1u64 << 26).to_le_bytes());
+    array.extend([0; 20]);
+    // The prefixes' zeros read as an empty tensor name and as empty strings until they end.
+    assert!(matches!(
+        Gguf::parse_header(&tensors, u64::MAX),
+        Err(FormatError::EmptyTensorName { index: 0 })
+    ));
+    assert!(matches!(
+        Gguf::parse_header(&array, u64::MAX),
+        Err(FormatError::UnexpectedEof { .. })
+    ));
+}

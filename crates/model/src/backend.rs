@@ -42,6 +42,7 @@ pub(crate) struct Pass<'a> {
     /// runs its products in tiles, within f32 rounding of the mat-vec form but not its bits. Never
     /// set for a pass whose rows are compared with a decode's (verification, trees): those
     /// stay in the mat-vec form, batch-invariant bit for bit.
+    #[cfg_attr(not(any(feature = "wgpu", feature = "webgpu")), allow(dead_code))]
     pub(crate) long_prefill: bool,
 }
 

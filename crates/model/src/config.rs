@@ -178,6 +178,7 @@ impl LlamaConfig {
             architecture,
         };
         config.validate()?;
+        config.blocks_listed(|name| g.tensor(name).is_some())?;
         Ok(config)
     }
 
@@ -240,6 +241,25 @@ impl LlamaConfig {
         Ok(())
     }
 
+    /// Refuses a block count the file's tensors do not reach (its last block's input norm,
+    /// `has` answering by GGUF name), before anything loops over the blocks: a count is a
+    /// number the file states, and a loader that walked 2^40 blocks to find the first one
+    /// missing would exhaust the memory first.
+    ///
+    /// # Errors
+    /// [`ModelError::Config`] naming the count and the tensor.
+    pub(crate) fn blocks_listed(&self, has: impl Fn(&str) -> bool) -> Result<()> {
+        let last = format!("blk.{}.attn_norm.weight", self.n_layers.saturating_sub(1));
+        if has(&last) {
+            Ok(())
+        } else {
+            Err(ModelError::Config(format!(
+                "n_layers = {}, but the file has no {last}",
+                self.n_layers
+            )))
+        }
+    }
+
     /// How RoPE pairs dimensions (fixed by the architecture).
     pub fn rope_style(&self) -> RopeStyle {
         self.architecture.rope_style()
@@ -250,28 +270,42 @@ impl LlamaConfig {
         self.n_heads / self.n_kv_heads
     }
 
-    /// Bytes of f32 weights this configuration needs on the device.
+    /// Bytes of f32 weights this configuration needs on the device (`u64::MAX` where that
+    /// overflows: a size no device holds, which the memory check refuses).
     pub fn weight_bytes(&self) -> u64 {
-        let (d, ff, v) = (
-            self.d_model as u64,
-            self.d_ff as u64,
-            self.vocab_size as u64,
-        );
+        let [d, ff, v, heads, kv_heads, head_dim, layers] = [
+            self.d_model,
+            self.d_ff,
+            self.vocab_size,
+            self.n_heads,
+            self.n_kv_heads,
+            self.head_dim,
+            self.n_layers,
+        ]
+        .map(|n| n as u64);
         let (q, kv) = (
-            (self.n_heads * self.head_dim) as u64,
-            (self.n_kv_heads * self.head_dim) as u64,
+            heads.saturating_mul(head_dim),
+            kv_heads.saturating_mul(head_dim),
         );
-        let per_layer = d * q + 2 * d * kv + q * d + 3 * d * ff + 2 * d;
-        let head = if self.tied_embeddings {
-            v * d
-        } else {
-            2 * v * d
-        };
-        4 * (per_layer * self.n_layers as u64 + head + d)
+        // q and o [q, d], k and v [kv, d], gate, up and down [ff, d], two norms [d].
+        let per_layer = [(2, q), (2, kv), (3, ff), (2, 1)]
+            .iter()
+            .fold(0u64, |sum, &(n, rows)| {
+                sum.saturating_add(d.saturating_mul(rows).saturating_mul(n))
+            });
+        let heads_out = if self.tied_embeddings { 1 } else { 2 };
+        per_layer
+            .saturating_mul(layers)
+            .saturating_add(v.saturating_mul(d).saturating_mul(heads_out))
+            .saturating_add(d)
+            .saturating_mul(4)
     }
 
-    /// Bytes of KV cache per token of context, at `value_bytes` a value (4 for f32).
+    /// Bytes of KV cache per token of context, at `value_bytes` a value (4 for f32;
+    /// `u64::MAX` where that overflows).
     pub fn kv_bytes_per_token(&self, value_bytes: usize) -> u64 {
-        (value_bytes * 2 * self.n_layers * self.n_kv_heads * self.head_dim) as u64
+        [2, self.n_layers, self.n_kv_heads, self.head_dim]
+            .iter()
+            .fold(value_bytes as u64, |n, &m| n.saturating_mul(m as u64))
     }
 }

@@ -150,15 +150,16 @@ impl Llama {
     /// # Errors
     /// The kernels' error for a group that cannot be remade.
     pub fn with_prefill_tiles(&self, tiles: bool) -> Result<Self> {
-        let mut model = self.clone();
         #[cfg(any(feature = "wgpu", feature = "webgpu"))]
         if let Body::Gpu(m) = &self.body {
             let form = tiles.then_some(mars_kernels::gpu::TileForm::Vectors);
-            model.body = Body::Gpu(Box::new(m.with_tiles(form)?));
+            return Ok(Self {
+                body: Body::Gpu(Box::new(m.with_tiles(form)?)),
+                ..self.clone()
+            });
         }
-        #[cfg(not(any(feature = "wgpu", feature = "webgpu")))]
         let _ = tiles;
-        Ok(model)
+        Ok(self.clone())
     }
 
     /// The GPU path's distinct matrix-group shapes, each with its role, count and form (empty on

@@ -101,6 +101,10 @@ impl Llama {
 
     fn check_weights(c: &LlamaConfig, g: &dyn Weights, options: LoadOptions) -> Result<()> {
         c.validate()?;
+        if g.lists_tensors() {
+            // A configuration given with the source (`from_weights`) is held to it too.
+            c.blocks_listed(|name| matches!(g.stored(name), Ok(Some(_))))?;
+        }
         check_tensors(c, g)?;
         check_memory(c, g, options)
     }

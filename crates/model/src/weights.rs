@@ -165,6 +165,7 @@ impl<'a> HfWeights<'a> {
             architecture,
         };
         config.validate()?;
+        config.blocks_listed(|name| hf_name(name).is_some_and(|hf| file.contains(&hf)))?;
         Ok(Self { file, config })
     }
 
@@ -240,15 +241,16 @@ impl Weights for HfWeights<'_> {
         } else {
             None
         };
-        match heads {
-            Some(heads)
+        // A tensor of no dimensions (a scalar) passes as it is, to be refused by its shape.
+        match (heads, shape.first()) {
+            (Some(heads), Some(&rows))
                 if self.config.rope_style() == RopeStyle::Interleaved
-                    && shape[0] % (2 * heads) == 0 =>
+                    && rows % (2 * heads) == 0 =>
             {
                 let cols = shape.get(1).copied().unwrap_or(1);
                 Ok(Some((
                     shape.clone(),
-                    interleave_rows(&values, shape[0], cols, heads),
+                    interleave_rows(&values, rows, cols, heads),
                 )))
             }
             _ => Ok(Some((shape, values))),

@@ -51,6 +51,45 @@ fn safetensors() -> Vec<u8> {
     out
 }
 
+/// A one-layer Llama as HF stores it (F32, d = 8, two heads, FFN 16, 8 tokens) and its
+/// `config.json`, framed as the `model` target reads a safetensors input: form byte 1, the
+/// file's context, the JSON's length, the JSON, the file.
+fn model_safetensors() -> Vec<u8> {
+    let config = r#"{"model_type":"llama","vocab_size":8,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":2,"rms_norm_eps":1e-5,"max_position_embeddings":64}"#;
+    let layer = |t: &str| format!("model.layers.0.{t}");
+    let tensors: Vec<(String, Vec<usize>)> = vec![
+        ("model.embed_tokens.weight".into(), vec![8, 8]),
+        ("model.norm.weight".into(), vec![8]),
+        (layer("input_layernorm.weight"), vec![8]),
+        (layer("post_attention_layernorm.weight"), vec![8]),
+        (layer("self_attn.q_proj.weight"), vec![8, 8]),
+        (layer("self_attn.k_proj.weight"), vec![8, 8]),
+        (layer("self_attn.v_proj.weight"), vec![8, 8]),
+        (layer("self_attn.o_proj.weight"), vec![8, 8]),
+        (layer("mlp.gate_proj.weight"), vec![16, 8]),
+        (layer("mlp.up_proj.weight"), vec![16, 8]),
+        (layer("mlp.down_proj.weight"), vec![8, 16]),
+    ];
+    let (mut entries, mut data) = (Vec::new(), Vec::new());
+    for (name, shape) in tensors {
+        let n: usize = shape.iter().product();
+        let start = data.len();
+        data.extend((0..n).flat_map(|i| (i as f32 / n as f32 - 0.5).to_le_bytes()));
+        entries.push(format!(
+            r#""{name}":{{"dtype":"F32","shape":{shape:?},"data_offsets":[{start},{}]}}"#,
+            data.len()
+        ));
+    }
+    let header = format!("{{{}}}", entries.join(","));
+    let mut out = vec![1, 0];
+    out.extend((config.len() as u16).to_le_bytes());
+    out.extend(config.as_bytes());
+    out.extend((header.len() as u64).to_le_bytes());
+    out.extend(header.as_bytes());
+    out.extend(data);
+    out
+}
+
 /// A `kernels` input: type index, 3 output rows, `values` / 32 blocks of width, 2 activation
 /// rows; then 3 rows of one `bytes`-byte block each (scale 1.0 as f16 at the front: an even first
 /// byte, so the target takes the exact size), then a few
@@ -80,6 +119,18 @@ const TOKENIZER_JSON: &str = r#"{"version":"1.0","truncation":null,"padding":nul
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gguf = gguf()?;
     mars_formats::Gguf::parse(&gguf)?;
+    // The tiny Q4_K_M-typed model's header alone (its 0.9 MB of data would slow every
+    // mutation): the target reads it as a download's first part.
+    let tiny = mars_model::tiny::tiny_gguf_k_quants(0)?;
+    let parsed = mars_formats::Gguf::parse(&tiny)?;
+    let data = parsed
+        .tensors
+        .iter()
+        .map(|t| t.offset + t.n_bytes)
+        .max()
+        .unwrap_or(0);
+    let tiny = tiny[..tiny.len() - usize::try_from(data)?].to_vec();
+    mars_formats::Gguf::parse_header(&tiny, u64::MAX)?;
     for (dir, name, bytes) in [
         ("gguf", "tiny.gguf", gguf.clone()),
         ("tokenizer", "tiny.gguf", gguf),
@@ -91,6 +142,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("safetensors", "tiny.safetensors", safetensors()),
         ("kernels", "q4_k.bin", kernel_seed(12, 144, 256)),
         ("kernels", "q5_0.bin", kernel_seed(3, 22, 32)),
+        // The `model` target's GGUF inputs: form 0 (no limits) and 2 (limits of 2^0 bytes),
+        // the file's context, then the tiny Q4_K_M-typed model's header.
+        ("model", "tiny.gguf", [&[0, 0][..], &tiny].concat()),
+        ("model", "tiny-limited.gguf", [&[2, 0][..], &tiny].concat()),
+        ("model", "tiny.safetensors", model_safetensors()),
     ] {
         fs::create_dir_all(format!("corpus/{dir}"))?;
         fs::write(format!("corpus/{dir}/{name}"), bytes)?;
