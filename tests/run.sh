@@ -59,8 +59,8 @@ MARS_GPU_NORM=fold MARS_GPU_ROPE=fold MARS_GPU_TILE_SPLIT=32 cargo test --worksp
 # a switch the GPU bundle's `teams` stage times): every kernel stays in bounds without them.
 step "the GPU model's tests on a device without robustBufferAccess (MARS_GPU_ROBUST=off)"
 MARS_GPU_ROBUST=off cargo test --workspace --release --test backends
-# The CPU kernels' NEON micro-kernel (Apple silicon, Graviton, every aarch64 CPU) against the
-# scalar one bit for bit and the exact product, built with Debian's cross linker and run under
+# The CPU kernels' NEON micro-kernels (Apple silicon, Graviton, every aarch64 CPU; with and
+# without the dot-product extension) against the scalar one bit for bit and the exact product, built with Debian's cross linker and run under
 # qemu's user-mode emulator (.cargo/config.toml names both): no ARM machine is at hand.
 step "the CPU kernels on aarch64 (NEON), under qemu"
 missing=()
@@ -76,7 +76,10 @@ rustup target list --installed | grep -qx aarch64-unknown-linux-gnu \
   || rustup target add aarch64-unknown-linux-gnu
 aarch64_kernels=(-p mars-kernels --release --target aarch64-unknown-linux-gnu --lib --test neon --test matmul --test attention)
 cargo clippy "${aarch64_kernels[@]}" -- -D warnings
-cargo test "${aarch64_kernels[@]}"
+# qemu's default CPU has the dot-product extension (the `sdot` kernel); a Cortex-A53 lacks it
+# (plain NEON): the test is told which to expect.
+MARS_TEST_DOTPROD=1 cargo test "${aarch64_kernels[@]}"
+QEMU_CPU=cortex-a53 MARS_TEST_DOTPROD=0 cargo test "${aarch64_kernels[@]}"
 step "benchmarks run once as tests"
 cargo test -p mars-verify --release --benches
 # The instruction counter's loop finder (bench.sh gpu-isa), on samples of both drivers' output:

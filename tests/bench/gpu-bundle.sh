@@ -199,4 +199,20 @@ cp tests/bench/gpu-bundle-run.sh "$dest/part-1/run.sh"
 { git rev-parse --short HEAD && git diff --quiet HEAD || echo +changes; } 2>/dev/null | paste -sd ' ' >"$dest/part-1/build.txt"
 for p in "$dest"/part-*; do [ -f "$p/run.sh" ] || cp "$dest/part-1/run.sh" "$p/run.sh"; done
 du -sh "$dest"/part-* >&2
+# A call carries the working tree's files that git does not ignore beside what it names, in
+# 64 MiB (67,108,864 bytes) together: with the tracked files at ~13 MB and one part of ~52 MB
+# the margin is ~1 MB, so say it here, where a part can still be made smaller, rather than at
+# the lease. (A tracked file deleted from the tree does not travel: assets/humaneval's 8 MB can
+# be moved aside for the call.)
+tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | awk 'END { print $1 }')
+for p in "$dest"/part-*; do
+  part=$(du -sb "$p" | cut -f1)
+  total=$((tree + part))
+  if [ "$total" -gt 67108864 ]; then
+    echo "$p: $part bytes beside the tree's $tree carry $total, over a call's 67108864:" \
+      "lower MAX_MB or move assets/humaneval aside for the call" >&2
+    exit 1
+  fi
+  echo "$p carries $total bytes with the tree, of a call's 67108864" >&2
+done
 echo "$dest"

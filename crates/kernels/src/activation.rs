@@ -86,7 +86,7 @@ impl Kernels {
             // SAFETY: `Kernels::with_isa` admits Avx2 and AvxVnni only where
             // `x86::available()` said the CPU has AVX2 (and more).
             Isa::Avx2 | Isa::AvxVnni => unsafe { silu_mul_avx2(gate, up) },
-            Isa::Scalar | Isa::Simd128 | Isa::Neon => silu_mul_serial(gate, up),
+            Isa::Scalar | Isa::Simd128 | Isa::Neon | Isa::NeonDot => silu_mul_serial(gate, up),
         }
         #[cfg(not(target_arch = "x86_64"))]
         silu_mul_serial(gate, up);

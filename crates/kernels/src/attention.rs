@@ -436,7 +436,7 @@ impl Kernels {
             // SAFETY: `Kernels::with_isa` admits Avx2 and AvxVnni only where
             // `x86::available()` said the CPU has AVX2 (and more).
             Isa::Avx2 | Isa::AvxVnni => unsafe { pair_avx2(q, c, scale, s, o) },
-            Isa::Scalar | Isa::Simd128 | Isa::Neon => pair::<16>(q, c, scale, s, o),
+            Isa::Scalar | Isa::Simd128 | Isa::Neon | Isa::NeonDot => pair::<16>(q, c, scale, s, o),
         }
         #[cfg(not(target_arch = "x86_64"))]
         pair::<16>(q, c, scale, s, o);

@@ -37,6 +37,8 @@ pub enum Isa {
     /// aarch64's NEON (`v128.rs` in `neon.rs`'s instructions, part of every aarch64 CPU): the
     /// scalar kernel's results bit for bit.
     Neon,
+    /// NEON with ARMv8.2's dot-product extension (`sdot`), where the CPU has it: the same bits.
+    NeonDot,
 }
 
 impl Isa {
@@ -49,11 +51,12 @@ impl Isa {
             Self::Avx512 => "AVX-512",
             Self::Simd128 => "simd128",
             Self::Neon => "NEON",
+            Self::NeonDot => "NEON-dotprod",
         }
     }
 
     /// The fastest kernel this CPU runs, or the one the environment's `MARS_CPU_KERNEL` names
-    /// (`scalar`, `avx2`, `avx-vnni`, `avx512`, `neon`) where this CPU runs it: a reference knob, so that a
+    /// (`scalar`, `avx2`, `avx-vnni`, `avx512`, `neon`, `neon-dotprod`) where this CPU runs it: a reference knob, so that a
     /// native run can give the bits of the browser's CPU path (simd128 gives the scalar kernel's;
     /// AVX-512 sums its f32 steps in another order, and a greedy near-tie can go the other way).
     /// Read once; another value, or a kernel this CPU lacks: the fastest.
@@ -89,16 +92,32 @@ impl Isa {
             }
         }
         // Fixed when the module is built: a wasm module with SIMD instructions does not load
-        // where they are missing, and NEON is part of the aarch64 targets' baseline, so there
-        // is nothing to detect at run time.
+        // where they are missing, and NEON is part of the aarch64 targets' baseline; NEON's
+        // dot-product extension is not (ARMv8.2), so it is asked of the CPU.
         if cfg!(all(target_arch = "wasm32", target_feature = "simd128")) {
             vec![Self::Scalar, Self::Simd128]
         } else if cfg!(all(target_arch = "aarch64", target_feature = "neon")) {
-            vec![Self::Scalar, Self::Neon]
+            let mut isas = vec![Self::Scalar, Self::Neon];
+            if dotprod_available() {
+                isas.push(Self::NeonDot);
+            }
+            isas
         } else {
             vec![Self::Scalar]
         }
     }
+}
+
+/// Whether the CPU has aarch64's dot-product extension (std's run-time detection).
+#[cfg(target_arch = "aarch64")]
+fn dotprod_available() -> bool {
+    std::arch::is_aarch64_feature_detected!("dotprod")
+}
+
+/// No aarch64 dot-product extension off aarch64.
+#[cfg(not(target_arch = "aarch64"))]
+fn dotprod_available() -> bool {
+    false
 }
 
 /// The kernels with their thread pool.
@@ -496,9 +515,13 @@ fn dot_rows(isa: Isa, w: &QMatrix, row: usize, x: &QActs, out: &mut [f32]) {
         #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
         Isa::Simd128 => scalar::dot_rows(ty, row, x, out),
         #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-        Isa::Neon => crate::v128::dot_rows::<crate::neon::Neon>(ty, row, x, out),
+        Isa::Neon => crate::v128::dot_rows::<crate::neon::Neon<false>>(ty, row, x, out),
+        // `Kernels::with_isa` admits NeonDot only where `Isa::available` found the dot-product
+        // extension, which `Neon<true>`'s `sdot` needs.
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        Isa::NeonDot => crate::v128::dot_rows::<crate::neon::Neon<true>>(ty, row, x, out),
         // Never reached: `Kernels::with_isa` admits Neon only where it was built in.
         #[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
-        Isa::Neon => scalar::dot_rows(ty, row, x, out),
+        Isa::Neon | Isa::NeonDot => scalar::dot_rows(ty, row, x, out),
     }
 }

@@ -6,12 +6,18 @@
 //! (`vmlal_s16`), Q5 high bits spread from their word with a table lookup and a bit test. Same
 //! results as the scalar kernel bit for bit.
 //!
+//! `Neon<true>` (`Isa::NeonDot`, where the CPU has ARMv8.2's dot-product extension: Apple's
+//! M-series, Graviton 2 on, Ampere Altra, Cortex-A76 on) takes 16 products into four i32 lanes
+//! in one `sdot`, where `Neon<false>` needs four instructions (two widening multiplies, an add,
+//! a pairwise widening add), and a K-quant group's scale in one `mla` by a scalar: the same
+//! integer sums, so the same bits. `sdot`'s intrinsic (`vdotq_s32`) is unstable in Rust 1.95
+//! (rust-lang/rust#117224), so it is one instruction of inline assembly, taken only where std's
+//! run-time detection reports the extension.
+//!
 //! Why: the scalar kernel compiles to scalar code here (5 of ~2,500 instructions of
 //! `scalar::dot_rows` are vector ones in the aarch64 build), and on x86 the scalar kernel takes 7×
-//! the AVX2 kernel's time for a row of a 1.5B FFN. Not used: the dot-product extension's `sdot`
-//! (`vdotq_s32`, ARMv8.2: Apple's M-series, Graviton 2 on), four i8 products into an i32 lane in
-//! one instruction, whose intrinsics are unstable in Rust 1.95 (rust-lang/rust#117224). Speed
-//! not measured: no ARM machine is at hand; correctness is tested under qemu (`tests/run.sh`).
+//! the AVX2 kernel's time for a row of a 1.5B FFN. Speed not measured: no ARM machine is at
+//! hand; correctness is tested under qemu, with the extension and without (`tests/run.sh`).
 //!
 //! Every NEON intrinsic is `unsafe` to call outside a function marked with the feature, and a
 //! trait's safe method cannot be marked; NEON is in the baseline of every aarch64 target this
@@ -21,16 +27,40 @@
 use core::arch::aarch64::{
     int8x16_t, int16x8_t, int32x4_t, uint8x16_t, vaddq_s16, vaddq_s32, vaddvq_s32, vandq_u8,
     vdupq_n_s8, vdupq_n_s16, vdupq_n_s32, vdupq_n_u8, vget_low_s8, vget_low_s16, vld1q_s8,
-    vld1q_s16, vld1q_u8, vmlal_high_s16, vmlal_s16, vmull_high_s8, vmull_s8, vorrq_u8, vpaddlq_s16,
-    vqtbl1q_u8, vreinterpretq_s8_u8, vshlq_n_u8, vshlq_u8, vsubq_u8, vtstq_u8,
+    vld1q_s16, vld1q_u8, vmlal_high_s16, vmlal_s16, vmlaq_n_s32, vmull_high_s8, vmull_s8, vorrq_u8,
+    vpaddlq_s16, vqtbl1q_u8, vreinterpretq_s8_u8, vshlq_n_u8, vshlq_u8, vsubq_u8, vtstq_u8,
 };
+use core::arch::asm;
 
-use crate::v128::Lanes;
+use crate::v128::{Lanes, halves_dot16, halves_dot32};
 
-/// NEON's instructions for the 128-bit kernel (`v128.rs`).
-pub(crate) struct Neon;
+/// NEON's instructions for the 128-bit kernel (`v128.rs`); with `DOT`, the dot-product
+/// extension's too.
+pub(crate) struct Neon<const DOT: bool>;
 
-impl Lanes for Neon {
+/// `acc` plus, in each i32 lane, the four products of its bytes of `w` and `x` (both read as
+/// i8): ARMv8.2's `sdot`.
+#[inline(always)]
+fn sdot(mut acc: int32x4_t, w: uint8x16_t, x: int8x16_t) -> int32x4_t {
+    // SAFETY: `sdot` reads two registers and updates a third, touching no memory, stack or
+    // flags. It is reached only from `Neon<true>`, which the dispatch (`kernels.rs`) runs only
+    // for `Isa::NeonDot`, which `Isa::available` lists only where std's run-time detection
+    // reports the dot-product extension (the directive lets the assembler take the instruction
+    // in a build whose baseline lacks it).
+    unsafe {
+        asm!(
+            ".arch_extension dotprod",
+            "sdot {acc:v}.4s, {w:v}.16b, {x:v}.16b",
+            acc = inout(vreg) acc,
+            w = in(vreg) w,
+            x = in(vreg) x,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
+impl<const DOT: bool> Lanes for Neon<DOT> {
     type Bytes = uint8x16_t;
     type Acts = int8x16_t;
     type Halves = int16x8_t;
@@ -142,8 +172,48 @@ impl Lanes for Neon {
 
     #[inline(always)]
     fn dot16(w: uint8x16_t, x: int8x16_t) -> int32x4_t {
+        if DOT {
+            return sdot(Self::zero(), w, x);
+        }
         // SAFETY: register-only; NEON is in the target's baseline.
         unsafe { vpaddlq_s16(Self::products(w, x)) }
+    }
+
+    #[inline(always)]
+    fn dot16_acc(acc: int32x4_t, w: uint8x16_t, x: int8x16_t) -> int32x4_t {
+        if DOT {
+            sdot(acc, w, x)
+        } else {
+            Self::add(acc, Self::dot16(w, x))
+        }
+    }
+
+    #[inline(always)]
+    fn scaled_dot32(
+        acc: int32x4_t,
+        (w0, x0): (uint8x16_t, int8x16_t),
+        (w1, x1): (uint8x16_t, int8x16_t),
+        (sc, scale): (int16x8_t, i16),
+    ) -> int32x4_t {
+        if !DOT {
+            return halves_dot32::<Self>(acc, (w0, x0), (w1, x1), sc);
+        }
+        let group = sdot(sdot(Self::zero(), w0, x0), w1, x1);
+        // SAFETY: register-only; NEON is in the target's baseline.
+        unsafe { vmlaq_n_s32(acc, group, i32::from(scale)) }
+    }
+
+    #[inline(always)]
+    fn scaled_dot16(
+        acc: int32x4_t,
+        (w, x): (uint8x16_t, int8x16_t),
+        (sc, scale): (int16x8_t, i16),
+    ) -> int32x4_t {
+        if !DOT {
+            return halves_dot16::<Self>(acc, (w, x), sc);
+        }
+        // SAFETY: register-only; NEON is in the target's baseline.
+        unsafe { vmlaq_n_s32(acc, sdot(Self::zero(), w, x), i32::from(scale)) }
     }
 
     #[inline(always)]

@@ -69,6 +69,61 @@ pub(crate) trait Lanes {
     fn dot_halves(acc: Self::Words, a: Self::Halves, b: Self::Halves) -> Self::Words;
     /// The sum of the four i32 lanes.
     fn hsum(v: Self::Words) -> i32;
+
+    /// `acc` plus Σ w·x over 16 bytes (as [`Lanes::dot16`]) in i32 lanes.
+    fn dot16_acc(acc: Self::Words, w: Self::Bytes, x: Self::Acts) -> Self::Words {
+        Self::add(acc, Self::dot16(w, x))
+    }
+
+    /// `acc` plus `scale` · (Σ w0·x0 + Σ w1·x1): two 16-value groups of a K-quant super-block
+    /// that share a scale (`sc` is `scale` in every i16 lane), in i32 lanes.
+    fn scaled_dot32(
+        acc: Self::Words,
+        (w0, x0): (Self::Bytes, Self::Acts),
+        (w1, x1): (Self::Bytes, Self::Acts),
+        (sc, scale): (Self::Halves, i16),
+    ) -> Self::Words {
+        let _ = scale;
+        halves_dot32::<Self>(acc, (w0, x0), (w1, x1), sc)
+    }
+
+    /// `acc` plus `scale` · Σ w·x over one 16-value group (`sc` as in
+    /// [`Lanes::scaled_dot32`]).
+    fn scaled_dot16(
+        acc: Self::Words,
+        (w, x): (Self::Bytes, Self::Acts),
+        (sc, scale): (Self::Halves, i16),
+    ) -> Self::Words {
+        let _ = scale;
+        halves_dot16::<Self>(acc, (w, x), sc)
+    }
+}
+
+/// [`Lanes::scaled_dot32`] in i16 lanes: the pairs of products of both groups added (a lane
+/// then holds 4 products: Q4_K ≤ 4·15·128, Q5_K ≤ 4·31·128, < 2¹⁵), then each lane times the
+/// scale into i32.
+#[inline(always)]
+pub(crate) fn halves_dot32<L: Lanes + ?Sized>(
+    acc: L::Words,
+    (w0, x0): (L::Bytes, L::Acts),
+    (w1, x1): (L::Bytes, L::Acts),
+    sc: L::Halves,
+) -> L::Words {
+    L::dot_halves(
+        acc,
+        L::add_halves(L::products(w0, x0), L::products(w1, x1)),
+        sc,
+    )
+}
+
+/// [`Lanes::scaled_dot16`] in i16 lanes (a lane 2 products: Q6_K ≤ 2·63·128).
+#[inline(always)]
+pub(crate) fn halves_dot16<L: Lanes + ?Sized>(
+    acc: L::Words,
+    (w, x): (L::Bytes, L::Acts),
+    sc: L::Halves,
+) -> L::Words {
+    L::dot_halves(acc, L::products(w, x), sc)
 }
 
 /// `out[r] = Σ_i W[row, i] · x[r, i]` for every activation row r: the scalar kernel's
@@ -139,9 +194,10 @@ fn legacy_rows<L: Lanes>(ty: WeightType, w_row: &[u8], x: &QActs, out: &mut [f32
         for r in 0..m {
             let at = r * nb + b;
             let xq = &x.q[at * BLOCK..(at + 1) * BLOCK];
-            let dot = L::hsum(L::add(
+            let dot = L::hsum(L::dot16_acc(
                 L::dot16(w0, L::load_acts(xq, 0)),
-                L::dot16(w1, L::load_acts(xq, 16)),
+                w1,
+                L::load_acts(xq, 16),
             ));
             // The scalar kernel's float steps, in its order.
             acc[r] += scale * x.d[at] * dot as f32;
@@ -210,23 +266,23 @@ fn k_rows<L: Lanes>(ty: WeightType, w_row: &[u8], x: &QActs, out: &mut [f32]) {
             ) else {
                 break;
             };
-            // q·x pairs in i16 lanes, then each lane times the group's scale into i32. A lane
-            // holds 2 products (Q6_K: ≤ 2·63·128) or, where two 16-value groups share a scale,
-            // 4 (Q4_K ≤ 4·15·128, Q5_K ≤ 4·31·128): < 2¹⁵. The i32 sums are the scalar
+            // Each group's q·x times its scale, into i32 lanes (`halves_dot32` and
+            // `halves_dot16` say how the lanes stay in range). The i32 sums are the scalar
             // kernel's (< 2³¹, exact in any order).
             let mut dot = L::zero();
             if paired {
                 for j in 0..SUMS / 2 {
-                    let p = L::add_halves(
-                        L::products(q[2 * j], L::load_acts(xq, K_SUM * 2 * j)),
-                        L::products(q[2 * j + 1], L::load_acts(xq, K_SUM * (2 * j + 1))),
+                    dot = L::scaled_dot32(
+                        dot,
+                        (q[2 * j], L::load_acts(xq, K_SUM * 2 * j)),
+                        (q[2 * j + 1], L::load_acts(xq, K_SUM * (2 * j + 1))),
+                        (sc[2 * j], s.sc[2 * j]),
                     );
-                    dot = L::dot_halves(dot, p, sc[2 * j]);
                 }
             } else {
                 for h in 0..SUMS {
-                    let p = L::products(q[h], L::load_acts(xq, K_SUM * h));
-                    dot = L::dot_halves(dot, p, sc[h]);
+                    let x = L::load_acts(xq, K_SUM * h);
+                    dot = L::scaled_dot16(dot, (q[h], x), (sc[h], s.sc[h]));
                 }
             }
             // Σ mn·Σx over the sixteen groups (|mn| ≤ 128, |Σx| ≤ 2032).
