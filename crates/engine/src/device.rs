@@ -372,19 +372,44 @@ async fn open_wgpu(_: Option<AdapterFacts>) -> Result<OpenDevice> {
     Err(EngineError::BackendUnavailable { backend: "wgpu" })
 }
 
-/// `MemAvailable` from /proc/meminfo (Linux), the budget for weights on the CPU backend; `None`
-/// where it cannot be read (then nothing is checked up front).
-#[cfg(feature = "flex")]
+/// RAM a load may take on the CPU, the budget of its memory check: Linux's MemAvailable,
+/// macOS's free and reclaimable pages, Windows' available physical memory (sysinfo's one call
+/// for the three). `None` where the system reports none (then nothing is checked up front).
+#[cfg(all(feature = "flex", not(target_arch = "wasm32")))]
 fn available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
+    let mut system = sysinfo::System::new();
+    system.refresh_memory();
+    Some(system.available_memory()).filter(|&bytes| bytes > 0)
+}
+
+/// A browser reports no memory to a page.
+#[cfg(all(feature = "flex", target_arch = "wasm32"))]
+fn available_memory() -> Option<u64> {
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The CPU's budget is the system's: on Linux some of MemTotal (the CI's machines and the
+    /// project's run Linux; macOS and Windows are compiled, not run).
+    #[cfg(all(feature = "flex", target_os = "linux"))]
+    #[test]
+    fn the_cpu_budget_is_what_the_system_reports() {
+        let total = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|info| {
+                let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+                line.split_whitespace().nth(1)?.parse::<u64>().ok()
+            })
+            .map(|kib| kib * 1024);
+        let available = available_memory();
+        assert!(
+            matches!((available, total), (Some(a), Some(t)) if a > 0 && a <= t),
+            "{available:?} of {total:?}"
+        );
+    }
 
     fn adapter(
         name: &str,
